@@ -1,0 +1,75 @@
+// The configuration of one MoE layer: every option of the oracle, with the rules that make a combination valid.
+//
+// Names follow DESIGN.md §4 and the golden case format (§5); Megatron's flag names are given where they differ.
+// A default-constructed MoeConfig is not valid: hidden, num_experts, topk and ffn_hidden must be set.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace moe {
+
+enum class ScoreFunction { softmax, sigmoid, sqrtsoftplus };
+// How sigmoid/sqrtsoftplus weights are renormalised over the selected experts (softmax is never affected).
+//   megatron: w = s_I / (Σ s_I + 1e-20) only when k > 1 (hash layers: always)
+//   deepseek: w = s_I / Σ s_I always, no epsilon
+enum class Normalization { megatron, deepseek };
+enum class DropPolicy { probs, position };
+enum class AuxLossType { none, aux, seq_aux, global_aux };
+
+struct MoeConfig {
+  // Shapes. h = hidden, E = num_experts, k = topk, d = ffn_hidden (per routed expert).
+  int hidden = 0;
+  int num_experts = 0;
+  int topk = 0;
+  int ffn_hidden = 0;
+
+  // Router (moe_router_score_function, moe_router_pre_softmax, moe_router_topk_scaling_factor).
+  ScoreFunction score_function = ScoreFunction::softmax;
+  bool pre_softmax = false;
+  double topk_scaling_factor = 1.0;  // α, DeepSeek's route_scale
+  Normalization normalization = Normalization::megatron;
+  bool expert_bias = false;  // β, selection only (moe_router_enable_expert_bias)
+  int num_groups = 0;        // 0 = no group-limited routing (moe_router_num_groups)
+  int group_topk = 0;        // groups kept per token (moe_router_group_topk)
+  bool hash_routing = false; // I_t = tid2eid[input_id_t] (DeepSeek-V4 hash layers)
+
+  // Experts. swiglu_clamp L: gate ≤ L, up ∈ [−L, L]; unset = no clamp (activation_func_clamp_value).
+  std::optional<double> swiglu_clamp;
+  int shared_expert_ffn_hidden = 0;  // 0 = no shared expert (moe_shared_expert_intermediate_size)
+  bool shared_expert_gate = false;
+  bool shared_expert_clamp = false;  // apply swiglu_clamp to the shared expert too (Megatron does; DeepSeek doesn't)
+  int latent_size = 0;               // 0 = experts work in h (moe_latent_size)
+  bool apply_probs_on_input = false; // k = 1 only (moe_apply_probs_on_input)
+
+  // Capacity (moe_expert_capacity_factor, moe_token_drop_policy, moe_pad_expert_input_to_capacity).
+  std::optional<double> capacity_factor;  // unset = dropless
+  DropPolicy drop_policy = DropPolicy::probs;
+  bool pad_to_capacity = false;
+
+  // Losses and balancing.
+  AuxLossType aux_loss_type = AuxLossType::none;
+  double aux_loss_coeff = 0.0;
+  double z_loss_coeff = 0.0;
+  std::optional<double> bias_update_rate;  // unset = no update (moe_router_bias_update_rate)
+
+  // The width the routed experts work in: latent_size when latent MoE is on, else hidden.
+  int expert_width() const { return latent_size > 0 ? latent_size : hidden; }
+  bool has_shared_expert() const { return shared_expert_ffn_hidden > 0; }
+  bool uses_score_normalisation() const { return score_function != ScoreFunction::softmax; }
+
+  // Throws std::invalid_argument naming the first broken rule (DESIGN.md §4, "Invalid combinations").
+  void validate() const;
+};
+
+std::string_view to_string(ScoreFunction f);
+std::string_view to_string(Normalization n);
+std::string_view to_string(DropPolicy p);
+std::string_view to_string(AuxLossType t);  // "none" for AuxLossType::none
+ScoreFunction parse_score_function(std::string_view s);
+Normalization parse_normalization(std::string_view s);
+DropPolicy parse_drop_policy(std::string_view s);
+AuxLossType parse_aux_loss_type(std::string_view s);  // accepts "none"
+
+}  // namespace moe
