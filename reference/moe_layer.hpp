@@ -1,0 +1,104 @@
+// The MoE-layer oracle: the exact math of one DeepSeek-V4 / Megatron-style MoE layer, forward and backward.
+//
+// Notation (seed documents, DESIGN.md §4): T tokens x_t ∈ R^h (row t = s·batch + b), E routed experts, top-k,
+// routed expert F_e (SwiGLU, width d), shared expert F_s, weights g_{t,e}, selected set I_t.
+//
+//   u_t   = latent_down · x_t                      (latent MoE; else u_t = x_t)
+//   z_t   = Σ_{e ∈ I_t} F_e(u_t; g_{t,e})          (g after the activation, or on the input for k = 1)
+//   y_t   = latent_up · z_t + F_s(x_t) · σ(w_g·x_t) (shared expert and its gate optional)
+//
+// Loss convention of the layer: L = Σ⟨grad_y, y⟩ + aux_scale·aux_loss + z_scale·z_loss (scales default to 1; the
+// model-level oracle passes Megatron's aux-loss backward scales). Everything is validated at this boundary.
+#pragma once
+
+#include "reference/config.hpp"
+#include "reference/tensor.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace moe {
+
+template <typename T>
+struct MoeParams {
+  Matrix<T> router_weight;             // W_g [E, h]
+  Vector<T> expert_bias;               // β [E]            (expert_bias)
+  IndexMatrix tid2eid;                 // [V, k]           (hash_routing)
+  std::vector<Matrix<T>> expert_fc1;   // E × [2d, w]: rows [gate; up], w = expert_width()
+  std::vector<Matrix<T>> expert_fc2;   // E × [w, d]
+  Matrix<T> shared_fc1;                // [2ds, h]         (shared expert)
+  Matrix<T> shared_fc2;                // [h, ds]
+  Matrix<T> shared_gate;               // w_g [1, h]       (shared_expert_gate)
+  Matrix<T> latent_down;               // [latent, h]      (latent_size > 0)
+  Matrix<T> latent_up;                 // [h, latent]
+};
+
+// Counts accumulated over the microbatches of one global batch for global_aux (Megatron's
+// global_tokens_per_expert and ga_steps). Statistics only: no gradient flows through them.
+struct GlobalAuxState {
+  std::vector<double> tokens_per_expert_sum;  // [E], or empty before the first microbatch
+  int steps = 0;
+};
+
+template <typename T>
+struct MoeInputs {
+  int seq = 0;
+  int batch = 0;
+  Matrix<T> x;                            // [seq·batch, h], row = s·batch + b
+  IndexMatrix input_ids;                  // [batch, seq]   (hash_routing)
+  std::vector<bool> padding_mask;         // [T], true = padded token; empty = no padding
+  // The capacity partition: each part is one source rank's local rows (in local order). Empty = one part of all
+  // rows in order. Capacity is computed per part; the parts must cover every row exactly once.
+  std::vector<std::vector<int>> partition;
+  GlobalAuxState global_aux;              // global_aux only: the state before this microbatch
+};
+
+template <typename T>
+struct Routing {
+  Matrix<T> logits;                 // [T, E] = x·W_gᵀ
+  Matrix<T> scores;                 // [T, E] s = softmax / sigmoid / sqrtsoftplus of the logits
+  IndexMatrix selected;             // [T, k] I_t in selection order, before dropping
+  Matrix<T> topk_weights;           // [T, k] g_{t,I_t[j]} before dropping (normalised, × α)
+  Matrix<T> probs;                  // [T, E] after dropping; 0 off the selection
+  BoolMatrix routing_map;           // [T, E] after dropping, padded capacity slots included (GEMM rows)
+  BoolMatrix padded_slot;           // [T, E] slots added by pad_to_capacity (probability 0)
+  std::vector<std::int64_t> tokens_per_expert;  // [E] = routing_map column sums
+  std::vector<std::int64_t> bias_counts;        // [E] real assignments after dropping, padded tokens excluded
+};
+
+template <typename T>
+struct MoeForward {
+  Routing<T> routing;
+  Matrix<T> y;                      // [T, h]
+  T aux_loss = 0;                   // includes its coefficient; 0 when aux_loss_type is none
+  T z_loss = 0;                     // includes its coefficient
+  GlobalAuxState global_aux;        // after this microbatch (global_aux only)
+  Vector<T> expert_bias_updated;    // β after one update from bias_counts (bias_update_rate set)
+};
+
+// Gradients of L with the shapes of the parameters they belong to (expert_bias and tid2eid stay empty: the bias
+// is not trained by gradient, the table is not a parameter).
+template <typename T>
+struct MoeGradients {
+  Matrix<T> x;
+  MoeParams<T> params;
+};
+
+struct LossScales {
+  double aux = 1.0;
+  double z = 1.0;
+};
+
+// Throws std::invalid_argument naming the rule when a shape or option does not fit the config.
+template <typename T>
+void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs);
+
+template <typename T>
+MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs);
+
+// Backward of L = Σ⟨grad_y, y⟩ + scales.aux·aux_loss + scales.z·z_loss through the forward of the same inputs.
+template <typename T>
+MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                             const MoeForward<T>& forward, const Matrix<T>& grad_y, LossScales scales = {});
+
+}  // namespace moe

@@ -1,0 +1,77 @@
+#include "reference/presets.hpp"
+
+#include <stdexcept>
+
+namespace moe {
+namespace {
+
+// DeepSeek-V4 router and expert options (research/deepseek.md §1–4): sqrtsoftplus, bias-balanced, clamp 10,
+// one shared expert, sequence-wise balance loss 1e-4, bias update rate 1e-3.
+MoeConfig v4_like(int hidden, int experts, int topk, int ffn, double route_scale) {
+  MoeConfig c;
+  c.hidden = hidden;
+  c.num_experts = experts;
+  c.topk = topk;
+  c.ffn_hidden = ffn;
+  c.score_function = ScoreFunction::sqrtsoftplus;
+  c.topk_scaling_factor = route_scale;
+  c.expert_bias = true;
+  c.bias_update_rate = 1e-3;
+  c.swiglu_clamp = 10.0;
+  c.shared_expert_ffn_hidden = ffn;
+  c.aux_loss_type = AuxLossType::seq_aux;
+  c.aux_loss_coeff = 1e-4;
+  return c;
+}
+
+// DeepSeek-V3: sigmoid, 8 groups keep 4, route scale 2.5, no clamp.
+MoeConfig v3_like(int hidden, int experts, int topk, int ffn, int groups, int group_topk) {
+  MoeConfig c;
+  c.hidden = hidden;
+  c.num_experts = experts;
+  c.topk = topk;
+  c.ffn_hidden = ffn;
+  c.score_function = ScoreFunction::sigmoid;
+  c.topk_scaling_factor = 2.5;
+  c.expert_bias = true;
+  c.bias_update_rate = 1e-3;
+  c.num_groups = groups;
+  c.group_topk = group_topk;
+  c.shared_expert_ffn_hidden = ffn;
+  c.aux_loss_type = AuxLossType::seq_aux;
+  c.aux_loss_coeff = 1e-4;
+  return c;
+}
+
+std::vector<LayerPreset> make_presets() {
+  std::vector<LayerPreset> presets;
+  presets.push_back({"tiny-v4", "DeepSeek-V4 options at test size: h 32, 16 experts, top-6, ffn 16",
+                     v4_like(32, 16, 6, 16, 1.5), 16, 2, 64});
+  presets.push_back({"tiny-v3", "DeepSeek-V3 options at test size: h 32, 16 experts in 4 groups keep 2, top-4",
+                     v3_like(32, 16, 4, 16, 4, 2), 16, 2, 64});
+  presets.push_back({"v4-flash", "DeepSeek-V4-Flash: h 4096, 256 experts, top-6, ffn 2048, route scale 1.5",
+                     v4_like(4096, 256, 6, 2048, 1.5), 4096, 1, 129280});
+  presets.push_back({"v4-pro", "DeepSeek-V4-Pro: h 7168, 384 experts, top-6, ffn 3072, route scale 2.5",
+                     v4_like(7168, 384, 6, 3072, 2.5), 4096, 1, 129280});
+  presets.push_back({"v3", "DeepSeek-V3: h 7168, 256 experts in 8 groups keep 4, top-8, ffn 2048",
+                     v3_like(7168, 256, 8, 2048, 8, 4), 4096, 1, 129280});
+  return presets;
+}
+
+}  // namespace
+
+const std::vector<LayerPreset>& layer_presets() {
+  static const std::vector<LayerPreset> presets = make_presets();
+  return presets;
+}
+
+const LayerPreset& layer_preset(std::string_view name) {
+  std::string known;
+  for (const auto& p : layer_presets()) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  throw std::invalid_argument("unknown preset '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace moe

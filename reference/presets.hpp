@@ -1,0 +1,25 @@
+// Named layer configurations. tiny-* run in tests and on the command line; full-size ones are for accounting.
+#pragma once
+
+#include "reference/config.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace moe {
+
+struct LayerPreset {
+  std::string name;
+  std::string description;
+  MoeConfig config;
+  int seq = 0;    // default sequence length of a run
+  int batch = 0;  // default micro-batch
+  int vocab = 0;  // vocabulary size for hash routing
+};
+
+// Throws std::invalid_argument listing the known names.
+const LayerPreset& layer_preset(std::string_view name);
+const std::vector<LayerPreset>& layer_presets();
+
+}  // namespace moe

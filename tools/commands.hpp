@@ -1,0 +1,11 @@
+// Each subcommand of `moe-oracle` lives in its own file and registers itself on the app here.
+// A command's callback throws on bad input; main() turns exceptions into one error line and exit status 2.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace moe::cli {
+
+void add_check_command(CLI::App& app);
+
+}  // namespace moe::cli

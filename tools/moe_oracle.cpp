@@ -1,0 +1,20 @@
+// moe-oracle: does a parallel MoE system compute exactly what the single-device model computes?
+#include "tools/commands.hpp"
+
+#include <exception>
+#include <iostream>
+
+int main(int argc, char** argv) {
+  CLI::App app{"moe-oracle: differential testing of parallel Mixture-of-Experts layers against a CPU oracle"};
+  app.require_subcommand(1);
+  moe::cli::add_check_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::cerr << "moe-oracle: error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what MoE Oracle needs from Debian (only what is missing), then configures and builds it in build/.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+#   MOE_BUILD_DIR   build folder (default: build/ at the repository root)
+#   MOE_BUILD_JOBS  parallel compile jobs (default: nproc)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${MOE_BUILD_DIR:-$root/build}"
+jobs="${MOE_BUILD_JOBS:-$(nproc)}"
+
+packages=(build-essential cmake libeigen3-dev libgtest-dev librapidcheck-dev libopenmpi-dev openmpi-bin
+          nlohmann-json3-dev libcli11-dev python3-numpy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  if [[ $(id -u) -eq 0 ]]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
+    echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1
+  fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  echo "setup: configuring $build"
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+echo "setup: building with $jobs jobs"
+cmake --build "$build" -j "$jobs" 2>&1 | grep -v -E '^\[ *[0-9]+%\] (Built|Linking)|Consolidate compiler' || true
+cmake --build "$build" -j "$jobs" >/dev/null   # the real exit status (the filtered pass above may have failed)
