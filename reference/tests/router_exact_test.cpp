@@ -88,15 +88,18 @@ TEST(RouterExact, GroupLimitedMasksLosingGroupToMinusInfinity) {
   c.group_topk = 1;
   Matrix<double> l(1, 4);
   l << std::log(9.0), -std::log(9.0), std::log(1.5), std::log(1.5);
-  const auto r = route_probe(probe(c, l, 1, 1));
+  const RoutingProbe p = probe(c, l, 1, 1);
+  const auto r = route_probe(p);
   EXPECT_EQ(selected_row(r, 0), (std::vector<int>{2, 3}));
   EXPECT_NEAR(r.probs(0, 2), 0.5, 1e-15);
   EXPECT_NEAR(r.probs(0, 3), 0.5, 1e-15);
   EXPECT_EQ(r.probs(0, 0), 0.0);
 
-  // The masked entries are −∞, so even a k that needs both kept experts never reaches the losing group.
-  const RowVector<double> scores = router_scores<double>(c, l.row(0));
-  EXPECT_EQ(select_experts<double>(c, l.row(0), scores, Vector<double>()), (std::vector<int>{2, 3}));
+  // Without groups the same scores select {0, 2}: the mask, not the scores, made the difference.
+  MoeConfig ungrouped = p.config;
+  ungrouped.num_groups = ungrouped.group_topk = 0;
+  const RowVector<double> scores = router_scores<double>(ungrouped, l.row(0));
+  EXPECT_EQ(select_experts<double>(ungrouped, l.row(0), scores, Vector<double>()), (std::vector<int>{0, 2}));
 }
 
 TEST(RouterExact, PreVersusPostSoftmax) {
