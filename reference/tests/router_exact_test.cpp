@@ -4,10 +4,12 @@
 #include "reference/moe_layer.hpp"
 #include "reference/random_init.hpp"
 #include "reference/router.hpp"
+#include "reference/tid2eid.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 #include <vector>
 
 namespace moe {
@@ -215,6 +217,21 @@ TEST(RouterExact, CapacityIsPerPartition) {
   p.inputs.partition = {{0, 1}, {2, 3}};
   const auto r = route_probe(p);
   EXPECT_EQ(r.routing_map.col(0).cast<int>().transpose(), (Eigen::RowVector4i() << 1, 0, 1, 0).finished());
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+TEST(RouterExact, PlaceholderHashTableWarns) {
+  std::ostringstream warnings;
+  const IndexMatrix table = placeholder_tid2eid(5, 2, 4, warnings);
+  EXPECT_NE(warnings.str().find("placeholder tid2eid"), std::string::npos);
+  // id 3: (3 + 0) mod 4 = 3, (3 + 1) mod 4 = 0.
+  EXPECT_EQ(table(3, 0), 3);
+  EXPECT_EQ(table(3, 1), 0);
 }
 
 }  // namespace
