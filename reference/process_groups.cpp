@@ -50,8 +50,8 @@ std::string_view to_string(GroupKind kind) {
 }
 
 std::vector<GroupKind> all_group_kinds() {
-  return {GroupKind::tp,       GroupKind::cp, GroupKind::dp, GroupKind::dp_cp,   GroupKind::tp_cp, GroupKind::tp_dp_cp,
-          GroupKind::pp,       GroupKind::ep, GroupKind::expt_tp, GroupKind::tp_ep, GroupKind::expt_dp};
+  return {GroupKind::tp,    GroupKind::cp, GroupKind::dp,      GroupKind::dp_cp, GroupKind::tp_cp, GroupKind::tp_dp_cp,
+          GroupKind::pp,    GroupKind::ep, GroupKind::expt_tp, GroupKind::tp_ep, GroupKind::expt_dp};
 }
 
 bool is_expert_group(GroupKind kind) {

@@ -50,12 +50,6 @@ std::string format_experts(const ExpertRange& e) {
                       : std::to_string(e.first) + "–" + std::to_string(e.first + e.count - 1);
 }
 
-nlohmann::json layout_json(const ParallelLayout& l) {
-  return {{"world", l.world}, {"tp", l.tp},   {"cp", l.cp},       {"pp", l.pp},       {"ep", l.ep},
-          {"etp", l.etp},     {"dp", l.dp()}, {"edp", l.edp()},   {"gtp", l.gtp},     {"egtp", l.egtp},
-          {"order", l.order}};
-}
-
 // A stage is the dense tp-dp-cp group: every axis but pp.
 std::vector<int> stage_ranks(const ProcessGroups& g, int rank) {
   auto ranks = g.group(GroupKind::tp_dp_cp, rank);

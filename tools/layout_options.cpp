@@ -26,6 +26,11 @@ std::string describe(const ParallelLayout& l) {
   return s.str();
 }
 
+nlohmann::json layout_json(const ParallelLayout& l) {
+  return {{"world", l.world}, {"tp", l.tp},   {"cp", l.cp},     {"pp", l.pp},   {"ep", l.ep},      {"etp", l.etp},
+          {"dp", l.dp()},     {"edp", l.edp()}, {"gtp", l.gtp}, {"egtp", l.egtp}, {"order", l.order}};
+}
+
 std::string with_commas(std::int64_t value) {
   std::string digits = std::to_string(value < 0 ? -value : value);
   for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");

@@ -5,6 +5,7 @@
 #include "reference/parallel_layout.hpp"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <ostream>
@@ -18,6 +19,9 @@ void add_layout_options(CLI::App& cmd, ParallelLayout& layout);
 
 // "world 1024 = tp 1 · cp 2 · dp 64 · pp 8 (dense) = etp 1 · ep 64 · edp 2 · pp 8 (expert), order tp-cp-ep-dp-pp"
 std::string describe(const ParallelLayout& layout);
+
+// The layout's sizes, derived dp/edp included, for --json output.
+nlohmann::json layout_json(const ParallelLayout& layout);
 
 // 1234567 -> "1,234,567"
 std::string with_commas(std::int64_t value);

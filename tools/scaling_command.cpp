@@ -33,7 +33,8 @@ void run(const ScalingArgs& a) {
   const auto losses = loss_scale_table(mode, sizes, m);
 
   if (a.json) {
-    nlohmann::json out = {{"loss_mode", to_string(mode)},
+    nlohmann::json out = {{"layout", layout_json(a.layout)},
+                          {"loss_mode", to_string(mode)},
                           {"group_sizes",
                            {{"tp", sizes.tp}, {"cp", sizes.cp}, {"tp_cp", sizes.tp_cp}, {"dp_cp", sizes.dp_cp},
                             {"expt_dp", sizes.expt_dp}, {"gtp", sizes.gtp}, {"egtp", sizes.egtp}}},
@@ -69,7 +70,7 @@ void run(const ScalingArgs& a) {
   std::cout << "loss mode " << to_string(mode) << ": |tp| " << sizes.tp << ", |cp| " << sizes.cp << ", |tp_cp| "
             << sizes.tp_cp << ", |dp_cp| " << sizes.dp_cp << ", |expt_dp| " << sizes.expt_dp << ", gtp " << sizes.gtp
             << ", egtp " << sizes.egtp << "; m = B/(b·dp) = " << global_batch << "/(" << a.micro_batch << "·"
-            << a.layout.dp() << ") = " << m << " microbatches\n\n";
+            << a.layout.dp() << ") = " << m << "\n\n";
   TextTable grad_table({"param class", "pre-scale", "value", "collective", "group", "then", "÷ global tokens",
                         "net factor"});
   for (const auto& r : grads) {

@@ -32,9 +32,7 @@ void run(const VolumeArgs& a) {
   if (a.json) {
     const nlohmann::json out = {
         {"preset", preset.name},
-        {"layout", {{"world", a.layout.world}, {"tp", a.layout.tp}, {"cp", a.layout.cp}, {"pp", a.layout.pp},
-                    {"ep", a.layout.ep}, {"etp", a.layout.etp}, {"dp", a.layout.dp()}, {"edp", a.layout.edp()},
-                    {"order", a.layout.order}}},
+        {"layout", layout_json(a.layout)},
         {"seq", seq},
         {"micro_batch", micro_batch},
         {"hidden", v.width},
