@@ -41,8 +41,10 @@ class RankGenerator {
   std::vector<int> group_of(int rank, std::string_view token_set) const;
 
  private:
+  struct Split;
   // mask[i] is true when order()[i] is in the token set.
   std::vector<bool> mask(std::string_view token_set) const;
+  Split split(std::string_view token_set) const;
 
   std::vector<std::string> order_;
   std::vector<int> sizes_;
