@@ -91,23 +91,35 @@ std::vector<bool> RankGenerator::mask(std::string_view token_set) const {
   return masked;
 }
 
-std::vector<std::vector<int>> RankGenerator::rank_groups(std::string_view token_set) const {
-  const auto masked = mask(token_set);
+// The masked axes of a token set (the group's own axes) and the unmasked ones (which pick the group).
+struct RankGenerator::Split {
   std::vector<int> masked_shape, masked_stride, unmasked_shape, unmasked_stride;
-  for (std::size_t i = 0; i < order_.size(); ++i) {
-    (masked[i] ? masked_shape : unmasked_shape).push_back(sizes_[i]);
-    (masked[i] ? masked_stride : unmasked_stride).push_back(strides_[i]);
-  }
   int group_size = 1;
-  for (int s : masked_shape) group_size *= s;
-  const int num_groups = world_size_ / group_size;
 
-  std::vector<std::vector<int>> groups(static_cast<std::size_t>(num_groups));
-  for (int g = 0; g < num_groups; ++g) {
-    const int base = inner_product(decompose(g, unmasked_shape), unmasked_stride);
-    auto& ranks = groups[static_cast<std::size_t>(g)];
+  // Ranks of the group whose unmasked coordinates sum to `base`, first masked axis fastest.
+  std::vector<int> members(int base) const {
+    std::vector<int> ranks;
     for (int r = 0; r < group_size; ++r) ranks.push_back(base + inner_product(decompose(r, masked_shape), masked_stride));
+    return ranks;
   }
+};
+
+RankGenerator::Split RankGenerator::split(std::string_view token_set) const {
+  const auto masked = mask(token_set);
+  Split s;
+  for (std::size_t i = 0; i < order_.size(); ++i) {
+    (masked[i] ? s.masked_shape : s.unmasked_shape).push_back(sizes_[i]);
+    (masked[i] ? s.masked_stride : s.unmasked_stride).push_back(strides_[i]);
+    if (masked[i]) s.group_size *= sizes_[i];
+  }
+  return s;
+}
+
+std::vector<std::vector<int>> RankGenerator::rank_groups(std::string_view token_set) const {
+  const auto s = split(token_set);
+  std::vector<std::vector<int>> groups;
+  for (int g = 0; g < world_size_ / s.group_size; ++g)
+    groups.push_back(s.members(inner_product(decompose(g, s.unmasked_shape), s.unmasked_stride)));
   return groups;
 }
 
@@ -115,23 +127,12 @@ std::vector<int> RankGenerator::group_of(int rank, std::string_view token_set) c
   if (rank < 0 || rank >= world_size_)
     throw std::invalid_argument("rank rule: rank " + std::to_string(rank) + " is outside the world of " +
                                 std::to_string(world_size_) + " ranks");
-  const auto masked = mask(token_set);
-  // Keep the rank's unmasked coordinates, run over the masked ones (first masked axis fastest).
+  const auto s = split(token_set);
+  // Keep the rank's own unmasked coordinates.
   int base = 0;
-  std::vector<int> masked_shape, masked_stride;
-  for (std::size_t i = 0; i < order_.size(); ++i) {
-    if (masked[i]) {
-      masked_shape.push_back(sizes_[i]);
-      masked_stride.push_back(strides_[i]);
-    } else {
-      base += (rank / strides_[i]) % sizes_[i] * strides_[i];
-    }
-  }
-  int group_size = 1;
-  for (int s : masked_shape) group_size *= s;
-  std::vector<int> ranks;
-  for (int r = 0; r < group_size; ++r) ranks.push_back(base + inner_product(decompose(r, masked_shape), masked_stride));
-  return ranks;
+  for (std::size_t i = 0; i < s.unmasked_shape.size(); ++i)
+    base += rank / s.unmasked_stride[i] % s.unmasked_shape[i] * s.unmasked_stride[i];
+  return s.members(base);
 }
 
 }  // namespace moe
