@@ -29,8 +29,8 @@ void ParallelLayout::validate() const {
   } catch (const std::invalid_argument& e) {
     require(false, e.what());
   }
-  // Megatron (initialize_model_parallel): "When not using pp-last rank ordering, the data parallel size of the
-  // attention and moe layers must be the same".
+  // Megatron's initialize_model_parallel asserts equal dp sizes of the two meshes unless the order ends in pp
+  // (research/megatron.md §4): otherwise the pp stride would differ between them.
   const bool pp_last = order.size() >= 2 && order.compare(order.size() - 2, 2, "pp") == 0;
   require(pp_last || pp == 1 || dp() == edp(),
           "dp (" + str(dp()) + ") must equal edp (" + str(edp()) + ") unless the order ends in pp");
