@@ -68,12 +68,15 @@ MoeConfig ModelConfig::layer_config(int l) const {
 
 template <typename T>
 ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& params, const TokenBatch& batch,
-                              const std::vector<GlobalAuxState>& global_aux) {
+                              const std::vector<GlobalAuxState>& global_aux,
+                              const std::vector<GlobalAuxGroup>& global_aux_group) {
   config.validate();
   validate_params(config, params);
   validate_batch(config, batch);
   require(global_aux.empty() || static_cast<int>(global_aux.size()) == config.num_layers,
           "global_aux must be empty or have one state per layer");
+  require(global_aux_group.empty() || static_cast<int>(global_aux_group.size()) == config.num_layers,
+          "global_aux_group must be empty or have one entry per layer");
   const Eigen::Index tokens = batch.tokens();
 
   ModelForward<T> f;
@@ -96,6 +99,7 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
     in.padding_mask = padding;
     in.partition = batch.partition;
     if (!global_aux.empty()) in.global_aux = global_aux[static_cast<size_t>(l)];
+    if (!global_aux_group.empty()) in.global_aux_group = global_aux_group[static_cast<size_t>(l)];
     f.layers.push_back(moe_forward(lc, params.layers[static_cast<size_t>(l)], in));
     f.layer_inputs.push_back(std::move(in));
     f.hidden.push_back(f.hidden.back() + f.layers.back().y);
@@ -163,6 +167,34 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
 }
 
 template <typename T>
+std::vector<TensorView<T>> trained_tensors(const ModelConfig& config, ModelParams<T>& p) {
+  std::vector<TensorView<T>> views;
+  auto add = [&views](std::string name, auto& m) {
+    if (m.size() > 0) views.push_back({std::move(name), m.data(), m.size()});
+  };
+  add("embedding", p.embedding);
+  for (int l = 0; l < config.num_layers; ++l) {
+    const auto li = static_cast<size_t>(l);
+    const std::string pre = "layer" + std::to_string(l) + ".";
+    MoeParams<T>& layer = p.layers[li];
+    add(pre + "block_norm", p.block_norm[li]);
+    add(pre + "router_weight", layer.router_weight);
+    for (size_t e = 0; e < layer.expert_fc1.size(); ++e) {
+      add(pre + "expert_fc1[" + std::to_string(e) + "]", layer.expert_fc1[e]);
+      add(pre + "expert_fc2[" + std::to_string(e) + "]", layer.expert_fc2[e]);
+    }
+    add(pre + "shared_fc1", layer.shared_fc1);
+    add(pre + "shared_fc2", layer.shared_fc2);
+    add(pre + "shared_gate", layer.shared_gate);
+    add(pre + "latent_down", layer.latent_down);
+    add(pre + "latent_up", layer.latent_up);
+  }
+  add("final_norm", p.final_norm);
+  add("head", p.head);
+  return views;
+}
+
+template <typename T>
 ModelParams<T> random_model_params(const ModelConfig& config, std::uint64_t seed) {
   config.validate();
   const int h = config.layer.hidden;
@@ -194,7 +226,9 @@ TokenBatch random_token_batch(const ModelConfig& config, int seq, int batch, std
 }
 
 template ModelForward<double> model_forward<double>(const ModelConfig&, const ModelParams<double>&, const TokenBatch&,
-                                                    const std::vector<GlobalAuxState>&);
+                                                    const std::vector<GlobalAuxState>&,
+                                                    const std::vector<GlobalAuxGroup>&);
+template std::vector<TensorView<double>> trained_tensors<double>(const ModelConfig&, ModelParams<double>&);
 template ModelParams<double> model_backward<double>(const ModelConfig&, const ModelParams<double>&, const TokenBatch&,
                                                     const ModelForward<double>&, const ModelLossWeights&);
 template ModelParams<double> random_model_params<double>(const ModelConfig&, std::uint64_t);

@@ -14,6 +14,7 @@
 #include "reference/moe_layer.hpp"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace moe {
@@ -71,15 +72,28 @@ struct ModelLossWeights {
   double z = 1.0;
 };
 
-// global_aux: per-layer state before this microbatch (empty = fresh for every layer).
+// global_aux: per-layer state before this microbatch (empty = fresh for every layer); global_aux_group: per-layer
+// statistics of the whole group when it spans more than this microbatch (empty = this microbatch is the group).
 template <typename T>
 ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& params, const TokenBatch& batch,
-                              const std::vector<GlobalAuxState>& global_aux = {});
+                              const std::vector<GlobalAuxState>& global_aux = {},
+                              const std::vector<GlobalAuxGroup>& global_aux_group = {});
 
 // Gradients in the shape of the parameters (expert_bias and tid2eid of each layer stay empty).
 template <typename T>
 ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& params, const TokenBatch& batch,
                               const ModelForward<T>& forward, const ModelLossWeights& weights);
+
+// Every trained tensor of the model, in a fixed order with a stable name ("layer1.expert_fc1[3]"), as a view
+// into `params`. The expert bias (updated by counts, not gradients) and tid2eid (a table) are not listed.
+template <typename T>
+struct TensorView {
+  std::string name;
+  T* data;
+  Eigen::Index size;
+};
+template <typename T>
+std::vector<TensorView<T>> trained_tensors(const ModelConfig& config, ModelParams<T>& params);
 
 template <typename T>
 ModelParams<T> random_model_params(const ModelConfig& config, std::uint64_t seed);
