@@ -23,22 +23,22 @@ const std::vector<GradSyncRule> kGradSyncRules = {
   // reduce over intra_dp_cp_group, expert buffers (BufferKey.is_expert_parallel = not param.allreduce) over
   // intra_expt_dp_group. No EP factor: an expert grad already sums its EP peers' tokens (PR #5956). The expert
   // prescale carries the egtp/gtp correction of PR #7165 (dp_cp excludes the GTP axis).
-  {dense,             sum,       Prescale::inv_dp_cp,          false, ReduceOp::sum, GroupKind::dp_cp,   false, false, kDdpFactors},
-  {expert,            sum,       Prescale::inv_dp_cp,          true,  ReduceOp::sum, GroupKind::expt_dp, false, false, kDdpFactors},
+  {dense,             sum,       Prescale::inv_dp_cp,          false, SyncOp::sum, GroupKind::dp_cp,   false, false, kDdpFactors},
+  {expert,            sum,       Prescale::inv_dp_cp,          true,  SyncOp::sum, GroupKind::expt_dp, false, false, kDdpFactors},
   // Router weight, norms, shared gate: dense buffer, then SUM over TP in finalize_model_grads
   // (_allreduce_non_tensor_model_parallel_grads), for every loss mode.
-  {sequence_parallel, sum,       Prescale::inv_dp_cp,          false, ReduceOp::sum, GroupKind::dp_cp,   true,  false, kTpSum},
+  {sequence_parallel, sum,       Prescale::inv_dp_cp,          false, SyncOp::sum, GroupKind::dp_cp,   true,  false, kTpSum},
   // DDP average_in_collective: gradient_scaling_factor = 1; expert_gradient_scaling_factor =
   // expt_dp_group.size() / dp_cp_group.size(), then reduce_op = AVG over expt_dp, which lands on 1/dp_cp too.
-  {dense,             avg,       Prescale::one,                false, ReduceOp::avg, GroupKind::dp_cp,   false, false, kDdpFactors},
-  {expert,            avg,       Prescale::expt_dp_over_dp_cp, true,  ReduceOp::avg, GroupKind::expt_dp, false, false, kDdpFactors},
-  {sequence_parallel, avg,       Prescale::one,                false, ReduceOp::avg, GroupKind::dp_cp,   true,  false, kTpSum},
+  {dense,             avg,       Prescale::one,                false, SyncOp::avg, GroupKind::dp_cp,   false, false, kDdpFactors},
+  {expert,            avg,       Prescale::expt_dp_over_dp_cp, true,  SyncOp::avg, GroupKind::expt_dp, false, false, kDdpFactors},
+  {sequence_parallel, avg,       Prescale::one,                false, SyncOp::avg, GroupKind::dp_cp,   true,  false, kTpSum},
   // DDP calculate_per_token_loss: both factors 1.0, SUM; then finalize_model_grads broadcasts num_tokens from
   // the last PP stage, all-reduces it over dp_cp and scales every grad by 1/clamp(num_tokens, min=1). GTP-sharded
   // weights skip their mean pre-scale here (_prescale_wgrads_for_mean_rs), so no egtp/gtp correction.
-  {dense,             per_token, Prescale::one,                false, ReduceOp::sum, GroupKind::dp_cp,   false, true,  kTokenDivision},
-  {expert,            per_token, Prescale::one,                false, ReduceOp::sum, GroupKind::expt_dp, false, true,  kTokenDivision},
-  {sequence_parallel, per_token, Prescale::one,                false, ReduceOp::sum, GroupKind::dp_cp,   true,  true,  kTokenDivision},
+  {dense,             per_token, Prescale::one,                false, SyncOp::sum, GroupKind::dp_cp,   false, true,  kTokenDivision},
+  {expert,            per_token, Prescale::one,                false, SyncOp::sum, GroupKind::expt_dp, false, true,  kTokenDivision},
+  {sequence_parallel, per_token, Prescale::one,                false, SyncOp::sum, GroupKind::dp_cp,   true,  true,  kTokenDivision},
 };
 
 // Aux and z losses reach the graph through MoEAuxLossAutoScaler (transformer/moe/moe_utils.py), whose backward
@@ -107,7 +107,7 @@ std::string_view to_string(ParamClass param_class) {
   throw std::logic_error("unknown ParamClass");
 }
 
-std::string_view to_string(ReduceOp op) { return op == ReduceOp::sum ? "SUM" : "AVG"; }
+std::string_view to_string(SyncOp op) { return op == SyncOp::sum ? "SUM" : "AVG"; }
 
 std::string_view to_string(LossTerm term) { return term == LossTerm::aux ? "aux_loss" : "z_loss"; }
 
@@ -151,7 +151,7 @@ std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bo
     row.collective = distributed_optimizer ? "reduce-scatter" : "all-reduce";
     row.group_size = rule.group == GroupKind::expt_dp ? sizes.expt_dp : sizes.dp_cp;
     row.tp_size = sizes.tp;
-    row.net_factor = rule.op == ReduceOp::avg ? row.prescale / row.group_size : row.prescale;
+    row.net_factor = rule.op == SyncOp::avg ? row.prescale / row.group_size : row.prescale;
     rows.push_back(row);
   }
   return rows;

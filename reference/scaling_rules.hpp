@@ -23,14 +23,14 @@ namespace moe {
 
 enum class LossMode { sum, avg, per_token };
 enum class ParamClass { dense, expert, sequence_parallel };
-enum class ReduceOp { sum, avg };
+enum class SyncOp { sum, avg };
 // The data-parallel pre-scale, symbolically.
 enum class Prescale { one, inv_dp_cp, expt_dp_over_dp_cp };
 enum class LossTerm { aux, z };
 
 std::string_view to_string(LossMode mode);  // "sum", "avg", "per-token"
 std::string_view to_string(ParamClass param_class);
-std::string_view to_string(ReduceOp op);  // "SUM", "AVG"
+std::string_view to_string(SyncOp op);  // "SUM", "AVG"
 std::string_view to_string(LossTerm term);
 LossMode parse_loss_mode(std::string_view text);  // throws std::invalid_argument listing the modes
 
@@ -52,7 +52,7 @@ struct GradSyncRule {
   LossMode loss_mode;
   Prescale prescale;             // multiplied into the grad buffer before the collective
   bool gtp_correction;           // prescale also × egtp/gtp (expert grads under GTP, PR #7165)
-  ReduceOp op;                   // of the data-parallel collective
+  SyncOp op;                   // of the data-parallel collective
   GroupKind group;               // dp_cp or expt_dp
   bool then_sum_over_tp;         // a second all-reduce, SUM over tp
   bool divide_by_global_tokens;  // finally ÷ the valid-token count all-reduced over dp_cp

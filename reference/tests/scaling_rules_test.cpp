@@ -49,7 +49,7 @@ TEST_F(SeedScaling, SumPathPrescalesByOneOver128) {
   EXPECT_DOUBLE_EQ(dense.prescale, 1.0 / 128);
   EXPECT_DOUBLE_EQ(expert.prescale, 1.0 / 128);
   EXPECT_EQ(expert.prescale_values, "1/128 · 1/1");
-  EXPECT_EQ(dense.rule.op, ReduceOp::sum);
+  EXPECT_EQ(dense.rule.op, SyncOp::sum);
   EXPECT_EQ(dense.rule.group, GroupKind::dp_cp);
   EXPECT_EQ(dense.group_size, 128);
   EXPECT_EQ(expert.rule.group, GroupKind::expt_dp);
@@ -65,7 +65,7 @@ TEST_F(SeedScaling, AvgPathPrescalesExpertsByTwoOver128) {
   const auto& expert = row(rows, ParamClass::expert);
   EXPECT_DOUBLE_EQ(expert.prescale, 2.0 / 128);
   EXPECT_EQ(expert.prescale_values, "2/128 · 1/1");
-  EXPECT_EQ(expert.rule.op, ReduceOp::avg);
+  EXPECT_EQ(expert.rule.op, SyncOp::avg);
   EXPECT_EQ(expert.group_size, 2);
   EXPECT_EQ(expert.collective, "reduce-scatter");
   EXPECT_DOUBLE_EQ(expert.net_factor, 1.0 / 128);
@@ -78,7 +78,7 @@ TEST_F(SeedScaling, AvgPathPrescalesExpertsByTwoOver128) {
 TEST_F(SeedScaling, PerTokenUsesFactorOneAndTokenDivision) {
   for (const auto& r : grad_sync_table(LossMode::per_token, sizes, false)) {
     EXPECT_DOUBLE_EQ(r.prescale, 1.0) << to_string(r.rule.param_class);
-    EXPECT_EQ(r.rule.op, ReduceOp::sum);
+    EXPECT_EQ(r.rule.op, SyncOp::sum);
     EXPECT_TRUE(r.rule.divide_by_global_tokens);
   }
 }
