@@ -1,0 +1,70 @@
+#include "distributed/allgather_dispatcher.hpp"
+
+#include "distributed/row_collectives.hpp"
+#include "distributed/token_kernels.hpp"
+
+namespace moe::dist {
+
+template <typename T>
+AllGatherDispatcher<T>::AllGatherDispatcher(const DispatchGroups& groups, int num_experts)
+    : domain_(*groups.tp_ep), num_experts_(num_experts) {
+  local_experts_ = num_experts / groups.ep->size();
+  first_expert_ = groups.ep->rank() * local_experts_;
+}
+
+template <typename T>
+ExpertRows<T> AllGatherDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<T>& probs, const BoolMatrix& map) {
+  peer_tokens_ = allgather_count(domain_, tokens.rows());
+  const Matrix<T> all_tokens = allgatherv_rows(domain_, tokens, peer_tokens_);
+  const Matrix<T> all_probs = allgatherv_rows(domain_, probs, peer_tokens_);
+  const IndexMatrix all_map = allgatherv_rows(domain_, IndexMatrix(map.cast<std::int64_t>()), peer_tokens_);
+
+  ExpertRows<T> rows;
+  selected_rows_.clear();
+  selected_experts_.clear();
+  for (int i = 0; i < local_experts_; ++i) {
+    const int e = first_expert_ + i;
+    std::int64_t count = 0;
+    for (Eigen::Index t = 0; t < all_map.rows(); ++t)
+      if (all_map(t, e)) {
+        selected_rows_.push_back(t);
+        selected_experts_.push_back(e);
+        ++count;
+      }
+    rows.group_sizes.push_back(count);
+  }
+  rows.x = kernels::gather_rows(all_tokens, selected_rows_);
+  rows.probs.resize(static_cast<Eigen::Index>(selected_rows_.size()));
+  for (size_t j = 0; j < selected_rows_.size(); ++j)
+    rows.probs(static_cast<Eigen::Index>(j)) = all_probs(selected_rows_[j], selected_experts_[j]);
+  return rows;
+}
+
+template <typename T>
+Matrix<T> AllGatherDispatcher<T>::combine(const Matrix<T>& expert_out) {
+  Matrix<T> all = Matrix<T>::Zero(total(peer_tokens_), expert_out.cols());
+  kernels::scatter_add_rows(expert_out, selected_rows_, {}, all);
+  return reduce_scatterv_rows(domain_, all, peer_tokens_);
+}
+
+template <typename T>
+Matrix<T> AllGatherDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
+  return kernels::gather_rows(allgatherv_rows(domain_, grad_y, peer_tokens_), selected_rows_);
+}
+
+template <typename T>
+void AllGatherDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
+                                               Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
+  Matrix<T> all = Matrix<T>::Zero(total(peer_tokens_), grad_rows.cols());
+  kernels::scatter_add_rows(grad_rows, selected_rows_, {}, all);
+  grad_tokens = reduce_scatterv_rows(domain_, all, peer_tokens_);
+  Matrix<T> all_probs = Matrix<T>::Zero(total(peer_tokens_), num_experts_);
+  for (size_t j = 0; j < selected_rows_.size(); ++j)
+    all_probs(selected_rows_[j], selected_experts_[j]) += grad_row_probs(static_cast<Eigen::Index>(j));
+  grad_probs = reduce_scatterv_rows(domain_, all_probs, peer_tokens_);
+}
+
+template class AllGatherDispatcher<double>;
+template class AllGatherDispatcher<float>;
+
+}  // namespace moe::dist
