@@ -1,0 +1,126 @@
+// Boundary checks of the layer oracle: every shape and index is checked against the config before any math runs,
+// and each failure names the tensor and the rule.
+#include "reference/moe_layer.hpp"
+
+#include <set>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+namespace {
+
+void require(bool ok, const std::string& rule) {
+  if (!ok) throw std::invalid_argument("invalid MoE layer input: " + rule);
+}
+
+std::string shape(Eigen::Index r, Eigen::Index c) { return "[" + std::to_string(r) + ", " + std::to_string(c) + "]"; }
+
+template <typename M>
+void require_shape(const M& m, Eigen::Index rows, Eigen::Index cols, const std::string& name) {
+  require(m.rows() == rows && m.cols() == cols,
+          name + " must have shape " + shape(rows, cols) + ", got " + shape(m.rows(), m.cols()));
+}
+
+template <typename M>
+void require_empty(const M& m, const std::string& name, const std::string& why) {
+  require(m.size() == 0, name + " is given but " + why);
+}
+
+template <typename T>
+void validate_params(const MoeConfig& c, const MoeParams<T>& p) {
+  const int h = c.hidden, E = c.num_experts, d = c.ffn_hidden, w = c.expert_width();
+  require_shape(p.router_weight, E, h, "router_weight");
+  if (c.expert_bias) require(p.expert_bias.size() == E, "expert_bias must have E = " + std::to_string(E) + " entries");
+  else require_empty(p.expert_bias, "expert_bias", "the config has expert_bias off");
+
+  require(static_cast<int>(p.expert_fc1.size()) == E && static_cast<int>(p.expert_fc2.size()) == E,
+          "expert_fc1 and expert_fc2 must hold one matrix per expert (E = " + std::to_string(E) + ")");
+  for (int e = 0; e < E; ++e) {
+    require_shape(p.expert_fc1[static_cast<size_t>(e)], 2 * d, w, "expert_fc1[" + std::to_string(e) + "]");
+    require_shape(p.expert_fc2[static_cast<size_t>(e)], w, d, "expert_fc2[" + std::to_string(e) + "]");
+  }
+
+  if (c.has_shared_expert()) {
+    require_shape(p.shared_fc1, 2 * c.shared_expert_ffn_hidden, h, "shared_fc1");
+    require_shape(p.shared_fc2, h, c.shared_expert_ffn_hidden, "shared_fc2");
+  } else {
+    require_empty(p.shared_fc1, "shared_fc1", "the config has no shared expert");
+    require_empty(p.shared_fc2, "shared_fc2", "the config has no shared expert");
+  }
+  if (c.shared_expert_gate) require_shape(p.shared_gate, 1, h, "shared_gate");
+  else require_empty(p.shared_gate, "shared_gate", "the config has shared_expert_gate off");
+
+  if (c.latent_size > 0) {
+    require_shape(p.latent_down, c.latent_size, h, "latent_down");
+    require_shape(p.latent_up, h, c.latent_size, "latent_up");
+  } else {
+    require_empty(p.latent_down, "latent_down", "the config has latent_size 0");
+    require_empty(p.latent_up, "latent_up", "the config has latent_size 0");
+  }
+
+  if (c.hash_routing) {
+    require(p.tid2eid.rows() > 0 && p.tid2eid.cols() == c.topk,
+            "tid2eid must have shape [V, k = " + std::to_string(c.topk) + "] with V > 0");
+    for (Eigen::Index v = 0; v < p.tid2eid.rows(); ++v) {
+      std::set<std::int64_t> seen;
+      for (Eigen::Index j = 0; j < p.tid2eid.cols(); ++j) {
+        const auto e = p.tid2eid(v, j);
+        require(e >= 0 && e < E, "tid2eid[" + std::to_string(v) + "] names expert " + std::to_string(e) +
+                                     ", outside [0, " + std::to_string(E) + ")");
+        require(seen.insert(e).second,
+                "tid2eid[" + std::to_string(v) + "] names expert " + std::to_string(e) + " twice");
+      }
+    }
+  } else {
+    require_empty(p.tid2eid, "tid2eid", "the config has hash_routing off");
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs) {
+  config.validate();
+  validate_params(config, params);
+  require(inputs.seq > 0 && inputs.batch > 0, "seq and batch must be > 0");
+  const Eigen::Index tokens = static_cast<Eigen::Index>(inputs.seq) * inputs.batch;
+  require_shape(inputs.x, tokens, config.hidden, "x (rows = seq·batch)");
+
+  if (config.hash_routing) {
+    require_shape(inputs.input_ids, inputs.batch, inputs.seq, "input_ids ([batch, seq])");
+    for (Eigen::Index i = 0; i < inputs.input_ids.size(); ++i) {
+      const auto id = inputs.input_ids.data()[i];
+      require(id >= 0 && id < params.tid2eid.rows(),
+              "input id " + std::to_string(id) + " is outside the tid2eid table [0, " +
+                  std::to_string(params.tid2eid.rows()) + ")");
+    }
+  }
+
+  require(inputs.padding_mask.empty() || static_cast<Eigen::Index>(inputs.padding_mask.size()) == tokens,
+          "padding_mask must be empty or have one entry per token");
+
+  if (!inputs.partition.empty()) {
+    std::vector<int> seen(static_cast<size_t>(tokens), 0);
+    for (const auto& part : inputs.partition) {
+      for (int row : part) {
+        require(row >= 0 && row < tokens, "partition names row " + std::to_string(row) + ", outside the tokens");
+        ++seen[static_cast<size_t>(row)];
+      }
+    }
+    for (Eigen::Index t = 0; t < tokens; ++t)
+      require(seen[static_cast<size_t>(t)] == 1, "partition must cover every row exactly once (row " +
+                                                      std::to_string(t) + " appears " +
+                                                      std::to_string(seen[static_cast<size_t>(t)]) + " times)");
+  }
+
+  const auto& sum = inputs.global_aux.tokens_per_expert_sum;
+  require(sum.empty() || static_cast<int>(sum.size()) == config.num_experts,
+          "global_aux.tokens_per_expert_sum must be empty or have E entries");
+  require(inputs.global_aux.steps >= 0 && (inputs.global_aux.steps > 0) == !sum.empty(),
+          "global_aux: steps > 0 exactly when counts have been accumulated");
+}
+
+template void validate_layer_inputs<double>(const MoeConfig&, const MoeParams<double>&, const MoeInputs<double>&);
+template void validate_layer_inputs<float>(const MoeConfig&, const MoeParams<float>&, const MoeInputs<float>&);
+
+}  // namespace moe

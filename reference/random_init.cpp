@@ -1,0 +1,99 @@
+#include "reference/random_init.hpp"
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace moe {
+namespace {
+
+// mt19937_64 is fully specified by the standard; the mapping to [−1, 1) is ours (53 random bits), so a seed
+// gives the same tensors everywhere (std::uniform_real_distribution is implementation-defined).
+class Uniform {
+ public:
+  explicit Uniform(std::uint64_t seed) : engine_(seed) {}
+  double next() { return static_cast<double>(engine_() >> 11) * 0x1.0p-52 - 1.0; }
+  std::uint64_t bits() { return engine_(); }
+
+  template <typename T>
+  Matrix<T> matrix(Eigen::Index rows, Eigen::Index cols, double scale) {
+    Matrix<T> m(rows, cols);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(scale * next());
+    return m;
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+double fan_in_scale(int fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); }
+
+}  // namespace
+
+template <typename T>
+MoeParams<T> random_params(const MoeConfig& config, int vocab, std::uint64_t seed) {
+  config.validate();
+  Uniform rng(seed);
+  const int h = config.hidden, E = config.num_experts, d = config.ffn_hidden, w = config.expert_width();
+  MoeParams<T> p;
+  p.router_weight = rng.matrix<T>(E, h, fan_in_scale(h));
+  if (config.expert_bias) p.expert_bias = rng.matrix<T>(E, 1, 0.05);
+  for (int e = 0; e < E; ++e) {
+    p.expert_fc1.push_back(rng.matrix<T>(2 * d, w, fan_in_scale(w)));
+    p.expert_fc2.push_back(rng.matrix<T>(w, d, fan_in_scale(d)));
+  }
+  if (config.has_shared_expert()) {
+    p.shared_fc1 = rng.matrix<T>(2 * config.shared_expert_ffn_hidden, h, fan_in_scale(h));
+    p.shared_fc2 = rng.matrix<T>(h, config.shared_expert_ffn_hidden, fan_in_scale(config.shared_expert_ffn_hidden));
+  }
+  if (config.shared_expert_gate) p.shared_gate = rng.matrix<T>(1, h, fan_in_scale(h));
+  if (config.latent_size > 0) {
+    p.latent_down = rng.matrix<T>(config.latent_size, h, fan_in_scale(h));
+    p.latent_up = rng.matrix<T>(h, config.latent_size, fan_in_scale(config.latent_size));
+  }
+  if (config.hash_routing) {
+    // k distinct experts per token id: the first k of a seeded Fisher–Yates shuffle.
+    p.tid2eid.resize(vocab, config.topk);
+    std::vector<std::int64_t> experts(static_cast<size_t>(E));
+    for (int v = 0; v < vocab; ++v) {
+      std::iota(experts.begin(), experts.end(), 0);
+      for (int j = 0; j < config.topk; ++j) {
+        const auto pick = j + static_cast<int>(rng.bits() % static_cast<std::uint64_t>(E - j));
+        std::swap(experts[static_cast<size_t>(j)], experts[static_cast<size_t>(pick)]);
+        p.tid2eid(v, j) = experts[static_cast<size_t>(j)];
+      }
+    }
+  }
+  return p;
+}
+
+template <typename T>
+MoeInputs<T> random_inputs(const MoeConfig& config, int seq, int batch, int vocab, std::uint64_t seed) {
+  Uniform rng(seed);
+  MoeInputs<T> in;
+  in.seq = seq;
+  in.batch = batch;
+  in.x = rng.matrix<T>(static_cast<Eigen::Index>(seq) * batch, config.hidden, 1.0);
+  if (config.hash_routing) {
+    in.input_ids.resize(batch, seq);
+    for (Eigen::Index i = 0; i < in.input_ids.size(); ++i)
+      in.input_ids.data()[i] = static_cast<std::int64_t>(rng.bits() % static_cast<std::uint64_t>(vocab));
+  }
+  return in;
+}
+
+template <typename T>
+Matrix<T> random_grad_y(const MoeConfig& config, int tokens, std::uint64_t seed) {
+  return Uniform(seed ^ 0x9e3779b97f4a7c15ULL).matrix<T>(tokens, config.hidden, 1.0);
+}
+
+template MoeParams<double> random_params<double>(const MoeConfig&, int, std::uint64_t);
+template MoeParams<float> random_params<float>(const MoeConfig&, int, std::uint64_t);
+template MoeInputs<double> random_inputs<double>(const MoeConfig&, int, int, int, std::uint64_t);
+template MoeInputs<float> random_inputs<float>(const MoeConfig&, int, int, int, std::uint64_t);
+template Matrix<double> random_grad_y<double>(const MoeConfig&, int, std::uint64_t);
+template Matrix<float> random_grad_y<float>(const MoeConfig&, int, std::uint64_t);
+
+}  // namespace moe

@@ -1,0 +1,139 @@
+#include "reference/router_losses.hpp"
+
+#include "reference/router.hpp"
+#include "reference/score_functions.hpp"
+
+#include <cmath>
+
+namespace moe {
+namespace {
+
+constexpr double kAuxEps = 1e-20;  // Megatron's compute_routing_scores_for_aux_loss
+
+bool is_valid(const std::vector<bool>& padding_mask, Eigen::Index t) {
+  return padding_mask.empty() || !padding_mask[static_cast<size_t>(t)];
+}
+
+// One switch-style term over a set of rows: value, and d value / d s' for those rows (scaled by `weight`).
+template <typename T>
+T switch_term(const MoeConfig& config, const Matrix<T>& normalised, const std::vector<Eigen::Index>& rows,
+              const std::vector<double>& counts, double weight, Matrix<T>& grad_normalised) {
+  if (rows.empty()) return 0;
+  const double n = static_cast<double>(rows.size());
+  const double scale = config.aux_loss_coeff * config.num_experts / (config.topk * n * n) * weight;
+  T value = 0;
+  for (Eigen::Index t : rows) {
+    for (Eigen::Index e = 0; e < normalised.cols(); ++e) {
+      const T c = static_cast<T>(counts[static_cast<size_t>(e)]);
+      value += static_cast<T>(scale) * normalised(t, e) * c;
+      grad_normalised(t, e) += static_cast<T>(scale) * c;
+    }
+  }
+  return value;
+}
+
+std::vector<double> count_rows(const BoolMatrix& aux_map, const std::vector<Eigen::Index>& rows) {
+  std::vector<double> counts(static_cast<size_t>(aux_map.cols()), 0.0);
+  for (Eigen::Index t : rows)
+    for (Eigen::Index e = 0; e < aux_map.cols(); ++e)
+      if (aux_map(t, e)) counts[static_cast<size_t>(e)] += 1;
+  return counts;
+}
+
+}  // namespace
+
+template <typename T>
+RowVector<T> aux_scores(const MoeConfig& config, const RowVector<T>& scores) {
+  if (config.score_function == ScoreFunction::softmax) return scores;
+  return scores / (scores.sum() + static_cast<T>(kAuxEps));
+}
+
+template <typename T>
+AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, int seq, int batch,
+                    const std::vector<bool>& padding_mask, const GlobalAuxState& global_aux) {
+  const auto tokens = routing.scores.rows();
+  const auto experts = routing.scores.cols();
+  Matrix<T> normalised(tokens, experts);
+  BoolMatrix aux_map = BoolMatrix::Constant(tokens, experts, false);
+  for (Eigen::Index t = 0; t < tokens; ++t) {
+    normalised.row(t) = aux_scores<T>(config, routing.scores.row(t));
+    for (int e : stable_topk<T>(normalised.row(t), config.topk)) aux_map(t, e) = true;
+  }
+
+  std::vector<Eigen::Index> valid;
+  for (Eigen::Index t = 0; t < tokens; ++t)
+    if (is_valid(padding_mask, t)) valid.push_back(t);
+
+  AuxLoss<T> out;
+  out.global_aux = global_aux;
+  const std::vector<double> counts = count_rows(aux_map, valid);
+  out.counts.assign(counts.begin(), counts.end());
+  Matrix<T> grad_normalised = Matrix<T>::Zero(tokens, experts);
+
+  switch (config.aux_loss_type) {
+    case AuxLossType::aux:
+      out.value = switch_term(config, normalised, valid, counts, 1.0, grad_normalised);
+      break;
+    case AuxLossType::seq_aux:
+      for (int b = 0; b < batch; ++b) {
+        std::vector<Eigen::Index> rows;
+        for (int s = 0; s < seq; ++s) {
+          const Eigen::Index t = static_cast<Eigen::Index>(s) * batch + b;
+          if (is_valid(padding_mask, t)) rows.push_back(t);
+        }
+        out.value += switch_term(config, normalised, rows, count_rows(aux_map, rows), 1.0 / batch,
+                                 grad_normalised);
+      }
+      break;
+    case AuxLossType::global_aux: {
+      std::vector<double>& sum = out.global_aux.tokens_per_expert_sum;
+      if (sum.empty()) sum.assign(static_cast<size_t>(experts), 0.0);
+      for (size_t e = 0; e < sum.size(); ++e) sum[e] += counts[e];
+      out.global_aux.steps += 1;
+      std::vector<double> averaged(sum.size());
+      for (size_t e = 0; e < sum.size(); ++e) averaged[e] = sum[e] / out.global_aux.steps;
+      out.value = switch_term(config, normalised, valid, averaged, 1.0, grad_normalised);
+      break;
+    }
+    case AuxLossType::none: break;
+  }
+
+  out.grad_logits.resize(tokens, experts);
+  for (Eigen::Index t = 0; t < tokens; ++t) {
+    const RowVector<T> scores = routing.scores.row(t);
+    RowVector<T> grad_scores = grad_normalised.row(t);
+    if (config.score_function != ScoreFunction::softmax)
+      grad_scores = normalise_backward<T>(scores, static_cast<T>(kAuxEps), grad_scores);
+    out.grad_logits.row(t) = router_scores_backward<T>(config, routing.logits.row(t), scores, grad_scores);
+  }
+  return out;
+}
+
+template <typename T>
+RouterLoss<T> z_loss(const MoeConfig& config, const Matrix<T>& logits, const std::vector<bool>& padding_mask) {
+  RouterLoss<T> out;
+  out.grad_logits = Matrix<T>::Zero(logits.rows(), logits.cols());
+  Eigen::Index valid = 0;
+  for (Eigen::Index t = 0; t < logits.rows(); ++t) valid += is_valid(padding_mask, t);
+  if (valid == 0) return out;
+  const T scale = static_cast<T>(config.z_loss_coeff / static_cast<double>(valid));
+  for (Eigen::Index t = 0; t < logits.rows(); ++t) {
+    if (!is_valid(padding_mask, t)) continue;
+    const RowVector<T> l = logits.row(t);
+    const T lse = logsumexp<T>(l);
+    out.value += scale * lse * lse;
+    out.grad_logits.row(t) = T(2) * scale * lse * softmax<T>(l);  // d lse / dl = softmax(l)
+  }
+  return out;
+}
+
+template RowVector<double> aux_scores<double>(const MoeConfig&, const RowVector<double>&);
+template RowVector<float> aux_scores<float>(const MoeConfig&, const RowVector<float>&);
+template AuxLoss<double> aux_loss<double>(const MoeConfig&, const Routing<double>&, int, int,
+                                          const std::vector<bool>&, const GlobalAuxState&);
+template AuxLoss<float> aux_loss<float>(const MoeConfig&, const Routing<float>&, int, int, const std::vector<bool>&,
+                                        const GlobalAuxState&);
+template RouterLoss<double> z_loss<double>(const MoeConfig&, const Matrix<double>&, const std::vector<bool>&);
+template RouterLoss<float> z_loss<float>(const MoeConfig&, const Matrix<float>&, const std::vector<bool>&);
+
+}  // namespace moe
