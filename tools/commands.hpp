@@ -7,5 +7,6 @@
 namespace moe::cli {
 
 void add_check_command(CLI::App& app);
+void add_golden_command(CLI::App& app);
 
 }  // namespace moe::cli

@@ -86,5 +86,5 @@ def write_case(directory, description, cfg, seq, batch, tolerance, tensors):
         json.dump(case, f, indent=2)
         f.write("\n")
     for name in sorted(expected):
-        array = np.ascontiguousarray(np.asarray(tensors[name]))
+        array = np.array(tensors[name], order="C")  # (ascontiguousarray would make a scalar 1-d)
         np.save(os.path.join(directory, name + ".npy"), array.astype(npy_dtype(array)), allow_pickle=False)
