@@ -38,13 +38,21 @@ void expect_error(F&& f, const std::string& fragment) {
   }
 }
 
+// A private folder under the temp directory, removed when the test ends.
+struct TempDir {
+  explicit TempDir(const std::string& tag) : path(fs::temp_directory_path() / ("moe_golden_case_test_" + tag)) {
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  fs::path path;
+};
+
 // A private copy of a committed case to corrupt.
-fs::path copy_of_case(const std::string& name, const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("moe_golden_case_test_" + tag);
-  fs::remove_all(dir);
-  fs::copy(kCases / name, dir);
-  return dir;
-}
+struct CaseCopy : TempDir {
+  CaseCopy(const std::string& name, const std::string& tag) : TempDir(tag) { fs::copy(kCases / name, path); }
+};
 
 TEST(CaseJson, MinimalConfigTakesTheDefaults) {
   const MoeConfig c = config_from_json(minimal_config());
@@ -159,34 +167,40 @@ TEST(GoldenCase, TensorSetFollowsTheConfig) {
 }
 
 TEST(GoldenCase, MissingTensorIsAnError) {
-  const fs::path dir = copy_of_case("softmax_post", "missing");
+  const CaseCopy copy("softmax_post", "missing");
+  const fs::path& dir = copy.path;
   fs::remove(dir / "grad_expert_fc2.npy");
   expect_error([&] { read_case(dir); }, "missing tensor 'grad_expert_fc2'");
 }
 
 TEST(GoldenCase, ExtraTensorIsAnError) {
-  const fs::path dir = copy_of_case("softmax_post", "extra");
+  const CaseCopy copy("softmax_post", "extra");
+  const fs::path& dir = copy.path;
   fs::copy(dir / "y.npy", dir / "expert_bias.npy");
   expect_error([&] { read_case(dir); }, "extra tensor 'expert_bias'");
 }
 
 TEST(GoldenCase, StrayFileIsAnError) {
-  const fs::path dir = copy_of_case("softmax_post", "stray");
+  const CaseCopy copy("softmax_post", "stray");
+  const fs::path& dir = copy.path;
   std::ofstream(dir / "notes.txt") << "hello\n";
   expect_error([&] { read_case(dir); }, "unexpected file 'notes.txt'");
 }
 
 TEST(GoldenCase, WrongDtypeOrShapeIsAnError) {
-  const fs::path dir = copy_of_case("softmax_post", "dtype");
+  const CaseCopy copy("softmax_post", "dtype");
+  const fs::path& dir = copy.path;
   write_npy(dir / "tokens_per_expert.npy", NpyArray::of_reals({8}, std::vector<double>(8, 1.0)));
   expect_error([&] { read_case(dir); }, "tensor 'tokens_per_expert' has dtype <f8, expected <i8");
-  const fs::path dir2 = copy_of_case("softmax_post", "shape");
+  const CaseCopy copy2("softmax_post", "shape");
+  const fs::path& dir2 = copy2.path;
   write_npy(dir2 / "y.npy", NpyArray::of_reals({3, 8}, std::vector<double>(24, 1.0)));
   expect_error([&] { read_case(dir2); }, "tensor 'y' has shape [3, 8], expected [16, 8]");
 }
 
 TEST(GoldenCase, NewerVersionOnDiskIsRefused) {
-  const fs::path dir = copy_of_case("softmax_post", "version");
+  const CaseCopy copy("softmax_post", "version");
+  const fs::path& dir = copy.path;
   json root = json::parse(std::ifstream(dir / "case.json"));
   root["format"] = "moe-golden/2";
   std::ofstream(dir / "case.json") << root.dump(2);
@@ -195,8 +209,8 @@ TEST(GoldenCase, NewerVersionOnDiskIsRefused) {
 
 TEST(GoldenCase, WriteThenReadGivesTheSameCase) {
   const GoldenCase c = read_case(kCases / "latent");
-  const fs::path dir = fs::temp_directory_path() / "moe_golden_case_test_write";
-  fs::remove_all(dir);
+  const TempDir temp("write");
+  const fs::path& dir = temp.path;
   write_case(dir, c);
   const GoldenCase back = read_case(dir);
   EXPECT_EQ(json::parse(case_header_to_json(back.header).dump()), json::parse(case_header_to_json(c.header).dump()));
