@@ -36,6 +36,7 @@ struct WriteOptions {
   int seq = 8;
   int batch = 2;
   int vocab = 64;
+  bool json = false;
 };
 
 // Each path is a case, or a folder whose case subfolders are taken in name order.
@@ -96,6 +97,7 @@ void print_table(const CaseResult& r) {
   std::cout << "  " << (r.pass() ? "PASS" : "FAIL") << "\n";
 }
 
+// max_rel is +inf when a zero reference was missed; JSON has no infinity, so it appears as null.
 nlohmann::json to_json(const CaseResult& r) {
   nlohmann::json j{{"case", r.path}, {"pass", r.pass()}};
   if (!r.error.empty()) j["error"] = r.error;
@@ -136,7 +138,11 @@ void run_write(const WriteOptions& opt) {
                                   std::to_string(opt.seed);
   golden::write_case(opt.out, golden::oracle_case(config, opt.seq, opt.batch, opt.vocab, opt.seed,
                                                   golden::Tolerance{}, description));
-  std::cout << "wrote " << opt.out << "\n";
+  if (opt.json) {
+    std::cout << nlohmann::json{{"wrote", opt.out}, {"description", description}}.dump(2) << "\n";
+  } else {
+    std::cout << "wrote " << opt.out << "\n";
+  }
 }
 
 }  // namespace
@@ -168,6 +174,7 @@ void add_golden_command(CLI::App& app) {
   w->add_option("--vocab", write->vocab, "vocabulary size (hash routing's tid2eid rows)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  w->add_flag("--json", write->json, "machine-readable output");
   w->callback([write] { run_write(*write); });
 }
 
