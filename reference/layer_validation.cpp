@@ -118,6 +118,12 @@ void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, 
           "global_aux.tokens_per_expert_sum must be empty or have E entries");
   require(inputs.global_aux.steps >= 0 && (inputs.global_aux.steps > 0) == !sum.empty(),
           "global_aux: steps > 0 exactly when counts have been accumulated");
+  if (inputs.global_aux_group) {
+    require(config.aux_loss_type == AuxLossType::global_aux, "global_aux_group is given but aux_loss_type is not global_aux");
+    require(static_cast<int>(inputs.global_aux_group->counts.size()) == config.num_experts,
+            "global_aux_group.counts must have E entries");
+    require(inputs.global_aux_group->tokens > 0, "global_aux_group.tokens must be > 0");
+  }
 }
 
 template void validate_layer_inputs<double>(const MoeConfig&, const MoeParams<double>&, const MoeInputs<double>&);

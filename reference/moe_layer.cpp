@@ -126,8 +126,9 @@ MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, c
 
   f.global_aux = inputs.global_aux;
   if (config.aux_loss_type != AuxLossType::none) {
-    const AuxLoss<T> aux = aux_loss(config, r, inputs.seq, inputs.batch, inputs.padding_mask, inputs.global_aux);
+    const AuxLoss<T> aux = aux_loss(config, r, inputs);
     f.aux_loss = aux.value;
+    f.aux_counts = aux.counts;
     f.global_aux = aux.global_aux;
   }
   if (config.z_loss_coeff > 0) f.z_loss = z_loss(config, r.logits, inputs.padding_mask).value;
@@ -192,7 +193,7 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
   Matrix<T> grad_logits = route_backward(config, r, grad_probs);
   if (config.aux_loss_type != AuxLossType::none)
     grad_logits += static_cast<T>(scales.aux) *
-                   aux_loss(config, r, inputs.seq, inputs.batch, inputs.padding_mask, inputs.global_aux).grad_logits;
+                   aux_loss(config, r, inputs).grad_logits;
   if (config.z_loss_coeff > 0)
     grad_logits += static_cast<T>(scales.z) * z_loss(config, r.logits, inputs.padding_mask).grad_logits;
   g.params.router_weight = grad_logits.transpose() * inputs.x;

@@ -15,6 +15,7 @@
 #include "reference/tensor.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace moe {
@@ -40,6 +41,14 @@ struct GlobalAuxState {
   int steps = 0;
 };
 
+// global_aux over a group larger than one call (Megatron all-reduces the counts over tp×dp×cp): this
+// microbatch's aux-map counts and valid-token count summed over the whole group. They replace the call's own
+// counts in the accumulated state and its T; P stays the call's own, so the group's loss is the sum of its calls'.
+struct GlobalAuxGroup {
+  std::vector<double> counts;  // [E]
+  double tokens = 0;
+};
+
 template <typename T>
 struct MoeInputs {
   int seq = 0;
@@ -51,6 +60,7 @@ struct MoeInputs {
   // rows in order. Capacity is computed per part; the parts must cover every row exactly once.
   std::vector<std::vector<int>> partition;
   GlobalAuxState global_aux;              // global_aux only: the state before this microbatch
+  std::optional<GlobalAuxGroup> global_aux_group;  // global_aux only; unset = this call is the whole group
 };
 
 template <typename T>
@@ -72,6 +82,7 @@ struct MoeForward {
   Matrix<T> y;                      // [T, h]
   T aux_loss = 0;                   // includes its coefficient; 0 when aux_loss_type is none
   T z_loss = 0;                     // includes its coefficient
+  std::vector<std::int64_t> aux_counts;  // [E] this call's aux-map counts over valid tokens (aux type set)
   GlobalAuxState global_aux;        // after this microbatch (global_aux only)
   Vector<T> expert_bias_updated;    // β after one update from bias_counts (bias_update_rate set)
 };

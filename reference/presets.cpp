@@ -55,6 +55,19 @@ std::vector<LayerPreset> make_presets() {
                      v4_like(7168, 384, 6, 3072, 2.5), 4096, 1, 129280});
   presets.push_back({"v3", "DeepSeek-V3: h 7168, 256 experts in 8 groups keep 4, top-8, ffn 2048",
                      v3_like(7168, 256, 8, 2048, 8, 4), 4096, 1, 129280});
+  // Depth of the full-size models (research/deepseek.md §4): V3 61 blocks, the first 3 dense; V4 all MoE.
+  const struct {
+    std::string_view name;
+    int layers;
+    int dense_layers;
+  } depths[] = {{"v4-flash", 43, 0}, {"v4-pro", 61, 0}, {"v3", 61, 3}};
+  for (auto& p : presets) {
+    for (const auto& d : depths) {
+      if (p.name != d.name) continue;
+      p.num_layers = d.layers;
+      p.num_dense_layers = d.dense_layers;
+    }
+  }
   return presets;
 }
 

@@ -16,6 +16,9 @@ struct LayerPreset {
   int seq = 0;    // default sequence length of a run
   int batch = 0;  // default micro-batch
   int vocab = 0;  // vocabulary size for hash routing
+  // Model depth, for per-stage accounting (`volume`); 0 where unknown. MTP layers are not counted.
+  int num_layers = 0;
+  int num_dense_layers = 0;  // leading blocks with a dense FFN instead of an MoE layer
 };
 
 // Throws std::invalid_argument listing the known names.

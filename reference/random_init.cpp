@@ -9,25 +9,6 @@
 namespace moe {
 namespace {
 
-// mt19937_64 is fully specified by the standard; the mapping to [−1, 1) is ours (53 random bits), so a seed
-// gives the same tensors everywhere (std::uniform_real_distribution is implementation-defined).
-class Uniform {
- public:
-  explicit Uniform(std::uint64_t seed) : engine_(seed) {}
-  double next() { return static_cast<double>(engine_() >> 11) * 0x1.0p-52 - 1.0; }
-  std::uint64_t bits() { return engine_(); }
-
-  template <typename T>
-  Matrix<T> matrix(Eigen::Index rows, Eigen::Index cols, double scale) {
-    Matrix<T> m(rows, cols);
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(scale * next());
-    return m;
-  }
-
- private:
-  std::mt19937_64 engine_;
-};
-
 double fan_in_scale(int fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); }
 
 }  // namespace
@@ -35,7 +16,7 @@ double fan_in_scale(int fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan
 template <typename T>
 MoeParams<T> random_params(const MoeConfig& config, int vocab, std::uint64_t seed) {
   config.validate();
-  Uniform rng(seed);
+  SeededUniform rng(seed);
   const int h = config.hidden, E = config.num_experts, d = config.ffn_hidden, w = config.expert_width();
   MoeParams<T> p;
   p.router_weight = rng.matrix<T>(E, h, fan_in_scale(h));
@@ -71,7 +52,7 @@ MoeParams<T> random_params(const MoeConfig& config, int vocab, std::uint64_t see
 
 template <typename T>
 MoeInputs<T> random_inputs(const MoeConfig& config, int seq, int batch, int vocab, std::uint64_t seed) {
-  Uniform rng(seed);
+  SeededUniform rng(seed);
   MoeInputs<T> in;
   in.seq = seq;
   in.batch = batch;
@@ -86,7 +67,7 @@ MoeInputs<T> random_inputs(const MoeConfig& config, int seq, int batch, int voca
 
 template <typename T>
 Matrix<T> random_grad_y(const MoeConfig& config, int tokens, std::uint64_t seed) {
-  return Uniform(seed ^ 0x9e3779b97f4a7c15ULL).matrix<T>(tokens, config.hidden, 1.0);
+  return SeededUniform(seed ^ 0x9e3779b97f4a7c15ULL).matrix<T>(tokens, config.hidden, 1.0);
 }
 
 template MoeParams<double> random_params<double>(const MoeConfig&, int, std::uint64_t);

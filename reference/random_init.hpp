@@ -8,8 +8,28 @@
 #include "reference/moe_layer.hpp"
 
 #include <cstdint>
+#include <random>
 
 namespace moe {
+
+// mt19937_64 is fully specified by the standard; the mapping to [−1, 1) is ours (53 random bits), so a seed
+// gives the same tensors everywhere (std::uniform_real_distribution is implementation-defined).
+class SeededUniform {
+ public:
+  explicit SeededUniform(std::uint64_t seed) : engine_(seed) {}
+  double next() { return static_cast<double>(engine_() >> 11) * 0x1.0p-52 - 1.0; }
+  std::uint64_t bits() { return engine_(); }
+
+  template <typename T>
+  Matrix<T> matrix(Eigen::Index rows, Eigen::Index cols, double scale) {
+    Matrix<T> m(rows, cols);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(scale * next());
+    return m;
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
 
 // Every parameter the config uses, scaled like a trained layer (≈ 1/sqrt(fan_in)); unused ones stay empty.
 // `vocab` sizes tid2eid (hash routing), filled with distinct random experts per id.

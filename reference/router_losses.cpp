@@ -14,13 +14,13 @@ bool is_valid(const std::vector<bool>& padding_mask, Eigen::Index t) {
   return padding_mask.empty() || !padding_mask[static_cast<size_t>(t)];
 }
 
-// One switch-style term over a set of rows: value, and d value / d s' for those rows (scaled by `weight`).
+// weight · coeff·E/(k·n²)·Σ_e P_e·c_e with P summed over `rows` and n the statistic's token count (the rows
+// themselves, unless the group is larger); adds d/ds' of it for those rows to grad_normalised.
 template <typename T>
 T switch_term(const MoeConfig& config, const Matrix<T>& normalised, const std::vector<Eigen::Index>& rows,
-              const std::vector<double>& counts, double weight, Matrix<T>& grad_normalised) {
+              const std::vector<double>& counts, double n, double weight, Matrix<T>& grad_normalised) {
   if (rows.empty()) return 0;
-  const double n = static_cast<double>(rows.size());
-  const double scale = config.aux_loss_coeff * config.num_experts / (config.topk * n * n) * weight;
+  const double scale = weight * config.aux_loss_coeff * config.num_experts / (config.topk * n * n);
   T value = 0;
   for (Eigen::Index t : rows) {
     for (Eigen::Index e = 0; e < normalised.cols(); ++e) {
@@ -49,8 +49,8 @@ RowVector<T> aux_scores(const MoeConfig& config, const RowVector<T>& scores) {
 }
 
 template <typename T>
-AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, int seq, int batch,
-                    const std::vector<bool>& padding_mask, const GlobalAuxState& global_aux) {
+AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, const MoeInputs<T>& inputs) {
+  const std::vector<bool>& padding_mask = inputs.padding_mask;
   const auto tokens = routing.scores.rows();
   const auto experts = routing.scores.cols();
   Matrix<T> normalised(tokens, experts);
@@ -65,34 +65,39 @@ AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, int seq,
     if (is_valid(padding_mask, t)) valid.push_back(t);
 
   AuxLoss<T> out;
-  out.global_aux = global_aux;
+  out.global_aux = inputs.global_aux;
   const std::vector<double> counts = count_rows(aux_map, valid);
   out.counts.assign(counts.begin(), counts.end());
   Matrix<T> grad_normalised = Matrix<T>::Zero(tokens, experts);
 
   switch (config.aux_loss_type) {
     case AuxLossType::aux:
-      out.value = switch_term(config, normalised, valid, counts, 1.0, grad_normalised);
+      out.value = switch_term(config, normalised, valid, counts, static_cast<double>(valid.size()), 1.0,
+                              grad_normalised);
       break;
     case AuxLossType::seq_aux:
-      for (int b = 0; b < batch; ++b) {
+      for (int b = 0; b < inputs.batch; ++b) {
         std::vector<Eigen::Index> rows;
-        for (int s = 0; s < seq; ++s) {
-          const Eigen::Index t = static_cast<Eigen::Index>(s) * batch + b;
+        for (int s = 0; s < inputs.seq; ++s) {
+          const Eigen::Index t = static_cast<Eigen::Index>(s) * inputs.batch + b;
           if (is_valid(padding_mask, t)) rows.push_back(t);
         }
-        out.value += switch_term(config, normalised, rows, count_rows(aux_map, rows), 1.0 / batch,
-                                 grad_normalised);
+        // The mean over sequences: each sequence's term enters with weight 1/batch.
+        out.value += switch_term(config, normalised, rows, count_rows(aux_map, rows),
+                                 static_cast<double>(rows.size()), 1.0 / inputs.batch, grad_normalised);
       }
       break;
     case AuxLossType::global_aux: {
+      const auto& group = inputs.global_aux_group;
+      const std::vector<double>& step_counts = group ? group->counts : counts;
       std::vector<double>& sum = out.global_aux.tokens_per_expert_sum;
       if (sum.empty()) sum.assign(static_cast<size_t>(experts), 0.0);
-      for (size_t e = 0; e < sum.size(); ++e) sum[e] += counts[e];
+      for (size_t e = 0; e < sum.size(); ++e) sum[e] += step_counts[e];
       out.global_aux.steps += 1;
       std::vector<double> averaged(sum.size());
       for (size_t e = 0; e < sum.size(); ++e) averaged[e] = sum[e] / out.global_aux.steps;
-      out.value = switch_term(config, normalised, valid, averaged, 1.0, grad_normalised);
+      const double group_tokens = group ? group->tokens : static_cast<double>(valid.size());
+      out.value = switch_term(config, normalised, valid, averaged, group_tokens, 1.0, grad_normalised);
       break;
     }
     case AuxLossType::none: break;
@@ -129,10 +134,8 @@ RouterLoss<T> z_loss(const MoeConfig& config, const Matrix<T>& logits, const std
 
 template RowVector<double> aux_scores<double>(const MoeConfig&, const RowVector<double>&);
 template RowVector<float> aux_scores<float>(const MoeConfig&, const RowVector<float>&);
-template AuxLoss<double> aux_loss<double>(const MoeConfig&, const Routing<double>&, int, int,
-                                          const std::vector<bool>&, const GlobalAuxState&);
-template AuxLoss<float> aux_loss<float>(const MoeConfig&, const Routing<float>&, int, int, const std::vector<bool>&,
-                                        const GlobalAuxState&);
+template AuxLoss<double> aux_loss<double>(const MoeConfig&, const Routing<double>&, const MoeInputs<double>&);
+template AuxLoss<float> aux_loss<float>(const MoeConfig&, const Routing<float>&, const MoeInputs<float>&);
 template RouterLoss<double> z_loss<double>(const MoeConfig&, const Matrix<double>&, const std::vector<bool>&);
 template RouterLoss<float> z_loss<float>(const MoeConfig&, const Matrix<float>&, const std::vector<bool>&);
 

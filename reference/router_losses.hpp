@@ -36,10 +36,10 @@ struct AuxLoss : RouterLoss<T> {
 template <typename T>
 RowVector<T> aux_scores(const MoeConfig& config, const RowVector<T>& scores);
 
-// Requires config.aux_loss_type != none. Rows are t = s·batch + b.
+// Requires config.aux_loss_type != none. Uses the inputs' seq, batch (rows t = s·batch + b), padding_mask and
+// global_aux state and group.
 template <typename T>
-AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, int seq, int batch,
-                    const std::vector<bool>& padding_mask, const GlobalAuxState& global_aux);
+AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, const MoeInputs<T>& inputs);
 
 // Requires config.z_loss_coeff > 0.
 template <typename T>

@@ -9,6 +9,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   moe::cli::add_check_command(app);
   moe::cli::add_golden_command(app);
+  moe::cli::add_groups_command(app);
+  moe::cli::add_scaling_command(app);
+  moe::cli::add_volume_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,191 @@
+#include "reference/global_step.hpp"
+
+#include "reference/expert_bias.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+namespace {
+
+void require(bool ok, const std::string& rule) {
+  if (!ok) throw std::invalid_argument("global step: " + rule);
+}
+
+void add_into(ModelParams<double>& sum, const ModelConfig& config, ModelParams<double> grads) {
+  auto into = trained_tensors(config, sum);
+  const auto from = trained_tensors(config, grads);
+  for (size_t i = 0; i < into.size(); ++i)
+    for (Eigen::Index j = 0; j < into[i].size; ++j) into[i].data[j] += from[i].data[j];
+}
+
+// One step i: the microbatches of every replica, forward, with the per-layer global_aux state shared by all.
+struct StepForward {
+  std::vector<TokenBatch> batches;
+  std::vector<ModelForward<double>> forwards;
+};
+
+StepForward forward_step(const ModelConfig& config, const ModelParams<double>& params, const GlobalBatch& batch,
+                         const ParallelLayout& layout, int micro_batch, int index,
+                         const std::vector<GlobalAuxState>& state) {
+  const int dp = layout.dp();
+  StepForward step;
+  for (int r = 0; r < dp; ++r) step.batches.push_back(microbatch(batch, layout, micro_batch, r, index));
+  if (config.layer.aux_loss_type != AuxLossType::global_aux) {
+    for (const auto& b : step.batches) step.forwards.push_back(model_forward(config, params, b, state));
+    return step;
+  }
+  // global_aux: a first pass finds every replica's aux-map counts (they depend on activations only), their sum
+  // is the group's statistic for this step; the second pass evaluates each replica's share with it.
+  std::vector<GlobalAuxGroup> group(static_cast<size_t>(config.num_layers));
+  for (auto& g : group) g.counts.assign(static_cast<size_t>(config.layer.num_experts), 0.0);
+  for (const auto& b : step.batches) {
+    const auto f = model_forward(config, params, b, state);
+    for (int l = 0; l < config.num_layers; ++l) {
+      auto& g = group[static_cast<size_t>(l)];
+      const auto& counts = f.layers[static_cast<size_t>(l)].aux_counts;
+      for (size_t e = 0; e < counts.size(); ++e) g.counts[e] += static_cast<double>(counts[e]);
+      g.tokens += static_cast<double>(b.valid_tokens());
+    }
+  }
+  for (const auto& b : step.batches) step.forwards.push_back(model_forward(config, params, b, state, group));
+  return step;
+}
+
+}  // namespace
+
+GlobalBatch random_global_batch(const ModelConfig& config, int seq, int size, std::uint64_t seed,
+                                const std::vector<int>& padded) {
+  require(padded.empty() || static_cast<int>(padded.size()) == size, "padded must have one entry per sequence");
+  const TokenBatch t = random_token_batch(config, seq, size, seed);
+  GlobalBatch g{seq, size, t.input_ids, t.labels, t.loss_mask};
+  for (size_t b = 0; b < padded.size(); ++b)
+    for (int s = seq - padded[b]; s < seq; ++s) g.loss_mask(static_cast<Eigen::Index>(b), s) = false;
+  return g;
+}
+
+std::vector<int> microbatch_sequences(int dp, int micro_batch, int replica, int index) {
+  std::vector<int> seqs;
+  for (int k = 0; k < micro_batch; ++k) seqs.push_back(index * micro_batch * dp + replica * micro_batch + k);
+  return seqs;
+}
+
+std::vector<int> context_parallel_positions(int seq, int cp, int cp_rank) {
+  require(seq % (2 * cp) == 0 || cp == 1, "seq must divide by 2·cp for load-balanced context parallelism");
+  std::vector<int> positions;
+  if (cp == 1) {
+    for (int s = 0; s < seq; ++s) positions.push_back(s);
+    return positions;
+  }
+  const int chunk = seq / (2 * cp);
+  for (int c : {cp_rank, 2 * cp - 1 - cp_rank})
+    for (int s = c * chunk; s < (c + 1) * chunk; ++s) positions.push_back(s);
+  return positions;
+}
+
+std::vector<std::vector<int>> source_rank_partition(int seq, int micro_batch, int cp, int tp) {
+  std::vector<std::vector<int>> parts;
+  for (int c = 0; c < cp; ++c) {
+    const std::vector<int> local = context_parallel_positions(seq, cp, c);
+    require(static_cast<int>(local.size()) % tp == 0, "the context-parallel shard must divide by tp for SP");
+    const int slice = static_cast<int>(local.size()) / tp;
+    for (int j = 0; j < tp; ++j) {
+      std::vector<int> rows;
+      for (int k = j * slice; k < (j + 1) * slice; ++k)
+        for (int b = 0; b < micro_batch; ++b) rows.push_back(local[static_cast<size_t>(k)] * micro_batch + b);
+      parts.push_back(std::move(rows));
+    }
+  }
+  return parts;
+}
+
+TokenBatch microbatch(const GlobalBatch& batch, const ParallelLayout& layout, int micro_batch, int replica, int index) {
+  TokenBatch t;
+  t.seq = batch.seq;
+  t.batch = micro_batch;
+  t.input_ids.resize(micro_batch, batch.seq);
+  t.labels.resize(micro_batch, batch.seq);
+  t.loss_mask.resize(micro_batch, batch.seq);
+  const auto seqs = microbatch_sequences(layout.dp(), micro_batch, replica, index);
+  for (int k = 0; k < micro_batch; ++k) {
+    t.input_ids.row(k) = batch.input_ids.row(seqs[static_cast<size_t>(k)]);
+    t.labels.row(k) = batch.labels.row(seqs[static_cast<size_t>(k)]);
+    t.loss_mask.row(k) = batch.loss_mask.row(seqs[static_cast<size_t>(k)]);
+  }
+  t.partition = source_rank_partition(batch.seq, micro_batch, layout.cp, layout.tp);
+  return t;
+}
+
+GlobalStep global_step(const ModelConfig& config, const ModelParams<double>& params, const GlobalBatch& batch,
+                       const ParallelLayout& layout, int micro_batch, LossMode mode) {
+  config.validate();
+  layout.validate();
+  require(batch.input_ids.rows() == batch.size && batch.input_ids.cols() == batch.seq, "input_ids must be [B, S]");
+  GlobalStep out;
+  out.num_microbatches = num_microbatches(layout, batch.size, micro_batch);
+  out.valid_tokens = batch.loss_mask.cast<std::int64_t>().sum();
+  require(mode != LossMode::per_token || out.valid_tokens > 0, "per-token loss needs at least one valid token");
+  const int dp = layout.dp();
+  const int m = out.num_microbatches;
+  const bool global_aux = config.layer.aux_loss_type == AuxLossType::global_aux;
+  const double n_total = static_cast<double>(out.valid_tokens);
+
+  std::vector<GlobalAuxState> state(static_cast<size_t>(config.num_layers));
+  out.bias_counts.assign(static_cast<size_t>(config.num_layers),
+                         std::vector<std::int64_t>(static_cast<size_t>(config.layer.num_experts), 0));
+  bool have_grads = false;
+
+  for (int i = 0; i < m; ++i) {
+    const StepForward step = forward_step(config, params, batch, layout, micro_batch, i, state);
+    double step_tokens = 0;
+    for (const auto& b : step.batches) step_tokens += static_cast<double>(b.valid_tokens());
+
+    for (int r = 0; r < dp; ++r) {
+      const TokenBatch& b = step.batches[static_cast<size_t>(r)];
+      const ModelForward<double>& f = step.forwards[static_cast<size_t>(r)];
+      const double n = static_cast<double>(b.valid_tokens());
+      // The weights of this microbatch's CE_sum, Σaux and Σz in J (see the header).
+      ModelLossWeights w;
+      if (mode == LossMode::per_token) {
+        w.ce = 1.0 / n_total;
+        w.aux = (global_aux ? step_tokens : n) / n_total;
+        w.z = n / n_total;
+      } else {
+        w.ce = n > 0 ? 1.0 / (dp * m * n) : 0.0;  // Megatron clamps the token count at 1; CE_sum is 0 then
+        w.aux = global_aux ? 1.0 / m : 1.0 / (dp * m);
+        w.z = 1.0 / (dp * m);
+      }
+      out.ce_term += w.ce * f.ce_sum;
+      out.aux_term += w.aux * f.aux_sum;
+      out.z_term += w.z * f.z_sum;
+      ModelParams<double> g = model_backward(config, params, b, f, w);
+      if (!have_grads) {
+        out.grads = std::move(g);
+        have_grads = true;
+      } else {
+        add_into(out.grads, config, std::move(g));
+      }
+      for (int l = 0; l < config.num_layers; ++l) {
+        const auto& counts = f.layers[static_cast<size_t>(l)].routing.bias_counts;
+        for (size_t e = 0; e < counts.size(); ++e) out.bias_counts[static_cast<size_t>(l)][e] += counts[e];
+      }
+    }
+    if (global_aux)
+      for (int l = 0; l < config.num_layers; ++l)
+        state[static_cast<size_t>(l)] = step.forwards.front().layers[static_cast<size_t>(l)].global_aux;
+  }
+  out.objective = out.ce_term + out.aux_term + out.z_term;
+  out.global_aux = state;
+
+  for (int l = 0; l < config.num_layers; ++l) {
+    const MoeConfig lc = config.layer_config(l);
+    const auto li = static_cast<size_t>(l);
+    out.expert_bias_updated.push_back(
+        lc.bias_update_rate ? updated_expert_bias(params.layers[li].expert_bias, out.bias_counts[li],
+                                                  *lc.bias_update_rate)
+                            : Vector<double>());
+  }
+  return out;
+}
+
+}  // namespace moe

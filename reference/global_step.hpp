@@ -1,0 +1,78 @@
+// The global step oracle: what one training step of the whole parallel system should compute.
+//
+// The global batch [B, S] is split as Megatron's data path splits it:
+//   microbatch i of DP replica r holds sequences i·(b·dp) + r·b + [0, b)      (MegatronPretrainingSampler)
+//   CP rank c holds positions of chunks c and 2cp−1−c of 2cp equal chunks      (load-balanced causal CP)
+//   SP (TP) rank j holds the j-th of tp equal slices of those local positions   (sequence parallel)
+// A source rank (c, j) routes its local rows (local position-major, then b); capacity is computed per source
+// rank, so it is the only place where CP and TP change the oracle's numbers.
+//
+// The global objective J (what every parallel layout must differentiate), with N_{r,i} the valid tokens of
+// microbatch (r, i), N their sum, m = B/(b·dp) microbatches per replica:
+//   sum / avg (Megatron's default, per-microbatch mean):
+//     J = 1/(dp·m) · Σ_{r,i} [ CE_{r,i}/N_{r,i} + Σ_l aux_l(r,i) + Σ_l z_l(r,i) ]
+//   per_token:
+//     J = 1/N · Σ_{r,i} [ CE_{r,i} + N_{r,i}·(Σ_l aux_l(r,i) + Σ_l z_l(r,i)) ]
+// aux and seq_aux take their statistics over one microbatch of one replica (its tp×cp shards: Megatron's
+// tp_cp group). global_aux takes them over step i of all replicas (tp×dp×cp), accumulated over the steps so far:
+// its term for step i is the group's loss, Σ_r aux_l(r,i) with the group's counts and T, entering J as
+// 1/m·Σ_i (mean modes) or 1/N·Σ_i N_i·term_i (per_token). Megatron instead averages the replicas' shares
+// over dp, a gradient 1/dp too small (research/megatron.md §8.5): that is a bug to detect, not the objective.
+//
+// When does the default (per-microbatch mean) objective depend on the layout? Only through the weights
+// 1/N_{r,i}: if every microbatch has the same number of valid tokens (no padding, or padding spread evenly), J
+// equals the per-token objective and does not depend on dp or b. With uneven padding, regrouping sequences into
+// microbatches (changing dp or b) changes J; CP, TP, EP and ETP never change it (they split tokens of a
+// microbatch, not the microbatches). The aux losses depend on dp and b in every mode (their statistics are per
+// microbatch), and capacity dropping also on cp and tp (per source rank).
+#pragma once
+
+#include "reference/model.hpp"
+#include "reference/parallel_layout.hpp"
+#include "reference/scaling_rules.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace moe {
+
+struct GlobalBatch {
+  int seq = 0;
+  int size = 0;           // B sequences
+  IndexMatrix input_ids;  // [B, S]
+  IndexMatrix labels;     // [B, S]
+  BoolMatrix loss_mask;   // [B, S], false = padding
+};
+
+// Ids and labels uniform in [0, V); the last `padded[b]` positions of sequence b are padding (empty = none).
+GlobalBatch random_global_batch(const ModelConfig& config, int seq, int size, std::uint64_t seed,
+                                const std::vector<int>& padded = {});
+
+// The sequences of microbatch i of replica r (Megatron's sampler order).
+std::vector<int> microbatch_sequences(int dp, int micro_batch, int replica, int index);
+// The positions CP rank c holds, in local order (two load-balanced chunks; S must divide by 2·cp).
+std::vector<int> context_parallel_positions(int seq, int cp, int cp_rank);
+// One part per source rank (cp-major, then tp): its rows s·b + bi of the microbatch, in local order.
+std::vector<std::vector<int>> source_rank_partition(int seq, int micro_batch, int cp, int tp);
+
+// The microbatch (r, i) as the model sees it (rows t = s·b + bi), with its capacity partition.
+TokenBatch microbatch(const GlobalBatch& batch, const ParallelLayout& layout, int micro_batch, int replica, int index);
+
+struct GlobalStep {
+  double objective = 0;
+  double ce_term = 0;
+  double aux_term = 0;
+  double z_term = 0;
+  std::int64_t valid_tokens = 0;                          // N
+  int num_microbatches = 0;                               // m per replica
+  ModelParams<double> grads;                              // dJ/dθ
+  std::vector<std::vector<std::int64_t>> bias_counts;     // per layer [E]: real assignments over the global batch
+  std::vector<Vector<double>> expert_bias_updated;        // per layer; empty where the layer has no bias update
+  std::vector<GlobalAuxState> global_aux;                 // per layer, after the batch (global_aux layers)
+};
+
+// Runs the forward and backward of every microbatch of every replica and combines them as J above.
+GlobalStep global_step(const ModelConfig& config, const ModelParams<double>& params, const GlobalBatch& batch,
+                       const ParallelLayout& layout, int micro_batch, LossMode mode);
+
+}  // namespace moe

@@ -1,0 +1,236 @@
+#include "reference/model.hpp"
+
+#include "reference/random_init.hpp"
+#include "reference/rms_norm.hpp"
+#include "reference/score_functions.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+namespace {
+
+void require(bool ok, const std::string& rule) {
+  if (!ok) throw std::invalid_argument("invalid model: " + rule);
+}
+
+// Row t = s·batch + b of the [batch, seq] tables.
+template <typename M>
+auto at_row(const M& table, const TokenBatch& batch, Eigen::Index t) {
+  return table(t % batch.batch, t / batch.batch);
+}
+
+void validate_batch(const ModelConfig& c, const TokenBatch& b) {
+  require(b.seq > 0 && b.batch > 0, "seq and batch must be > 0");
+  require(b.input_ids.rows() == b.batch && b.input_ids.cols() == b.seq, "input_ids must be [batch, seq]");
+  require(b.labels.rows() == b.batch && b.labels.cols() == b.seq, "labels must be [batch, seq]");
+  require(b.loss_mask.rows() == b.batch && b.loss_mask.cols() == b.seq, "loss_mask must be [batch, seq]");
+  for (Eigen::Index i = 0; i < b.input_ids.size(); ++i) {
+    require(b.input_ids.data()[i] >= 0 && b.input_ids.data()[i] < c.vocab, "input ids must be in [0, vocab)");
+    require(b.labels.data()[i] >= 0 && b.labels.data()[i] < c.vocab, "labels must be in [0, vocab)");
+  }
+}
+
+template <typename T>
+void validate_params(const ModelConfig& c, const ModelParams<T>& p) {
+  const int h = c.layer.hidden;
+  require(p.embedding.rows() == c.vocab && p.embedding.cols() == h, "embedding must be [vocab, hidden]");
+  require(p.head.rows() == c.vocab && p.head.cols() == h, "head must be [vocab, hidden]");
+  require(p.final_norm.size() == h, "final_norm must have hidden entries");
+  require(static_cast<int>(p.block_norm.size()) == c.num_layers && static_cast<int>(p.layers.size()) == c.num_layers,
+          "block_norm and layers must have one entry per layer");
+  for (const auto& w : p.block_norm) require(w.size() == h, "every block_norm must have hidden entries");
+}
+
+}  // namespace
+
+std::int64_t TokenBatch::valid_tokens() const { return loss_mask.cast<std::int64_t>().sum(); }
+
+void ModelConfig::validate() const {
+  layer.validate();
+  require(num_layers > 0, "num_layers must be > 0");
+  require(n_hash_layers >= 0 && n_hash_layers <= num_layers, "n_hash_layers must be in [0, num_layers]");
+  require(vocab > 0, "vocab must be > 0");
+  require(rms_eps > 0, "rms_eps must be > 0");
+  for (int l = 0; l < n_hash_layers; ++l) layer_config(l).validate();
+}
+
+MoeConfig ModelConfig::layer_config(int l) const {
+  MoeConfig c = layer;
+  if (l < n_hash_layers) {
+    c.hash_routing = true;
+    c.expert_bias = false;
+    c.bias_update_rate.reset();
+    c.num_groups = c.group_topk = 0;
+  }
+  return c;
+}
+
+template <typename T>
+ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& params, const TokenBatch& batch,
+                              const std::vector<GlobalAuxState>& global_aux,
+                              const std::vector<GlobalAuxGroup>& global_aux_group) {
+  config.validate();
+  validate_params(config, params);
+  validate_batch(config, batch);
+  require(global_aux.empty() || static_cast<int>(global_aux.size()) == config.num_layers,
+          "global_aux must be empty or have one state per layer");
+  require(global_aux_group.empty() || static_cast<int>(global_aux_group.size()) == config.num_layers,
+          "global_aux_group must be empty or have one entry per layer");
+  const Eigen::Index tokens = batch.tokens();
+
+  ModelForward<T> f;
+  Matrix<T> h(tokens, config.layer.hidden);
+  for (Eigen::Index t = 0; t < tokens; ++t) h.row(t) = params.embedding.row(at_row(batch.input_ids, batch, t));
+  f.hidden.push_back(h);
+
+  std::vector<bool> padding(static_cast<size_t>(tokens));
+  for (Eigen::Index t = 0; t < tokens; ++t) padding[static_cast<size_t>(t)] = !at_row(batch.loss_mask, batch, t);
+
+  for (int l = 0; l < config.num_layers; ++l) {
+    const MoeConfig lc = config.layer_config(l);
+    MoeInputs<T> in;
+    in.seq = batch.seq;
+    in.batch = batch.batch;
+    in.x.resize(tokens, config.layer.hidden);
+    for (Eigen::Index t = 0; t < tokens; ++t)
+      in.x.row(t) = rms_norm<T>(f.hidden.back().row(t), params.block_norm[static_cast<size_t>(l)], config.rms_eps);
+    if (lc.hash_routing) in.input_ids = batch.input_ids;
+    in.padding_mask = padding;
+    in.partition = batch.partition;
+    if (!global_aux.empty()) in.global_aux = global_aux[static_cast<size_t>(l)];
+    if (!global_aux_group.empty()) in.global_aux_group = global_aux_group[static_cast<size_t>(l)];
+    f.layers.push_back(moe_forward(lc, params.layers[static_cast<size_t>(l)], in));
+    f.layer_inputs.push_back(std::move(in));
+    f.hidden.push_back(f.hidden.back() + f.layers.back().y);
+    f.aux_sum += f.layers.back().aux_loss;
+    f.z_sum += f.layers.back().z_loss;
+  }
+
+  Matrix<T> normed(tokens, config.layer.hidden);
+  for (Eigen::Index t = 0; t < tokens; ++t)
+    normed.row(t) = rms_norm<T>(f.hidden.back().row(t), params.final_norm, config.rms_eps);
+  f.logits = normed * params.head.transpose();
+  for (Eigen::Index t = 0; t < tokens; ++t) {
+    if (padding[static_cast<size_t>(t)]) continue;
+    const RowVector<T> z = f.logits.row(t);
+    f.ce_sum += logsumexp<T>(z) - z(at_row(batch.labels, batch, t));
+  }
+  return f;
+}
+
+template <typename T>
+ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& params, const TokenBatch& batch,
+                              const ModelForward<T>& forward, const ModelLossWeights& weights) {
+  const Eigen::Index tokens = batch.tokens();
+  const int h = config.layer.hidden;
+  ModelParams<T> g;
+  g.embedding = Matrix<T>::Zero(params.embedding.rows(), h);
+  g.head = Matrix<T>::Zero(params.head.rows(), h);
+  g.final_norm = Vector<T>::Zero(h);
+  g.block_norm.assign(static_cast<size_t>(config.num_layers), Vector<T>::Zero(h));
+  g.layers.resize(static_cast<size_t>(config.num_layers));
+
+  // Cross-entropy: d CE_t / d logits_t = softmax(logits_t) − onehot(label_t), valid tokens only.
+  Matrix<T> grad_logits = Matrix<T>::Zero(tokens, params.head.rows());
+  for (Eigen::Index t = 0; t < tokens; ++t) {
+    if (!at_row(batch.loss_mask, batch, t)) continue;
+    grad_logits.row(t) = softmax<T>(forward.logits.row(t));
+    grad_logits(t, at_row(batch.labels, batch, t)) -= T(1);
+  }
+  grad_logits *= static_cast<T>(weights.ce);
+
+  Matrix<T> normed(tokens, h);
+  for (Eigen::Index t = 0; t < tokens; ++t)
+    normed.row(t) = rms_norm<T>(forward.hidden.back().row(t), params.final_norm, config.rms_eps);
+  g.head = grad_logits.transpose() * normed;
+  const Matrix<T> grad_normed = grad_logits * params.head;
+  Matrix<T> grad_h(tokens, h);
+  for (Eigen::Index t = 0; t < tokens; ++t)
+    grad_h.row(t) = rms_norm_backward<T>(forward.hidden.back().row(t), params.final_norm, config.rms_eps,
+                                         grad_normed.row(t), g.final_norm);
+
+  // Blocks in reverse: hˡ⁺¹ = hˡ + MoE(RMSNorm(hˡ)), so dhˡ = dhˡ⁺¹ + RMSNorm'ᵀ·(dx of the layer).
+  const LossScales scales{weights.aux, weights.z};
+  for (int l = config.num_layers - 1; l >= 0; --l) {
+    const auto li = static_cast<size_t>(l);
+    MoeGradients<T> lg = moe_backward(config.layer_config(l), params.layers[li], forward.layer_inputs[li],
+                                      forward.layers[li], grad_h, scales);
+    for (Eigen::Index t = 0; t < tokens; ++t)
+      grad_h.row(t) += rms_norm_backward<T>(forward.hidden[li].row(t), params.block_norm[li], config.rms_eps,
+                                            lg.x.row(t), g.block_norm[li]);
+    g.layers[li] = std::move(lg.params);
+  }
+
+  for (Eigen::Index t = 0; t < tokens; ++t) g.embedding.row(at_row(batch.input_ids, batch, t)) += grad_h.row(t);
+  return g;
+}
+
+template <typename T>
+std::vector<TensorView<T>> trained_tensors(const ModelConfig& config, ModelParams<T>& p) {
+  std::vector<TensorView<T>> views;
+  auto add = [&views](std::string name, auto& m) {
+    if (m.size() > 0) views.push_back({std::move(name), m.data(), m.size()});
+  };
+  add("embedding", p.embedding);
+  for (int l = 0; l < config.num_layers; ++l) {
+    const auto li = static_cast<size_t>(l);
+    const std::string pre = "layer" + std::to_string(l) + ".";
+    MoeParams<T>& layer = p.layers[li];
+    add(pre + "block_norm", p.block_norm[li]);
+    add(pre + "router_weight", layer.router_weight);
+    for (size_t e = 0; e < layer.expert_fc1.size(); ++e) {
+      add(pre + "expert_fc1[" + std::to_string(e) + "]", layer.expert_fc1[e]);
+      add(pre + "expert_fc2[" + std::to_string(e) + "]", layer.expert_fc2[e]);
+    }
+    add(pre + "shared_fc1", layer.shared_fc1);
+    add(pre + "shared_fc2", layer.shared_fc2);
+    add(pre + "shared_gate", layer.shared_gate);
+    add(pre + "latent_down", layer.latent_down);
+    add(pre + "latent_up", layer.latent_up);
+  }
+  add("final_norm", p.final_norm);
+  add("head", p.head);
+  return views;
+}
+
+template <typename T>
+ModelParams<T> random_model_params(const ModelConfig& config, std::uint64_t seed) {
+  config.validate();
+  const int h = config.layer.hidden;
+  ModelParams<T> p;
+  SeededUniform rng(seed);
+  p.embedding = rng.matrix<T>(config.vocab, h, 1.0);
+  p.head = rng.matrix<T>(config.vocab, h, 1.0 / std::sqrt(static_cast<double>(h)));
+  p.final_norm = Vector<T>::Ones(h) + rng.matrix<T>(h, 1, 0.1);
+  for (int l = 0; l < config.num_layers; ++l) {
+    p.block_norm.push_back(Vector<T>::Ones(h) + rng.matrix<T>(h, 1, 0.1));
+    p.layers.push_back(random_params<T>(config.layer_config(l), config.vocab, rng.bits()));
+  }
+  return p;
+}
+
+TokenBatch random_token_batch(const ModelConfig& config, int seq, int batch, std::uint64_t seed) {
+  SeededUniform rng(seed);
+  TokenBatch b;
+  b.seq = seq;
+  b.batch = batch;
+  b.input_ids.resize(batch, seq);
+  b.labels.resize(batch, seq);
+  for (Eigen::Index i = 0; i < b.input_ids.size(); ++i) {
+    b.input_ids.data()[i] = static_cast<std::int64_t>(rng.bits() % static_cast<std::uint64_t>(config.vocab));
+    b.labels.data()[i] = static_cast<std::int64_t>(rng.bits() % static_cast<std::uint64_t>(config.vocab));
+  }
+  b.loss_mask = BoolMatrix::Constant(batch, seq, true);
+  return b;
+}
+
+template ModelForward<double> model_forward<double>(const ModelConfig&, const ModelParams<double>&, const TokenBatch&,
+                                                    const std::vector<GlobalAuxState>&,
+                                                    const std::vector<GlobalAuxGroup>&);
+template std::vector<TensorView<double>> trained_tensors<double>(const ModelConfig&, ModelParams<double>&);
+template ModelParams<double> model_backward<double>(const ModelConfig&, const ModelParams<double>&, const TokenBatch&,
+                                                    const ModelForward<double>&, const ModelLossWeights&);
+template ModelParams<double> random_model_params<double>(const ModelConfig&, std::uint64_t);
+
+}  // namespace moe

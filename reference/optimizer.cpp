@@ -1,0 +1,60 @@
+#include "reference/optimizer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace moe {
+namespace {
+
+// Pairs each trained tensor with its gradient, checking the two models have the same tensors.
+struct Paired {
+  std::vector<TensorView<double>> params;
+  std::vector<TensorView<double>> grads;
+};
+
+Paired pair(const ModelConfig& config, ModelParams<double>& params, ModelParams<double>& grads) {
+  Paired p{trained_tensors(config, params), trained_tensors(config, grads)};
+  if (p.params.size() != p.grads.size())
+    throw std::invalid_argument("optimizer: gradients do not have the parameters' tensors");
+  for (size_t i = 0; i < p.params.size(); ++i)
+    if (p.params[i].name != p.grads[i].name || p.params[i].size != p.grads[i].size)
+      throw std::invalid_argument("optimizer: gradient of " + p.params[i].name + " has the wrong shape");
+  return p;
+}
+
+}  // namespace
+
+void sgd_step(const ModelConfig& config, const SgdConfig& sgd, ModelParams<double>& params,
+              ModelParams<double>& grads) {
+  const Paired p = pair(config, params, grads);
+  for (size_t i = 0; i < p.params.size(); ++i)
+    for (Eigen::Index j = 0; j < p.params[i].size; ++j) p.params[i].data[j] -= sgd.lr * p.grads[i].data[j];
+}
+
+void adam_step(const ModelConfig& config, const AdamConfig& adam, AdamState& state, ModelParams<double>& params,
+               ModelParams<double>& grads) {
+  const Paired p = pair(config, params, grads);
+  if (state.m.empty()) {
+    for (const auto& t : p.params) {
+      state.m.emplace_back(static_cast<size_t>(t.size), 0.0);
+      state.v.emplace_back(static_cast<size_t>(t.size), 0.0);
+    }
+  }
+  if (state.m.size() != p.params.size()) throw std::invalid_argument("adam: state does not match the model");
+  state.step += 1;
+  const double bias1 = 1.0 - std::pow(adam.beta1, state.step);
+  const double bias2 = 1.0 - std::pow(adam.beta2, state.step);
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    for (Eigen::Index j = 0; j < p.params[i].size; ++j) {
+      const double g = p.grads[i].data[j];
+      double& m = state.m[i][static_cast<size_t>(j)];
+      double& v = state.v[i][static_cast<size_t>(j)];
+      m = adam.beta1 * m + (1 - adam.beta1) * g;
+      v = adam.beta2 * v + (1 - adam.beta2) * g * g;
+      double& theta = p.params[i].data[j];
+      theta -= adam.lr * ((m / bias1) / (std::sqrt(v / bias2) + adam.eps) + adam.weight_decay * theta);
+    }
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,39 @@
+// Reference optimizers over every trained tensor of the model (trained_tensors order), in plain loops.
+//   SGD:   θ ← θ − lr·g
+//   AdamW: m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;  m̂ = m/(1−β1ᵗ);  v̂ = v/(1−β2ᵗ)
+//          θ ← θ − lr·(m̂/(√v̂ + ε) + wd·θ)                  (decoupled weight decay, torch.optim.AdamW)
+// The expert bias is not among the trained tensors: it moves by the count rule (expert_bias.hpp).
+#pragma once
+
+#include "reference/model.hpp"
+
+#include <vector>
+
+namespace moe {
+
+struct SgdConfig {
+  double lr = 1e-2;
+};
+
+struct AdamConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+// Moments of every trained tensor, flattened in trained_tensors order.
+struct AdamState {
+  std::vector<std::vector<double>> m;
+  std::vector<std::vector<double>> v;
+  int step = 0;
+};
+
+// `grads` must have the shapes of `params` (as model_backward returns them).
+void sgd_step(const ModelConfig& config, const SgdConfig& sgd, ModelParams<double>& params,
+              ModelParams<double>& grads);
+void adam_step(const ModelConfig& config, const AdamConfig& adam, AdamState& state, ModelParams<double>& params,
+               ModelParams<double>& grads);
+
+}  // namespace moe

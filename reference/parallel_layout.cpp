@@ -1,0 +1,56 @@
+#include "reference/parallel_layout.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+namespace {
+
+void require(bool ok, const std::string& rule) {
+  if (!ok) throw std::invalid_argument("invalid parallel layout: " + rule);
+}
+
+std::string str(int v) { return std::to_string(v); }
+
+}  // namespace
+
+void ParallelLayout::validate() const {
+  require(world >= 1, "world must be >= 1");
+  require(tp >= 1 && cp >= 1 && pp >= 1 && ep >= 1 && etp >= 1, "tp, cp, pp, ep and etp must be >= 1");
+  require(gtp == 1 && egtp == 1, "gtp and egtp must be 1 (GTP rematerialisation is not modelled)");
+  require(world % (tp * cp * pp) == 0, "world (" + str(world) + ") must be divisible by tp·cp·pp (" +
+                                           str(tp * cp * pp) + ") so that dp = world/(tp·cp·pp)");
+  require(world % (etp * ep * pp) == 0, "world (" + str(world) + ") must be divisible by etp·ep·pp (" +
+                                            str(etp * ep * pp) + ") so that edp = world/(etp·ep·pp)");
+  // Order tokens: known, not repeated, and every axis of size > 1 in either mesh named (RankGenerator's rules).
+  try {
+    dense_mesh();
+    expert_mesh();
+  } catch (const std::invalid_argument& e) {
+    require(false, e.what());
+  }
+  // Megatron's initialize_model_parallel asserts equal dp sizes of the two meshes unless the order ends in pp
+  // (research/megatron.md §4): otherwise the pp stride would differ between them.
+  const bool pp_last = order.size() >= 2 && order.compare(order.size() - 2, 2, "pp") == 0;
+  require(pp_last || pp == 1 || dp() == edp(),
+          "dp (" + str(dp()) + ") must equal edp (" + str(edp()) + ") unless the order ends in pp");
+  // Both generators must agree on the pipeline: a stage is the same set of ranks for attention and experts.
+  require(dense_mesh().rank_groups("pp") == expert_mesh().rank_groups("pp"),
+          "the dense and expert meshes must have equal pp groups under order '" + order + "'");
+}
+
+RankGenerator ParallelLayout::dense_mesh() const { return RankGenerator(tp, 1, dp(), pp, cp, order); }
+
+RankGenerator ParallelLayout::expert_mesh() const { return RankGenerator(etp, ep, edp(), pp, 1, order); }
+
+int num_microbatches(const ParallelLayout& layout, int global_batch, int micro_batch) {
+  if (global_batch < 1 || micro_batch < 1)
+    throw std::invalid_argument("microbatch rule: global_batch and micro_batch must be >= 1");
+  const long long per_step = static_cast<long long>(micro_batch) * layout.dp();
+  if (global_batch % per_step != 0)
+    throw std::invalid_argument("microbatch rule: global_batch (" + str(global_batch) +
+                                ") must be divisible by micro_batch·dp (" + std::to_string(per_step) + ")");
+  return static_cast<int>(global_batch / per_step);
+}
+
+}  // namespace moe

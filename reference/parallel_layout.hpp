@@ -1,0 +1,47 @@
+// A parallel layout: how a world of ranks is folded into the attention (dense) mesh and the expert mesh.
+//
+// Megatron's MoE Parallel Folding (research/megatron.md §4, seed 000 "两套并行网格"): the same ranks are seen as
+//   dense mesh:  world = tp  · cp · dp  · pp · gtp      (dp  = D_a, the attention data parallelism)
+//   expert mesh: world = etp · ep · edp · pp · egtp     (edp = D_e, expert data parallelism, "expt_dp")
+// dp and edp are derived, never given. EP does not appear in the dense mesh and CP does not appear in the
+// expert mesh: tokens of different sequences or context shards regroup freely by expert inside the MoE layer.
+// gtp/egtp (GTP weight rematerialisation) are part of the type so that the scaling rules can name them, but only
+// size 1 is modelled.
+#pragma once
+
+#include "reference/rank_generator.hpp"
+
+#include <string>
+
+namespace moe {
+
+struct ParallelLayout {
+  int world = 1;
+  int tp = 1;    // tensor parallel (attention, shared expert, dense MLP); sequence parallel uses the same group
+  int cp = 1;    // context parallel
+  int pp = 1;    // pipeline parallel
+  int ep = 1;    // expert parallel
+  int etp = 1;   // expert tensor parallel
+  int gtp = 1;   // dense GTP rematerialisation axis (only 1 is modelled)
+  int egtp = 1;  // expert GTP rematerialisation axis (only 1 is modelled)
+  std::string order = "tp-cp-ep-dp-pp";  // fastest-varying axis first
+
+  int dp() const { return world / (tp * cp * pp * gtp); }
+  int edp() const { return world / (etp * ep * pp * egtp); }
+
+  // Throws std::invalid_argument naming the first broken rule: sizes >= 1, gtp = egtp = 1, the divisibility of
+  // world by each mesh, the order tokens, equal dp and edp unless the order ends in pp, equal pp groups.
+  void validate() const;
+
+  // Megatron's initialize_model_parallel: dense generator (tp, ep = 1, cp, dp) and expert generator
+  // (etp as tp, ep, cp = 1, edp as dp), both over the same order. Call on a validated layout.
+  RankGenerator dense_mesh() const;
+  RankGenerator expert_mesh() const;
+};
+
+// Number of microbatches per global batch on each pipeline: m = B / (b · dp). CP, EP and ETP split the work of
+// a sample, not the samples, so they do not enter (seed 000, "CP 与 PP"). Throws std::invalid_argument when
+// b · dp does not divide B.
+int num_microbatches(const ParallelLayout& layout, int global_batch, int micro_batch);
+
+}  // namespace moe

@@ -1,0 +1,95 @@
+#include "reference/process_groups.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+namespace {
+
+// The token set of each group in its mesh (parallel_state.py, initialize_model_parallel).
+std::string_view token_set(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tp: return "tp";
+    case GroupKind::cp: return "cp";
+    case GroupKind::dp: return "dp";
+    case GroupKind::dp_cp: return "dp-cp";
+    case GroupKind::tp_cp: return "tp-cp";
+    case GroupKind::tp_dp_cp: return "tp-dp-cp";
+    case GroupKind::pp: return "pp";
+    case GroupKind::ep: return "ep";
+    case GroupKind::expt_tp: return "tp";
+    case GroupKind::tp_ep: return "tp-ep";
+    case GroupKind::expt_dp: return "dp";
+  }
+  throw std::logic_error("unknown GroupKind");
+}
+
+ParallelLayout validated(const ParallelLayout& layout) {
+  layout.validate();
+  return layout;
+}
+
+}  // namespace
+
+std::string_view to_string(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tp: return "tp";
+    case GroupKind::cp: return "cp";
+    case GroupKind::dp: return "dp";
+    case GroupKind::dp_cp: return "dp_cp";
+    case GroupKind::tp_cp: return "tp_cp";
+    case GroupKind::tp_dp_cp: return "tp_dp_cp";
+    case GroupKind::pp: return "pp";
+    case GroupKind::ep: return "ep";
+    case GroupKind::expt_tp: return "expt_tp";
+    case GroupKind::tp_ep: return "tp_ep";
+    case GroupKind::expt_dp: return "expt_dp";
+  }
+  throw std::logic_error("unknown GroupKind");
+}
+
+std::vector<GroupKind> all_group_kinds() {
+  return {GroupKind::tp,    GroupKind::cp, GroupKind::dp,      GroupKind::dp_cp, GroupKind::tp_cp, GroupKind::tp_dp_cp,
+          GroupKind::pp,    GroupKind::ep, GroupKind::expt_tp, GroupKind::tp_ep, GroupKind::expt_dp};
+}
+
+bool is_expert_group(GroupKind kind) {
+  return kind == GroupKind::ep || kind == GroupKind::expt_tp || kind == GroupKind::tp_ep ||
+         kind == GroupKind::expt_dp;
+}
+
+ExpertRange local_experts(int num_experts, int ep_size, int ep_rank) {
+  if (num_experts < 1 || ep_size < 1 || num_experts % ep_size != 0)
+    throw std::invalid_argument("expert placement rule: num_experts (" + std::to_string(num_experts) +
+                                ") must be divisible by ep (" + std::to_string(ep_size) + ")");
+  if (ep_rank < 0 || ep_rank >= ep_size)
+    throw std::invalid_argument("expert placement rule: ep rank " + std::to_string(ep_rank) + " is outside [0, " +
+                                std::to_string(ep_size) + ")");
+  const int per_rank = num_experts / ep_size;
+  return {ep_rank * per_rank, per_rank};
+}
+
+ProcessGroups::ProcessGroups(const ParallelLayout& layout)
+    : layout_(validated(layout)), dense_(layout_.dense_mesh()), expert_(layout_.expert_mesh()) {}
+
+const RankGenerator& ProcessGroups::mesh(GroupKind kind) const { return is_expert_group(kind) ? expert_ : dense_; }
+
+std::vector<int> ProcessGroups::group(GroupKind kind, int rank) const {
+  return mesh(kind).group_of(rank, token_set(kind));
+}
+
+std::vector<std::vector<int>> ProcessGroups::all_groups(GroupKind kind) const {
+  return mesh(kind).rank_groups(token_set(kind));
+}
+
+int ProcessGroups::rank_in(GroupKind kind, int rank) const {
+  const auto members = group(kind, rank);
+  return static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+}
+
+ExpertRange ProcessGroups::experts_of(int rank, int num_experts) const {
+  return local_experts(num_experts, layout_.ep, rank_in(GroupKind::ep, rank));
+}
+
+}  // namespace moe

@@ -1,0 +1,98 @@
+// The gradient-scaling rules of data/expert-parallel training, as one table.
+//
+// After backward, every rank holds the gradient of its own share of the objective. Synchronisation must turn
+// those into the gradient of the global objective, for each class of parameter:
+//   dense             replicated over dp_cp (attention, shared expert, dense MLP, ...);
+//   expert            routed-expert weights, replicated over expt_dp only (different EP ranks hold different
+//                     experts; an expert's grad already sums the tokens of all its EP peers);
+//   sequence_parallel replicated over TP *and* dp_cp, each TP rank seeing different tokens (router weight,
+//                     norms, shared-expert gate): SUMmed over tp after the data-parallel sync.
+// Loss modes: sum (Megatron's default DDP: pre-scale then SUM), avg (average_in_collective: the collective
+// averages), per_token (calculate_per_token_loss: SUM, then divide by the global valid-token count).
+// The table encodes Megatron-Core main (research/megatron.md §5); the oracle checks a backend against the
+// gradient of the objective, so a wrong row here still shows up there.
+#pragma once
+
+#include "reference/process_groups.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace moe {
+
+enum class LossMode { sum, avg, per_token };
+enum class ParamClass { dense, expert, sequence_parallel };
+enum class SyncOp { sum, avg };
+// The data-parallel pre-scale, symbolically.
+enum class Prescale { one, inv_dp_cp, expt_dp_over_dp_cp };
+enum class LossTerm { aux, z };
+
+std::string_view to_string(LossMode mode);  // "sum", "avg", "per-token"
+std::string_view to_string(ParamClass param_class);
+std::string_view to_string(SyncOp op);  // "SUM", "AVG"
+std::string_view to_string(LossTerm term);
+LossMode parse_loss_mode(std::string_view text);  // throws std::invalid_argument listing the modes
+
+// The sizes the rules depend on. gtp/egtp are the GTP rematerialisation axes (1 in every layout we build).
+struct GroupSizes {
+  int tp = 1;
+  int cp = 1;
+  int tp_cp = 1;
+  int dp_cp = 1;
+  int expt_dp = 1;
+  int gtp = 1;
+  int egtp = 1;
+};
+GroupSizes group_sizes(const ProcessGroups& groups);
+
+// One row: how one parameter class is synchronised under one loss mode.
+struct GradSyncRule {
+  ParamClass param_class;
+  LossMode loss_mode;
+  Prescale prescale;             // multiplied into the grad buffer before the collective
+  bool gtp_correction;           // prescale also × egtp/gtp (expert grads under GTP, PR #7165)
+  SyncOp op;                   // of the data-parallel collective
+  GroupKind group;               // dp_cp or expt_dp
+  bool then_sum_over_tp;         // a second all-reduce, SUM over tp
+  bool divide_by_global_tokens;  // finally ÷ the valid-token count all-reduced over dp_cp
+  std::string_view source;       // the Megatron code it encodes
+};
+// All rows: 3 parameter classes × 3 loss modes.
+const std::vector<GradSyncRule>& grad_sync_rules();
+
+// A row evaluated on a layout's group sizes.
+struct GradSync {
+  GradSyncRule rule;
+  std::string prescale_formula;  // e.g. "|expt_dp|/|dp_cp| · egtp/gtp"
+  std::string prescale_values;   // the same with the sizes substituted, e.g. "2/128 · 1/1"
+  double prescale = 1.0;
+  std::string collective;        // "all-reduce", or "reduce-scatter" with the distributed optimizer
+  int group_size = 1;
+  int tp_size = 1;
+  // The factor on the plain sum of the group's gradients: prescale, ÷ group size when the collective averages.
+  // With every GTP axis at 1 it is 1/|dp_cp| for dense and expert alike in sum and avg, and 1 in per_token.
+  double net_factor = 1.0;
+};
+// Throws std::invalid_argument for avg with GTP (Megatron's DDP asserts not (gtp_active and average_in_collective)).
+std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bool distributed_optimizer);
+
+// The backward scale of an auxiliary loss term (through MoEAuxLossAutoScaler) under one loss mode family.
+struct LossScaleRule {
+  LossTerm term;
+  bool per_token;
+  std::string_view formula;      // symbolic
+  bool times_local_tokens;       // × this rank's valid-token count (known only at run time)
+  bool divide_by_global_tokens;  // the resulting grads are later ÷ the global valid-token count
+  std::string_view source;
+};
+const std::vector<LossScaleRule>& loss_scale_rules();
+
+struct LossScale {
+  LossScaleRule rule;
+  std::string values;   // the formula's layout-dependent part substituted, e.g. "2/64"
+  double factor = 1.0;  // that part's value (× num_local_tokens where rule.times_local_tokens)
+};
+std::vector<LossScale> loss_scale_table(LossMode mode, const GroupSizes& sizes, int num_microbatches);
+
+}  // namespace moe

@@ -1,0 +1,199 @@
+// The global step oracle: Megatron's data split, the objective of each loss mode, its layout (in)dependence,
+// and end-to-end finite differences of J through every microbatch of every replica.
+#include "reference/expert_bias.hpp"
+#include "reference/global_step.hpp"
+#include "reference/optimizer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace moe {
+namespace {
+
+ModelConfig small_model(AuxLossType aux) {
+  ModelConfig m;
+  m.layer.hidden = 6;
+  m.layer.num_experts = 4;
+  m.layer.topk = 2;
+  m.layer.ffn_hidden = 3;
+  m.layer.score_function = ScoreFunction::sigmoid;
+  m.layer.expert_bias = true;
+  m.layer.bias_update_rate = 1e-3;
+  m.layer.aux_loss_type = aux;
+  m.layer.aux_loss_coeff = aux == AuxLossType::none ? 0.0 : 0.2;
+  m.layer.z_loss_coeff = 0.05;
+  m.num_layers = 2;
+  m.n_hash_layers = 1;
+  m.vocab = 12;
+  return m;
+}
+
+ParallelLayout layout(int world, int cp, int tp = 1) {
+  ParallelLayout l;
+  l.world = world;
+  l.cp = cp;
+  l.tp = tp;
+  l.ep = 1;
+  return l;
+}
+
+double max_grad_diff(const ModelConfig& c, ModelParams<double> a, ModelParams<double> b) {
+  const auto ta = trained_tensors(c, a);
+  const auto tb = trained_tensors(c, b);
+  double d = 0;
+  for (size_t i = 0; i < ta.size(); ++i)
+    for (Eigen::Index j = 0; j < ta[i].size; ++j) d = std::max(d, std::abs(ta[i].data[j] - tb[i].data[j]));
+  return d;
+}
+
+TEST(GlobalStep, SplitsFollowMegatron) {
+  // Sampler: microbatch i of replica r holds i·b·dp + r·b + [0, b): dp 2, b 2, r 1, i 1 → 6, 7.
+  EXPECT_EQ(microbatch_sequences(2, 2, 1, 1), (std::vector<int>{6, 7}));
+  // CP 2 on 8 positions: 4 chunks of 2; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
+  EXPECT_EQ(context_parallel_positions(8, 2, 0), (std::vector<int>{0, 1, 6, 7}));
+  EXPECT_EQ(context_parallel_positions(8, 2, 1), (std::vector<int>{2, 3, 4, 5}));
+  // Source ranks (cp, tp) with b = 2: rows s·2 + b of their positions; (cp 0, tp 1) holds positions 6, 7.
+  const auto parts = source_rank_partition(8, 2, 2, 2);
+  ASSERT_EQ(parts.size(), 4u);
+  EXPECT_EQ(parts[1], (std::vector<int>{12, 13, 14, 15}));
+  EXPECT_EQ(parts[2], (std::vector<int>{4, 5, 6, 7}));
+}
+
+TEST(GlobalStep, OneReplicaOneMicrobatchIsTheModel) {
+  const ModelConfig c = small_model(AuxLossType::aux);
+  const auto params = random_model_params<double>(c, 3);
+  const auto batch = random_global_batch(c, 4, 2, 4, {0, 1});
+  const GlobalStep g = global_step(c, params, batch, layout(1, 1), 2, LossMode::sum);
+
+  TokenBatch t = microbatch(batch, layout(1, 1), 2, 0, 0);
+  const auto f = model_forward(c, params, t);
+  const double n = 7;  // 8 tokens, one padded
+  EXPECT_NEAR(g.objective, f.ce_sum / n + f.aux_sum + f.z_sum, 1e-14);
+  EXPECT_LT(max_grad_diff(c, g.grads, model_backward(c, params, t, f, {1 / n, 1, 1})), 1e-15);
+}
+
+// Dropless and without aux statistics, per-token J is a sum over tokens: no layout can change it.
+TEST(GlobalStep, PerTokenObjectiveIsLayoutIndependentWhenDropless) {
+  const ModelConfig c = small_model(AuxLossType::none);
+  const auto params = random_model_params<double>(c, 5);
+  const auto batch = random_global_batch(c, 8, 4, 6, {0, 3, 1, 5});
+  const GlobalStep base = global_step(c, params, batch, layout(1, 1), 4, LossMode::per_token);
+  struct Split { ParallelLayout l; int b; };
+  for (const Split& s : {Split{layout(1, 1), 1}, Split{layout(2, 1), 2}, Split{layout(4, 1), 1},
+                         Split{layout(4, 2), 2}, Split{layout(8, 2, 2), 1}}) {
+    const GlobalStep g = global_step(c, params, batch, s.l, s.b, LossMode::per_token);
+    EXPECT_NEAR(g.objective, base.objective, 1e-13) << "world " << s.l.world << " b " << s.b;
+    EXPECT_LT(max_grad_diff(c, g.grads, base.grads), 1e-13) << "world " << s.l.world << " b " << s.b;
+    EXPECT_EQ(g.bias_counts, base.bias_counts);
+  }
+}
+
+TEST(GlobalStep, DefaultObjectiveDependsOnLayoutOnlyThroughUnevenPadding) {
+  const ModelConfig c = small_model(AuxLossType::none);
+  const auto params = random_model_params<double>(c, 7);
+  // No padding: every microbatch has b·S valid tokens, so the mean of means is the per-token mean.
+  const auto even = random_global_batch(c, 4, 4, 8);
+  const double per_token = global_step(c, params, even, layout(1, 1), 4, LossMode::per_token).objective;
+  for (int world : {1, 2, 4})
+    for (int b : {1, 4 / world}) {
+      EXPECT_NEAR(global_step(c, params, even, layout(world, 1), b, LossMode::sum).objective, per_token, 1e-13);
+      EXPECT_NEAR(global_step(c, params, even, layout(world, 1), b, LossMode::avg).objective, per_token, 1e-13);
+    }
+  // Uneven padding: regrouping sequences into microbatches changes the weights 1/N_{r,i}, so J changes with dp.
+  const auto uneven = random_global_batch(c, 4, 4, 8, {0, 3, 0, 0});
+  const double one_replica = global_step(c, params, uneven, layout(1, 1), 4, LossMode::sum).objective;
+  const double four_replicas = global_step(c, params, uneven, layout(4, 1), 1, LossMode::sum).objective;
+  EXPECT_GT(std::abs(one_replica - four_replicas), 1e-3);
+  // CP changes nothing (it splits positions of a microbatch, not microbatches).
+  EXPECT_NEAR(global_step(c, params, uneven, layout(2, 2), 4, LossMode::sum).objective, one_replica, 1e-13);
+}
+
+TEST(GlobalStep, GlobalAuxTermIsTheGroupLossOverAllReplicas) {
+  // With one microbatch per replica the global_aux group of the step is the union of the replicas'
+  // microbatches: one model call on that union (fresh state) computes P, counts and T over all of it.
+  const ModelConfig c = small_model(AuxLossType::global_aux);
+  const auto params = random_model_params<double>(c, 9);
+  const auto batch = random_global_batch(c, 4, 2, 10, {1, 0});
+  const GlobalStep g = global_step(c, params, batch, layout(2, 1), 1, LossMode::sum);
+  const TokenBatch both = microbatch(batch, layout(1, 1), 2, 0, 0);
+  EXPECT_NEAR(g.aux_term, model_forward(c, params, both).aux_sum, 1e-15);
+}
+
+class GlobalStepGradient : public ::testing::TestWithParam<std::tuple<AuxLossType, LossMode>> {};
+
+TEST_P(GlobalStepGradient, MatchesCentralDifferencesOfTheObjective) {
+  const auto [aux, mode] = GetParam();
+  const ModelConfig c = small_model(aux);
+  auto params = random_model_params<double>(c, 11);
+  const auto batch = random_global_batch(c, 4, 8, 12, {0, 2, 0, 1, 3, 0, 0, 1});
+  const ParallelLayout l = layout(4, 2);  // dp 2, cp 2
+  const int b = 2;                       // m = 8 / (2·2) = 2 microbatches per replica
+  const GlobalStep g = global_step(c, params, batch, l, b, mode);
+  ASSERT_EQ(g.num_microbatches, 2);
+  ModelParams<double> grads = g.grads;
+  const auto values = trained_tensors(c, params);
+  const auto analytic = trained_tensors(c, grads);
+  const double h = 1e-6;
+  int checked = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    for (Eigen::Index j = 0; j < values[i].size; j += std::max<Eigen::Index>(1, values[i].size / 5)) {
+      const double saved = values[i].data[j];
+      values[i].data[j] = saved + h;
+      const double plus = global_step(c, params, batch, l, b, mode).objective;
+      values[i].data[j] = saved - h;
+      const double minus = global_step(c, params, batch, l, b, mode).objective;
+      values[i].data[j] = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      EXPECT_NEAR(analytic[i].data[j], numeric, 1e-8 + 1e-6 * std::abs(numeric)) << values[i].name << "[" << j << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    LossModes, GlobalStepGradient,
+    ::testing::Combine(::testing::Values(AuxLossType::aux, AuxLossType::seq_aux, AuxLossType::global_aux),
+                       ::testing::Values(LossMode::sum, LossMode::per_token)),
+    [](const auto& param_info) {
+      return std::string(to_string(std::get<0>(param_info.param))) + "_" +
+             (std::get<1>(param_info.param) == LossMode::sum ? "mean" : "per_token");
+    });
+
+TEST(GlobalStep, BiasUpdateUsesCountsOfTheWholeBatch) {
+  const ModelConfig c = small_model(AuxLossType::aux);
+  const auto params = random_model_params<double>(c, 13);
+  const auto batch = random_global_batch(c, 4, 4, 14, {0, 0, 2, 0});
+  const GlobalStep g = global_step(c, params, batch, layout(2, 1), 1, LossMode::sum);
+  // Layer 0 is a hash layer: no bias, no update. Layer 1 moves by the summed real assignments: 14 tokens × k.
+  EXPECT_EQ(g.expert_bias_updated[0].size(), 0);
+  std::int64_t total = 0;
+  for (auto n : g.bias_counts[1]) total += n;
+  EXPECT_EQ(total, 14 * 2);
+  EXPECT_EQ(g.expert_bias_updated[1], updated_expert_bias(params.layers[1].expert_bias, g.bias_counts[1], 1e-3));
+}
+
+TEST(Optimizer, SgdAndAdamFirstStep) {
+  const ModelConfig c = small_model(AuxLossType::none);
+  const auto start = random_model_params<double>(c, 15);
+  const auto batch = random_global_batch(c, 4, 2, 16);
+  ModelParams<double> grads = global_step(c, start, batch, layout(1, 1), 2, LossMode::sum).grads;
+
+  ModelParams<double> sgd = start;
+  sgd_step(c, {0.1}, sgd, grads);
+  EXPECT_NEAR(sgd.head(2, 3), start.head(2, 3) - 0.1 * grads.head(2, 3), 1e-16);
+
+  // Adam's first step: m̂ = g, v̂ = g², so θ moves by lr·g/(|g| + ε) (≈ lr·sign g) plus weight decay.
+  ModelParams<double> adam = start;
+  AdamState state;
+  adam_step(c, {0.01, 0.9, 0.95, 1e-8, 0.1}, state, adam, grads);
+  const double g = grads.layers[1].router_weight(1, 2);
+  const double theta = start.layers[1].router_weight(1, 2);
+  EXPECT_NEAR(adam.layers[1].router_weight(1, 2), theta - 0.01 * (g / (std::abs(g) + 1e-8) + 0.1 * theta), 1e-15);
+  EXPECT_EQ(state.step, 1);
+}
+
+}  // namespace
+}  // namespace moe

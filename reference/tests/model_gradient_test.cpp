@@ -1,0 +1,94 @@
+// End-to-end finite differences of the model oracle: embedding → blocks (one hash layer, one score layer, aux
+// and z losses on) → final norm → head → masked cross-entropy, for L = w_ce·CE + w_aux·Σaux + w_z·Σz.
+#include "reference/model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace moe {
+namespace {
+
+ModelConfig tiny_model(AuxLossType aux) {
+  ModelConfig m;
+  m.layer.hidden = 6;
+  m.layer.num_experts = 6;
+  m.layer.topk = 2;
+  m.layer.ffn_hidden = 4;
+  m.layer.score_function = ScoreFunction::sqrtsoftplus;
+  m.layer.topk_scaling_factor = 1.5;
+  m.layer.expert_bias = true;
+  m.layer.bias_update_rate = 1e-3;
+  m.layer.shared_expert_ffn_hidden = 3;
+  m.layer.aux_loss_type = aux;
+  m.layer.aux_loss_coeff = 0.3;
+  m.layer.z_loss_coeff = 0.05;
+  m.num_layers = 2;
+  m.n_hash_layers = 1;
+  m.vocab = 10;
+  return m;
+}
+
+class ModelGradientCheck : public ::testing::TestWithParam<AuxLossType> {};
+
+TEST_P(ModelGradientCheck, EmbeddingToLossMatchesCentralDifferences) {
+  const ModelConfig config = tiny_model(GetParam());
+  ModelParams<double> params = random_model_params<double>(config, 21);
+  TokenBatch batch = random_token_batch(config, 4, 2, 22);
+  batch.loss_mask(1, 3) = false;  // one padded token: out of the CE, the aux statistics and the z mean
+  const ModelLossWeights weights{0.7, 1.3, 0.5};
+  auto loss = [&](const ModelForward<double>& f) {
+    return weights.ce * f.ce_sum + weights.aux * f.aux_sum + weights.z * f.z_sum;
+  };
+
+  const auto f0 = model_forward(config, params, batch);
+  ASSERT_GT(f0.aux_sum, 0.0);
+  ASSERT_GT(f0.z_sum, 0.0);
+  const auto g = model_backward(config, params, batch, f0, weights);
+  const double h = 1e-6;
+  int checked = 0;
+  ModelParams<double> grads = g;
+  const auto values = trained_tensors(config, params);
+  const auto analytic = trained_tensors(config, grads);
+  for (size_t v = 0; v < values.size(); ++v) {
+    const Eigen::Index count = std::min<Eigen::Index>(values[v].size, 12);
+    for (Eigen::Index k = 0; k < count; ++k) {
+      const Eigen::Index i = k * values[v].size / count;
+      double* value = values[v].data;
+      const double saved = value[i];
+      value[i] = saved + h;
+      const auto fp = model_forward(config, params, batch);
+      value[i] = saved - h;
+      const auto fm = model_forward(config, params, batch);
+      value[i] = saved;
+      for (size_t l = 0; l < f0.layers.size(); ++l)
+        ASSERT_TRUE(fp.layers[l].routing.routing_map == f0.layers[l].routing.routing_map &&
+                    fm.layers[l].routing.routing_map == f0.layers[l].routing.routing_map)
+            << values[v].name << "[" << i << "] moved layer " << l << "'s routing";
+      const double numeric = (loss(fp) - loss(fm)) / (2 * h);
+      EXPECT_NEAR(analytic[v].data[i], numeric, 1e-7 + 1e-6 * std::abs(numeric)) << values[v].name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 200);
+}
+
+INSTANTIATE_TEST_SUITE_P(AuxTypes, ModelGradientCheck,
+                         ::testing::Values(AuxLossType::aux, AuxLossType::seq_aux, AuxLossType::global_aux),
+                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+
+TEST(Model, HashLayersDropBiasAndGroups) {
+  ModelConfig m = tiny_model(AuxLossType::aux);
+  EXPECT_TRUE(m.layer_config(0).hash_routing);
+  EXPECT_FALSE(m.layer_config(0).expert_bias);
+  EXPECT_FALSE(m.layer_config(0).bias_update_rate.has_value());
+  EXPECT_FALSE(m.layer_config(1).hash_routing);
+  EXPECT_TRUE(m.layer_config(1).expert_bias);
+  m.n_hash_layers = 3;
+  EXPECT_THROW(m.validate(), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moe

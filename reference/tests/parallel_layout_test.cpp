@@ -1,0 +1,113 @@
+#include "reference/parallel_layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+namespace {
+
+// The seed's 1024-GPU layout (000, "一个分组算例"): N = 1024, PP8, TP1, CP2, EP64, ETP1.
+ParallelLayout seed_layout() {
+  ParallelLayout l;
+  l.world = 1024;
+  l.pp = 8;
+  l.cp = 2;
+  l.ep = 64;
+  return l;
+}
+
+void expect_rule(const ParallelLayout& l, const std::string& fragment) {
+  try {
+    l.validate();
+    FAIL() << "accepted a layout that breaks: " << fragment;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid parallel layout"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+// D_a = N/(TP·CP·PP) = 1024/(1·2·8) = 64; EDP = N/(ETP·EP·PP) = 1024/(1·64·8) = 2.
+TEST(ParallelLayout, SeedLayoutDerivesDpAndEdp) {
+  const auto l = seed_layout();
+  EXPECT_NO_THROW(l.validate());
+  EXPECT_EQ(l.dp(), 64);
+  EXPECT_EQ(l.edp(), 2);
+}
+
+TEST(ParallelLayout, RejectsBrokenRules) {
+  auto l = seed_layout();
+  l.world = 1000;  // 1000 / 16 is not an integer
+  expect_rule(l, "must be divisible by tp·cp·pp (16)");
+
+  l = seed_layout();
+  l.ep = 48;  // 1024 / (48·8) is not an integer, 1024 / 16 is
+  expect_rule(l, "must be divisible by etp·ep·pp (384)");
+
+  l = seed_layout();
+  l.tp = 0;
+  expect_rule(l, "must be >= 1");
+
+  l = seed_layout();
+  l.gtp = 2;
+  expect_rule(l, "gtp and egtp must be 1");
+
+  l = seed_layout();
+  l.order = "tp-cp-xp-dp-pp";
+  expect_rule(l, "token 'xp'");
+
+  l = seed_layout();
+  l.order = "tp-cp-ep-dp-cp";
+  expect_rule(l, "token 'cp' appears more than once");
+
+  l = seed_layout();
+  l.order = "tp-ep-dp-pp";  // cp = 2 must be placed
+  expect_rule(l, "cp has size 2 but is missing");
+}
+
+// world 16, TP2 PP2 EP4 ETP1 gives dp = 4, edp = 2: Megatron only allows that when pp is the slowest axis.
+TEST(ParallelLayout, DifferentDpAndEdpNeedPpLast) {
+  ParallelLayout l;
+  l.world = 16;
+  l.tp = 2;
+  l.pp = 2;
+  l.ep = 4;
+  EXPECT_NO_THROW(l.validate());
+  l.order = "tp-cp-ep-pp-dp";
+  expect_rule(l, "dp (4) must equal edp (2) unless the order ends in pp");
+}
+
+// world 8, TP2 PP2 EP2 ETP1, order tp-pp-ep-dp-cp (dp = edp = 2). Dense strides: tp 1, pp 2, so rank 0's pp group
+// is {0, 2}; expert strides: tp(=1) 1, pp 1, so it is {0, 1}. A stage would differ between the two meshes.
+TEST(ParallelLayout, RejectsUnequalPpGroups) {
+  ParallelLayout l;
+  l.world = 8;
+  l.tp = 2;
+  l.pp = 2;
+  l.ep = 2;
+  l.order = "tp-pp-ep-dp-cp";
+  ASSERT_EQ(l.dp(), l.edp());
+  expect_rule(l, "equal pp groups");
+  // With tp = etp the strides agree and the same order is fine.
+  l.etp = 2;
+  l.ep = 1;
+  EXPECT_NO_THROW(l.validate());
+}
+
+// m = B/(b·D_a) = 4096/(1·64) = 64 (seed 000, "CP 与 PP"); not 4096/(1·2) with EDP.
+TEST(ParallelLayout, MicrobatchesFollowAttentionDp) {
+  const auto l = seed_layout();
+  EXPECT_EQ(num_microbatches(l, 4096, 1), 64);
+  EXPECT_EQ(num_microbatches(l, 4096, 2), 32);
+  try {
+    num_microbatches(l, 4096, 3);  // 3·64 = 192 does not divide 4096
+    FAIL() << "accepted b·dp not dividing B";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("must be divisible by micro_batch·dp (192)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(num_microbatches(l, 0, 1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moe

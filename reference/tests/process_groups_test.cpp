@@ -1,0 +1,122 @@
+#include "reference/presets.hpp"
+#include "reference/process_groups.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace moe {
+namespace {
+
+using Groups = std::vector<std::vector<int>>;
+
+ParallelLayout layout(int world, int tp, int cp, int pp, int ep, int etp) {
+  ParallelLayout l;
+  l.world = world;
+  l.tp = tp;
+  l.cp = cp;
+  l.pp = pp;
+  l.ep = ep;
+  l.etp = etp;
+  return l;
+}
+
+// Seed 000: N = 1024, PP8, TP1, CP2, EP64, ETP1 with V4-Pro's 384 routed experts.
+class SeedLayout : public ::testing::Test {
+ protected:
+  ProcessGroups groups{layout(1024, 1, 2, 8, 64, 1)};
+  int num_experts = layer_preset("v4-pro").config.num_experts;
+};
+
+// 384 experts / EP64 = 6 per rank per layer; EP rank 0 holds 0–5, EP rank 1 holds 6–11 (contiguous placement).
+TEST_F(SeedLayout, RanksHoldContiguousExperts) {
+  EXPECT_EQ(num_experts, 384);
+  EXPECT_EQ(groups.experts_of(0, num_experts), (ExpertRange{0, 6}));
+  EXPECT_EQ(groups.experts_of(64, num_experts), (ExpertRange{0, 6}));
+  EXPECT_EQ(groups.experts_of(1, num_experts), (ExpertRange{6, 6}));
+  for (int r : {0, 1, 64, 127, 500, 1023}) EXPECT_EQ(groups.experts_of(r, num_experts).count, 6) << r;
+}
+
+// Ranks 0 and 64 hold the same experts, so their grads are reduced together: they share an expt_dp group, which
+// has EDP = 2 members. Ranks 0 and 1 hold different experts and share no expt_dp group.
+TEST_F(SeedLayout, ReplicasOfAnExpertShareExptDp) {
+  EXPECT_EQ(groups.group(GroupKind::expt_dp, 0), (std::vector<int>{0, 64}));
+  EXPECT_EQ(groups.group(GroupKind::expt_dp, 64), (std::vector<int>{0, 64}));
+  const auto of_1 = groups.group(GroupKind::expt_dp, 1);
+  EXPECT_EQ(std::count(of_1.begin(), of_1.end(), 0), 0);
+}
+
+// Default order tp-cp-ep-dp-pp, size-1 axes ignored: in stage 0 (ranks 0..127),
+//   dense:  r = c + 2·d_a   (c ∈ [0,1], d_a ∈ [0,63]),   expert: r = e + 64·d_e   (e ∈ [0,63], d_e ∈ [0,1]).
+// |dp_cp| = CP·D_a = 128 and the pp group of rank 0 steps by one stage of 128 ranks.
+TEST_F(SeedLayout, StageCoordinatesInBothMeshes) {
+  for (int r = 0; r < 128; ++r) {
+    EXPECT_EQ(r, groups.rank_in(GroupKind::cp, r) + 2 * groups.rank_in(GroupKind::dp, r)) << r;
+    EXPECT_EQ(r, groups.rank_in(GroupKind::ep, r) + 64 * groups.rank_in(GroupKind::expt_dp, r)) << r;
+  }
+  EXPECT_EQ(groups.group(GroupKind::dp_cp, 0).size(), 128u);
+  EXPECT_EQ(groups.group(GroupKind::cp, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(groups.group(GroupKind::pp, 0), (std::vector<int>{0, 128, 256, 384, 512, 640, 768, 896}));
+}
+
+// Seed 000, "ETP 里的矩阵": 4 ranks, ETP2 × EP2, default order: ETP groups [0,1],[2,3]; EP groups [0,2],[1,3].
+TEST(ProcessGroups, SeedEtp2Ep2) {
+  const ProcessGroups g(layout(4, 1, 1, 1, 2, 2));
+  EXPECT_EQ(g.all_groups(GroupKind::expt_tp), (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(g.all_groups(GroupKind::ep), (Groups{{0, 2}, {1, 3}}));
+  EXPECT_EQ(g.all_groups(GroupKind::tp_ep), (Groups{{0, 1, 2, 3}}));
+  // Ranks 0 and 1 hold different slices of the same experts.
+  EXPECT_EQ(g.experts_of(0, 4), g.experts_of(1, 4));
+  EXPECT_NE(g.experts_of(0, 4), g.experts_of(2, 4));
+}
+
+// research/megatron.md §4, world 16, TP2 PP2 EP4 ETP1 (dp = 16/(2·2) = 4, edp = 16/(4·2) = 2).
+TEST(ProcessGroups, MegatronSixteenRankExample) {
+  const ProcessGroups g(layout(16, 2, 1, 2, 4, 1));
+  EXPECT_EQ(g.all_groups(GroupKind::tp), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(g.all_groups(GroupKind::dp), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(g.all_groups(GroupKind::pp), (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  EXPECT_EQ(g.all_groups(GroupKind::ep), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
+  EXPECT_EQ(g.all_groups(GroupKind::expt_dp),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  Groups singletons;
+  for (int r = 0; r < 16; ++r) singletons.push_back({r});
+  EXPECT_EQ(g.all_groups(GroupKind::expt_tp), singletons);
+}
+
+// Every kind of group partitions the world, and each group's size is the product of its axes.
+TEST(ProcessGroups, GroupsPartitionTheWorld) {
+  for (const auto& l : {layout(16, 2, 1, 2, 4, 1), layout(48, 2, 3, 2, 4, 2), layout(32, 1, 2, 2, 8, 2)}) {
+    const ProcessGroups g(l);
+    const int dp = l.dp(), edp = l.edp();
+    for (GroupKind kind : all_group_kinds()) {
+      std::vector<int> seen(static_cast<std::size_t>(l.world), 0);
+      for (const auto& group : g.all_groups(kind))
+        for (int r : group) ++seen[static_cast<std::size_t>(r)];
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; })) << to_string(kind);
+    }
+    EXPECT_EQ(g.group(GroupKind::dp_cp, 0).size(), static_cast<std::size_t>(dp * l.cp));
+    EXPECT_EQ(g.group(GroupKind::tp_cp, 0).size(), static_cast<std::size_t>(l.tp * l.cp));
+    EXPECT_EQ(g.group(GroupKind::tp_dp_cp, 0).size(), static_cast<std::size_t>(l.tp * dp * l.cp));
+    EXPECT_EQ(g.group(GroupKind::tp_ep, 0).size(), static_cast<std::size_t>(l.etp * l.ep));
+    EXPECT_EQ(g.group(GroupKind::expt_dp, 0).size(), static_cast<std::size_t>(edp));
+    EXPECT_EQ(g.group(GroupKind::pp, 0).size(), static_cast<std::size_t>(l.pp));
+  }
+}
+
+TEST(ProcessGroups, RejectsInvalidLayoutsAndPlacements) {
+  EXPECT_THROW(ProcessGroups(layout(1000, 1, 2, 8, 64, 1)), std::invalid_argument);
+  try {
+    local_experts(384, 5, 0);
+    FAIL() << "accepted 384 experts over EP5";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("num_experts (384) must be divisible by ep (5)"), std::string::npos);
+  }
+  EXPECT_THROW(local_experts(384, 64, 64), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moe

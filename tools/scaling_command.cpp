@@ -1,0 +1,120 @@
+// `moe-oracle scaling`: the gradient-scaling table (reference/scaling_rules.hpp) evaluated on a layout and a loss
+// mode: per parameter class the pre-scale, collective, group and token division, then the aux/z-loss scales.
+#include "reference/scaling_rules.hpp"
+#include "tools/commands.hpp"
+#include "tools/layout_options.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace moe::cli {
+namespace {
+
+struct ScalingArgs {
+  ParallelLayout layout;
+  std::string scaling = "sum";
+  int micro_batch = 1;
+  std::optional<int> global_batch;
+  bool distributed_optimizer = false;
+  bool json = false;
+};
+
+void run(const ScalingArgs& a) {
+  const ProcessGroups groups(a.layout);
+  const auto mode = parse_loss_mode(a.scaling);
+  const auto sizes = group_sizes(groups);
+  const int global_batch = a.global_batch.value_or(a.micro_batch * a.layout.dp());
+  const int m = num_microbatches(a.layout, global_batch, a.micro_batch);
+  const auto grads = grad_sync_table(mode, sizes, a.distributed_optimizer);
+  const auto losses = loss_scale_table(mode, sizes, m);
+
+  if (a.json) {
+    nlohmann::json out = {{"layout", layout_json(a.layout)},
+                          {"loss_mode", to_string(mode)},
+                          {"group_sizes",
+                           {{"tp", sizes.tp}, {"cp", sizes.cp}, {"tp_cp", sizes.tp_cp}, {"dp_cp", sizes.dp_cp},
+                            {"expt_dp", sizes.expt_dp}, {"gtp", sizes.gtp}, {"egtp", sizes.egtp}}},
+                          {"global_batch", global_batch},
+                          {"micro_batch", a.micro_batch},
+                          {"num_microbatches", m}};
+    for (const auto& r : grads)
+      out["gradients"].push_back({{"param_class", to_string(r.rule.param_class)},
+                                  {"prescale", r.prescale},
+                                  {"prescale_formula", r.prescale_formula},
+                                  {"prescale_values", r.prescale_values},
+                                  {"collective", r.collective},
+                                  {"reduce_op", to_string(r.rule.op)},
+                                  {"group", to_string(r.rule.group)},
+                                  {"group_size", r.group_size},
+                                  {"then_sum_over_tp", r.rule.then_sum_over_tp},
+                                  {"divide_by_global_tokens", r.rule.divide_by_global_tokens},
+                                  {"net_factor", r.net_factor},
+                                  {"source", r.rule.source}});
+    for (const auto& r : losses)
+      out["loss_scales"].push_back({{"term", to_string(r.rule.term)},
+                                    {"formula", r.rule.formula},
+                                    {"values", r.values},
+                                    {"factor", r.factor},
+                                    {"times_local_tokens", r.rule.times_local_tokens},
+                                    {"divide_by_global_tokens", r.rule.divide_by_global_tokens},
+                                    {"source", r.rule.source}});
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+
+  std::cout << "layout: " << describe(a.layout) << "\n";
+  std::cout << "loss mode " << to_string(mode) << ": |tp| " << sizes.tp << ", |cp| " << sizes.cp << ", |tp_cp| "
+            << sizes.tp_cp << ", |dp_cp| " << sizes.dp_cp << ", |expt_dp| " << sizes.expt_dp << ", gtp " << sizes.gtp
+            << ", egtp " << sizes.egtp << "; m = B/(b·dp) = " << global_batch << "/(" << a.micro_batch << "·"
+            << a.layout.dp() << ") = " << m << "\n\n";
+  TextTable grad_table({"param class", "pre-scale", "value", "collective", "group", "then", "÷ global tokens",
+                        "net factor"});
+  for (const auto& r : grads) {
+    grad_table.add_row({std::string(to_string(r.rule.param_class)),
+                        r.prescale_formula == r.prescale_values ? r.prescale_formula
+                                                                : r.prescale_formula + " = " + r.prescale_values,
+                        trimmed(r.prescale, 8),
+                        r.collective + " " + std::string(to_string(r.rule.op)),
+                        std::string(to_string(r.rule.group)) + " (" + std::to_string(r.group_size) + ")",
+                        r.rule.then_sum_over_tp ? "all-reduce SUM over tp (" + std::to_string(r.tp_size) + ")" : "-",
+                        r.rule.divide_by_global_tokens ? "yes (count all-reduced over dp_cp)" : "no",
+                        trimmed(r.net_factor, 8)});
+  }
+  grad_table.print(std::cout);
+  std::cout << "(net factor: what the plain sum of the group's gradients is multiplied by)\n\n";
+
+  TextTable loss_table({"loss term", "backward scale", "value", "÷ global tokens"});
+  for (const auto& r : losses)
+    loss_table.add_row({std::string(to_string(r.rule.term)), std::string(r.rule.formula) + " = " + r.values,
+                        (r.rule.times_local_tokens ? "num_local_tokens × " : "") + trimmed(r.factor, 8),
+                        r.rule.divide_by_global_tokens ? "yes" : "no"});
+  loss_table.print(std::cout);
+
+  std::cout << "\nsources (Megatron-Core main, megatron/core/):\n";
+  for (const auto& r : grads) std::cout << "  " << to_string(r.rule.param_class) << ": " << r.rule.source << "\n";
+  for (const auto& r : losses) std::cout << "  " << to_string(r.rule.term) << ": " << r.rule.source << "\n";
+}
+
+}  // namespace
+
+void add_scaling_command(CLI::App& app) {
+  auto args = std::make_shared<ScalingArgs>();
+  auto* cmd = app.add_subcommand("scaling", "Gradient-scaling rules for a layout and loss mode: pre-scale, "
+                                            "collective, group, token division; aux/z-loss backward scales");
+  add_layout_options(*cmd, args->layout);
+  cmd->add_option("--scaling", args->scaling, "loss mode")
+      ->check(CLI::IsMember({"sum", "avg", "per-token"}))
+      ->capture_default_str();
+  cmd->add_option("--micro-batch", args->micro_batch, "samples per microbatch (b)")->capture_default_str();
+  cmd->add_option("--global-batch", args->global_batch, "samples per global batch (B); default b·dp, one microbatch");
+  cmd->add_flag("--distributed-optimizer", args->distributed_optimizer,
+                "gradients are reduce-scattered (distributed optimizer) instead of all-reduced");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace moe::cli

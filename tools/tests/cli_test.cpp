@@ -1,0 +1,142 @@
+// End-to-end tests of the layout commands: runs the built moe-oracle binary, parses its --json output with
+// nlohmann-json, and checks the seed's worked examples and the error path.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(MOE_ORACLE_BIN) + " " + args + " 2>&1";
+  Result result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  std::size_t n = 0;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int raw = pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return result;
+}
+
+nlohmann::json run_json(const std::string& args) {
+  const auto r = run(args + " --json");
+  EXPECT_EQ(r.status, 0) << r.output;
+  return nlohmann::json::parse(r.output);  // throws (and fails the test) when not JSON
+}
+
+const std::string kSeedLayout = "--world 1024 --pp 8 --tp 1 --cp 2 --ep 64 --etp 1";
+
+// Seed 000: D_a = 64, EDP = 2; rank 64 holds experts 0–5 like rank 0 and shares expt_dp {0, 64} with it.
+TEST(CliGroups, SeedLayoutJson) {
+  const auto j = run_json("groups " + kSeedLayout + " --rank 64");
+  EXPECT_EQ(j["layout"]["dp"], 64);
+  EXPECT_EQ(j["layout"]["edp"], 2);
+  EXPECT_EQ(j["experts"]["first"], 0);
+  EXPECT_EQ(j["experts"]["count"], 6);
+  EXPECT_EQ(j["groups"]["expt_dp"]["ranks"], nlohmann::json({0, 64}));
+  EXPECT_EQ(j["groups"]["expt_dp"]["rank_in_group"], 1);
+  EXPECT_EQ(j["groups"]["dp_cp"]["ranks"].size(), 128u);
+  EXPECT_EQ(run_json("groups " + kSeedLayout + " --rank 1")["experts"]["first"], 6);
+}
+
+// --grid lists the 128 ranks of the stage; in stage 0, rank r has ep rank r mod 64 (default order).
+TEST(CliGroups, GridCoversTheStage) {
+  const auto j = run_json("groups " + kSeedLayout + " --rank 5 --grid");
+  ASSERT_EQ(j["grid"].size(), 128u);
+  EXPECT_EQ(j["grid"][70]["rank"], 70);
+  EXPECT_EQ(j["grid"][70]["ep"], 6);
+  EXPECT_EQ(j["grid"][70]["expt_dp"], 1);
+  EXPECT_EQ(j["grid"][70]["experts"]["first"], 36);
+  const auto human = run("groups " + kSeedLayout + " --rank 5 --grid");
+  EXPECT_EQ(human.status, 0);
+  EXPECT_NE(human.output.find("expt_dp"), std::string::npos);
+}
+
+// The seed's 4-rank ETP2 × EP2: ETP groups [0,1],[2,3]; EP groups [0,2],[1,3].
+TEST(CliGroups, SeedEtp2Ep2) {
+  const auto j = run_json("groups --world 4 --ep 2 --etp 2 --preset tiny-v4 --rank 1");
+  EXPECT_EQ(j["groups"]["expt_tp"]["ranks"], nlohmann::json({0, 1}));
+  EXPECT_EQ(j["groups"]["ep"]["ranks"], nlohmann::json({1, 3}));
+}
+
+// SUM 1/128; AVG: experts 2/128 then AVG over expt_dp (2); per-token: 1 and ÷ global tokens. m = 4096/64 = 64.
+TEST(CliScaling, SeedFactors) {
+  const auto sum = run_json("scaling " + kSeedLayout + " --scaling sum --global-batch 4096 --micro-batch 1");
+  EXPECT_EQ(sum["num_microbatches"], 64);
+  for (const auto& row : sum["gradients"]) EXPECT_DOUBLE_EQ(row["prescale"].get<double>(), 1.0 / 128) << row;
+  EXPECT_EQ(sum["loss_scales"][0]["values"], "2/64");
+
+  const auto avg = run_json("scaling " + kSeedLayout + " --scaling avg --global-batch 4096");
+  bool saw_expert = false;
+  for (const auto& row : avg["gradients"]) {
+    if (row["param_class"] != "expert") continue;
+    saw_expert = true;
+    EXPECT_DOUBLE_EQ(row["prescale"].get<double>(), 2.0 / 128);
+    EXPECT_EQ(row["reduce_op"], "AVG");
+    EXPECT_EQ(row["group"], "expt_dp");
+    EXPECT_EQ(row["group_size"], 2);
+  }
+  EXPECT_TRUE(saw_expert);
+
+  const auto per_token = run_json("scaling " + kSeedLayout + " --scaling per-token");
+  for (const auto& row : per_token["gradients"]) {
+    EXPECT_DOUBLE_EQ(row["prescale"].get<double>(), 1.0);
+    EXPECT_TRUE(row["divide_by_global_tokens"].get<bool>());
+  }
+}
+
+// Seed 000 V4-Pro figures at a microbatch of one 8192-token packed sequence over CP2.
+TEST(CliVolume, SeedFigures) {
+  const double MiB = 1024.0 * 1024.0;
+  const auto j = run_json("volume " + kSeedLayout + " --preset v4-pro --seq 8192 --micro-batch 1");
+  EXPECT_EQ(j["rows_per_rank"], 4096);
+  EXPECT_EQ(j["unique_tokens_per_ep_group"], 262144);
+  EXPECT_EQ(j["assignments_per_ep_group"], 1572864);
+  EXPECT_DOUBLE_EQ(j["expected_rows_per_rank"].get<double>(), 24576);
+  EXPECT_DOUBLE_EQ(j["remote_dispatch_bytes"].get<double>() / MiB, 330.75);
+  EXPECT_DOUBLE_EQ(j["forward_bytes"].get<double>() / MiB, 661.5);
+  EXPECT_DOUBLE_EQ(j["forward_backward_bytes"].get<double>() / MiB, 1323);
+  EXPECT_DOUBLE_EQ(j["weight_bytes_per_stage"].get<double>() / (1024 * MiB), 5.90625);
+  EXPECT_DOUBLE_EQ(j["balance_flops_per_byte"].get<double>(), 6144);
+}
+
+TEST(CliVolume, HumanOutputStatesAssumptions) {
+  const auto r = run("volume " + kSeedLayout + " --seq 8192 --micro-batch 1");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* text : {"uniform routing", "dropless", "bf16", "330.75 MiB", "1323 MiB", "5.906 GiB", "6144"})
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+}
+
+// An invalid layout is one error line naming the rule, exit status 2.
+TEST(CliErrors, InvalidLayoutNamesTheRule) {
+  for (const char* command : {"groups", "scaling", "volume"}) {
+    const auto r = run(std::string(command) + " --world 1000 --pp 8 --cp 2 --ep 64");
+    EXPECT_EQ(r.status, 2) << command;
+    EXPECT_NE(r.output.find("must be divisible by tp·cp·pp"), std::string::npos) << r.output;
+  }
+  const auto order = run("groups --world 8 --ep 2 --order tp-cp-xp-dp-pp");
+  EXPECT_EQ(order.status, 2);
+  EXPECT_NE(order.output.find("token 'xp'"), std::string::npos) << order.output;
+}
+
+TEST(CliHelp, EveryCommandHasHelp) {
+  for (const char* command : {"groups", "scaling", "volume"}) {
+    const auto r = run(std::string(command) + " --help");
+    EXPECT_EQ(r.status, 0) << command;
+    for (const char* flag : {"--world", "--tp", "--cp", "--pp", "--ep", "--etp", "--order", "--json"})
+      EXPECT_NE(r.output.find(flag), std::string::npos) << command << " " << flag;
+  }
+}
+
+}  // namespace

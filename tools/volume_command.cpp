@@ -1,0 +1,115 @@
+// `moe-oracle volume`: communication and memory accounting of one MoE layer for a preset, layout and microbatch
+// (reference/ep_volume.hpp), with the assumptions it rests on.
+#include "reference/ep_volume.hpp"
+#include "tools/commands.hpp"
+#include "tools/layout_options.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace moe::cli {
+namespace {
+
+struct VolumeArgs {
+  ParallelLayout layout;
+  std::string preset = "v4-pro";
+  std::optional<int> seq;          // default: the preset's
+  std::optional<int> micro_batch;  // default: the preset's
+  std::optional<int> moe_layers_per_stage;
+  bool json = false;
+};
+
+void run(const VolumeArgs& a) {
+  const auto& preset = layer_preset(a.preset);
+  const int seq = a.seq.value_or(preset.seq);
+  const int micro_batch = a.micro_batch.value_or(preset.batch);
+  const auto v = ep_volume(preset, a.layout, seq, micro_batch, a.moe_layers_per_stage);
+
+  if (a.json) {
+    const nlohmann::json out = {
+        {"preset", preset.name},
+        {"layout", layout_json(a.layout)},
+        {"seq", seq},
+        {"micro_batch", micro_batch},
+        {"hidden", v.width},
+        {"ffn_hidden", v.ffn_hidden},
+        {"num_experts", v.num_experts},
+        {"topk", v.topk},
+        {"local_experts", v.local_experts},
+        {"moe_layers_per_stage", v.moe_layers_per_stage},
+        {"bytes_per_element", v.bytes_per_element},
+        {"rows_per_rank", v.rows_per_rank},
+        {"unique_tokens_per_ep_group", v.unique_tokens_per_ep_group},
+        {"assignments_per_ep_group", v.assignments_per_ep_group},
+        {"expected_rows_per_expert", v.expected_rows_per_expert},
+        {"expected_rows_per_rank", v.expected_rows_per_rank},
+        {"dispatch_bytes", v.dispatch_bytes},
+        {"remote_dispatch_bytes", v.remote_dispatch_bytes},
+        {"forward_bytes", v.forward_bytes},
+        {"forward_backward_bytes", v.forward_backward_bytes},
+        {"params_per_expert", v.params_per_expert},
+        {"weight_bytes_per_layer", v.weight_bytes_per_layer},
+        {"weight_bytes_per_stage", v.weight_bytes_per_stage},
+        {"allgather_rows", v.allgather_rows},
+        {"allgather_bytes", v.allgather_bytes},
+        {"alltoall_rows", v.alltoall_rows},
+        {"alltoall_bytes", v.alltoall_bytes},
+        {"balance_flops_per_byte", v.balance_flops_per_byte},
+        {"assumptions", v.assumptions}};
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+
+  std::cout << "preset " << preset.name << ": h " << v.width << ", E " << v.num_experts << ", k " << v.topk << ", d "
+            << v.ffn_hidden << "\n";
+  std::cout << "layout: " << describe(a.layout) << "\n";
+  std::cout << "microbatch: " << micro_batch << " × " << seq << " tokens; per MoE layer, per rank unless stated\n";
+  std::cout << "assumptions:\n";
+  for (const auto& s : v.assumptions) std::cout << "  - " << s << "\n";
+  std::cout << "\n";
+
+  TextTable t({"quantity", "formula", "value"});
+  t.add_row({"rows per rank", "n = b·S/(tp·cp)", with_commas(v.rows_per_rank)});
+  t.add_row({"unique tokens per EP group", "ep·n", with_commas(v.unique_tokens_per_ep_group)});
+  t.add_row({"assignments per EP group", "ep·n·k", with_commas(v.assignments_per_ep_group)});
+  t.add_row({"expected rows per expert", "etp·ep·n·k/E", count(v.expected_rows_per_expert)});
+  t.add_row({"expected rows per rank", "L·rows per expert, L = E/ep = " + std::to_string(v.local_experts),
+             count(v.expected_rows_per_rank)});
+  t.add_row({"dispatch payload (send, incl. local)", "n·k·h·2 B", mib(static_cast<double>(v.dispatch_bytes))});
+  t.add_row({"remote dispatch", "× (ep−1)/ep", mib(v.remote_dispatch_bytes)});
+  t.add_row({"forward EP volume", "dispatch + combine", mib(v.forward_bytes)});
+  t.add_row({"forward + backward EP volume", "four EP exchanges", mib(v.forward_backward_bytes)});
+  t.add_row({"routed-expert weights per layer", "L·3·h·d/etp·2 B", mib(static_cast<double>(v.weight_bytes_per_layer))});
+  t.add_row({"routed-expert weights per stage", std::to_string(v.moe_layers_per_stage) + " MoE layers",
+             mib(static_cast<double>(v.weight_bytes_per_stage))});
+  t.add_row({"AllGather receive buffer", "[etp·ep·n, h] = [" + with_commas(v.allgather_rows) + ", " +
+                                             std::to_string(v.width) + "]",
+             mib(static_cast<double>(v.allgather_bytes))});
+  t.add_row({"AlltoAll receive buffer (expected)", "[k·n, h] = [" + count(v.alltoall_rows) + ", " +
+                                                       std::to_string(v.width) + "]",
+             mib(v.alltoall_bytes)});
+  t.add_row({"balance point", "6hd FLOPs / (h FP8 + 2h BF16) B = 2d", trimmed(v.balance_flops_per_byte) + " FLOPs/Byte"});
+  t.print(std::cout);
+}
+
+}  // namespace
+
+void add_volume_command(CLI::App& app) {
+  auto args = std::make_shared<VolumeArgs>();
+  auto* cmd = app.add_subcommand("volume", "EP communication and routed-expert memory of one MoE layer for a preset, "
+                                           "layout and microbatch (uniform routing, bf16, dropless)");
+  add_layout_options(*cmd, args->layout);
+  cmd->add_option("--preset", args->preset, "model preset")->capture_default_str();
+  cmd->add_option("--seq", args->seq, "tokens per sample (packed sequence length); default: the preset's");
+  cmd->add_option("--micro-batch", args->micro_batch, "samples per microbatch (b); default: the preset's");
+  cmd->add_option("--moe-layers-per-stage", args->moe_layers_per_stage,
+                  "MoE layers on a stage; default: the fullest stage of an even split of the preset's depth");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->callback([args] { run(*args); });
+}
+
+}  // namespace moe::cli
