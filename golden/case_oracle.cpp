@@ -2,6 +2,7 @@
 
 #include "reference/random_init.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace moe::golden {

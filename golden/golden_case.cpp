@@ -3,7 +3,6 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
-#include <optional>
 #include <set>
 
 namespace moe::golden {

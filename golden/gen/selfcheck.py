@@ -97,6 +97,19 @@ def check_semantics():
     assert padded[:, 7].sum() == 3 and list(np.nonzero(padded[:, 0])[0]) == [1, 2], "padding: earliest free rows"
     ids = np.array([[10, 11, 12], [20, 21, 22]])  # [batch 2, seq 3]
     assert list(layer.row_token_ids(ids)) == [10, 20, 11, 21, 12, 22], "row s·batch + b holds input_ids[b, s]"
+    # aux on T = 2, E = 2, k = 1, softmax: s' = [[.5, .5], [.75, .25]]; both rows pick expert 0 (row 0 by the tie),
+    # c = [2, 0], P = [1.25, .75]: aux = coeff · E/(k·T²) · Σ P·c = coeff · 2/4 · 2.5.
+    aux_cfg = {"score_function": "softmax", "topk": 1, "num_experts": 2, "aux_loss_type": "aux", "aux_loss_coeff": 0.1}
+    logits = np.array([[0.0, 0.0], [np.log(3.0), 0.0]])
+    chosen = losses.aux_map(aux_cfg, losses.normalised_scores(aux_cfg, logits), [])
+    assert np.isclose(losses.aux_loss(aux_cfg, logits, 2, 1, chosen), 0.1 * 0.5 * 2.5), "aux formula"
+    # seq_aux with batch 2: rows 0 and 1 are two sequences of length 1, each aux = coeff · 2/1 · (P·c).
+    seq_cfg = dict(aux_cfg, aux_loss_type="seq_aux")
+    expected = 0.5 * (0.1 * 2 * 0.5 + 0.1 * 2 * 0.75)
+    assert np.isclose(losses.aux_loss(seq_cfg, logits, 1, 2, chosen), expected), "seq_aux: per sequence, mean over b"
+    z_cfg = {"z_loss_coeff": 0.5}
+    assert np.isclose(losses.z_loss(z_cfg, logits), 0.5 * (np.log(2.0) ** 2 + np.log(4.0) ** 2) / 2), "z-loss"
+    assert moe_math.softplus(np.array([25.0]))[0] == 25.0, "softplus is the identity above 20"
     print("ok: semantics facts")
 
 
