@@ -1,0 +1,37 @@
+#include "golden/case_compare.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace moe::golden {
+
+std::vector<TensorComparison> compare_outputs(const GoldenCase& expected,
+                                              const std::map<std::string, NpyArray>& computed) {
+  const Tolerance& tol = expected.header.tolerance;
+  std::vector<TensorComparison> result;
+  for (const auto& name : output_tensor_names(expected.header.config)) {
+    const auto it = computed.find(name);
+    if (it == computed.end()) throw CaseFormatError("the oracle produced no '" + name + "'");
+    const NpyArray& ref = expected.tensors.at(name);
+    if (it->second.shape != ref.shape) {
+      throw CaseFormatError("'" + name + "': computed shape " + it->second.shape_string() + " vs case " +
+                            ref.shape_string());
+    }
+    const std::vector<double> a = it->second.as_doubles(), b = ref.as_doubles();
+    TensorComparison cmp{name};
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      const double err = std::abs(a[i] - b[i]);
+      cmp.max_abs = std::max(cmp.max_abs, err);
+      if (b[i] != 0) {
+        cmp.max_rel = std::max(cmp.max_rel, err / std::abs(b[i]));
+      } else if (err > 0) {
+        cmp.max_rel = std::numeric_limits<double>::infinity();
+      }
+      if (!(err <= tol.atol + tol.rtol * std::abs(b[i]))) ++cmp.failing;  // NaN fails too
+    }
+    result.push_back(cmp);
+  }
+  return result;
+}
+
+}  // namespace moe::golden

@@ -1,0 +1,28 @@
+// Comparing computed output tensors with a case's expected ones: per tensor, the largest absolute and relative
+// error and whether every element meets |a − b| ≤ atol + rtol·|ref| (ref = the case's value). Integer and
+// boolean tensors go through the same rule, so with atol < 1 they must match exactly.
+#pragma once
+
+#include "golden/golden_case.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moe::golden {
+
+struct TensorComparison {
+  std::string name;
+  double max_abs = 0;
+  double max_rel = 0;        // over elements with ref ≠ 0; +inf when a zero reference is missed
+  std::int64_t failing = 0;  // elements outside the tolerance
+  bool pass() const { return failing == 0; }
+};
+
+// One entry per output tensor of the case, in output_tensor_names order. A computed tensor that is missing or
+// has another shape is an error (CaseFormatError), not a failure to report.
+std::vector<TensorComparison> compare_outputs(const GoldenCase& expected,
+                                              const std::map<std::string, NpyArray>& computed);
+
+}  // namespace moe::golden

@@ -1,0 +1,36 @@
+// A golden case on disk (DESIGN.md §5): a directory with case.json and one .npy per tensor, where the set of
+// tensors, their dtypes and shapes follow from the config and shape. Reading checks all of it: a missing or
+// extra tensor, a stray file, a wrong dtype or shape is a CaseFormatError naming the tensor.
+#pragma once
+
+#include "golden/case_json.hpp"
+#include "golden/npy.hpp"
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moe::golden {
+
+struct GoldenCase {
+  CaseHeader header;
+  std::map<std::string, NpyArray> tensors;  // name (file stem) -> array
+};
+
+// The input tensors of the layer (x, ids, parameters, grad_y) and the expected outputs, as the config selects
+// them. Together they are exactly the tensors a case holds.
+std::vector<std::string> input_tensor_names(const MoeConfig& config);
+std::vector<std::string> output_tensor_names(const MoeConfig& config);
+
+// Throws CaseFormatError when `name` does not have the dtype and shape §5 gives it for this case.
+void check_tensor(const CaseHeader& header, const std::string& name, const NpyArray& array);
+
+GoldenCase read_case(const std::filesystem::path& directory);
+// Creates the directory if needed; refuses to write into one that holds anything but a previous case's files.
+void write_case(const std::filesystem::path& directory, const GoldenCase& golden_case);
+
+// True when the directory holds a case.json (for `verify` given a folder of cases).
+bool is_case_directory(const std::filesystem::path& directory);
+
+}  // namespace moe::golden

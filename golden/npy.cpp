@@ -1,0 +1,303 @@
+#include "golden/npy.hpp"
+
+#include <bit>
+#include <cctype>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+namespace moe::golden {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the .npy reader assumes a little-endian host");
+
+constexpr std::string_view kMagic = "\x93NUMPY";
+constexpr std::size_t kPreamble = 10;          // magic, two version bytes, uint16 header length
+constexpr std::size_t kAlignment = 64;         // numpy pads the header so the data starts 64-byte aligned
+constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
+
+std::size_t item_size(NpyDtype dtype) { return dtype == NpyDtype::b1 ? 1 : 8; }
+
+[[noreturn]] void fail(const std::string& origin, const std::string& problem) {
+  throw NpyError(origin + ": not a supported .npy file: " + problem);
+}
+
+// The header dict: {'key': value, ...} with values 'string', True/False, or a tuple of integers.
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view text, const std::string& origin) : text_(text), origin_(origin) {}
+
+  struct Header {
+    std::string descr;
+    bool fortran_order = false;
+    std::vector<std::int64_t> shape;
+  };
+
+  Header parse() {
+    Header h;
+    std::map<std::string, bool> seen{{"descr", false}, {"fortran_order", false}, {"shape", false}};
+    expect('{');
+    while (!peek('}')) {
+      const std::string key = string_literal();
+      expect(':');
+      if (key == "descr") {
+        h.descr = string_literal();
+      } else if (key == "fortran_order") {
+        h.fortran_order = boolean_literal();
+      } else if (key == "shape") {
+        h.shape = integer_tuple();
+      } else {
+        fail(origin_, "unknown header key '" + key + "'");
+      }
+      if (seen[key]) fail(origin_, "header key '" + key + "' appears twice");
+      seen[key] = true;
+      if (!peek('}')) expect(',');
+    }
+    expect('}');
+    skip_space();
+    if (pos_ != text_.size()) fail(origin_, "text after the header dict");
+    for (const auto& [key, present] : seen) {
+      if (!present) fail(origin_, "header has no '" + key + "'");
+    }
+    return h;
+  }
+
+ private:
+  void skip_space() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  bool peek(char c) {
+    skip_space();
+    return pos_ < text_.size() && text_[pos_] == c;
+  }
+  void expect(char c) {
+    if (!peek(c)) fail(origin_, std::string("malformed header: expected '") + c + "' at offset " +
+                                    std::to_string(pos_));
+    ++pos_;
+  }
+  std::string string_literal() {
+    skip_space();
+    if (pos_ >= text_.size() || (text_[pos_] != '\'' && text_[pos_] != '"')) {
+      fail(origin_, "malformed header: expected a quoted string at offset " + std::to_string(pos_));
+    }
+    const char quote = text_[pos_++];
+    const std::size_t end = text_.find(quote, pos_);
+    if (end == std::string_view::npos) fail(origin_, "malformed header: unterminated string");
+    std::string s(text_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+    return s;
+  }
+  bool boolean_literal() {
+    skip_space();
+    for (const auto& [word, value] : {std::pair{std::string_view("True"), true}, {"False", false}}) {
+      if (text_.substr(pos_, word.size()) == word) {
+        pos_ += word.size();
+        return value;
+      }
+    }
+    fail(origin_, "malformed header: fortran_order must be True or False");
+  }
+  std::vector<std::int64_t> integer_tuple() {
+    std::vector<std::int64_t> dims;
+    expect('(');
+    while (!peek(')')) {
+      skip_space();
+      const std::size_t start = pos_;
+      std::int64_t value = 0;
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+        value = value * 10 + (text_[pos_++] - '0');
+        if (value > kMaxElements) fail(origin_, "shape dimension too large");
+      }
+      if (pos_ == start) fail(origin_, "malformed header: shape must be a tuple of non-negative integers");
+      dims.push_back(value);
+      if (!peek(')')) expect(',');
+    }
+    expect(')');
+    return dims;
+  }
+
+  std::string_view text_;
+  const std::string& origin_;
+  std::size_t pos_ = 0;
+};
+
+NpyDtype dtype_of(const std::string& descr, const std::string& origin) {
+  if (descr == "<f8") return NpyDtype::f8;
+  if (descr == "<i8") return NpyDtype::i8;
+  if (descr == "|b1") return NpyDtype::b1;
+  fail(origin, "dtype '" + descr + "' (the golden format uses only '<f8', '<i8' and '|b1')");
+}
+
+std::int64_t element_count(const std::vector<std::int64_t>& shape, const std::string& origin) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) {
+    if (d != 0 && n > kMaxElements / d) fail(origin, "shape has too many elements");
+    n *= d;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string_view npy_descr(NpyDtype dtype) {
+  switch (dtype) {
+    case NpyDtype::f8: return "<f8";
+    case NpyDtype::i8: return "<i8";
+    case NpyDtype::b1: return "|b1";
+  }
+  return "?";
+}
+
+std::int64_t NpyArray::size() const {
+  std::int64_t n = 1;
+  for (const std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string NpyArray::shape_string() const {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::vector<double> NpyArray::as_doubles() const {
+  switch (dtype) {
+    case NpyDtype::f8: return reals;
+    case NpyDtype::i8: return {integers.begin(), integers.end()};
+    case NpyDtype::b1: return {booleans.begin(), booleans.end()};
+  }
+  return {};
+}
+
+NpyArray NpyArray::of_reals(std::vector<std::int64_t> shape, std::vector<double> values) {
+  NpyArray a;
+  a.dtype = NpyDtype::f8;
+  a.shape = std::move(shape);
+  a.reals = std::move(values);
+  if (a.size() != static_cast<std::int64_t>(a.reals.size())) throw NpyError("of_reals: shape and value count differ");
+  return a;
+}
+
+NpyArray NpyArray::of_integers(std::vector<std::int64_t> shape, std::vector<std::int64_t> values) {
+  NpyArray a;
+  a.dtype = NpyDtype::i8;
+  a.shape = std::move(shape);
+  a.integers = std::move(values);
+  if (a.size() != static_cast<std::int64_t>(a.integers.size())) {
+    throw NpyError("of_integers: shape and value count differ");
+  }
+  return a;
+}
+
+NpyArray NpyArray::of_booleans(std::vector<std::int64_t> shape, std::vector<std::uint8_t> values) {
+  NpyArray a;
+  a.dtype = NpyDtype::b1;
+  a.shape = std::move(shape);
+  a.booleans = std::move(values);
+  if (a.size() != static_cast<std::int64_t>(a.booleans.size())) {
+    throw NpyError("of_booleans: shape and value count differ");
+  }
+  return a;
+}
+
+NpyArray parse_npy(std::string_view bytes, const std::string& origin) {
+  if (bytes.size() < kMagic.size() || bytes.substr(0, kMagic.size()) != kMagic) {
+    fail(origin, "bad magic (does not start with \\x93NUMPY)");
+  }
+  if (bytes.size() < kPreamble) fail(origin, "truncated in the preamble");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  const int minor = static_cast<unsigned char>(bytes[7]);
+  if (major != 1 || minor != 0) {
+    fail(origin, "format version " + std::to_string(major) + "." + std::to_string(minor) +
+                     (major > 1 ? " is newer than" : " is not") + " the supported version 1.0");
+  }
+  const std::size_t header_len = static_cast<unsigned char>(bytes[8]) |
+                                 (static_cast<std::size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+  if (bytes.size() < kPreamble + header_len) fail(origin, "truncated in the header");
+  const auto header = HeaderParser(bytes.substr(kPreamble, header_len), origin).parse();
+  if (header.fortran_order) fail(origin, "fortran_order is True (only C order is supported)");
+
+  NpyArray a;
+  a.dtype = dtype_of(header.descr, origin);
+  a.shape = header.shape;
+  const std::int64_t n = element_count(a.shape, origin);
+  const std::size_t need = static_cast<std::size_t>(n) * item_size(a.dtype);
+  const std::string_view data = bytes.substr(kPreamble + header_len);
+  if (data.size() < need) {
+    fail(origin, "truncated: the data has " + std::to_string(data.size()) + " bytes, shape " + a.shape_string() +
+                     " of " + header.descr + " needs " + std::to_string(need));
+  }
+  if (data.size() > need) fail(origin, std::to_string(data.size() - need) + " bytes after the data");
+  const auto count = static_cast<std::size_t>(n);
+  switch (a.dtype) {
+    case NpyDtype::f8:
+      a.reals.resize(count);
+      std::memcpy(a.reals.data(), data.data(), need);
+      break;
+    case NpyDtype::i8:
+      a.integers.resize(count);
+      std::memcpy(a.integers.data(), data.data(), need);
+      break;
+    case NpyDtype::b1:
+      a.booleans.assign(data.begin(), data.end());
+      for (std::size_t i = 0; i < count; ++i) {
+        if (a.booleans[i] > 1) fail(origin, "boolean element " + std::to_string(i) + " is neither 0 nor 1");
+      }
+      break;
+  }
+  return a;
+}
+
+std::string serialize_npy(const NpyArray& a) {
+  if (a.size() < 0 || static_cast<std::size_t>(a.size()) !=
+                          (a.dtype == NpyDtype::f8   ? a.reals.size()
+                           : a.dtype == NpyDtype::i8 ? a.integers.size()
+                                                     : a.booleans.size())) {
+    throw NpyError("serialize_npy: shape " + a.shape_string() + " does not match the number of values");
+  }
+  std::string shape = "(";
+  for (const std::int64_t d : a.shape) shape += std::to_string(d) + ", ";
+  if (a.shape.size() > 1) shape.resize(shape.size() - 2);      // (3, 4)
+  else if (a.shape.size() == 1) shape.resize(shape.size() - 1);  // (3,)
+  shape += ")";
+  std::string header = "{'descr': '" + std::string(npy_descr(a.dtype)) + "', 'fortran_order': False, 'shape': " +
+                       shape + ", }";
+  const std::size_t unpadded = kPreamble + header.size() + 1;
+  header.append((kAlignment - unpadded % kAlignment) % kAlignment, ' ');
+  header += '\n';
+
+  std::string out(kMagic);
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  switch (a.dtype) {
+    case NpyDtype::f8: out.append(reinterpret_cast<const char*>(a.reals.data()), a.reals.size() * 8); break;
+    case NpyDtype::i8: out.append(reinterpret_cast<const char*>(a.integers.data()), a.integers.size() * 8); break;
+    case NpyDtype::b1:
+      for (const std::uint8_t b : a.booleans) {
+        if (b > 1) throw NpyError("serialize_npy: boolean values must be 0 or 1");
+        out += static_cast<char>(b);
+      }
+      break;
+  }
+  return out;
+}
+
+NpyArray read_npy(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NpyError(path.string() + ": cannot open");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_npy(bytes, path.string());
+}
+
+void write_npy(const std::filesystem::path& path, const NpyArray& array) {
+  const std::string bytes = serialize_npy(array);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw NpyError(path.string() + ": cannot write");
+}
+
+}  // namespace moe::golden

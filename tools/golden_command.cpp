@@ -1,0 +1,181 @@
+// `moe-oracle golden verify|write`: golden cases (DESIGN.md §5) against the oracle.
+//   verify DIR...  runs the oracle on each case (a DIR holding case.json, or a folder of such DIRs) and prints per
+//                  tensor the max abs / max rel error and PASS/FAIL; exit status 0 only if every tensor passes.
+//   write          writes a new case from a config file, seeded inputs and the oracle.
+#include "golden/case_compare.hpp"
+#include "golden/case_oracle.hpp"
+#include "golden/golden_case.hpp"
+#include "tools/commands.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moe::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using golden::TensorComparison;
+
+struct VerifyOptions {
+  std::vector<std::string> paths;
+  bool json = false;
+};
+
+struct WriteOptions {
+  std::string config_file;
+  std::string out;
+  std::uint64_t seed = 1;
+  int seq = 8;
+  int batch = 2;
+  int vocab = 64;
+  bool json = false;
+};
+
+// Each path is a case, or a folder whose case subfolders are taken in name order.
+std::vector<fs::path> case_directories(const std::vector<std::string>& paths) {
+  std::vector<fs::path> cases;
+  for (const auto& p : paths) {
+    if (golden::is_case_directory(p)) {
+      cases.emplace_back(p);
+      continue;
+    }
+    if (!fs::is_directory(p)) throw std::invalid_argument(p + ": no such case or folder of cases");
+    std::vector<fs::path> found;
+    for (const auto& entry : fs::directory_iterator(p)) {
+      if (golden::is_case_directory(entry.path())) found.push_back(entry.path());
+    }
+    if (found.empty()) throw std::invalid_argument(p + ": holds no case.json and no case folders");
+    std::sort(found.begin(), found.end());
+    cases.insert(cases.end(), found.begin(), found.end());
+  }
+  return cases;
+}
+
+struct CaseResult {
+  std::string path;
+  std::string error;  // reading or running the case failed
+  std::vector<TensorComparison> tensors;
+  bool pass() const {
+    return error.empty() && std::all_of(tensors.begin(), tensors.end(), [](const auto& t) { return t.pass(); });
+  }
+};
+
+CaseResult verify_case(const fs::path& dir) {
+  CaseResult r;
+  r.path = dir.string();
+  try {
+    const golden::GoldenCase c = golden::read_case(dir);
+    r.tensors = golden::compare_outputs(c, golden::oracle_outputs(c.header.config, golden::oracle_inputs(c)));
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
+void print_table(const CaseResult& r) {
+  std::cout << "case " << r.path << "\n";
+  if (!r.error.empty()) {
+    std::cout << "  ERROR " << r.error << "\n";
+    return;
+  }
+  for (const auto& t : r.tensors) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-22s max_abs %10.3e  max_rel %10.3e  %s", t.name.c_str(), t.max_abs,
+                  t.max_rel, t.pass() ? "PASS" : "FAIL");
+    std::cout << line;
+    if (!t.pass()) std::cout << " (" << t.failing << " elements outside tolerance)";
+    std::cout << "\n";
+  }
+  std::cout << "  " << (r.pass() ? "PASS" : "FAIL") << "\n";
+}
+
+// max_rel is +inf when a zero reference was missed; JSON has no infinity, so it appears as null.
+nlohmann::json to_json(const CaseResult& r) {
+  nlohmann::json j{{"case", r.path}, {"pass", r.pass()}};
+  if (!r.error.empty()) j["error"] = r.error;
+  for (const auto& t : r.tensors) {
+    j["tensors"].push_back({{"name", t.name}, {"max_abs", t.max_abs}, {"max_rel", t.max_rel},
+                            {"failing", t.failing}, {"pass", t.pass()}});
+  }
+  return j;
+}
+
+void run_verify(const VerifyOptions& opt) {
+  std::vector<CaseResult> results;
+  for (const auto& dir : case_directories(opt.paths)) results.push_back(verify_case(dir));
+  const auto passed = std::count_if(results.begin(), results.end(), [](const auto& r) { return r.pass(); });
+  if (opt.json) {
+    nlohmann::json j{{"cases", nlohmann::json::array()}, {"passed", passed}, {"total", results.size()}};
+    for (const auto& r : results) j["cases"].push_back(to_json(r));
+    std::cout << j.dump(2) << "\n";
+  } else {
+    for (const auto& r : results) print_table(r);
+    std::cout << passed << " of " << results.size() << " cases pass\n";
+  }
+  if (passed != static_cast<std::ptrdiff_t>(results.size())) throw CLI::RuntimeError(1);
+}
+
+void run_write(const WriteOptions& opt) {
+  std::ifstream in(opt.config_file);
+  if (!in) throw std::invalid_argument(opt.config_file + ": cannot open");
+  nlohmann::json config_json;
+  try {
+    config_json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::invalid_argument(opt.config_file + ": invalid JSON: " + e.what());
+  }
+  const MoeConfig config = golden::config_from_json(config_json);
+  const std::string description = "written by moe-oracle golden write from " +
+                                  fs::path(opt.config_file).filename().string() + ", seed " +
+                                  std::to_string(opt.seed);
+  golden::write_case(opt.out, golden::oracle_case(config, opt.seq, opt.batch, opt.vocab, opt.seed,
+                                                  golden::Tolerance{}, description));
+  if (opt.json) {
+    std::cout << nlohmann::json{{"wrote", opt.out}, {"description", description}}.dump(2) << "\n";
+  } else {
+    std::cout << "wrote " << opt.out << "\n";
+  }
+}
+
+}  // namespace
+
+void add_golden_command(CLI::App& app) {
+  auto* golden = app.add_subcommand("golden", "Golden cases (format moe-golden/1): verify them, write new ones");
+  golden->require_subcommand(1);
+
+  auto verify = std::make_shared<VerifyOptions>();
+  auto* v = golden->add_subcommand(
+      "verify", "Run the oracle on golden cases and compare every output tensor (exit status 0 only if all pass)");
+  v->add_option("DIR", verify->paths, "case folders (holding case.json), or folders of case folders")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  v->add_flag("--json", verify->json, "machine-readable output");
+  v->callback([verify] { run_verify(*verify); });
+
+  auto write = std::make_shared<WriteOptions>();
+  auto* w = golden->add_subcommand(
+      "write", "Write a case: seeded inputs (moe::random_params/inputs/grad_y) and the oracle's outputs");
+  w->add_option("--config", write->config_file, "JSON file holding a case's \"config\" object (DESIGN.md §5)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  w->add_option("--out", write->out, "case folder to create (an existing one may hold only a previous case)")
+      ->required();
+  w->add_option("--seed", write->seed, "seed of the inputs")->capture_default_str();
+  w->add_option("--seq", write->seq, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
+  w->add_option("--batch", write->batch, "micro-batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  w->add_option("--vocab", write->vocab, "vocabulary size (hash routing's tid2eid rows)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  w->add_flag("--json", write->json, "machine-readable output");
+  w->callback([write] { run_write(*write); });
+}
+
+}  // namespace moe::cli
