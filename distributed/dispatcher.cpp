@@ -1,0 +1,44 @@
+#include "distributed/dispatcher.hpp"
+
+#include "distributed/allgather_dispatcher.hpp"
+#include "distributed/alltoall_dispatcher.hpp"
+#include "distributed/flex_dispatcher.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace moe::dist {
+
+std::string_view to_string(DispatcherKind kind) {
+  switch (kind) {
+    case DispatcherKind::alltoall: return "alltoall";
+    case DispatcherKind::allgather: return "allgather";
+    case DispatcherKind::flex: return "flex";
+  }
+  return "?";
+}
+
+DispatcherKind parse_dispatcher(std::string_view name) {
+  for (auto k : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex})
+    if (to_string(k) == name) return k;
+  throw std::invalid_argument("unknown dispatcher '" + std::string(name) + "' (alltoall, allgather, flex)");
+}
+
+template <typename T>
+std::unique_ptr<Dispatcher<T>> make_dispatcher(DispatcherKind kind, const DispatchGroups& groups, int num_experts) {
+  if (!groups.ep || !groups.expt_tp || !groups.tp_ep)
+    throw std::invalid_argument("dispatcher: the ep, expt_tp and tp_ep groups are all required");
+  if (num_experts % groups.ep->size() != 0)
+    throw std::invalid_argument("dispatcher: ep must divide num_experts");
+  switch (kind) {
+    case DispatcherKind::alltoall: return std::make_unique<AlltoAllDispatcher<T>>(groups, num_experts);
+    case DispatcherKind::allgather: return std::make_unique<AllGatherDispatcher<T>>(groups, num_experts);
+    case DispatcherKind::flex: return std::make_unique<FlexDispatcher<T>>(groups, num_experts);
+  }
+  throw std::invalid_argument("dispatcher: unknown kind");
+}
+
+template std::unique_ptr<Dispatcher<double>> make_dispatcher<double>(DispatcherKind, const DispatchGroups&, int);
+template std::unique_ptr<Dispatcher<float>> make_dispatcher<float>(DispatcherKind, const DispatchGroups&, int);
+
+}  // namespace moe::dist

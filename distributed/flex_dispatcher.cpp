@@ -1,0 +1,122 @@
+#include "distributed/flex_dispatcher.hpp"
+
+#include "distributed/row_collectives.hpp"
+#include "distributed/token_kernels.hpp"
+
+#include <span>
+
+namespace moe::dist {
+
+template <typename T>
+FlexDispatcher<T>::FlexDispatcher(const DispatchGroups& groups, int num_experts)
+    : domain_(*groups.tp_ep), num_experts_(num_experts) {
+  etp_ = groups.expt_tp->size();
+  local_experts_ = num_experts / groups.ep->size();
+}
+
+template <typename T>
+ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<T>& probs, const BoolMatrix& map) {
+  const int peers = domain_.size(), L = local_experts_;
+  tokens_ = tokens.rows();
+  // Destination q = etp' + etp·ep' holds experts [ep'·L, ep'·L + L); a token goes there once if it selected any.
+  sent_tokens_.clear();
+  sent_first_expert_.clear();
+  send_counts_.assign(static_cast<size_t>(peers), 0);
+  for (int q = 0; q < peers; ++q) {
+    const int first = (q / etp_) * L;
+    for (Eigen::Index t = 0; t < tokens_; ++t)
+      if (map.row(t).segment(first, L).any()) {
+        sent_tokens_.push_back(t);
+        sent_first_expert_.push_back(first);
+        ++send_counts_[static_cast<size_t>(q)];
+      }
+  }
+  const auto rows = static_cast<Eigen::Index>(sent_tokens_.size());
+  Matrix<T> send_probs(rows, L);
+  IndexMatrix send_map(rows, L);
+  for (Eigen::Index j = 0; j < rows; ++j) {
+    const auto t = sent_tokens_[static_cast<size_t>(j)];
+    const int first = sent_first_expert_[static_cast<size_t>(j)];
+    send_probs.row(j) = probs.row(t).segment(first, L);
+    send_map.row(j) = map.row(t).segment(first, L).template cast<std::int64_t>();
+  }
+
+  recv_counts_.assign(static_cast<size_t>(peers), 0);
+  domain_.alltoallv<std::int64_t>(send_counts_, std::vector<std::int64_t>(static_cast<size_t>(peers), 1), recv_counts_,
+                                  std::vector<std::int64_t>(static_cast<size_t>(peers), 1));
+  const Matrix<T> x = alltoallv_rows(domain_, kernels::gather_rows(tokens, sent_tokens_), send_counts_, recv_counts_);
+  const Matrix<T> p = alltoallv_rows(domain_, send_probs, send_counts_, recv_counts_);
+  const IndexMatrix m = alltoallv_rows(domain_, send_map, send_counts_, recv_counts_);
+  received_ = x.rows();
+
+  // Local permute: received rows duplicated per selected local expert, expert-major.
+  ExpertRows<T> out;
+  local_rows_.clear();
+  std::vector<T> row_probs;
+  for (int i = 0; i < L; ++i) {
+    std::int64_t count = 0;
+    for (Eigen::Index j = 0; j < received_; ++j)
+      if (m(j, i)) {
+        local_rows_.push_back(j);
+        row_probs.push_back(p(j, i));
+        ++count;
+      }
+    out.group_sizes.push_back(count);
+  }
+  out.x = kernels::gather_rows(x, local_rows_);
+  out.probs = Eigen::Map<const Vector<T>>(row_probs.data(), static_cast<Eigen::Index>(row_probs.size()));
+  return out;
+}
+
+template <typename T>
+template <typename M>
+M FlexDispatcher<T>::return_to_sources(const M& received) const {
+  return alltoallv_rows(domain_, received, recv_counts_, send_counts_);
+}
+
+template <typename T>
+Matrix<T> FlexDispatcher<T>::combine(const Matrix<T>& expert_out) {
+  // One row per received token: the sum over its local experts, then back to the source.
+  Matrix<T> per_token = Matrix<T>::Zero(received_, expert_out.cols());
+  kernels::scatter_add_rows(expert_out, local_rows_, {}, per_token);
+  const Matrix<T> back = return_to_sources(per_token);
+  Matrix<T> y = Matrix<T>::Zero(tokens_, expert_out.cols());
+  kernels::scatter_add_rows(back, sent_tokens_, {}, y);
+  return y;
+}
+
+template <typename T>
+Matrix<T> FlexDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
+  const Matrix<T> received =
+      alltoallv_rows(domain_, kernels::gather_rows(grad_y, sent_tokens_), send_counts_, recv_counts_);
+  return kernels::gather_rows(received, local_rows_);
+}
+
+template <typename T>
+void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
+                                          Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
+  const int L = local_experts_;
+  Matrix<T> per_token = Matrix<T>::Zero(received_, grad_rows.cols());
+  kernels::scatter_add_rows(grad_rows, local_rows_, {}, per_token);
+  // The probability gradient of expert row r belongs to (received row, local expert i); rows are expert-major.
+  Matrix<T> per_token_probs = Matrix<T>::Zero(received_, L);
+  size_t r = 0;
+  for (int i = 0; i < L; ++i)
+    for (Eigen::Index j = 0; j < received_; ++j)
+      if (r < local_rows_.size() && local_rows_[r] == j) {
+        per_token_probs(j, i) += grad_row_probs(static_cast<Eigen::Index>(r));
+        ++r;
+      }
+  const Matrix<T> back = return_to_sources(per_token);
+  const Matrix<T> back_probs = return_to_sources(per_token_probs);
+  grad_tokens = Matrix<T>::Zero(tokens_, grad_rows.cols());
+  kernels::scatter_add_rows(back, sent_tokens_, {}, grad_tokens);
+  grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
+  for (size_t j = 0; j < sent_tokens_.size(); ++j)
+    grad_probs.row(sent_tokens_[j]).segment(sent_first_expert_[j], L) += back_probs.row(static_cast<Eigen::Index>(j));
+}
+
+template class FlexDispatcher<double>;
+template class FlexDispatcher<float>;
+
+}  // namespace moe::dist
