@@ -176,17 +176,23 @@ Matrix<T> route_local_backward(const MoeConfig& c, const LocalRouting<T>& r, con
   }
   if (post_softmax) return grad_logits;
 
-  const Array<T> s = r.scores.array(), g = grad_scores.array();
-  switch (c.score_function) {
+  return score_backward(c.score_function, r.logits, r.scores, grad_scores);
+}
+
+template <typename T>
+Matrix<T> score_backward(ScoreFunction f, const Matrix<T>& logits, const Matrix<T>& scores,
+                         const Matrix<T>& grad_scores) {
+  const Array<T> s = scores.array(), g = grad_scores.array();
+  switch (f) {
     case ScoreFunction::softmax: return (s * (g.colwise() - (s * g).rowwise().sum())).matrix();
     case ScoreFunction::sigmoid: return (g * s * (T(1) - s)).matrix();
     case ScoreFunction::sqrtsoftplus: {
-      const Array<T> l = r.logits.array();
-      const Array<T> dsp = (l > T(20)).select(Array<T>::Ones(n, c.num_experts), T(1) / (T(1) + (-l).exp()));
+      const Array<T> l = logits.array();
+      const Array<T> dsp = (l > T(20)).select(Array<T>::Ones(l.rows(), l.cols()), T(1) / (T(1) + (-l).exp()));
       return (g * dsp / (T(2) * s)).matrix();
     }
   }
-  return grad_logits;
+  return grad_scores;
 }
 
 template LocalRouting<double> route_local<double>(const MoeConfig&, const Matrix<double>&, const Matrix<double>&,
@@ -196,5 +202,9 @@ template LocalRouting<float> route_local<float>(const MoeConfig&, const Matrix<f
 template Matrix<double> route_local_backward<double>(const MoeConfig&, const LocalRouting<double>&,
                                                      const Matrix<double>&);
 template Matrix<float> route_local_backward<float>(const MoeConfig&, const LocalRouting<float>&, const Matrix<float>&);
+template Matrix<double> score_backward<double>(ScoreFunction, const Matrix<double>&, const Matrix<double>&,
+                                               const Matrix<double>&);
+template Matrix<float> score_backward<float>(ScoreFunction, const Matrix<float>&, const Matrix<float>&,
+                                             const Matrix<float>&);
 
 }  // namespace moe::dist

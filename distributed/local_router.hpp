@@ -34,6 +34,11 @@ template <typename T>
 LocalRouting<T> route_local(const MoeConfig& config, const Matrix<T>& x, const Matrix<T>& router_weight,
                             const Vector<T>& expert_bias, const IndexMatrix& tid2eid, const RouterInputs& in);
 
+// dL/dlogits from dL/dscores, whole matrices (softmax, sigmoid, sqrt(softplus) with torch's threshold).
+template <typename T>
+Matrix<T> score_backward(ScoreFunction f, const Matrix<T>& logits, const Matrix<T>& scores,
+                         const Matrix<T>& grad_scores);
+
 // dL/dlogits [n, E] from dL/dprobs [n, E] (dropped and padded slots carry none).
 template <typename T>
 Matrix<T> route_local_backward(const MoeConfig& config, const LocalRouting<T>& routing, const Matrix<T>& grad_probs);
