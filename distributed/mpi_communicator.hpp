@@ -6,7 +6,8 @@
 //     (MPI_Allreduce may reassociate), which keeps results bitwise equal to the in-process backend;
 //   - send is buffered (a copy plus MPI_Isend, completed later), as in-process, so exchanges cannot deadlock on
 //     send. recv checks the message length in bytes; MPI cannot tell element types apart, in-process ranks can;
-//   - MPI errors become std::runtime_error (the communicator uses MPI_ERRORS_RETURN).
+//   - MPI errors become std::runtime_error (the communicator uses MPI_ERRORS_RETURN);
+//   - one thread per process calls it (MPI_THREAD_FUNNELED); OpenMP inside a rank's compute is fine.
 // This header hides mpi.h; the world communicator is a duplicate of MPI_COMM_WORLD, so its traffic never matches
 // messages of other code in the process.
 #pragma once

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -41,10 +42,13 @@ int report(const std::vector<moe::conformance::CaseResult>& results, int rank, i
 
 int main(int argc, char** argv) {
   moe::MpiRuntime mpi(argc, argv);
+  // Outside the try block, so that on an error MPI_Abort runs before the communicator's destructor would wait
+  // for sends that will never be received.
+  std::optional<moe::MpiCommunicator> world;
   int failed = 0;
   try {
-    moe::MpiCommunicator world(mpi);
-    failed = report(moe::conformance::run_conformance(world), world.rank(), world.size());
+    world.emplace(mpi);
+    failed = report(moe::conformance::run_conformance(*world), world->rank(), world->size());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpi_conformance: %s\n", e.what());
     mpi.abort(2);
