@@ -21,8 +21,8 @@ template <typename Get, typename Show>
 void require_same(std::span<const CollectiveCall> calls, const char* property, Get get, Show show) {
   for (std::size_t r = 1; r < calls.size(); ++r) {
     if (get(calls[r]) != get(calls[0])) {
-      fail(calls[0].kind, "rank 0 passes " + show(get(calls[0])) + " but rank " + str(std::int64_t(r)) +
-                              " passes " + show(get(calls[r])) + " (" + property + " must match on every rank)");
+      fail(calls[0].kind, "rank 0 passes " + show(get(calls[0])) + " but rank " + str(std::int64_t(r)) + " passes " +
+                              show(get(calls[r])) + " (" + property + " must match on every rank)");
     }
   }
 }
@@ -30,8 +30,8 @@ void require_same(std::span<const CollectiveCall> calls, const char* property, G
 void require_per_peer(const CollectiveCall& c, std::int64_t rank, const Counts& v, const char* name,
                       std::int64_t ranks) {
   if (std::int64_t(v.size()) != ranks) {
-    fail(c.kind, "rank " + str(rank) + " passes " + str(std::int64_t(v.size())) + " " + name + " for " +
-                     str(ranks) + " ranks (one entry per rank)");
+    fail(c.kind, "rank " + str(rank) + " passes " + str(std::int64_t(v.size())) + " " + name + " for " + str(ranks) +
+                     " ranks (one entry per rank)");
   }
 }
 
@@ -46,8 +46,8 @@ void require_blocks(const CollectiveCall& c, std::int64_t rank, const Counts& co
     }
     if (displs[j] + counts[j] > size) {
       fail(c.kind, "rank " + str(rank) + "'s " + which + " block of rank " + str(std::int64_t(j)) + " [" +
-                       str(displs[j]) + ", " + str(displs[j] + counts[j]) + ") exceeds its " + which +
-                       " buffer of " + str(size) + " elements");
+                       str(displs[j]) + ", " + str(displs[j] + counts[j]) + ") exceeds its " + which + " buffer of " +
+                       str(size) + " elements");
     }
   }
   if (!disjoint) return;
@@ -65,8 +65,9 @@ void require_blocks(const CollectiveCall& c, std::int64_t rank, const Counts& co
 }
 
 void check_reduction(std::span<const CollectiveCall> calls) {
-  require_same(calls, "the reduce op", [](const CollectiveCall& c) { return c.op; },
-               [](ReduceOp op) { return std::string(reduce_op_name(op)); });
+  require_same(
+      calls, "the reduce op", [](const CollectiveCall& c) { return c.op; },
+      [](ReduceOp op) { return std::string(reduce_op_name(op)); });
   if (calls[0].op == ReduceOp::avg && !is_floating(calls[0].type)) {
     fail(calls[0].kind, "ReduceOp::avg on " + std::string(element_type_name(calls[0].type)) +
                             " elements (avg needs a floating-point element type)");
@@ -75,13 +76,15 @@ void check_reduction(std::span<const CollectiveCall> calls) {
 
 void check_broadcast(std::span<const CollectiveCall> calls) {
   const auto ranks = std::int64_t(calls.size());
-  require_same(calls, "the root", [](const CollectiveCall& c) { return c.root; },
-               [](std::int64_t root) { return "root " + str(root); });
+  require_same(
+      calls, "the root", [](const CollectiveCall& c) { return c.root; },
+      [](std::int64_t root) { return "root " + str(root); });
   if (calls[0].root < 0 || calls[0].root >= ranks) {
     fail(calls[0].kind, "root " + str(calls[0].root) + " is outside [0, " + str(ranks) + ")");
   }
-  require_same(calls, "the element count", [](const CollectiveCall& c) { return c.send_size; },
-               [](std::int64_t n) { return str(n) + " elements"; });
+  require_same(
+      calls, "the element count", [](const CollectiveCall& c) { return c.send_size; },
+      [](std::int64_t n) { return str(n) + " elements"; });
 }
 
 void check_allgatherv(std::span<const CollectiveCall> calls) {
@@ -103,12 +106,13 @@ void check_allgatherv(std::span<const CollectiveCall> calls) {
 void check_reduce_scatterv(std::span<const CollectiveCall> calls) {
   const auto ranks = std::int64_t(calls.size());
   require_per_peer(calls[0], 0, calls[0].recv_counts, "recv_counts", ranks);
-  require_same(calls, "recv_counts", [](const CollectiveCall& c) { return c.recv_counts; },
-               [](const Counts& v) {
-                 std::string s = "recv_counts [";
-                 for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + str(v[i]);
-                 return s + "]";
-               });
+  require_same(
+      calls, "recv_counts", [](const CollectiveCall& c) { return c.recv_counts; },
+      [](const Counts& v) {
+        std::string s = "recv_counts [";
+        for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + str(v[i]);
+        return s + "]";
+      });
   const Counts& counts = calls[0].recv_counts;
   if (std::any_of(counts.begin(), counts.end(), [](std::int64_t n) { return n < 0; })) {
     fail(calls[0].kind, "a negative entry in recv_counts (counts are >= 0)");
@@ -154,10 +158,12 @@ void check_sizes(std::span<const CollectiveCall> calls) {
   const CollectiveKind kind = calls[0].kind;
   const auto count = [](std::int64_t n) { return str(n) + " elements"; };
   if (kind == CollectiveKind::allreduce || kind == CollectiveKind::allgather) {
-    require_same(calls, "the element count", [](const CollectiveCall& c) { return c.send_size; }, count);
+    require_same(
+        calls, "the element count", [](const CollectiveCall& c) { return c.send_size; }, count);
   }
   if (kind == CollectiveKind::reduce_scatter) {
-    require_same(calls, "the block size", [](const CollectiveCall& c) { return c.recv_size; }, count);
+    require_same(
+        calls, "the block size", [](const CollectiveCall& c) { return c.recv_size; }, count);
   }
   for (std::int64_t r = 0; r < ranks; ++r) {
     const auto& c = calls[r];
@@ -205,9 +211,9 @@ std::string_view reduce_op_name(ReduceOp op) {
 
 // Layout: 10 scalars, then each per-peer vector as its length followed by its entries.
 std::vector<std::int64_t> encode(const CollectiveCall& c) {
-  std::vector<std::int64_t> w{std::int64_t(c.kind), std::int64_t(c.type), std::int64_t(c.op), c.root,
-                              c.color,              c.key,               c.send_size,        c.recv_size,
-                              c.in_place,           c.buffers_overlap};
+  std::vector<std::int64_t> w{
+      std::int64_t(c.kind), std::int64_t(c.type), std::int64_t(c.op), c.root,           c.color, c.key,
+      c.send_size,          c.recv_size,          c.in_place,         c.buffers_overlap};
   for (const Counts* v : {&c.send_counts, &c.send_displs, &c.recv_counts, &c.recv_displs}) {
     w.push_back(std::int64_t(v->size()));
     w.insert(w.end(), v->begin(), v->end());
@@ -267,8 +273,9 @@ void check_calls(std::span<const CollectiveCall> calls) {
     }
     return;
   }
-  require_same(calls, "the element type", [](const CollectiveCall& c) { return c.type; },
-               [](ElementType t) { return std::string(element_type_name(t)) + " elements"; });
+  require_same(
+      calls, "the element type", [](const CollectiveCall& c) { return c.type; },
+      [](ElementType t) { return std::string(element_type_name(t)) + " elements"; });
   for (std::size_t r = 0; r < calls.size(); ++r) {
     if (calls[r].buffers_overlap) {
       fail(kind, "rank " + str(std::int64_t(r)) +

@@ -37,14 +37,14 @@ enum class ReduceOp : std::int64_t { sum, avg, max, min };
 struct CollectiveCall {
   CollectiveKind kind = CollectiveKind::barrier;
   ElementType type = ElementType::f64;
-  ReduceOp op = ReduceOp::sum;  // allreduce, reduce_scatter, reduce_scatterv
-  std::int64_t root = 0;        // broadcast
-  std::int64_t color = 0;       // split
-  std::int64_t key = 0;         // split
-  std::int64_t send_size = 0;   // elements in the send buffer (broadcast: the data buffer)
-  std::int64_t recv_size = 0;   // elements in the receive buffer
-  bool in_place = false;        // the receive buffer is the send buffer (in-place allreduce, broadcast)
-  bool buffers_overlap = false; // send and receive buffers overlap although the call is not in place
+  ReduceOp op = ReduceOp::sum;   // allreduce, reduce_scatter, reduce_scatterv
+  std::int64_t root = 0;         // broadcast
+  std::int64_t color = 0;        // split
+  std::int64_t key = 0;          // split
+  std::int64_t send_size = 0;    // elements in the send buffer (broadcast: the data buffer)
+  std::int64_t recv_size = 0;    // elements in the receive buffer
+  bool in_place = false;         // the receive buffer is the send buffer (in-place allreduce, broadcast)
+  bool buffers_overlap = false;  // send and receive buffers overlap although the call is not in place
   std::vector<std::int64_t> send_counts, send_displs, recv_counts, recv_displs;
 };
 

@@ -33,8 +33,8 @@ void check_partition(const std::vector<std::span<const std::int64_t>>& lists) {
     for (std::int64_t member : list) {
       if (!std::ranges::equal(lists[member], list)) {
         throw std::invalid_argument("subgroup: rank " + std::to_string(r) + " lists " + show(list) +
-                                    " but its member rank " + std::to_string(member) + " lists " +
-                                    show(lists[member]) + " (every member of a group passes the same list)");
+                                    " but its member rank " + std::to_string(member) + " lists " + show(lists[member]) +
+                                    " (every member of a group passes the same list)");
       }
     }
   }
@@ -95,8 +95,8 @@ std::vector<std::int64_t> packed_displacements(std::span<const std::int64_t> cou
 
 void Communicator::check_peer(const char* op, const char* role, int peer, int tag) const {
   if (peer < 0 || peer >= size()) {
-    throw std::invalid_argument(std::string(op) + ": " + role + " rank " + std::to_string(peer) +
-                                " is outside [0, " + std::to_string(size()) + ")");
+    throw std::invalid_argument(std::string(op) + ": " + role + " rank " + std::to_string(peer) + " is outside [0, " +
+                                std::to_string(size()) + ")");
   }
   if (tag < 0 || tag > max_tag) {
     throw std::invalid_argument(std::string(op) + ": tag " + std::to_string(tag) + " is outside [0, " +

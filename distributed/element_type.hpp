@@ -16,15 +16,19 @@ namespace moe {
 enum class ElementType : std::int64_t { f64, f32, i64, i32 };
 
 template <typename T>
-concept CommElement = std::same_as<T, double> || std::same_as<T, float> || std::same_as<T, std::int64_t> ||
-                      std::same_as<T, std::int32_t>;
+concept CommElement =
+    std::same_as<T, double> || std::same_as<T, float> || std::same_as<T, std::int64_t> || std::same_as<T, std::int32_t>;
 
 template <CommElement T>
 constexpr ElementType element_type_of() {
-  if constexpr (std::same_as<T, double>) return ElementType::f64;
-  else if constexpr (std::same_as<T, float>) return ElementType::f32;
-  else if constexpr (std::same_as<T, std::int64_t>) return ElementType::i64;
-  else return ElementType::i32;
+  if constexpr (std::same_as<T, double>)
+    return ElementType::f64;
+  else if constexpr (std::same_as<T, float>)
+    return ElementType::f32;
+  else if constexpr (std::same_as<T, std::int64_t>)
+    return ElementType::i64;
+  else
+    return ElementType::i32;
 }
 
 // Calls f.template operator()<T>() with the C++ type of `type`: the one switch over element types.

@@ -98,9 +98,9 @@ void InprocCommunicator::recv_bytes(ElementType type, void* data, std::int64_t c
   const Message m = group_->recv(rank_, source, tag);
   if (m.type != type || m.count != count) {
     throw std::invalid_argument("recv: rank " + std::to_string(source) + " sent " + std::to_string(m.count) + " " +
-                                std::string(element_type_name(m.type)) + " elements with tag " +
-                                std::to_string(tag) + " but rank " + std::to_string(rank_) + " receives " +
-                                std::to_string(count) + " " + std::string(element_type_name(type)) +
+                                std::string(element_type_name(m.type)) + " elements with tag " + std::to_string(tag) +
+                                " but rank " + std::to_string(rank_) + " receives " + std::to_string(count) + " " +
+                                std::string(element_type_name(type)) +
                                 " (a message must fill the receive buffer exactly)");
   }
   if (count > 0) std::memcpy(data, m.bytes.data(), m.bytes.size());

@@ -105,7 +105,8 @@ void Group::depart(int rank, CollectiveKind kind) {
 // Runs once, by the last rank to arrive: groups by color, ranks within a group by (key, parent rank).
 void Group::build_split() {
   std::map<std::int64_t, std::vector<std::pair<std::int64_t, int>>> by_color;
-  for (int r = 0; r < size(); ++r) by_color[posts_[std::size_t(r)].call.color].emplace_back(posts_[std::size_t(r)].call.key, r);
+  for (int r = 0; r < size(); ++r)
+    by_color[posts_[std::size_t(r)].call.color].emplace_back(posts_[std::size_t(r)].call.key, r);
   for (auto& [color, ranks] : by_color) {
     std::sort(ranks.begin(), ranks.end());
     std::vector<int> members;

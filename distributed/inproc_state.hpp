@@ -54,7 +54,7 @@ class WorldState {
  private:
   struct RankState {
     bool finished = false;
-    const std::string* waiting_for = nullptr;     // set while blocked in wait()
+    const std::string* waiting_for = nullptr;      // set while blocked in wait()
     const std::function<bool()>* ready = nullptr;  // its condition, evaluated by the deadlock check
   };
   void abort_if_deadlocked();

@@ -35,7 +35,8 @@ MPI_Datatype datatype(ElementType type) {
 // MPI counts are int; ours are int64 so that callers never narrow.
 int to_int(std::int64_t n) {
   if (n < 0 || n > INT_MAX) {
-    throw std::invalid_argument("MPI backend: count " + std::to_string(n) + " is outside [0, INT_MAX] (MPI counts are int)");
+    throw std::invalid_argument("MPI backend: count " + std::to_string(n) +
+                                " is outside [0, INT_MAX] (MPI counts are int)");
   }
   return int(n);
 }
@@ -85,8 +86,7 @@ MPI_Comm duplicate_world() {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(const MpiRuntime&)
-    : state_(std::make_unique<State>(duplicate_world(), "world")) {}
+MpiCommunicator::MpiCommunicator(const MpiRuntime&) : state_(std::make_unique<State>(duplicate_world(), "world")) {}
 
 MpiCommunicator::MpiCommunicator(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
@@ -199,8 +199,7 @@ void MpiCommunicator::send_bytes(ElementType type, const void* data, std::int64_
   state_->reap_completed_sends();
   PendingSend p{std::vector<std::byte>(std::size_t(count) * element_size(type)), MPI_REQUEST_NULL};
   if (count > 0) std::memcpy(p.bytes.data(), data, p.bytes.size());
-  check(MPI_Isend(p.bytes.data(), to_int(std::int64_t(p.bytes.size())), MPI_BYTE, dest, tag, state_->comm,
-                  &p.request),
+  check(MPI_Isend(p.bytes.data(), to_int(std::int64_t(p.bytes.size())), MPI_BYTE, dest, tag, state_->comm, &p.request),
         "MPI_Isend");
   state_->pending.push_back(std::move(p));
 }
@@ -215,9 +214,9 @@ void MpiCommunicator::recv_bytes(ElementType type, void* data, std::int64_t coun
     std::vector<std::byte> discarded(static_cast<std::size_t>(bytes));  // consume it, as the in-process backend does
     check(MPI_Recv(discarded.data(), bytes, MPI_BYTE, source, tag, state_->comm, MPI_STATUS_IGNORE), "MPI_Recv");
     throw std::invalid_argument("recv: rank " + std::to_string(source) + " sent " + std::to_string(bytes) +
-                                " bytes with tag " + std::to_string(tag) + " but rank " +
-                                std::to_string(state_->rank) + " receives " + std::to_string(count) + " " +
-                                std::string(element_type_name(type)) + " elements of " + std::to_string(expected) +
+                                " bytes with tag " + std::to_string(tag) + " but rank " + std::to_string(state_->rank) +
+                                " receives " + std::to_string(count) + " " + std::string(element_type_name(type)) +
+                                " elements of " + std::to_string(expected) +
                                 " bytes (a message must fill the receive buffer exactly)");
   }
   check(MPI_Recv(data, bytes, MPI_BYTE, source, tag, state_->comm, MPI_STATUS_IGNORE), "MPI_Recv");

@@ -76,7 +76,8 @@ TEST(CheckCalls, NamesBothRanksOfAnAlltoallvMismatch) {
 TEST(CheckCalls, RejectsAReceiveBlockPastTheBuffer) {
   CollectiveCall c = alltoallv({1}, {1});
   c.recv_displs = {1};
-  EXPECT_EQ(verdict({c}), "alltoallv: rank 0's receive block of rank 0 [1, 2) exceeds its receive buffer of 1 elements");
+  EXPECT_EQ(verdict({c}),
+            "alltoallv: rank 0's receive block of rank 0 [1, 2) exceeds its receive buffer of 1 elements");
 }
 
 TEST(CheckCalls, RejectsDifferentCollectives) {
@@ -91,8 +92,9 @@ TEST(CheckCalls, ReduceScatterNeedsAWholeNumberOfBlocks) {
   c.kind = CollectiveKind::reduce_scatter;
   c.send_size = 5;
   c.recv_size = 2;
-  EXPECT_EQ(verdict({c, c}), "reduce_scatter: rank 0 sends 5 and receives 2 elements on 2 ranks (the send buffer "
-                             "holds size() blocks)");
+  EXPECT_EQ(verdict({c, c}),
+            "reduce_scatter: rank 0 sends 5 and receives 2 elements on 2 ranks (the send buffer "
+            "holds size() blocks)");
 }
 
 }  // namespace

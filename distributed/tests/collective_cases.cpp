@@ -24,8 +24,10 @@ T awkward(int src, std::int64_t i) {
 
 template <CommElement T>
 std::vector<ReduceOp> ops() {
-  if constexpr (std::floating_point<T>) return {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
-  else return {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
+  if constexpr (std::floating_point<T>)
+    return {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
+  else
+    return {ReduceOp::sum, ReduceOp::max, ReduceOp::min};
 }
 
 // The prediction for a reduction: inputs combined in rank order in T, the order the backends promise.
@@ -34,9 +36,12 @@ T reduced(ReduceOp op, int ranks, const std::function<T(int)>& input) {
   T acc = input(0);
   for (int s = 1; s < ranks; ++s) {
     const T x = input(s);
-    if (op == ReduceOp::max) acc = std::max(acc, x);
-    else if (op == ReduceOp::min) acc = std::min(acc, x);
-    else acc += x;
+    if (op == ReduceOp::max)
+      acc = std::max(acc, x);
+    else if (op == ReduceOp::min)
+      acc = std::min(acc, x);
+    else
+      acc += x;
   }
   if constexpr (std::floating_point<T>) {
     if (op == ReduceOp::avg) acc /= T(ranks);
@@ -46,7 +51,7 @@ T reduced(ReduceOp op, int ranks, const std::function<T(int)>& input) {
 
 Tally identity_case(Communicator& comm) {
   const std::int64_t me = comm.rank();
-  std::vector<std::int64_t> ranks(std::size_t(comm.size()), -1), want(std::size_t(comm.size()));
+  auto ranks = filled<std::int64_t>(comm.size(), -1), want = filled<std::int64_t>(comm.size());
   for (std::size_t r = 0; r < want.size(); ++r) want[r] = std::int64_t(r);
   comm.allgather<std::int64_t>(std::span(&me, 1), ranks);
   return compare(ranks, want);
@@ -57,7 +62,7 @@ Tally broadcast_case(Communicator& comm) {
   Tally t;
   for (std::int64_t n : {0, 1, 37}) {
     for (int root = 0; root < comm.size(); ++root) {
-      std::vector<T> data(static_cast<std::size_t>(n)), want(static_cast<std::size_t>(n));
+      auto data = filled<T>(n), want = filled<T>(n);
       for (std::int64_t i = 0; i < n; ++i) {
         want[i] = value<T>(root, 0, i);
         data[i] = comm.rank() == root ? want[i] : sentinel<T>;
@@ -74,7 +79,7 @@ template <CommElement T>
 Tally allreduce_case(Communicator& comm, ReduceOp op) {
   Tally t;
   for (std::int64_t n : {0, 1, 7, 1001}) {
-    std::vector<T> send(static_cast<std::size_t>(n)), want(static_cast<std::size_t>(n)), recv(static_cast<std::size_t>(n), sentinel<T>);
+    auto send = filled<T>(n), want = filled<T>(n), recv = filled<T>(n, sentinel<T>);
     for (std::int64_t i = 0; i < n; ++i) {
       send[i] = mixed<T>(comm.rank(), i);
       want[i] = reduced<T>(op, comm.size(), [i](int s) { return mixed<T>(s, i); });
@@ -90,7 +95,7 @@ Tally allreduce_case(Communicator& comm, ReduceOp op) {
 template <std::floating_point T>
 Tally rank_order_case(Communicator& comm) {
   const std::int64_t n = 1001;
-  std::vector<T> send(static_cast<std::size_t>(n)), want(static_cast<std::size_t>(n)), recv(static_cast<std::size_t>(n));
+  auto send = filled<T>(n), want = filled<T>(n), recv = filled<T>(n);
   for (std::int64_t i = 0; i < n; ++i) {
     send[i] = awkward<T>(comm.rank(), i);
     want[i] = reduced<T>(ReduceOp::sum, comm.size(), [i](int s) { return awkward<T>(s, i); });
@@ -103,7 +108,7 @@ template <CommElement T>
 Tally allgather_case(Communicator& comm) {
   Tally t;
   for (std::int64_t n : {0, 3}) {
-    std::vector<T> send(static_cast<std::size_t>(n)), recv(std::size_t(n * comm.size()), sentinel<T>), want(recv.size());
+    auto send = filled<T>(n), recv = filled<T>(n * comm.size(), sentinel<T>), want = filled<T>(n * comm.size());
     for (std::int64_t i = 0; i < n; ++i) send[i] = value<T>(comm.rank(), 0, i);
     for (int s = 0; s < comm.size(); ++s) {
       for (std::int64_t i = 0; i < n; ++i) want[s * n + i] = value<T>(s, 0, i);
@@ -119,17 +124,17 @@ Tally allgather_case(Communicator& comm) {
 template <CommElement T>
 Tally allgatherv_case(Communicator& comm) {
   const int ranks = comm.size();
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
+  auto counts = filled<std::int64_t>(ranks), displs = filled<std::int64_t>(ranks);
   std::int64_t end = 0;
   for (int s = ranks - 1; s >= 0; --s) {
     counts[s] = (3 * s + 1) % 4;
     displs[s] = end;
     end += counts[s] + 1;
   }
-  std::vector<T> send(std::size_t(counts[comm.rank()]));
+  auto send = filled<T>(counts[comm.rank()]);
   for (std::size_t i = 0; i < send.size(); ++i) send[i] = value<T>(comm.rank(), 0, std::int64_t(i));
 
-  std::vector<T> recv(static_cast<std::size_t>(end), sentinel<T>), want(recv);
+  auto recv = filled<T>(end, sentinel<T>), want = recv;
   for (int s = 0; s < ranks; ++s) {
     for (std::int64_t i = 0; i < counts[s]; ++i) want[displs[s] + i] = value<T>(s, 0, i);
   }
@@ -137,7 +142,7 @@ Tally allgatherv_case(Communicator& comm) {
   Tally t = compare(recv, want);
 
   const std::vector<std::int64_t> packed = prefix_sum(counts);
-  std::vector<T> recv_packed(std::size_t(packed.back() + counts.back()), sentinel<T>), want_packed(recv_packed);
+  auto recv_packed = filled<T>(packed.back() + counts.back(), sentinel<T>), want_packed = recv_packed;
   for (int s = 0; s < ranks; ++s) {
     for (std::int64_t i = 0; i < counts[s]; ++i) want_packed[packed[s] + i] = value<T>(s, 0, i);
   }
@@ -152,11 +157,13 @@ Tally reduce_scatter_case(Communicator& comm) {
   const int me = comm.rank(), ranks = comm.size();
   for (std::int64_t b : {0, 5}) {
     for (ReduceOp op : ops<T>()) {
-      std::vector<T> send(std::size_t(b * ranks)), recv(std::size_t(b), sentinel<T>), want(static_cast<std::size_t>(b));
+      auto send = filled<T>(b * ranks), recv = filled<T>(b, sentinel<T>), want = filled<T>(b);
       for (int j = 0; j < ranks; ++j) {
         for (std::int64_t i = 0; i < b; ++i) send[j * b + i] = mixed<T>(5 * me + j, i);
       }
-      for (std::int64_t i = 0; i < b; ++i) want[i] = reduced<T>(op, ranks, [&](int s) { return mixed<T>(5 * s + me, i); });
+      for (std::int64_t i = 0; i < b; ++i) {
+        want[i] = reduced<T>(op, ranks, [&](int s) { return mixed<T>(5 * s + me, i); });
+      }
       comm.reduce_scatter<T>(send, recv, op);
       t += compare(recv, want);
     }
@@ -169,15 +176,15 @@ template <CommElement T>
 Tally reduce_scatterv_case(Communicator& comm) {
   Tally t;
   const int me = comm.rank(), ranks = comm.size();
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(ranks));
+  auto counts = filled<std::int64_t>(ranks);
   for (int j = 0; j < ranks; ++j) counts[j] = (j + 2) % 3;
   const std::vector<std::int64_t> displs = prefix_sum(counts);
   for (ReduceOp op : ops<T>()) {
-    std::vector<T> send(std::size_t(displs.back() + counts.back()));
+    auto send = filled<T>(displs.back() + counts.back());
     for (int j = 0; j < ranks; ++j) {
       for (std::int64_t i = 0; i < counts[j]; ++i) send[displs[j] + i] = mixed<T>(5 * me + j, i);
     }
-    std::vector<T> recv(std::size_t(counts[me]), sentinel<T>), want(recv.size());
+    auto recv = filled<T>(counts[me], sentinel<T>), want = filled<T>(counts[me]);
     for (std::int64_t i = 0; i < counts[me]; ++i) {
       want[i] = reduced<T>(op, ranks, [&](int s) { return mixed<T>(5 * s + me, i); });
     }
@@ -192,8 +199,8 @@ Tally reduce_scatterv_case(Communicator& comm) {
 template <CommElement T>
 Tally alltoallv_case(Communicator& comm, const std::function<std::int64_t(int, int)>& count, bool packed) {
   const int me = comm.rank(), ranks = comm.size();
-  std::vector<std::int64_t> send_counts(static_cast<std::size_t>(ranks)), send_displs(static_cast<std::size_t>(ranks));
-  std::vector<std::int64_t> recv_counts(static_cast<std::size_t>(ranks)), recv_displs(static_cast<std::size_t>(ranks));
+  auto send_counts = filled<std::int64_t>(ranks), send_displs = send_counts;
+  auto recv_counts = send_counts, recv_displs = send_counts;
   const std::int64_t send_gap = packed ? 0 : 2, recv_gap = packed ? 0 : 1;
   std::int64_t send_end = 0, recv_end = 0;
   for (int d = ranks - 1; d >= 0; --d) {
@@ -207,15 +214,17 @@ Tally alltoallv_case(Communicator& comm, const std::function<std::int64_t(int, i
     recv_displs[s] = recv_end;
     recv_end += recv_counts[s] + recv_gap;
   }
-  std::vector<T> send(static_cast<std::size_t>(send_end), sentinel<T>), recv(static_cast<std::size_t>(recv_end), sentinel<T>), want(recv);
+  auto send = filled<T>(send_end, sentinel<T>), recv = filled<T>(recv_end, sentinel<T>), want = recv;
   for (int d = 0; d < ranks; ++d) {
     for (std::int64_t i = 0; i < send_counts[d]; ++i) send[send_displs[d] + i] = value<T>(me, d, i);
   }
   for (int s = 0; s < ranks; ++s) {
     for (std::int64_t i = 0; i < recv_counts[s]; ++i) want[recv_displs[s] + i] = value<T>(s, me, i);
   }
-  if (packed) comm.alltoallv<T>(send, send_counts, recv, recv_counts);
-  else comm.alltoallv<T>(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  if (packed)
+    comm.alltoallv<T>(send, send_counts, recv, recv_counts);
+  else
+    comm.alltoallv<T>(send, send_counts, send_displs, recv, recv_counts, recv_displs);
   return compare(recv, want);
 }
 
@@ -233,10 +242,12 @@ void add_typed(std::vector<Case>& cases) {
   cases.push_back({"reduce_scatter." + t, reduce_scatter_case<T>});
   cases.push_back({"reduce_scatterv." + t, reduce_scatterv_case<T>});
   cases.push_back({"alltoallv." + t, [](Communicator& c) {
-                     return alltoallv_case<T>(c, [](int s, int d) { return std::int64_t((s + 2 * d + 1) % 4); }, false);
+                     return alltoallv_case<T>(
+                         c, [](int s, int d) { return std::int64_t((s + 2 * d + 1) % 4); }, false);
                    }});
   cases.push_back({"alltoallv.packed." + t, [](Communicator& c) {
-                     return alltoallv_case<T>(c, [](int s, int d) { return std::int64_t((s + d + 1) % 3); }, true);
+                     return alltoallv_case<T>(
+                         c, [](int s, int d) { return std::int64_t((s + d + 1) % 3); }, true);
                    }});
 }
 

@@ -22,6 +22,12 @@ T value(int src, int dst, std::int64_t i) {
 template <CommElement T>
 constexpr T sentinel = T(-7);
 
+// n elements of `fill`: spares the cases the casts from signed counts.
+template <typename T>
+std::vector<T> filled(std::int64_t n, T fill = T(0)) {
+  return std::vector<T>(static_cast<std::size_t>(n), fill);
+}
+
 template <CommElement T>
 std::string type_name() {
   return std::string(element_type_name(element_type_of<T>()));

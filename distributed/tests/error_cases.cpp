@@ -29,8 +29,7 @@ Tally expect_rule(Communicator& comm, std::string_view rule, F&& broken_call, bo
   return t += compare(one, I64{comm.size()});
 }
 
-void add(std::vector<Case>& cases, std::string name, std::string rule,
-         std::function<void(Communicator&)> broken_call) {
+void add(std::vector<Case>& cases, std::string name, std::string rule, std::function<void(Communicator&)> broken_call) {
   cases.push_back({std::move(name), [rule = std::move(rule), broken_call = std::move(broken_call)](Communicator& c) {
                      return expect_rule(c, rule, [&] { broken_call(c); });
                    }});
@@ -103,12 +102,16 @@ void add_cross_rank_rules(std::vector<Case>& cases) {
   });
   add(cases, "error.calls.different_collectives", "collective mismatch", [](Communicator& c) {
     I64 data{1}, all(std::size_t(c.size()));
-    if (c.rank() == 0) c.allgather<std::int64_t>(data, all);
-    else c.allreduce<std::int64_t>(std::span(data), ReduceOp::sum);
+    if (c.rank() == 0)
+      c.allgather<std::int64_t>(data, all);
+    else
+      c.allreduce<std::int64_t>(std::span(data), ReduceOp::sum);
   });
   add(cases, "error.calls.split_versus_barrier", "collective mismatch", [](Communicator& c) {
-    if (c.rank() == 0) c.split(0, 0);
-    else c.barrier();
+    if (c.rank() == 0)
+      c.split(0, 0);
+    else
+      c.barrier();
   });
   add(cases, "error.calls.broadcast_roots", "root must match", [](Communicator& c) {
     I64 data{1};
@@ -138,17 +141,19 @@ void add_cross_rank_rules(std::vector<Case>& cases) {
     std::vector<double> send(std::size_t(c.size())), recv(static_cast<std::size_t>(counts[c.rank()]));
     c.reduce_scatterv<double>(send, recv, counts, ReduceOp::sum);
   });
-  add(cases, "error.args.subgroup_lists_disagree", "every member of a group passes the same list",
-      [](Communicator& c) {
-        c.subgroup(c.rank() == 0 ? std::vector<int>{0, 1} : std::vector<int>{c.rank()});
-      });
+  add(cases, "error.args.subgroup_lists_disagree", "every member of a group passes the same list", [](Communicator& c) {
+    c.subgroup(c.rank() == 0 ? std::vector<int>{0, 1} : std::vector<int>{c.rank()});
+  });
   // Only the receiver learns the length is wrong; the others just check the communicator afterwards.
   cases.push_back({"error.calls.recv_length", [](Communicator& c) {
                      if (c.rank() == 0) c.send<double>(std::vector<double>(3), 1, 9);
-                     return expect_rule(c, "a message must fill the receive buffer exactly", [&] {
-                       std::vector<double> in(2);
-                       c.recv<double>(in, 0, 9);
-                     }, c.rank() == 1);
+                     return expect_rule(
+                         c, "a message must fill the receive buffer exactly",
+                         [&] {
+                           std::vector<double> in(2);
+                           c.recv<double>(in, 0, 9);
+                         },
+                         c.rank() == 1);
                    }});
 }
 

@@ -11,10 +11,10 @@ namespace moe::conformance {
 
 struct Fault {
   enum class Kind {
-    corrupt_output,   // after a `collective` call, rank 0's last received element is off by one
-    corrupt_message,  // rank 0's last received element of every non-empty message is off by one
-    ignore_split_key, // split orders by parent rank only
-    swallow_errors,   // the backend's std::invalid_argument never reaches the caller
+    corrupt_output,    // after a `collective` call, rank 0's last received element is off by one
+    corrupt_message,   // rank 0's last received element of every non-empty message is off by one
+    ignore_split_key,  // split orders by parent rank only
+    swallow_errors,    // the backend's std::invalid_argument never reaches the caller
   };
   Kind kind;
   CollectiveKind collective = CollectiveKind::barrier;

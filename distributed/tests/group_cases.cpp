@@ -35,7 +35,7 @@ Tally expect_members(Communicator& sub, int world_rank, const Ranks& want) {
 // tp groups: consecutive ranks.
 Tally split_tp_case(Communicator& comm) {
   const int r = comm.rank(), tp = tp_size(comm.size());
-  Ranks want(static_cast<std::size_t>(tp));
+  auto want = filled<std::int64_t>(tp);
   std::iota(want.begin(), want.end(), std::int64_t(r / tp * tp));
   return expect_members(*comm.split(r / tp, r), r, want);
 }
@@ -84,7 +84,7 @@ Tally split_collectives_case(Communicator& comm) {
 // tp groups again, as the explicit lists a rank generator hands out.
 Tally subgroup_blocks_case(Communicator& comm) {
   const int r = comm.rank(), tp = tp_size(comm.size());
-  std::vector<int> list(static_cast<std::size_t>(tp));
+  auto list = filled<int>(tp);
   std::iota(list.begin(), list.end(), r / tp * tp);
   return expect_members(*comm.subgroup(list), r, Ranks(list.begin(), list.end()));
 }
@@ -101,7 +101,7 @@ Tally subgroup_reversed_case(Communicator& comm) {
 
 // One group of everyone, rotated: rank 1 becomes rank 0.
 Tally subgroup_rotated_case(Communicator& comm) {
-  std::vector<int> list(std::size_t(comm.size()));
+  auto list = filled<int>(comm.size());
   for (int i = 0; i < comm.size(); ++i) list[std::size_t(i)] = (i + 1) % comm.size();
   return expect_members(*comm.subgroup(list), comm.rank(), Ranks(list.begin(), list.end()));
 }

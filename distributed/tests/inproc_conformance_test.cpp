@@ -62,17 +62,15 @@ void expect_caught(Fault fault, const std::string& prefix) {
 }
 
 TEST(ConformanceCatches, CorruptOutputOfEveryCollective) {
-  for (CollectiveKind kind : {CollectiveKind::broadcast, CollectiveKind::allreduce, CollectiveKind::allgather,
-                              CollectiveKind::allgatherv, CollectiveKind::reduce_scatter,
-                              CollectiveKind::reduce_scatterv, CollectiveKind::alltoallv}) {
+  for (CollectiveKind kind :
+       {CollectiveKind::broadcast, CollectiveKind::allreduce, CollectiveKind::allgather, CollectiveKind::allgatherv,
+        CollectiveKind::reduce_scatter, CollectiveKind::reduce_scatterv, CollectiveKind::alltoallv}) {
     SCOPED_TRACE(std::string(collective_name(kind)));
     expect_caught({Fault::Kind::corrupt_output, kind}, std::string(collective_name(kind)) + ".");
   }
 }
 
-TEST(ConformanceCatches, CorruptMessages) {
-  expect_caught({Fault::Kind::corrupt_message}, "send_recv.");
-}
+TEST(ConformanceCatches, CorruptMessages) { expect_caught({Fault::Kind::corrupt_message}, "send_recv."); }
 
 TEST(ConformanceCatches, SplitIgnoringTheKey) {
   for (const char* name : {"split.reverse_key", "subgroup.reversed", "subgroup.rotated"}) {
@@ -80,9 +78,7 @@ TEST(ConformanceCatches, SplitIgnoringTheKey) {
   }
 }
 
-TEST(ConformanceCatches, SwallowedErrors) {
-  expect_caught({Fault::Kind::swallow_errors}, "error.calls.");
-}
+TEST(ConformanceCatches, SwallowedErrors) { expect_caught({Fault::Kind::swallow_errors}, "error.calls."); }
 
 }  // namespace
 }  // namespace moe::conformance

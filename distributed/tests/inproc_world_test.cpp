@@ -78,8 +78,10 @@ TEST(InprocWorld, ReportsARankThatReturnedWhileOthersWait) {
 
 TEST(InprocWorld, AnUncaughtCollectiveMismatchReachesTheCaller) {
   const std::string what = message_of<std::invalid_argument>(2, [](Communicator& comm) {
-    if (comm.rank() == 0) comm.barrier();
-    else comm.split(0, 0);
+    if (comm.rank() == 0)
+      comm.barrier();
+    else
+      comm.split(0, 0);
   });
   EXPECT_NE(what.find("collective mismatch"), std::string::npos) << what;
 }
@@ -110,7 +112,8 @@ TEST(InprocWorld, ReductionsDoNotDependOnTiming) {
     InprocWorld(size).run([&](Communicator& comm) {
       std::this_thread::sleep_for(std::chrono::microseconds(300 * ((comm.rank() * 3 + trial) % size)));
       std::vector<double> x(n);
-      for (std::size_t i = 0; i < n; ++i) x[i] = 1.0 / double(7 + i + std::size_t(comm.rank()) * 13) * (comm.rank() % 2 ? -1e6 : 1.0);
+      for (std::size_t i = 0; i < n; ++i)
+        x[i] = 1.0 / double(7 + i + std::size_t(comm.rank()) * 13) * (comm.rank() % 2 ? -1e6 : 1.0);
       comm.allreduce<double>(std::span(x), ReduceOp::sum);
       if (comm.rank() == 0) result = x;
     });

@@ -23,7 +23,7 @@ Tally tags_case(Communicator& comm) {
   const int r = comm.rank(), ranks = comm.size();
   const int to = (r + 1) % ranks, from = (r + ranks - 1) % ranks;
   const auto block = [](int src, int dst, std::int64_t first, std::int64_t n) {
-    std::vector<float> v(static_cast<std::size_t>(n));
+    auto v = filled<float>(n);
     for (std::int64_t i = 0; i < n; ++i) v[i] = value<float>(src, dst, first + i);
     return v;
   };
@@ -32,7 +32,7 @@ Tally tags_case(Communicator& comm) {
   comm.send<float>(block(r, to, 20, 1), to, 1);
   Tally t;
   for (const auto& [tag, first, n] : {std::tuple{1, 10, 2}, std::tuple{1, 20, 1}, std::tuple{2, 0, 3}}) {
-    std::vector<float> in(static_cast<std::size_t>(n), sentinel<float>);
+    auto in = filled<float>(n, sentinel<float>);
     comm.recv<float>(in, from, tag);
     t += compare(in, block(from, r, first, n));
   }
