@@ -7,6 +7,8 @@
 // the calls of all ranks together (check_calls) before any data moves, so a mismatch throws
 // std::invalid_argument on every rank rather than hanging some of them.
 //
+// Every collective is collective over all ranks of the communicator: each calls it, in the same order. Ranks
+// (peers, roots, subgroup lists) are ranks of this communicator; for the world they are the global ranks.
 // Semantics are MPI's, counted in elements:
 //   alltoallv        rank r sends send[send_displs[j], +send_counts[j]) to rank j, which stores it at
 //                    recv[recv_displs[r], +recv_counts[r]); send_counts[j] on r == recv_counts[r] on j.
@@ -18,10 +20,12 @@
 //   send / recv      point to point, matched by (source, tag) in send order. send is buffered: it returns at once,
 //                    so exchanges cannot deadlock on send. recv blocks until a matching message arrives; its
 //                    length must be data.size() (std::invalid_argument otherwise, the message is consumed).
-//   split            MPI_Comm_split: ranks passing one color form a sub-communicator ranked by (key, parent rank).
+//   split            MPI_Comm_split: ranks passing one color (>= 0) form a sub-communicator ranked by
+//                    (key, parent rank).
 //   subgroup         every rank passes the list of ranks of its own group (a partition, e.g. the tp or ep groups
 //                    of a layout); its new rank is its position in that list.
-// Reductions run in rank order (rank_order_reduction.hpp), so results are bitwise reproducible on both backends.
+// Reductions (ReduceOp sum, avg = sum / size() for floating types, max, min) run in rank order
+// (rank_order_reduction.hpp), so results are bitwise reproducible and identical on both backends.
 // The send and receive buffers of a call must not overlap, except in the in-place forms (allreduce(data, op)).
 #pragma once
 
