@@ -52,12 +52,14 @@ ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<
   // Local permute: received rows duplicated per selected local expert, expert-major.
   ExpertRows<T> out;
   local_rows_.clear();
+  local_row_expert_.clear();
   std::vector<T> row_probs;
   for (int i = 0; i < L; ++i) {
     std::int64_t count = 0;
     for (Eigen::Index j = 0; j < received_; ++j)
       if (m(j, i)) {
         local_rows_.push_back(j);
+        local_row_expert_.push_back(i);
         row_probs.push_back(p(j, i));
         ++count;
       }
@@ -98,15 +100,10 @@ void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vect
   const int L = local_experts_;
   Matrix<T> per_token = Matrix<T>::Zero(received_, grad_rows.cols());
   kernels::scatter_add_rows(grad_rows, local_rows_, {}, per_token);
-  // The probability gradient of expert row r belongs to (received row, local expert i); rows are expert-major.
+  // The probability gradient of expert row r belongs to (its received row, its local expert).
   Matrix<T> per_token_probs = Matrix<T>::Zero(received_, L);
-  size_t r = 0;
-  for (int i = 0; i < L; ++i)
-    for (Eigen::Index j = 0; j < received_; ++j)
-      if (r < local_rows_.size() && local_rows_[r] == j) {
-        per_token_probs(j, i) += grad_row_probs(static_cast<Eigen::Index>(r));
-        ++r;
-      }
+  for (size_t r = 0; r < local_rows_.size(); ++r)
+    per_token_probs(local_rows_[r], local_row_expert_[r]) += grad_row_probs(static_cast<Eigen::Index>(r));
   const Matrix<T> back = return_to_sources(per_token);
   const Matrix<T> back_probs = return_to_sources(per_token_probs);
   grad_tokens = Matrix<T>::Zero(tokens_, grad_rows.cols());

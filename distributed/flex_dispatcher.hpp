@@ -34,6 +34,7 @@ class FlexDispatcher final : public Dispatcher<T> {
   std::vector<int> sent_first_expert_;         // first global expert of that row's destination
   std::vector<std::int64_t> send_counts_, recv_counts_;  // rows per peer
   std::vector<std::int64_t> local_rows_;       // received row of each expert row (local-expert-major)
+  std::vector<int> local_row_expert_;          // local expert of each expert row
 };
 
 }  // namespace moe::dist

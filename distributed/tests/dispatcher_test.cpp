@@ -1,0 +1,143 @@
+// The three dispatchers on in-process ranks, for layouts with EP, ETP, TP ≠ ETP and a zero-token rank:
+//   provenance — every row a rank receives for a local expert is (source rank, token) of exactly the
+//                assignments the routing maps of its tp_ep domain name (DeepEP's tests tag rows the same way);
+//   identity   — with experts out = p·x (split over ETP shards), combine returns Σ_e p_{t,e}·x_t per token;
+//   adjoint    — combine_backward and dispatch_backward are the transposes of combine and dispatch
+//                (Σ over ranks of ⟨A u, v⟩ = ⟨u, Aᵀ v⟩), which is what makes the backward exact.
+#include "distributed/inproc_world.hpp"
+#include "distributed/rank_groups.hpp"
+#include "reference/random_init.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+namespace moe::dist {
+namespace {
+
+struct Case {
+  ParallelLayout layout;
+  int experts;
+  DispatcherKind kind;
+};
+
+ParallelLayout make_layout(int world, int tp, int ep, int etp) {
+  ParallelLayout l;
+  l.world = world;
+  l.tp = tp;
+  l.ep = ep;
+  l.etp = etp;
+  return l;
+}
+
+std::string name_of(const Case& c) {
+  return std::string(to_string(c.kind)) + "_w" + std::to_string(c.layout.world) + "_tp" + std::to_string(c.layout.tp) +
+         "_ep" + std::to_string(c.layout.ep) + "_etp" + std::to_string(c.layout.etp);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex})
+    for (auto l : {make_layout(1, 1, 1, 1), make_layout(2, 1, 2, 1), make_layout(4, 1, 2, 2), make_layout(4, 2, 2, 1),
+                   make_layout(4, 1, 4, 1), make_layout(8, 2, 2, 2), make_layout(8, 1, 4, 2)})
+      out.push_back({l, 8, kind});
+  return out;
+}
+
+// Rank r's tokens: rank 1 has none (a zero-token rank); rows carry (rank, token) in their first two columns.
+struct LocalTokens {
+  Matrix<double> x;
+  Matrix<double> probs;
+  BoolMatrix map;
+};
+
+LocalTokens local_tokens(int rank, int experts, int k) {
+  const int n = rank == 1 ? 0 : 3 + rank % 3;
+  SeededUniform rng(100 + static_cast<std::uint64_t>(rank));
+  LocalTokens t{rng.matrix<double>(n, 4, 1.0), Matrix<double>::Zero(n, experts), BoolMatrix::Constant(n, experts, false)};
+  for (int i = 0; i < n; ++i) {
+    t.x(i, 0) = rank;
+    t.x(i, 1) = i;
+    std::vector<int> order(static_cast<size_t>(experts));
+    std::iota(order.begin(), order.end(), 0);
+    for (int j = 0; j < k; ++j) {
+      std::swap(order[static_cast<size_t>(j)],
+                order[static_cast<size_t>(j) + rng.bits() % static_cast<std::uint64_t>(experts - j)]);
+      const int e = order[static_cast<size_t>(j)];
+      t.map(i, e) = true;
+      t.probs(i, e) = 0.5 + 0.25 * rng.next();
+    }
+  }
+  return t;
+}
+
+double inner(const Matrix<double>& a, const Matrix<double>& b) { return (a.array() * b.array()).sum(); }
+
+class DispatcherTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DispatcherTest, ProvenanceIdentityAndAdjoint) {
+  const Case c = GetParam();
+  const ProcessGroups groups(c.layout);
+  const int k = 3;
+  std::mutex mu;
+  double lhs_combine = 0, rhs_combine = 0, lhs_dispatch = 0, rhs_dispatch = 0;
+
+  InprocWorld(c.layout.world).run([&](Communicator& world) {
+    RankGroups g(world, groups);
+    const int rank = world.rank();
+    const LocalTokens t = local_tokens(rank, c.experts, k);
+    auto d = make_dispatcher<double>(c.kind, g.dispatch(), c.experts);
+    const ExpertRows<double> rows = d->dispatch(t.x, t.probs, t.map);
+
+    // Provenance: the (source, token) pairs expected for each local expert, from every rank of the domain.
+    const ExpertRange mine = groups.experts_of(rank, c.experts);
+    std::vector<std::multiset<std::pair<int, int>>> expected(static_cast<size_t>(mine.count)), got = expected;
+    for (int src : groups.group(GroupKind::tp_ep, rank)) {
+      const LocalTokens s = local_tokens(src, c.experts, k);
+      for (Eigen::Index i = 0; i < s.map.rows(); ++i)
+        for (int j = 0; j < mine.count; ++j)
+          if (s.map(i, mine.first + j)) expected[static_cast<size_t>(j)].insert({src, static_cast<int>(i)});
+    }
+    Eigen::Index row = 0;
+    for (int j = 0; j < mine.count; ++j)
+      for (std::int64_t r = 0; r < rows.group_sizes[static_cast<size_t>(j)]; ++r, ++row)
+        got[static_cast<size_t>(j)].insert({static_cast<int>(rows.x(row, 0)), static_cast<int>(rows.x(row, 1))});
+    for (int j = 0; j < mine.count; ++j)
+      EXPECT_EQ(got[static_cast<size_t>(j)], expected[static_cast<size_t>(j)]) << "rank " << rank << " expert " << mine.first + j;
+
+    // Identity experts, out = p·x split evenly over the ETP shards: combine gives Σ_e p·x.
+    const double etp = g.expt_tp->size();
+    Matrix<double> out = (rows.x.array().colwise() * rows.probs.array()).matrix() / etp;
+    const Matrix<double> y = d->combine(out);
+    for (Eigen::Index i = 0; i < t.x.rows(); ++i)
+      EXPECT_LT((y.row(i) - t.probs.row(i).sum() * t.x.row(i)).cwiseAbs().maxCoeff(), 1e-14) << "rank " << rank;
+
+    // Adjoint: ⟨combine(out), v⟩ summed over ranks = ⟨out, combine_backward(v)⟩ summed over ranks; likewise
+    // ⟨dispatch(x, p), (g, gp)⟩ = ⟨(x, p), dispatch_backward(g, gp)⟩ (p restricted to the map).
+    SeededUniform rng(7 + static_cast<std::uint64_t>(rank));
+    const Matrix<double> v = rng.matrix<double>(t.x.rows(), t.x.cols(), 1.0);
+    const Matrix<double> g_rows = rng.matrix<double>(rows.x.rows(), rows.x.cols(), 1.0);
+    const Vector<double> g_probs = rng.matrix<double>(rows.x.rows(), 1, 1.0);
+    const Matrix<double> back = d->combine_backward(v);
+    Matrix<double> d_tokens, d_probs;
+    d->dispatch_backward(g_rows, g_probs, d_tokens, d_probs);
+    const Matrix<double> masked_probs = t.probs.cwiseProduct(t.map.cast<double>());
+    std::lock_guard<std::mutex> lock(mu);
+    lhs_combine += inner(y, v);
+    rhs_combine += inner(out, back);
+    // Each ETP shard receives the same rows: the dispatch "output" is one copy per shard.
+    lhs_dispatch += inner(rows.x, g_rows) + rows.probs.dot(g_probs);
+    rhs_dispatch += inner(t.x, d_tokens) + inner(masked_probs, d_probs);
+  });
+  EXPECT_NEAR(lhs_combine, rhs_combine, 1e-11);
+  EXPECT_NEAR(lhs_dispatch, rhs_dispatch, 1e-11);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DispatcherTest, ::testing::ValuesIn(cases()),
+                         [](const auto& param_info) { return name_of(param_info.param); });
+
+}  // namespace
+}  // namespace moe::dist
