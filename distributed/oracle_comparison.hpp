@@ -1,0 +1,52 @@
+// Comparing one rank's training step with the oracle: its shard of every synchronised gradient against the
+// oracle's gradient cut the same way, the objective, and the updated expert biases.
+//
+// A value passes when |got − want| ≤ atol + rtol·|want| (DESIGN.md §3). Errors are kept per class of quantity,
+// and the first failing element (tensor, rank, flat index) is named so a user can go straight to it.
+#pragma once
+
+#include "distributed/model_shard.hpp"
+#include "distributed/train_step.hpp"
+#include "reference/global_step.hpp"
+
+#include <array>
+#include <string>
+#include <string_view>
+
+namespace moe::dist {
+
+enum class Quantity { objective, grad_sequence_parallel, grad_dense, grad_expert, expert_bias };
+constexpr int kQuantities = 5;
+std::string_view to_string(Quantity q);
+
+struct Tolerance {
+  double atol = 1e-13;
+  double rtol = 1e-9;
+};
+
+struct Mismatch {
+  std::string tensor;
+  int rank = 0;
+  Eigen::Index index = 0;
+  double got = 0, want = 0;
+};
+
+struct QuantityError {
+  double max_abs = 0;
+  double max_ratio = 0;  // max |got − want| / (atol + rtol·|want|): ≤ 1 passes
+  long long compared = 0;
+};
+
+struct RankComparison {
+  std::array<QuantityError, kQuantities> errors{};
+  bool failed = false;
+  Mismatch first;  // when failed: the first element that fails, in tensor order
+
+  bool pass() const { return !failed; }
+  void merge(const RankComparison& other);  // max of errors; keeps the earliest-rank mismatch
+};
+
+RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& oracle, RankStep& step,
+                                   const ProcessGroups& groups, int rank, const Tolerance& tolerance);
+
+}  // namespace moe::dist

@@ -1,0 +1,42 @@
+// One training step of the whole parallel system, as one rank runs it: every microbatch of its DP replica on
+// its CP/SP share of the tokens (the data split of reference/global_step.hpp), forward and backward through the
+// model with the distributed MoE layers, then gradient synchronisation by the scaling table and the expert-bias
+// update. Every rank of the world calls it together.
+//
+// Loss weights on a rank (what its backward differentiates), chosen so that the synchronised gradient is the
+// gradient of the global objective J (global_step.hpp):
+//   sum / avg:  CE_local·cp/(m·N_mb) + aux_share·cp/m + z_share·cp/m        (MoEAuxLossAutoScaler: cp/m)
+//               global_aux: aux_share·dp·cp/m — the group's loss is the sum of all replicas' shares; Megatron's
+//               cp/m leaves its gradient 1/dp too small (research/megatron.md §8.5)
+//   per_token:  CE_local + (aux_share + z_share)·N_mb                         (N_mb over tp_cp, as Megatron dev)
+//               global_aux: aux_share·N_step (N_step over tp_dp_cp)
+// where N_mb is the microbatch's valid-token count and m the microbatches per replica.
+#pragma once
+
+#include "distributed/dispatcher.hpp"
+#include "distributed/model_shard.hpp"
+#include "distributed/rank_groups.hpp"
+#include "reference/global_step.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace moe::dist {
+
+struct StepOptions {
+  DispatcherKind dispatcher = DispatcherKind::alltoall;
+  LossMode mode = LossMode::sum;
+  int micro_batch = 1;
+};
+
+struct RankStep {
+  ModelShard<double> grads;                            // this rank's shard of dJ/dθ after synchronisation
+  double objective = 0;                                // J, reduced over the world
+  std::vector<std::vector<std::int64_t>> bias_counts;  // per layer [E], summed over tp×dp×cp and the batch
+  std::vector<Vector<double>> expert_bias_updated;     // per layer; empty where the layer has no update
+};
+
+RankStep train_step(const ModelConfig& config, const ModelShard<double>& shard, const GlobalBatch& batch,
+                    const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options);
+
+}  // namespace moe::dist
