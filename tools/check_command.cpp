@@ -1,164 +1,233 @@
-// `moe-oracle check`: until the parallel system lands, this runs the layer oracle on a preset and prints what
-// every backend will be compared with: the routing, the outputs, the losses and the norm of every gradient.
-#include "reference/moe_layer.hpp"
+// `moe-oracle check` — the main job: run the parallel MoE system (forward, backward, gradient sync, expert-bias
+// update) for each layout × dispatcher and compare every rank's objective, gradient shards and biases with the
+// global step oracle. Exit status 1 on any mismatch, naming the first differing tensor, rank and index.
+//
+// With no layout flags it runs the embedded default: the tiny-v4 model over a built-in set of layouts (world ≤ 8)
+// that exercise EP, ETP, TP+SP, CP, EDP > 1 and every dispatcher. Under `mpirun -np N … --backend mpi` the ranks
+// are processes; a layout smaller than N runs on the first ranks while the others wait.
+#include "distributed/differential_check.hpp"
+#include "distributed/mpi_communicator.hpp"
+#include "distributed/mpi_runtime.hpp"
 #include "reference/presets.hpp"
-#include "reference/random_init.hpp"
 #include "tools/commands.hpp"
+#include "tools/layout_options.hpp"
 
-#include <nlohmann/json.hpp>
-
-#include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <string>
-#include <vector>
+#include <sstream>
 
 namespace moe::cli {
 namespace {
 
 struct CheckOptions {
   std::string preset = "tiny-v4";
-  int seq = 0;    // 0 = the preset's
-  int batch = 0;  // 0 = the preset's
+  ParallelLayout layout;  // world 0 = the built-in set
+  std::string dispatcher = "all";
+  std::string scaling = "sum";
+  std::string backend = "inproc";
+  int seq = 16, micro_batch = 1, global_batch = 8, layers = 2, hash_layers = 1;
   std::uint64_t seed = 1;
+  double atol = 1e-13, rtol = 1e-9;
   bool json = false;
 };
 
-struct TensorNorm {
-  std::string name;
-  std::string shape;
-  double norm;
-  double max_abs;
+ParallelLayout layout_of(int world, int tp, int cp, int ep, int etp) {
+  ParallelLayout l;
+  l.world = world;
+  l.tp = tp;
+  l.cp = cp;
+  l.ep = ep;
+  l.etp = etp;
+  return l;
+}
+
+// The embedded default: each line adds something the ones above it don't have.
+std::vector<ParallelLayout> default_layouts() {
+  return {layout_of(1, 1, 1, 1, 1),  // the oracle's own split: one rank
+          layout_of(4, 1, 1, 4, 1),  // EP4
+          layout_of(4, 1, 1, 2, 1),  // EP2 with EDP 2
+          layout_of(4, 1, 1, 2, 2),  // EP2 × ETP2
+          layout_of(4, 1, 2, 2, 1),  // CP2
+          layout_of(8, 2, 1, 4, 1),  // TP2 + SP, TP ≠ ETP, EDP 2
+          layout_of(8, 2, 1, 2, 2),  // TP2 = ETP2, EP2, EDP 2
+          layout_of(8, 2, 2, 8, 1)}; // TP2 · CP2 · EP8: two experts per rank, a token-poor rank likely
+}
+
+ModelConfig model_of(const CheckOptions& o) {
+  const LayerPreset& p = layer_preset(o.preset);
+  ModelConfig m;
+  m.layer = p.config;
+  m.num_layers = o.layers;
+  m.n_hash_layers = o.hash_layers;
+  m.vocab = p.vocab;
+  m.validate();
+  return m;
+}
+
+std::string layout_name(const ParallelLayout& l) {
+  std::ostringstream s;
+  s << "w" << l.world << " tp" << l.tp << " cp" << l.cp << " ep" << l.ep << " etp" << l.etp << " dp" << l.dp()
+    << " edp" << l.edp();
+  return s.str();
+}
+
+struct Run {
+  ParallelLayout layout;
+  dist::DispatcherKind dispatcher;
+  dist::RankComparison result;
+  double seconds = 0;
 };
 
-template <typename M>
-TensorNorm norm_of(const std::string& name, const M& m) {
-  return {name, "[" + std::to_string(m.rows()) + ", " + std::to_string(m.cols()) + "]", m.norm(),
-          m.size() ? m.cwiseAbs().maxCoeff() : 0.0};
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1e", v);
+  return buf;
 }
 
-TensorNorm norm_of_experts(const std::string& name, const std::vector<Matrix<double>>& ms) {
-  double sq = 0, mx = 0;
-  for (const auto& m : ms) {
-    sq += m.squaredNorm();
-    mx = std::max(mx, m.cwiseAbs().maxCoeff());
+void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostream& out) {
+  out << "moe-oracle check: " << o.preset << " model (" << o.layers << " layers, " << o.hash_layers
+      << " hash), global batch " << o.global_batch << " × seq " << o.seq << ", micro-batch " << o.micro_batch
+      << ", scaling " << o.scaling << ", backend " << o.backend << ", double\n"
+      << "each cell: max |parallel − oracle| over every rank and element (pass: ≤ " << fmt(o.atol) << " + "
+      << fmt(o.rtol) << "·|oracle|)\n\n";
+  std::vector<std::string> header{"layout", "dispatcher"};
+  for (int q = 0; q < dist::kQuantities; ++q) header.emplace_back(to_string(static_cast<dist::Quantity>(q)));
+  header.emplace_back("seconds");
+  header.emplace_back("result");
+  TextTable table(header);
+  for (const Run& r : runs) {
+    std::vector<std::string> row{layout_name(r.layout), std::string(to_string(r.dispatcher))};
+    for (const auto& e : r.result.errors) row.push_back(e.compared ? fmt(e.max_abs) : "-");
+    row.push_back(trimmed(r.seconds, 2));
+    row.emplace_back(r.result.pass() ? "PASS" : "FAIL");
+    table.add_row(row);
   }
-  return {name, std::to_string(ms.size()) + " x [" + std::to_string(ms.front().rows()) + ", " +
-                    std::to_string(ms.front().cols()) + "]",
-          std::sqrt(sq), mx};
-}
-
-std::vector<TensorNorm> gradient_norms(const MoeConfig& c, const MoeGradients<double>& g) {
-  std::vector<TensorNorm> rows{norm_of("grad x", g.x), norm_of("grad router_weight", g.params.router_weight),
-                               norm_of_experts("grad expert_fc1", g.params.expert_fc1),
-                               norm_of_experts("grad expert_fc2", g.params.expert_fc2)};
-  if (c.has_shared_expert()) {
-    rows.push_back(norm_of("grad shared_fc1", g.params.shared_fc1));
-    rows.push_back(norm_of("grad shared_fc2", g.params.shared_fc2));
+  table.print(out);
+  int failed = 0;
+  for (const Run& r : runs) {
+    if (r.result.pass()) continue;
+    ++failed;
+    out << "\nFAIL " << layout_name(r.layout) << " " << to_string(r.dispatcher) << ": first mismatch in "
+        << r.result.first.tensor << " on rank " << r.result.first.rank << " at flat index " << r.result.first.index
+        << ": parallel " << r.result.first.got << ", oracle " << r.result.first.want << "\n";
   }
-  if (c.shared_expert_gate) rows.push_back(norm_of("grad shared_gate", g.params.shared_gate));
-  if (c.latent_size > 0) {
-    rows.push_back(norm_of("grad latent_down", g.params.latent_down));
-    rows.push_back(norm_of("grad latent_up", g.params.latent_up));
+  out << "\n" << runs.size() - static_cast<size_t>(failed) << " passed, " << failed << " failed\n";
+}
+
+nlohmann::json to_json(const std::vector<Run>& runs) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const Run& r : runs) {
+    nlohmann::json e{{"layout", layout_json(r.layout)},
+                     {"dispatcher", to_string(r.dispatcher)},
+                     {"pass", r.result.pass()},
+                     {"seconds", r.seconds}};
+    for (int q = 0; q < dist::kQuantities; ++q) {
+      const auto& err = r.result.errors[static_cast<size_t>(q)];
+      e["max_abs"][std::string(to_string(static_cast<dist::Quantity>(q)))] = err.max_abs;
+    }
+    if (!r.result.pass())
+      e["first_mismatch"] = {{"tensor", r.result.first.tensor}, {"rank", r.result.first.rank},
+                             {"index", r.result.first.index},   {"parallel", r.result.first.got},
+                             {"oracle", r.result.first.want}};
+    j.push_back(e);
   }
-  return rows;
+  return j;
 }
 
-std::string describe(const MoeConfig& c) {
-  std::string s = "h " + std::to_string(c.hidden) + ", E " + std::to_string(c.num_experts) + ", top-" +
-                  std::to_string(c.topk) + ", d " + std::to_string(c.ffn_hidden) + ", " +
-                  std::string(to_string(c.score_function)) + " (" + std::string(to_string(c.normalization)) + ")";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, ", α %g", c.topk_scaling_factor);
-  s += buf;
-  if (c.expert_bias) s += ", expert bias";
-  if (c.num_groups) s += ", groups " + std::to_string(c.num_groups) + " keep " + std::to_string(c.group_topk);
-  if (c.swiglu_clamp) s += ", clamp " + std::to_string(static_cast<int>(*c.swiglu_clamp));
-  if (c.has_shared_expert()) s += ", shared " + std::to_string(c.shared_expert_ffn_hidden);
-  if (c.aux_loss_type != AuxLossType::none) s += ", " + std::string(to_string(c.aux_loss_type));
-  return s;
-}
+// Runs every (layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr).
+std::vector<Run> run_all(const CheckOptions& o, Communicator* world) {
+  const ModelConfig model = model_of(o);
+  const ModelParams<double> params = random_model_params<double>(model, o.seed);
+  const GlobalBatch batch = random_global_batch(model, o.seq, o.global_batch, o.seed + 1);
+  std::vector<ParallelLayout> layouts = o.layout.world > 0 ? std::vector<ParallelLayout>{o.layout} : default_layouts();
+  std::vector<dist::DispatcherKind> kinds;
+  if (o.dispatcher == "all")
+    kinds = {dist::DispatcherKind::alltoall, dist::DispatcherKind::allgather, dist::DispatcherKind::flex};
+  else
+    kinds = {dist::parse_dispatcher(o.dispatcher)};
 
-void print_human(const LayerPreset& p, const CheckOptions& o, const MoeParams<double>& params,
-                 const MoeForward<double>& f, const std::vector<TensorNorm>& grads) {
-  const MoeConfig& c = p.config;
-  std::printf("moe-oracle check: layer oracle only (the parallel system is not built yet); these are the numbers\n"
-              "every backend will be compared with.\n\n");
-  std::printf("preset   %s: %s\nconfig   %s\nbatch    seq %d × batch %d = %lld tokens, seed %llu, double\n\n",
-              p.name.c_str(), p.description.c_str(), describe(c).c_str(), o.seq, o.batch,
-              static_cast<long long>(f.y.rows()), static_cast<unsigned long long>(o.seed));
-
-  std::printf("routing  %-8s", "expert");
-  for (int e = 0; e < c.num_experts; ++e) std::printf("%4d", e);
-  std::printf("\n         %-8s", "tokens");
-  for (auto n : f.routing.tokens_per_expert) std::printf("%4lld", static_cast<long long>(n));
-  if (c.bias_update_rate) {
-    // Direction of one bias update: + for underloaded experts, − for overloaded ones.
-    std::printf("\n         %-9s", "bias Δ");
-    for (int e = 0; e < c.num_experts; ++e) {
-      const double d = f.expert_bias_updated(e) - params.expert_bias(e);
-      std::printf("%4s", d > 0 ? "+" : (d < 0 ? "-" : "0"));
+  std::vector<Run> runs;
+  for (const ParallelLayout& layout : layouts) {
+    layout.validate();
+    if (world && layout.world > world->size())
+      throw std::invalid_argument("layout " + layout_name(layout) + " needs " + std::to_string(layout.world) +
+                                  " ranks; mpirun started " + std::to_string(world->size()));
+    dist::CheckProblem problem{model, params, batch, layout, {}, {o.atol, o.rtol}};
+    for (auto kind : kinds) {
+      problem.options = {kind, parse_loss_mode(o.scaling), o.micro_batch};
+      const GlobalStep oracle = dist::oracle_step(problem);
+      const auto start = std::chrono::steady_clock::now();
+      dist::RankComparison result;
+      if (world) {
+        // The first layout.world ranks run it; the rest sit it out in their own color.
+        auto sub = world->split(world->rank() < layout.world ? 0 : 1, world->rank());
+        if (world->rank() < layout.world) result = dist::check_on_world(*sub, problem, oracle);
+      } else {
+        result = dist::check_inproc(problem, oracle);
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      runs.push_back({layout, kind, result, seconds});
+      if (!o.json && (!world || world->rank() == 0))
+        std::cerr << "  " << layout_name(layout) << " " << to_string(kind) << ": "
+                  << (result.pass() ? "pass" : "FAIL") << "\n";
     }
   }
-  std::printf("\n\n%-22s %-16s %14s %14s\n", "tensor", "shape", "norm", "max |·|");
-  const auto y = norm_of("y", f.y);
-  std::printf("%-22s %-16s %14.8e %14.8e\n", y.name.c_str(), y.shape.c_str(), y.norm, y.max_abs);
-  for (const auto& g : grads)
-    std::printf("%-22s %-16s %14.8e %14.8e\n", g.name.c_str(), g.shape.c_str(), g.norm, g.max_abs);
-  std::printf("\nlosses   aux (%s) = %.12e   z = %.12e\n", std::string(to_string(c.aux_loss_type)).c_str(),
-              f.aux_loss, f.z_loss);
-  std::printf("backward L = Σ⟨grad_y, y⟩ + aux + z, grad_y drawn from the seed\n");
+  return runs;
 }
 
 }  // namespace
 
 void add_check_command(CLI::App& app) {
   auto o = std::make_shared<CheckOptions>();
-  auto* cmd = app.add_subcommand("check", "Run the layer oracle on a preset (embedded default: tiny-v4)");
-  cmd->add_option("--preset", o->preset, "layer preset (tiny-v4, tiny-v3, ...)")->capture_default_str();
-  cmd->add_option("--seq", o->seq, "sequence length (default: the preset's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--micro-batch", o->batch, "sequences per micro-batch (default: the preset's)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", o->seed, "seed of parameters, inputs and grad_y")->capture_default_str();
+  o->layout.world = 0;
+  auto* cmd = app.add_subcommand(
+      "check", "Run the parallel MoE system and compare every rank with the oracle (default: tiny-v4 over 8 layouts × "
+               "3 dispatchers)");
+  cmd->add_option("--preset", o->preset, "layer preset of every MoE layer (tiny-v4, tiny-v3)")->capture_default_str();
+  cmd->add_option("--world", o->layout.world, "run this one layout instead of the built-in set");
+  cmd->add_option("--tp", o->layout.tp, "tensor (and sequence) parallel size")->capture_default_str();
+  cmd->add_option("--cp", o->layout.cp, "context parallel size")->capture_default_str();
+  cmd->add_option("--ep", o->layout.ep, "expert parallel size")->capture_default_str();
+  cmd->add_option("--etp", o->layout.etp, "expert tensor parallel size")->capture_default_str();
+  cmd->add_option("--order", o->layout.order, "rank order, fastest-varying axis first")->capture_default_str();
+  cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
+  cmd->add_option("--scaling", o->scaling, "sum, avg or per-token")->capture_default_str();
+  cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
+  cmd->add_option("--seq", o->seq, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--micro-batch", o->micro_batch, "sequences per microbatch")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", o->global_batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--layers", o->layers, "MoE layers in the model")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--hash-layers", o->hash_layers, "of which the first n route by tid2eid")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of parameters and batch")->capture_default_str();
+  cmd->add_option("--atol", o->atol, "absolute tolerance")->capture_default_str();
+  cmd->add_option("--rtol", o->rtol, "relative tolerance")->capture_default_str();
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
-    const LayerPreset& p = layer_preset(o->preset);
-    CheckOptions opt = *o;
-    if (opt.seq == 0) opt.seq = p.seq;
-    if (opt.batch == 0) opt.batch = p.batch;
-    const long long tokens = static_cast<long long>(opt.seq) * opt.batch;
-    if (static_cast<long long>(p.config.hidden) * p.config.num_experts * p.config.ffn_hidden * tokens > (1LL << 34))
-      throw std::invalid_argument("preset '" + p.name + "' is too large for the CPU oracle (use it with volume/groups)");
-
-    const auto params = random_params<double>(p.config, p.vocab, opt.seed);
-    const auto inputs = random_inputs<double>(p.config, opt.seq, opt.batch, p.vocab, opt.seed + 1);
-    const auto grad_y = random_grad_y<double>(p.config, opt.seq * opt.batch, opt.seed + 2);
-    const auto forward = moe_forward(p.config, params, inputs);
-    const auto grads = moe_backward(p.config, params, inputs, forward, grad_y);
-    const auto norms = gradient_norms(p.config, grads);
-
-    if (!opt.json) {
-      print_human(p, opt, params, forward, norms);
-      return;
+    if (o->backend != "inproc" && o->backend != "mpi")
+      throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
+    std::vector<Run> runs;
+    bool print = true;
+    std::unique_ptr<MpiRuntime> mpi;
+    std::unique_ptr<MpiCommunicator> world;
+    if (o->backend == "mpi") {
+      int argc = 0;
+      char** argv = nullptr;
+      mpi = std::make_unique<MpiRuntime>(argc, argv);
+      world = std::make_unique<MpiCommunicator>(*mpi);
+      print = world->rank() == 0;
     }
-    nlohmann::json j;
-    j["preset"] = p.name;
-    j["seq"] = opt.seq;
-    j["batch"] = opt.batch;
-    j["seed"] = opt.seed;
-    j["tokens_per_expert"] = forward.routing.tokens_per_expert;
-    j["aux_loss"] = forward.aux_loss;
-    j["z_loss"] = forward.z_loss;
-    auto add = [&](const TensorNorm& t) {
-      j["tensors"][t.name] = {{"shape", t.shape}, {"norm", t.norm}, {"max_abs", t.max_abs}};
-    };
-    add(norm_of("y", forward.y));
-    for (const auto& t : norms) add(t);
-    if (p.config.bias_update_rate)
-      j["expert_bias_updated"] = std::vector<double>(forward.expert_bias_updated.data(),
-                                                     forward.expert_bias_updated.data() + p.config.num_experts);
-    std::cout << j.dump(2) << "\n";
+    runs = run_all(*o, world.get());
+    bool pass = true;
+    for (const Run& r : runs) pass = pass && r.result.pass();
+    if (print) {
+      if (o->json) std::cout << to_json(runs).dump(2) << "\n";
+      else print_table(runs, *o, std::cout);
+    }
+    world.reset();
+    mpi.reset();
+    if (!pass) throw CLI::RuntimeError(1);
   });
 }
 

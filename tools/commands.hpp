@@ -7,6 +7,7 @@
 namespace moe::cli {
 
 void add_check_command(CLI::App& app);
+void add_layer_command(CLI::App& app);
 void add_golden_command(CLI::App& app);
 void add_groups_command(CLI::App& app);
 void add_scaling_command(CLI::App& app);
