@@ -2,10 +2,15 @@
 // layouts with EP, ETP, EP×ETP, EDP > 1, TP ≠ ETP, CP > 1; dropless, capacity drop and drop-and-pad; every
 // scaling path; a zero-token rank.
 #include "distributed/differential_check.hpp"
+#include "distributed/inproc_world.hpp"
+#include "distributed/rank_groups.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <mutex>
 #include <string>
 
 namespace moe::dist {
@@ -51,29 +56,32 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
+// Every dispatcher × {dropless, capacity drop, drop-and-pad} × {EP, ETP, EP×ETP, EDP > 1, TP ≠ ETP, CP > 1}.
 std::vector<Case> cases() {
   std::vector<Case> out;
   const std::vector<std::pair<std::string, ParallelLayout>> layouts = {
-      {"single", layout(1, 1, 1, 1, 1)},     {"ep2", layout(2, 1, 1, 2, 1)},      {"etp2", layout(2, 1, 1, 1, 2)},
-      {"ep2_etp2", layout(4, 1, 1, 2, 2)},   {"ep2_edp2", layout(4, 1, 1, 2, 1)}, {"tp2_ep2", layout(4, 2, 1, 2, 1)},
-      {"cp2_ep2", layout(4, 1, 2, 2, 1)},    {"tp2_cp2_ep4_etp1", layout(8, 2, 2, 4, 1)},
-      {"tp2_ep2_etp2", layout(8, 2, 1, 2, 2)}};
+      {"ep2", layout(2, 1, 1, 2, 1)},        {"etp2", layout(2, 1, 1, 1, 2)},
+      {"ep2_etp2", layout(4, 1, 1, 2, 2)},   {"ep2_edp2", layout(4, 1, 1, 2, 1)},
+      {"tp2_ep4_etp1", layout(8, 2, 1, 4, 1)}, {"cp2_ep2", layout(4, 1, 2, 2, 1)},
+      {"tp2_cp2_ep4_etp2", layout(8, 2, 2, 4, 2)}};
+  const std::vector<std::pair<std::string, std::function<void(ModelConfig&)>>> modes = {
+      {"dropless", [](ModelConfig&) {}},
+      {"drop", [](ModelConfig& m) { m.layer.capacity_factor = 0.75; }},
+      {"pad", [](ModelConfig& m) {
+         m.layer.capacity_factor = 1.0;
+         m.layer.drop_policy = DropPolicy::position;
+         m.layer.pad_to_capacity = true;
+       }}};
   for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex})
-    for (const auto& [name, l] : layouts)
-      out.push_back({std::string(to_string(kind)) + "_" + name, l, kind});
+    for (const auto& [lname, l] : layouts)
+      for (const auto& [mname, change] : modes)
+        out.push_back({std::string(to_string(kind)) + "_" + lname + "_" + mname, l, kind, LossMode::sum, 1, change});
+  out.push_back({"single_rank", layout(1, 1, 1, 1, 1)});
   for (auto mode : {LossMode::avg, LossMode::per_token})
     for (auto aux : {AuxLossType::seq_aux, AuxLossType::global_aux})
       out.push_back({std::string(to_string(aux)) + "_" + (mode == LossMode::avg ? "avg" : "per_token"),
                      layout(8, 2, 2, 4, 1), DispatcherKind::alltoall, mode, 1,
                      [aux](ModelConfig& m) { m.layer.aux_loss_type = aux; }});
-  out.push_back({"capacity_drop_flex", layout(4, 2, 1, 2, 1), DispatcherKind::flex, LossMode::sum, 1,
-                 [](ModelConfig& m) { m.layer.capacity_factor = 0.75; }});
-  out.push_back({"capacity_pad_alltoall", layout(4, 1, 2, 2, 2), DispatcherKind::alltoall, LossMode::sum, 1,
-                 [](ModelConfig& m) {
-                   m.layer.capacity_factor = 1.0;
-                   m.layer.drop_policy = DropPolicy::position;
-                   m.layer.pad_to_capacity = true;
-                 }});
   out.push_back({"latent_gate_clamp_allgather", layout(4, 2, 1, 2, 2), DispatcherKind::allgather, LossMode::sum, 2,
                  [](ModelConfig& m) {
                    m.layer.latent_size = 6;
@@ -115,6 +123,89 @@ TEST_P(TrainStepTest, MatchesTheGlobalStepOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TrainStepTest, ::testing::ValuesIn(cases()),
                          [](const auto& param_info) { return param_info.param.name; });
+
+}  // namespace
+}  // namespace moe::dist
+
+namespace moe::dist {
+namespace {
+
+// Every rank's synchronised gradient shard, flattened, for comparisons between runs of the parallel system.
+std::vector<std::vector<double>> rank_gradients(const CheckProblem& p) {
+  std::vector<std::vector<double>> grads(static_cast<size_t>(p.layout.world));
+  std::mutex mu;
+  InprocWorld(p.layout.world).run([&](Communicator& world) {
+    const ProcessGroups groups(p.layout);
+    const RankGroups comms(world, groups);
+    RankStep step = train_step(p.config, shard_model(p.config, p.params, groups, world.rank()), p.batch, groups, comms,
+                               p.options);
+    std::vector<double> flat{step.objective};
+    for (const auto& t : shard_tensors(p.config, step.grads, groups.experts_of(world.rank(), p.config.layer.num_experts).first))
+      flat.insert(flat.end(), t.data, t.data + t.size);
+    std::lock_guard<std::mutex> lock(mu);
+    grads[static_cast<size_t>(world.rank())] = std::move(flat);
+  });
+  return grads;
+}
+
+double max_relative_difference(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  double d = 0;
+  for (size_t r = 0; r < a.size(); ++r) {
+    EXPECT_EQ(a[r].size(), b[r].size());
+    for (size_t i = 0; i < a[r].size(); ++i) d = std::max(d, std::abs(a[r][i] - b[r][i]) / (1e-12 + std::abs(b[r][i])));
+  }
+  return d;
+}
+
+CheckProblem problem(const ParallelLayout& l, const std::vector<int>& padded) {
+  CheckProblem p;
+  p.config = base_model();
+  p.params = random_model_params<double>(p.config, 41);
+  p.batch = random_global_batch(p.config, 8, 8, 42, padded);
+  p.layout = l;
+  return p;
+}
+
+TEST(TrainStepAgreement, AllGatherEqualsAlltoAllEqualsFlex) {
+  CheckProblem p = problem(layout(8, 2, 1, 2, 2), {0, 2, 0, 0, 1, 0, 0, 3});
+  const auto alltoall = rank_gradients(p);
+  for (auto kind : {DispatcherKind::allgather, DispatcherKind::flex}) {
+    p.options.dispatcher = kind;
+    EXPECT_LT(max_relative_difference(rank_gradients(p), alltoall), 1e-9) << to_string(kind);
+  }
+}
+
+// Without padding every microbatch has the same number of valid tokens, so the per-microbatch mean (sum, avg)
+// and the per-token objective are the same function: the three scaling paths must give the same gradients.
+TEST(TrainStepAgreement, SumEqualsAvgEqualsPerTokenWhenTheObjectiveCoincides) {
+  CheckProblem p = problem(layout(8, 2, 2, 4, 1), {});
+  const auto sum = rank_gradients(p);
+  for (auto mode : {LossMode::avg, LossMode::per_token}) {
+    p.options.mode = mode;
+    EXPECT_LT(max_relative_difference(rank_gradients(p), sum), 1e-9) << to_string(mode);
+  }
+  // With uneven padding the objectives differ, and so must the gradients (the comparison has teeth).
+  CheckProblem padded = problem(layout(8, 2, 2, 4, 1), {0, 5, 0, 0, 0, 0, 0, 6});
+  const auto padded_sum = rank_gradients(padded);
+  padded.options.mode = LossMode::per_token;
+  EXPECT_GT(max_relative_difference(rank_gradients(padded), padded_sum), 1e-3);
+}
+
+TEST(TrainStepAgreement, ZeroTokenExpertRankMatchesTheOracle) {
+  // A bias of −10 on experts 6 and 7 (sigmoid scores are below 1) keeps every token away from them: the EP rank
+  // holding them receives no rows, and its expert gradients are exactly zero.
+  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex}) {
+    CheckProblem p = problem(layout(4, 1, 1, 4, 1), {});
+    p.config.n_hash_layers = 0;  // hash layers route by table, not by score
+    p.params = random_model_params<double>(p.config, 43);
+    for (auto& layer : p.params.layers) layer.expert_bias.tail(2).setConstant(-10.0);
+    p.options.dispatcher = kind;
+    const GlobalStep oracle = oracle_step(p);
+    for (const auto& layer : oracle.grads.layers) EXPECT_EQ(layer.expert_fc1[7].cwiseAbs().maxCoeff(), 0.0);
+    const RankComparison r = check_inproc(p, oracle);
+    EXPECT_TRUE(r.pass()) << to_string(kind) << ": " << r.first.tensor << " rank " << r.first.rank;
+  }
+}
 
 }  // namespace
 }  // namespace moe::dist
