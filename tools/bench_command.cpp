@@ -1,0 +1,203 @@
+// `moe-oracle bench` — a benchmark that reports (DESIGN.md §9), not a test: the dispatch + combine time of each
+// dispatcher on an EP-only layout (world = ep), against the raw MPI_Alltoallv of the same bytes in the same run
+// (the practical peak of the transport), and the bytes' memcpy time on one core (the machine's copy bandwidth).
+// Medians over repetitions; each repetition's time is the slowest rank's.
+//
+//   mpirun -np 8 moe-oracle bench --backend mpi            (ranks are processes)
+//   moe-oracle bench --world 8                              (in-process ranks; raw baseline: their alltoallv)
+#include "distributed/dispatcher.hpp"
+#include "distributed/inproc_world.hpp"
+#include "distributed/mpi_baseline.hpp"
+#include "distributed/mpi_communicator.hpp"
+#include "distributed/mpi_runtime.hpp"
+#include "distributed/rank_groups.hpp"
+#include "distributed/row_collectives.hpp"
+#include "reference/random_init.hpp"
+#include "tools/commands.hpp"
+#include "tools/layout_options.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <mutex>
+
+namespace moe::cli {
+namespace {
+
+struct BenchOptions {
+  std::string backend = "inproc";
+  int world = 4;  // inproc only; under MPI the job's size
+  int tokens = 1024, hidden = 512, experts = 32, topk = 6, repetitions = 5;
+  std::string dispatcher = "all";
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double slowest(Communicator& world, double seconds) {
+  world.allreduce<double>(std::span<double>(&seconds, 1), ReduceOp::max);
+  return seconds;
+}
+
+struct Result {
+  std::string dispatcher;
+  double seconds = 0, raw_seconds = 0, copy_seconds = 0;
+  std::int64_t bytes = 0;  // sent by the slowest-bytes rank, dispatch + combine
+};
+
+// One rank's part: uniform random top-k routing, identity experts, dispatch + combine timed.
+Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKind kind, bool mpi) {
+  ParallelLayout layout;
+  layout.world = world.size();
+  layout.ep = world.size();
+  const ProcessGroups groups(layout);
+  const dist::RankGroups comms(world, groups);
+  SeededUniform rng(17 + static_cast<std::uint64_t>(world.rank()));
+  const Matrix<double> x = rng.matrix<double>(o.tokens, o.hidden, 1.0);
+  Matrix<double> probs = Matrix<double>::Zero(o.tokens, o.experts);
+  BoolMatrix map = BoolMatrix::Constant(o.tokens, o.experts, false);
+  for (int t = 0; t < o.tokens; ++t)
+    for (int j = 0; j < o.topk;) {
+      const auto e = static_cast<Eigen::Index>(rng.bits() % static_cast<std::uint64_t>(o.experts));
+      if (map(t, e)) continue;
+      map(t, e) = true;
+      probs(t, e) = 1.0 / o.topk;
+      ++j;
+    }
+
+  Result r{std::string(to_string(kind))};
+  std::vector<double> times;
+  std::vector<std::int64_t> sent(static_cast<size_t>(world.size()), 0), received = sent;
+  for (int rep = -1; rep < o.repetitions; ++rep) {
+    auto d = dist::make_dispatcher<double>(kind, comms.dispatch(), o.experts);
+    world.barrier();
+    const double start = now();
+    const dist::ExpertRows<double> rows = d->dispatch(x, probs, map);
+    const Matrix<double> y = d->combine(rows.x);
+    const double elapsed = slowest(world, now() - start);
+    if (rep >= 0) times.push_back(elapsed);
+  }
+  r.seconds = median(times);
+
+  // The same bytes through the raw transport: what AlltoAll must move (token rows to each expert's rank).
+  for (Eigen::Index t = 0; t < map.rows(); ++t)
+    for (int e = 0; e < o.experts; ++e)
+      if (map(t, e)) sent[static_cast<size_t>(e / (o.experts / world.size()))] += o.hidden * 8;
+  world.alltoallv<std::int64_t>(sent, std::vector<std::int64_t>(sent.size(), 1), received,
+                                std::vector<std::int64_t>(sent.size(), 1));
+  std::vector<double> raw;
+  if (mpi) {
+    const auto there = time_raw_alltoallv(sent, received, o.repetitions);
+    const auto back = time_raw_alltoallv(received, sent, o.repetitions);
+    for (size_t i = 0; i < there.size(); ++i) raw.push_back(there[i] + back[i]);
+  } else {
+    // Rows are doubles, so the byte counts are whole numbers of elements.
+    auto elements = [](std::vector<std::int64_t> v) {
+      for (auto& c : v) c /= 8;
+      return v;
+    };
+    std::vector<double> send_buf(static_cast<size_t>(dist::total(sent) / 8));
+    std::vector<double> recv_buf(static_cast<size_t>(dist::total(received) / 8));
+    for (int rep = -1; rep < o.repetitions; ++rep) {
+      world.barrier();
+      const double start = now();
+      world.alltoallv<double>(send_buf, elements(sent), recv_buf, elements(received));
+      const double elapsed = slowest(world, now() - start);
+      if (rep >= 0) raw.push_back(2 * elapsed);  // there and back
+    }
+  }
+  r.raw_seconds = median(raw);
+
+  // One core copying the same bytes (dispatch and combine): the machine's copy bandwidth in this run.
+  std::int64_t bytes = 2 * dist::total(sent);
+  world.allreduce<std::int64_t>(std::span<std::int64_t>(&bytes, 1), ReduceOp::max);
+  r.bytes = bytes;
+  std::vector<char> a(static_cast<size_t>(bytes / 2) + 1, 1), b(a.size());
+  std::vector<double> copies;
+  for (int rep = 0; rep < o.repetitions; ++rep) {
+    const double start = now();
+    std::memcpy(b.data(), a.data(), a.size());
+    std::memcpy(a.data(), b.data(), a.size());
+    copies.push_back(now() - start);
+  }
+  r.copy_seconds = median(copies);
+  return r;
+}
+
+void report(const std::vector<Result>& results, const BenchOptions& o, int world) {
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& r : results)
+      j.push_back({{"dispatcher", r.dispatcher}, {"seconds", r.seconds}, {"raw_alltoallv_seconds", r.raw_seconds},
+                   {"memcpy_seconds", r.copy_seconds}, {"bytes", r.bytes}});
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << "moe-oracle bench: EP" << world << " (" << o.backend << "), " << o.tokens << " tokens/rank × h "
+            << o.hidden << " (double), " << o.experts << " experts, top-" << o.topk << ", uniform routing, identity"
+            << " experts; median of " << o.repetitions << ", slowest rank\n"
+            << "routed bytes = the rows the busiest rank must send to experts and get back (AllGather moves other "
+            << "bytes, the same rows reach the experts); raw = MPI_Alltoallv of those bytes "
+            << "(there and back) in this run; memcpy = one core copying them\n\n";
+  TextTable t({"dispatcher", "dispatch+combine", "routed bytes", "routed GB/s", "% of raw alltoallv", "% of memcpy"});
+  for (const auto& r : results)
+    t.add_row({r.dispatcher, trimmed(r.seconds * 1e3, 3) + " ms", mib(double(r.bytes)),
+               trimmed(double(r.bytes) / r.seconds / 1e9, 3), trimmed(100 * r.raw_seconds / r.seconds, 1) + " %",
+               trimmed(100 * r.copy_seconds / r.seconds, 1) + " %"});
+  t.print(std::cout);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "Time each dispatcher's dispatch + combine against raw MPI_Alltoallv");
+  cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
+  cmd->add_option("--world", o->world, "ranks for the inproc backend (= ep)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o->tokens, "tokens per rank")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--hidden", o->hidden, "hidden size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--experts", o->experts, "routed experts (divisible by the world)")->capture_default_str();
+  cmd->add_option("--topk", o->topk, "experts per token")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--repetitions", o->repetitions, "timed repetitions (one warm-up before)")->capture_default_str();
+  cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
+  cmd->add_flag("--json", o->json, "machine-readable output");
+  cmd->callback([o] {
+    if (o->topk > o->experts) throw std::invalid_argument("--topk must not exceed --experts");
+    std::vector<dist::DispatcherKind> kinds =
+        o->dispatcher == "all" ? std::vector<dist::DispatcherKind>{dist::DispatcherKind::alltoall,
+                                                                     dist::DispatcherKind::allgather,
+                                                                     dist::DispatcherKind::flex}
+                               : std::vector<dist::DispatcherKind>{dist::parse_dispatcher(o->dispatcher)};
+    std::vector<Result> results;
+    if (o->backend == "mpi") {
+      int argc = 0;
+      char** argv = nullptr;
+      MpiRuntime mpi(argc, argv);
+      MpiCommunicator world(mpi);
+      if (o->experts % world.size()) throw std::invalid_argument("--experts must divide by the number of ranks");
+      for (auto k : kinds) results.push_back(bench_rank(world, *o, k, true));
+      if (world.rank() == 0) report(results, *o, world.size());
+      return;
+    }
+    if (o->backend != "inproc") throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
+    if (o->experts % o->world) throw std::invalid_argument("--experts must divide by --world");
+    for (auto k : kinds) {
+      std::mutex mu;
+      InprocWorld(o->world).run([&](Communicator& world) {
+        Result r = bench_rank(world, *o, k, false);
+        std::lock_guard<std::mutex> lock(mu);
+        if (world.rank() == 0) results.push_back(r);
+      });
+    }
+    report(results, *o, o->world);
+  });
+}
+
+}  // namespace moe::cli
