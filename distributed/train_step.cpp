@@ -1,5 +1,8 @@
 #include "distributed/train_step.hpp"
 
+#include "distributed/dense_ops.hpp"
+#include "distributed/grad_sync.hpp"
+#include "distributed/loss_weights.hpp"
 #include "distributed/moe_layer_rank.hpp"
 #include "distributed/row_collectives.hpp"
 
@@ -8,26 +11,6 @@
 
 namespace moe::dist {
 namespace {
-
-using Array = Eigen::Array<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// RMSNorm of every row at once: y = x·r ⊙ w, r = 1/sqrt(mean(x²) + eps).
-Matrix<double> rms_norm_rows(const Matrix<double>& x, const Vector<double>& w, double eps) {
-  const Vector<double> r = ((x.array().square().rowwise().sum() / static_cast<double>(x.cols())) + eps).rsqrt();
-  return ((x.array().colwise() * r.array()).rowwise() * w.transpose().array()).matrix();
-}
-
-// dx = r·(dx̂ − x̂·mean(dx̂ ⊙ x̂)), dx̂ = dy ⊙ w, x̂ = x·r; dw += Σ_rows dy ⊙ x̂.
-Matrix<double> rms_norm_rows_backward(const Matrix<double>& x, const Vector<double>& w, double eps,
-                                      const Matrix<double>& dy, Vector<double>& dw) {
-  const auto n = static_cast<double>(x.cols());
-  const Vector<double> r = ((x.array().square().rowwise().sum() / n) + eps).rsqrt();
-  const Array x_hat = x.array().colwise() * r.array();
-  dw += (dy.array() * x_hat).colwise().sum().matrix().transpose();
-  const Array dx_hat = dy.array().rowwise() * w.transpose().array();
-  const Vector<double> mean = (dx_hat * x_hat).rowwise().sum() / n;
-  return ((dx_hat - x_hat.colwise() * mean.array()).colwise() * r.array()).matrix();
-}
 
 // This rank's rows of one microbatch: ids, labels, validity and sequence index, in local order.
 struct LocalBatch {
@@ -59,21 +42,9 @@ double all_sum(Communicator& comm, double value) {
   return value;
 }
 
-struct Weights {
-  double ce, aux, z;
-};
-
-Weights loss_weights(const ModelConfig& c, LossMode mode, const ParallelLayout& l, int m, double n_mb,
-                     double n_step) {
-  const bool global_aux = c.layer.aux_loss_type == AuxLossType::global_aux;
-  if (mode == LossMode::per_token) return {1.0, global_aux ? n_step : n_mb, n_mb};
-  const double cp_over_m = static_cast<double>(l.cp) / m;
-  return {n_mb > 0 ? cp_over_m / n_mb : 0.0, global_aux ? l.dp() * cp_over_m : cp_over_m, cp_over_m};
-}
-
 // Forward and backward of one microbatch on this rank; adds its weighted loss to `objective_share`.
 void run_microbatch(const ModelConfig& c, const ModelShard<double>& shard, const LocalBatch& lb, int micro_batch,
-                    const RankGroups& comms, const StepOptions& options, const Weights& w,
+                    const RankGroups& comms, const StepOptions& options, const LossWeights& w,
                     std::vector<GlobalAuxCounts>& global_aux, ModelShard<double>& grads,
                     std::vector<std::vector<std::int64_t>>& assignments, double& objective_share) {
   const Eigen::Index n = lb.ids.size();
@@ -98,21 +69,9 @@ void run_microbatch(const ModelConfig& c, const ModelShard<double>& shard, const
   }
 
   const Matrix<double> normed = rms_norm_rows(hidden, shard.final_norm, c.rms_eps);
-  const Matrix<double> logits = normed * shard.head.transpose();
-  // Cross-entropy of the valid local tokens and its gradient w_ce·(softmax − onehot).
-  const Vector<double> max = logits.rowwise().maxCoeff();
-  Matrix<double> grad_logits = (logits.colwise() - max).array().exp().matrix();
-  const Vector<double> sums = grad_logits.rowwise().sum();
-  for (Eigen::Index k = 0; k < n; ++k) {
-    if (lb.padded[static_cast<size_t>(k)]) {
-      grad_logits.row(k).setZero();
-      continue;
-    }
-    objective_share += w.ce * (max(k) + std::log(sums(k)) - logits(k, lb.labels(k)));
-    grad_logits.row(k) /= sums(k);
-    grad_logits(k, lb.labels(k)) -= 1.0;
-  }
-  grad_logits *= w.ce;
+  const CrossEntropy ce = cross_entropy(normed * shard.head.transpose(), lb.labels, lb.padded, w.ce);
+  objective_share += w.ce * ce.sum;
+  const Matrix<double>& grad_logits = ce.grad_logits;
 
   grads.head += grad_logits.transpose() * normed;
   Matrix<double> d_hidden =
@@ -123,25 +82,6 @@ void run_microbatch(const ModelConfig& c, const ModelShard<double>& shard, const
     d_hidden += rms_norm_rows_backward(block_in[li], shard.block_norm[li], c.rms_eps, dx, grads.block_norm[li]);
   }
   for (Eigen::Index k = 0; k < n; ++k) grads.embedding.row(lb.ids(k)) += d_hidden.row(k);
-}
-
-// Gradient synchronisation by the scaling table: pre-scale, the data-parallel collective of the parameter's
-// class, the extra SUM over tp for sequence-parallel params, and the per-token division.
-void synchronise(const ModelConfig& c, ModelShard<double>& grads, int first_expert, const ProcessGroups& groups,
-                 const RankGroups& comms, LossMode mode, double global_tokens) {
-  const auto table = grad_sync_table(mode, group_sizes(groups), false);
-  for (auto& t : shard_tensors(c, grads, first_expert)) {
-    const GradSync* sync = nullptr;
-    for (const auto& row : table)
-      if (row.rule.param_class == t.param_class) sync = &row;
-    std::span<double> data(t.data, static_cast<size_t>(t.size));
-    for (double& v : data) v *= sync->prescale;
-    Communicator& dp_group = sync->rule.group == GroupKind::expt_dp ? *comms.expt_dp : *comms.dp_cp;
-    dp_group.allreduce<double>(data, sync->rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum);
-    if (sync->rule.then_sum_over_tp) comms.tp->allreduce<double>(data, ReduceOp::sum);
-    if (sync->rule.divide_by_global_tokens)
-      for (double& v : data) v /= global_tokens;
-  }
 }
 
 }  // namespace
@@ -173,7 +113,7 @@ RankStep train_step(const ModelConfig& c, const ModelShard<double>& shard, const
 
   const double global_tokens = all_sum(*comms.tp_dp_cp, local_valid);
   const int first_expert = groups.experts_of(rank, c.layer.num_experts).first;
-  synchronise(c, out.grads, first_expert, groups, comms, options.mode, global_tokens);
+  synchronise_gradients(c, out.grads, first_expert, groups, comms, options.mode, global_tokens);
   out.objective = all_sum(*comms.tp_dp_cp, objective_share) /
                   (options.mode == LossMode::per_token ? global_tokens : static_cast<double>(l.dp() * l.cp));
 

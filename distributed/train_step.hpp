@@ -1,16 +1,8 @@
 // One training step of the whole parallel system, as one rank runs it: every microbatch of its DP replica on
 // its CP/SP share of the tokens (the data split of reference/global_step.hpp), forward and backward through the
 // model with the distributed MoE layers, then gradient synchronisation by the scaling table and the expert-bias
-// update. Every rank of the world calls it together.
-//
-// Loss weights on a rank (what its backward differentiates), chosen so that the synchronised gradient is the
-// gradient of the global objective J (global_step.hpp):
-//   sum / avg:  CE_local·cp/(m·N_mb) + aux_share·cp/m + z_share·cp/m        (MoEAuxLossAutoScaler: cp/m)
-//               global_aux: aux_share·dp·cp/m — the group's loss is the sum of all replicas' shares; Megatron's
-//               cp/m leaves its gradient 1/dp too small (research/megatron.md §8.5)
-//   per_token:  CE_local + (aux_share + z_share)·N_mb                         (N_mb over tp_cp, as Megatron dev)
-//               global_aux: aux_share·N_step (N_step over tp_dp_cp)
-// where N_mb is the microbatch's valid-token count and m the microbatches per replica.
+// update. Every rank of the world calls it together. The loss weights that make the synchronised gradient
+// dJ/dθ are in loss_weights.hpp; the synchronisation in grad_sync.hpp.
 #pragma once
 
 #include "distributed/dispatcher.hpp"

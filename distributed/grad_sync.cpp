@@ -1,0 +1,28 @@
+#include "distributed/grad_sync.hpp"
+
+#include <span>
+#include <stdexcept>
+
+namespace moe::dist {
+
+void synchronise_gradients(const ModelConfig& c, ModelShard<double>& grads, int first_expert,
+                           const ProcessGroups& groups, const RankGroups& comms, LossMode mode, double global_tokens) {
+  const auto table = grad_sync_table(mode, group_sizes(groups), false);
+  auto rule_for = [&table](ParamClass cls) -> const GradSync& {
+    for (const auto& row : table)
+      if (row.rule.param_class == cls) return row;
+    throw std::logic_error("grad sync: the scaling table has no row for a parameter class");
+  };
+  for (auto& t : shard_tensors(c, grads, first_expert)) {
+    const GradSync& sync = rule_for(t.param_class);
+    std::span<double> data(t.data, static_cast<size_t>(t.size));
+    for (double& v : data) v *= sync.prescale;
+    Communicator& dp_group = sync.rule.group == GroupKind::expt_dp ? *comms.expt_dp : *comms.dp_cp;
+    dp_group.allreduce<double>(data, sync.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum);
+    if (sync.rule.then_sum_over_tp) comms.tp->allreduce<double>(data, ReduceOp::sum);
+    if (sync.rule.divide_by_global_tokens)
+      for (double& v : data) v /= global_tokens;
+  }
+}
+
+}  // namespace moe::dist
