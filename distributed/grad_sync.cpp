@@ -5,7 +5,7 @@
 
 namespace moe::dist {
 
-void synchronise_gradients(const ModelConfig& c, ModelShard<double>& grads, int first_expert,
+void synchronise_gradients(ModelShard<double>& grads, int first_expert,
                            const ProcessGroups& groups, const RankGroups& comms, LossMode mode, double global_tokens) {
   const auto table = grad_sync_table(mode, group_sizes(groups), false);
   auto rule_for = [&table](ParamClass cls) -> const GradSync& {
@@ -13,7 +13,7 @@ void synchronise_gradients(const ModelConfig& c, ModelShard<double>& grads, int 
       if (row.rule.param_class == cls) return row;
     throw std::logic_error("grad sync: the scaling table has no row for a parameter class");
   };
-  for (auto& t : shard_tensors(c, grads, first_expert)) {
+  for (auto& t : shard_tensors(grads, first_expert)) {
     const GradSync& sync = rule_for(t.param_class);
     std::span<double> data(t.data, static_cast<size_t>(t.size));
     for (double& v : data) v *= sync.prescale;

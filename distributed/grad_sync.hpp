@@ -9,7 +9,7 @@
 
 namespace moe::dist {
 
-void synchronise_gradients(const ModelConfig& config, ModelShard<double>& grads, int first_expert,
+void synchronise_gradients(ModelShard<double>& grads, int first_expert,
                            const ProcessGroups& groups, const RankGroups& comms, LossMode mode, double global_tokens);
 
 }  // namespace moe::dist

@@ -1,19 +1,46 @@
 #include "distributed/model_shard.hpp"
 
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
 namespace moe::dist {
+
+StageLayers stage_layers(int num_layers, int stages, int stage) {
+  if (stages < 1 || stages > num_layers)
+    throw std::invalid_argument("pipeline: pp (" + std::to_string(stages) + ") must be between 1 and the number of "
+                                "layers (" + std::to_string(num_layers) + ")");
+  const int base = num_layers / stages, extra = num_layers % stages;
+  return {stage * base + std::min(stage, extra), base + (stage < extra ? 1 : 0)};
+}
 
 template <typename T>
 ModelShard<T> shard_model(const ModelConfig& config, const ModelParams<T>& global, const ProcessGroups& groups,
                           int rank) {
-  ModelShard<T> s{global.embedding, global.block_norm, {}, global.final_norm, global.head};
-  for (int l = 0; l < config.num_layers; ++l)
+  const int pp = groups.layout().pp, stage = groups.rank_in(GroupKind::pp, rank);
+  const StageLayers mine = stage_layers(config.num_layers, pp, stage);
+  ModelShard<T> s;
+  s.first_layer = mine.first;
+  s.first_stage = stage == 0;
+  s.last_stage = stage == pp - 1;
+  if (s.first_stage) s.embedding = global.embedding;
+  if (s.last_stage) {
+    s.final_norm = global.final_norm;
+    s.head = global.head;
+  }
+  for (int l = mine.first; l < mine.first + mine.count; ++l) {
+    s.block_norm.push_back(global.block_norm[static_cast<size_t>(l)]);
     s.layers.push_back(shard_layer(config.layer_config(l), global.layers[static_cast<size_t>(l)], groups, rank));
+  }
   return s;
 }
 
 template <typename T>
 ModelShard<T> zeros_like(const ModelShard<T>& s) {
   ModelShard<T> z;
+  z.first_layer = s.first_layer;
+  z.first_stage = s.first_stage;
+  z.last_stage = s.last_stage;
   z.embedding = Matrix<T>::Zero(s.embedding.rows(), s.embedding.cols());
   for (const auto& w : s.block_norm) z.block_norm.push_back(Vector<T>::Zero(w.size()));
   for (const auto& layer : s.layers) z.layers.push_back(zeros_like(layer));
@@ -23,16 +50,15 @@ ModelShard<T> zeros_like(const ModelShard<T>& s) {
 }
 
 template <typename T>
-std::vector<ShardTensor<T>> shard_tensors(const ModelConfig& config, ModelShard<T>& s, int first_expert) {
+std::vector<ShardTensor<T>> shard_tensors(ModelShard<T>& s, int first_expert) {
   std::vector<ShardTensor<T>> out;
   auto add = [&out](std::string name, ParamClass cls, auto& m) {
     if (m.size() > 0) out.push_back({std::move(name), cls, m.data(), m.size()});
   };
   const auto sp = ParamClass::sequence_parallel;
   add("embedding", sp, s.embedding);
-  for (int l = 0; l < config.num_layers; ++l) {
-    const auto li = static_cast<size_t>(l);
-    const std::string pre = "layer" + std::to_string(l) + ".";
+  for (size_t li = 0; li < s.layers.size(); ++li) {
+    const std::string pre = "layer" + std::to_string(s.first_layer + static_cast<int>(li)) + ".";
     LayerShard<T>& layer = s.layers[li];
     add(pre + "block_norm", sp, s.block_norm[li]);
     add(pre + "router_weight", sp, layer.router_weight);
@@ -55,6 +81,6 @@ std::vector<ShardTensor<T>> shard_tensors(const ModelConfig& config, ModelShard<
 template ModelShard<double> shard_model<double>(const ModelConfig&, const ModelParams<double>&, const ProcessGroups&,
                                                 int);
 template ModelShard<double> zeros_like<double>(const ModelShard<double>&);
-template std::vector<ShardTensor<double>> shard_tensors<double>(const ModelConfig&, ModelShard<double>&, int);
+template std::vector<ShardTensor<double>> shard_tensors<double>(ModelShard<double>&, int);
 
 }  // namespace moe::dist

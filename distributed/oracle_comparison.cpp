@@ -74,8 +74,8 @@ RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& 
 
   ModelShard<double> want = shard_model(config, oracle.grads, groups, rank);
   const int first_expert = groups.experts_of(rank, config.layer.num_experts).first;
-  const auto got_tensors = shard_tensors(config, step.grads, first_expert);
-  const auto want_tensors = shard_tensors(config, want, first_expert);
+  const auto got_tensors = shard_tensors(step.grads, first_expert);
+  const auto want_tensors = shard_tensors(want, first_expert);
   for (size_t i = 0; i < got_tensors.size(); ++i) {
     if (got_tensors[i].size != want_tensors[i].size) {
       cmp.fail(got_tensors[i].name + " (size)", double(got_tensors[i].size), double(want_tensors[i].size));
@@ -85,9 +85,10 @@ RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& 
               got_tensors[i].size);
   }
 
-  for (size_t l = 0; l < oracle.expert_bias_updated.size(); ++l) {
+  for (size_t i = 0; i < step.expert_bias_updated.size(); ++i) {
+    const size_t l = static_cast<size_t>(step.first_layer) + i;
     const auto& w = oracle.expert_bias_updated[l];
-    const auto& g = step.expert_bias_updated[l];
+    const auto& g = step.expert_bias_updated[i];
     if (w.size() != g.size()) {
       cmp.fail("layer" + std::to_string(l) + ".expert_bias (entries)", double(g.size()), double(w.size()));
       continue;

@@ -19,6 +19,7 @@ RankGroups::RankGroups(Communicator& world, const ProcessGroups& groups) : rank(
   dp_cp = make(GroupKind::dp_cp);
   tp_cp = make(GroupKind::tp_cp);
   tp_dp_cp = make(GroupKind::tp_dp_cp);
+  pp = make(GroupKind::pp);
   ep = make(GroupKind::ep);
   expt_tp = make(GroupKind::expt_tp);
   tp_ep = make(GroupKind::tp_ep);

@@ -14,7 +14,7 @@ namespace moe::dist {
 
 struct RankGroups {
   int rank = 0;  // in the world
-  std::unique_ptr<Communicator> tp, cp, dp, dp_cp, tp_cp, tp_dp_cp, ep, expt_tp, tp_ep, expt_dp;
+  std::unique_ptr<Communicator> tp, cp, dp, dp_cp, tp_cp, tp_dp_cp, pp, ep, expt_tp, tp_ep, expt_dp;
 
   RankGroups(Communicator& world, const ProcessGroups& groups);
 

@@ -4,9 +4,10 @@
 #include "distributed/grad_sync.hpp"
 #include "distributed/loss_weights.hpp"
 #include "distributed/moe_layer_rank.hpp"
+#include "distributed/pipeline_schedule.hpp"
 #include "distributed/row_collectives.hpp"
 
-#include <cmath>
+#include <map>
 #include <memory>
 
 namespace moe::dist {
@@ -42,92 +43,152 @@ double all_sum(Communicator& comm, double value) {
   return value;
 }
 
-// Forward and backward of one microbatch on this rank; adds its weighted loss to `objective_share`.
-void run_microbatch(const ModelConfig& c, const ModelShard<double>& shard, const LocalBatch& lb, int micro_batch,
-                    const RankGroups& comms, const StepOptions& options, const LossWeights& w,
-                    std::vector<GlobalAuxCounts>& global_aux, ModelShard<double>& grads,
-                    std::vector<std::vector<std::int64_t>>& assignments, double& objective_share) {
-  const Eigen::Index n = lb.ids.size();
-  const int h = c.layer.hidden;
-  Matrix<double> hidden(n, h);
-  for (Eigen::Index k = 0; k < n; ++k) hidden.row(k) = shard.embedding.row(lb.ids(k));
+// Tags of the point-to-point messages between stages: one per microbatch and direction.
+int activation_tag(int microbatch) { return 2 * microbatch; }
+int gradient_tag(int microbatch) { return 2 * microbatch + 1; }
 
+// What one microbatch leaves on this stage between its forward and its backward.
+struct InFlight {
+  LocalBatch batch;
+  LossWeights weights{};
   std::vector<Matrix<double>> block_in;
   std::vector<std::unique_ptr<MoeLayerRank<double>>> layers;
-  for (int l = 0; l < c.num_layers; ++l) {
-    const auto li = static_cast<size_t>(l);
-    block_in.push_back(hidden);
-    layers.push_back(std::make_unique<MoeLayerRank<double>>(c.layer_config(l), shard.layers[li], comms,
-                                                             options.dispatcher));
-    const RouterInputs router{lb.ids, lb.padded};
-    const LocalTokens tokens{lb.padded, lb.sequence, micro_batch};
-    hidden += layers.back()->forward(rms_norm_rows(hidden, shard.block_norm[li], c.rms_eps), router, tokens,
-                                     global_aux[li]);
-    objective_share += w.aux * layers.back()->aux_share() + w.z * layers.back()->z_share();
-    const auto& a = layers.back()->assignments();
-    for (size_t e = 0; e < a.size(); ++e) assignments[li][e] += a[e];
+  Matrix<double> out;          // the stage's output activation (last stage: before the final norm)
+  Matrix<double> grad_logits;  // last stage only
+};
+
+// The stage's share of the step: its layers for every microbatch in the 1F1B order, accumulating gradients.
+class StageRunner {
+ public:
+  StageRunner(const ModelConfig& c, const ModelShard<double>& shard, const GlobalBatch& batch,
+              const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options, RankStep& out)
+      : c_(c), shard_(shard), batch_(batch), groups_(groups), comms_(comms), options_(options), out_(out) {
+    const ParallelLayout& l = groups.layout();
+    m_ = num_microbatches(l, batch.size, options.micro_batch);
+    dp_rank_ = groups.rank_in(GroupKind::dp, comms.rank);
+    source_ = groups.rank_in(GroupKind::cp, comms.rank) * l.tp + groups.rank_in(GroupKind::tp, comms.rank);
+    stage_ = groups.rank_in(GroupKind::pp, comms.rank);
+    global_aux_.resize(shard.layers.size());
+    assignments_.assign(shard.layers.size(), std::vector<std::int64_t>(static_cast<size_t>(c.layer.num_experts), 0));
   }
 
-  const Matrix<double> normed = rms_norm_rows(hidden, shard.final_norm, c.rms_eps);
-  const CrossEntropy ce = cross_entropy(normed * shard.head.transpose(), lb.labels, lb.padded, w.ce);
-  objective_share += w.ce * ce.sum;
-  const Matrix<double>& grad_logits = ce.grad_logits;
+  int microbatches() const { return m_; }
+  double objective_share() const { return objective_share_; }
+  double local_valid() const { return local_valid_; }
+  std::vector<std::vector<std::int64_t>>& assignments() { return assignments_; }
 
-  grads.head += grad_logits.transpose() * normed;
-  Matrix<double> d_hidden =
-      rms_norm_rows_backward(hidden, shard.final_norm, c.rms_eps, grad_logits * shard.head, grads.final_norm);
-  for (int l = c.num_layers - 1; l >= 0; --l) {
-    const auto li = static_cast<size_t>(l);
-    const Matrix<double> dx = layers[li]->backward(d_hidden, w.aux, w.z, grads.layers[li]);
-    d_hidden += rms_norm_rows_backward(block_in[li], shard.block_norm[li], c.rms_eps, dx, grads.block_norm[li]);
+  void forward(int i) {
+    InFlight& f = in_flight_[i];
+    const TokenBatch tb = microbatch(batch_, groups_.layout(), options_.micro_batch, dp_rank_, i);
+    f.batch = local_batch(tb, tb.partition[static_cast<size_t>(source_)]);
+    const double n_mb = all_sum(*comms_.tp_cp, static_cast<double>(f.batch.valid));
+    const double n_step = all_sum(*comms_.tp_dp_cp, static_cast<double>(f.batch.valid));
+    f.weights = loss_weights(c_, options_.mode, groups_.layout(), m_, n_mb, n_step);
+    if (shard_.first_stage) local_valid_ += static_cast<double>(f.batch.valid);
+
+    const Eigen::Index n = f.batch.ids.size();
+    Matrix<double> hidden(n, c_.layer.hidden);
+    if (shard_.first_stage) {
+      for (Eigen::Index k = 0; k < n; ++k) hidden.row(k) = shard_.embedding.row(f.batch.ids(k));
+    } else {
+      comms_.pp->recv<double>(span_of(hidden), stage_ - 1, activation_tag(i));
+    }
+    for (size_t li = 0; li < shard_.layers.size(); ++li) {
+      const int global_layer = shard_.first_layer + static_cast<int>(li);
+      f.block_in.push_back(hidden);
+      f.layers.push_back(std::make_unique<MoeLayerRank<double>>(c_.layer_config(global_layer), shard_.layers[li],
+                                                                 comms_, options_.dispatcher));
+      const RouterInputs router{f.batch.ids, f.batch.padded};
+      const LocalTokens tokens{f.batch.padded, f.batch.sequence, options_.micro_batch};
+      hidden += f.layers.back()->forward(rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps), router, tokens,
+                                         global_aux_[li]);
+      objective_share_ += f.weights.aux * f.layers.back()->aux_share() + f.weights.z * f.layers.back()->z_share();
+      const auto& a = f.layers.back()->assignments();
+      for (size_t e = 0; e < a.size(); ++e) assignments_[li][e] += a[e];
+    }
+    f.out = hidden;
+    if (!shard_.last_stage) {
+      comms_.pp->send<double>(const_span_of(f.out), stage_ + 1, activation_tag(i));
+      return;
+    }
+    const Matrix<double> normed = rms_norm_rows(hidden, shard_.final_norm, c_.rms_eps);
+    CrossEntropy ce = cross_entropy(normed * shard_.head.transpose(), f.batch.labels, f.batch.padded, f.weights.ce);
+    objective_share_ += f.weights.ce * ce.sum;
+    f.grad_logits = std::move(ce.grad_logits);
   }
-  for (Eigen::Index k = 0; k < n; ++k) grads.embedding.row(lb.ids(k)) += d_hidden.row(k);
-}
+
+  void backward(int i) {
+    InFlight& f = in_flight_.at(i);
+    ModelShard<double>& g = out_.grads;
+    Matrix<double> d_hidden(f.out.rows(), f.out.cols());
+    if (shard_.last_stage) {
+      const Matrix<double> normed = rms_norm_rows(f.out, shard_.final_norm, c_.rms_eps);
+      g.head += f.grad_logits.transpose() * normed;
+      d_hidden = rms_norm_rows_backward(f.out, shard_.final_norm, c_.rms_eps, f.grad_logits * shard_.head,
+                                        g.final_norm);
+    } else {
+      comms_.pp->recv<double>(span_of(d_hidden), stage_ + 1, gradient_tag(i));
+    }
+    for (size_t li = shard_.layers.size(); li-- > 0;) {
+      const Matrix<double> dx = f.layers[li]->backward(d_hidden, f.weights.aux, f.weights.z, g.layers[li]);
+      d_hidden += rms_norm_rows_backward(f.block_in[li], shard_.block_norm[li], c_.rms_eps, dx, g.block_norm[li]);
+    }
+    if (shard_.first_stage) {
+      for (Eigen::Index k = 0; k < f.batch.ids.size(); ++k) g.embedding.row(f.batch.ids(k)) += d_hidden.row(k);
+    } else {
+      comms_.pp->send<double>(const_span_of(d_hidden), stage_ - 1, gradient_tag(i));
+    }
+    in_flight_.erase(i);
+  }
+
+ private:
+  const ModelConfig& c_;
+  const ModelShard<double>& shard_;
+  const GlobalBatch& batch_;
+  const ProcessGroups& groups_;
+  const RankGroups& comms_;
+  const StepOptions& options_;
+  RankStep& out_;
+  int m_ = 0, dp_rank_ = 0, source_ = 0, stage_ = 0;
+  std::map<int, InFlight> in_flight_;
+  std::vector<GlobalAuxCounts> global_aux_;
+  std::vector<std::vector<std::int64_t>> assignments_;
+  double objective_share_ = 0, local_valid_ = 0;
+};
 
 }  // namespace
 
 RankStep train_step(const ModelConfig& c, const ModelShard<double>& shard, const GlobalBatch& batch,
                     const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options) {
   const ParallelLayout& l = groups.layout();
-  const int rank = comms.rank;
-  const int m = num_microbatches(l, batch.size, options.micro_batch);
-  const int dp_rank = groups.rank_in(GroupKind::dp, rank);
-  const int source = groups.rank_in(GroupKind::cp, rank) * l.tp + groups.rank_in(GroupKind::tp, rank);
-  const auto experts = static_cast<size_t>(c.layer.num_experts);
-
   RankStep out;
   out.grads = zeros_like(shard);
-  std::vector<GlobalAuxCounts> global_aux(static_cast<size_t>(c.num_layers));
-  std::vector<std::vector<std::int64_t>> assignments(static_cast<size_t>(c.num_layers),
-                                                     std::vector<std::int64_t>(experts, 0));
-  double objective_share = 0, local_valid = 0;
-  for (int i = 0; i < m; ++i) {
-    const TokenBatch tb = microbatch(batch, l, options.micro_batch, dp_rank, i);
-    const LocalBatch lb = local_batch(tb, tb.partition[static_cast<size_t>(source)]);
-    const double n_mb = all_sum(*comms.tp_cp, static_cast<double>(lb.valid));
-    const double n_step = all_sum(*comms.tp_dp_cp, static_cast<double>(lb.valid));
-    local_valid += static_cast<double>(lb.valid);
-    run_microbatch(c, shard, lb, options.micro_batch, comms, options, loss_weights(c, options.mode, l, m, n_mb, n_step),
-                   global_aux, out.grads, assignments, objective_share);
+  out.first_layer = shard.first_layer;
+  StageRunner stage(c, shard, batch, groups, comms, options, out);
+  for (const PipelineOp& op : one_forward_one_backward(l.pp, groups.rank_in(GroupKind::pp, comms.rank),
+                                                       stage.microbatches())) {
+    if (op.forward) stage.forward(op.microbatch);
+    else stage.backward(op.microbatch);
   }
 
-  const double global_tokens = all_sum(*comms.tp_dp_cp, local_valid);
-  const int first_expert = groups.experts_of(rank, c.layer.num_experts).first;
-  synchronise_gradients(c, out.grads, first_expert, groups, comms, options.mode, global_tokens);
-  out.objective = all_sum(*comms.tp_dp_cp, objective_share) /
+  // Only the first stage counts tokens (every stage sees the same ones); the pp group spreads the total.
+  const double global_tokens = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.local_valid()));
+  const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
+  synchronise_gradients(out.grads, first_expert, groups, comms, options.mode, global_tokens);
+  out.objective = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.objective_share())) /
                   (options.mode == LossMode::per_token ? global_tokens : static_cast<double>(l.dp() * l.cp));
 
   // Expert bias: real assignments over tp×dp×cp and the whole batch, then β + rate·sign(mean − c).
-  for (int layer = 0; layer < c.num_layers; ++layer) {
-    auto& counts = assignments[static_cast<size_t>(layer)];
+  for (size_t li = 0; li < shard.layers.size(); ++li) {
+    auto& counts = stage.assignments()[li];
     comms.tp_dp_cp->allreduce<std::int64_t>(counts, ReduceOp::sum);
     out.bias_counts.push_back(counts);
-    const MoeConfig lc = c.layer_config(layer);
+    const MoeConfig lc = c.layer_config(shard.first_layer + static_cast<int>(li));
     Vector<double> bias;
     if (lc.bias_update_rate) {
-      bias = shard.layers[static_cast<size_t>(layer)].expert_bias;
-      const Vector<double> load = Eigen::Map<const IndexVector>(counts.data(), static_cast<Eigen::Index>(counts.size()))
-                                      .cast<double>();
+      bias = shard.layers[li].expert_bias;
+      const Vector<double> load =
+          Eigen::Map<const IndexVector>(counts.data(), static_cast<Eigen::Index>(counts.size())).cast<double>();
       bias.array() += *lc.bias_update_rate * (load.mean() - load.array()).sign();
     }
     out.expert_bias_updated.push_back(bias);

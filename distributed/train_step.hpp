@@ -1,7 +1,7 @@
 // One training step of the whole parallel system, as one rank runs it: every microbatch of its DP replica on
-// its CP/SP share of the tokens (the data split of reference/global_step.hpp), forward and backward through the
-// model with the distributed MoE layers, then gradient synchronisation by the scaling table and the expert-bias
-// update. Every rank of the world calls it together. The loss weights that make the synchronised gradient
+// its CP/SP share of the tokens (the data split of reference/global_step.hpp), through its pipeline stage's
+// layers in a 1F1B schedule (activations and input gradients sent to the neighbouring stages), then gradient
+// synchronisation by the scaling table and the expert-bias update. Every rank of the world calls it together. The loss weights that make the synchronised gradient
 // dJ/dθ are in loss_weights.hpp; the synchronisation in grad_sync.hpp.
 #pragma once
 
@@ -24,8 +24,9 @@ struct StepOptions {
 struct RankStep {
   ModelShard<double> grads;                            // this rank's shard of dJ/dθ after synchronisation
   double objective = 0;                                // J, reduced over the world
-  std::vector<std::vector<std::int64_t>> bias_counts;  // per layer [E], summed over tp×dp×cp and the batch
-  std::vector<Vector<double>> expert_bias_updated;     // per layer; empty where the layer has no update
+  int first_layer = 0;                                 // global index of this stage's first layer
+  std::vector<std::vector<std::int64_t>> bias_counts;  // per stage layer [E], summed over tp×dp×cp and the batch
+  std::vector<Vector<double>> expert_bias_updated;     // per stage layer; empty where the layer has no update
 };
 
 RankStep train_step(const ModelConfig& config, const ModelShard<double>& shard, const GlobalBatch& batch,

@@ -35,9 +35,10 @@ ModelConfig base_model() {
   return m;
 }
 
-ParallelLayout layout(int world, int tp, int cp, int ep, int etp) {
+ParallelLayout layout(int world, int tp, int cp, int ep, int etp, int pp = 1) {
   ParallelLayout l;
   l.world = world;
+  l.pp = pp;
   l.tp = tp;
   l.cp = cp;
   l.ep = ep;
@@ -77,6 +78,21 @@ std::vector<Case> cases() {
       for (const auto& [mname, change] : modes)
         out.push_back({std::string(to_string(kind)) + "_" + lname + "_" + mname, l, kind, LossMode::sum, 1, change});
   out.push_back({"single_rank", layout(1, 1, 1, 1, 1)});
+  // Pipeline stages: 4 layers over pp 2 and 4, with EP/ETP/TP/CP inside the stages.
+  auto four_layers = [](ModelConfig& m) { m.num_layers = 4; };
+  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex}) {
+    out.push_back({std::string(to_string(kind)) + "_pp2", layout(2, 1, 1, 1, 1, 2), kind, LossMode::sum, 1,
+                   four_layers});
+    out.push_back({std::string(to_string(kind)) + "_pp2_ep2_etp2", layout(8, 1, 1, 2, 2, 2), kind, LossMode::sum, 2,
+                   four_layers});
+    out.push_back({std::string(to_string(kind)) + "_pp4_tp2_ep2", layout(8, 2, 1, 2, 1, 4), kind, LossMode::per_token,
+                   1, four_layers});
+  }
+  out.push_back({"pp2_cp2_global_aux_avg", layout(8, 1, 2, 2, 1, 2), DispatcherKind::alltoall, LossMode::avg, 1,
+                 [](ModelConfig& m) {
+                   m.num_layers = 3;
+                   m.layer.aux_loss_type = AuxLossType::global_aux;
+                 }});
   for (auto mode : {LossMode::avg, LossMode::per_token})
     for (auto aux : {AuxLossType::seq_aux, AuxLossType::global_aux})
       out.push_back({std::string(to_string(aux)) + "_" + (mode == LossMode::avg ? "avg" : "per_token"),
@@ -140,7 +156,7 @@ std::vector<std::vector<double>> rank_gradients(const CheckProblem& p) {
     RankStep step = train_step(p.config, shard_model(p.config, p.params, groups, world.rank()), p.batch, groups, comms,
                                p.options);
     std::vector<double> flat{step.objective};
-    for (const auto& t : shard_tensors(p.config, step.grads, groups.experts_of(world.rank(), p.config.layer.num_experts).first))
+    for (const auto& t : shard_tensors(step.grads, groups.experts_of(world.rank(), p.config.layer.num_experts).first))
       flat.insert(flat.end(), t.data, t.data + t.size);
     std::lock_guard<std::mutex> lock(mu);
     grads[static_cast<size_t>(world.rank())] = std::move(flat);
