@@ -165,18 +165,21 @@ RankStep train_step(const ModelConfig& c, const ModelShard<double>& shard, const
   out.grads = zeros_like(shard);
   out.first_layer = shard.first_layer;
   StageRunner stage(c, shard, batch, groups, comms, options, out);
-  for (const PipelineOp& op : one_forward_one_backward(l.pp, groups.rank_in(GroupKind::pp, comms.rank),
-                                                       stage.microbatches())) {
+  const auto ops = options.schedule == Schedule::one_forward_one_backward
+                       ? one_forward_one_backward(l.pp, groups.rank_in(GroupKind::pp, comms.rank), stage.microbatches())
+                       : all_forward_all_backward(stage.microbatches());
+  for (const PipelineOp& op : ops) {
     if (op.forward) stage.forward(op.microbatch);
     else stage.backward(op.microbatch);
   }
 
   // Only the first stage counts tokens (every stage sees the same ones); the pp group spreads the total.
-  const double global_tokens = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.local_valid()));
+  out.global_tokens = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.local_valid()));
   const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
-  synchronise_gradients(out.grads, first_expert, groups, comms, options.mode, global_tokens);
+  if (options.synchronise)
+    synchronise_gradients(out.grads, first_expert, groups, comms, options.mode, out.global_tokens);
   out.objective = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.objective_share())) /
-                  (options.mode == LossMode::per_token ? global_tokens : static_cast<double>(l.dp() * l.cp));
+                  (options.mode == LossMode::per_token ? out.global_tokens : static_cast<double>(l.dp() * l.cp));
 
   // Expert bias: real assignments over tp×dp×cp and the whole batch, then β + rate·sign(mean − c).
   for (size_t li = 0; li < shard.layers.size(); ++li) {

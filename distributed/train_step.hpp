@@ -15,15 +15,20 @@
 
 namespace moe::dist {
 
+enum class Schedule { one_forward_one_backward, all_forward_all_backward };
+
 struct StepOptions {
   DispatcherKind dispatcher = DispatcherKind::alltoall;
   LossMode mode = LossMode::sum;
   int micro_batch = 1;
+  Schedule schedule = Schedule::one_forward_one_backward;
+  bool synchronise = true;  // false: leave each rank's raw gradients for an optimizer that syncs them itself
 };
 
 struct RankStep {
   ModelShard<double> grads;                            // this rank's shard of dJ/dθ after synchronisation
   double objective = 0;                                // J, reduced over the world
+  double global_tokens = 0;                            // N, the valid tokens of the global batch
   int first_layer = 0;                                 // global index of this stage's first layer
   std::vector<std::vector<std::int64_t>> bias_counts;  // per stage layer [E], summed over tp×dp×cp and the batch
   std::vector<Vector<double>> expert_bias_updated;     // per stage layer; empty where the layer has no update
