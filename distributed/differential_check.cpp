@@ -3,6 +3,7 @@
 #include "distributed/inproc_world.hpp"
 #include "distributed/rank_groups.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <mutex>
 
@@ -37,7 +38,82 @@ RankComparison merge_over(Communicator& world, RankComparison mine) {
   return mine;
 }
 
+// Steps [begin, end) of the run under `layout` on the first layout.world ranks of `world`, from the run's
+// parameters or from a checkpoint; saves at the end when asked. Returns the merged comparison of each step.
+std::vector<RankComparison> run_phase(Communicator& world, const RunProblem& p, const ParallelLayout& layout,
+                                      int begin, int end, bool from_checkpoint, bool save_at_end,
+                                      const std::vector<TrajectoryPoint>& oracle) {
+  std::vector<RankComparison> out;
+  if (layout.world > world.size())
+    throw std::invalid_argument("the layout needs " + std::to_string(layout.world) + " ranks; the world has " +
+                                std::to_string(world.size()));
+  auto sub = world.split(world.rank() < layout.world ? 0 : 1, world.rank());
+  if (world.rank() < layout.world) {
+    const ProcessGroups groups(layout);
+    const RankGroups comms(*sub, groups);
+    std::unique_ptr<RankTrainer> trainer;
+    if (from_checkpoint) {
+      const TrainingState state = load_checkpoint(p.checkpoint_dir, p.config);
+      trainer = std::make_unique<RankTrainer>(p.config, state, groups, comms, p.options, p.optimizer);
+    } else {
+      trainer = std::make_unique<RankTrainer>(p.config, p.params, groups, comms, p.options, p.optimizer);
+    }
+    for (int s = begin; s < end; ++s) {
+      const double objective = trainer->step(p.batches[static_cast<size_t>(s)]);
+      const ShardMoments moments = trainer->moments();
+      out.push_back(merge_over(*sub, compare_with_trajectory(p.config, oracle[static_cast<size_t>(s)], objective,
+                                                             trainer->params(), moments, groups, sub->rank(),
+                                                             p.tolerance)));
+    }
+    if (save_at_end) trainer->save(p.checkpoint_dir, *sub);
+  }
+  world.barrier();
+  return out;
+}
+
 }  // namespace
+
+std::vector<TrajectoryPoint> oracle_trajectory(const RunProblem& p) {
+  const int steps = static_cast<int>(p.batches.size());
+  const int half = p.resume_as ? steps / 2 : steps;
+  const std::vector<GlobalBatch> first(p.batches.begin(), p.batches.begin() + half);
+  std::vector<TrajectoryPoint> points = reference_trajectory(p.config, p.params, first, p.layout, p.options.micro_batch,
+                                                             p.options.mode, p.optimizer.config);
+  if (p.resume_as) {
+    const std::vector<GlobalBatch> second(p.batches.begin() + half, p.batches.end());
+    const ModelParams<double> start = half > 0 ? points.back().params : p.params;
+    const AdamState adam = half > 0 ? points.back().adam : AdamState{};
+    auto more = reference_trajectory(p.config, start, second, *p.resume_as, p.options.micro_batch, p.options.mode,
+                                     p.optimizer.config, adam);
+    points.insert(points.end(), more.begin(), more.end());
+  }
+  return points;
+}
+
+std::vector<RankComparison> check_run_on_world(Communicator& world, const RunProblem& p,
+                                               const std::vector<TrajectoryPoint>& oracle) {
+  const int steps = static_cast<int>(p.batches.size());
+  if (!p.resume_as) return run_phase(world, p, p.layout, 0, steps, false, false, oracle);
+  if (p.checkpoint_dir.empty()) throw std::invalid_argument("resuming needs a checkpoint directory");
+  auto out = run_phase(world, p, p.layout, 0, steps / 2, false, true, oracle);
+  auto more = run_phase(world, p, *p.resume_as, steps / 2, steps, true, false, oracle);
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+std::vector<RankComparison> check_run_inproc(const RunProblem& p, const std::vector<TrajectoryPoint>& oracle) {
+  const int world = std::max(p.layout.world, p.resume_as ? p.resume_as->world : 1);
+  std::mutex mu;
+  std::vector<RankComparison> result;
+  InprocWorld(world).run([&](Communicator& comm) {
+    auto merged = check_run_on_world(comm, p, oracle);
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      result = std::move(merged);
+    }
+  });
+  return result;
+}
 
 GlobalStep oracle_step(const CheckProblem& p) {
   return global_step(p.config, p.params, p.batch, p.layout, p.options.micro_batch, p.options.mode);

@@ -4,8 +4,13 @@
 
 #include "distributed/communicator.hpp"
 #include "distributed/oracle_comparison.hpp"
+#include "distributed/rank_trainer.hpp"
 #include "distributed/train_step.hpp"
 #include "reference/global_step.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace moe::dist {
 
@@ -26,5 +31,28 @@ RankComparison check_on_world(Communicator& world, const CheckProblem& problem, 
 
 // Runs check_on_world on in-process ranks.
 RankComparison check_inproc(const CheckProblem& problem, const GlobalStep& oracle);
+
+// Several whole training steps (optimizer and bias update included), optionally saved halfway and resumed from
+// the checkpoint under another layout.
+struct RunProblem {
+  ModelConfig config;
+  ModelParams<double> params;
+  std::vector<GlobalBatch> batches;  // one per step
+  ParallelLayout layout;
+  StepOptions options;
+  OptimizerSettings optimizer;
+  Tolerance tolerance;
+  std::optional<ParallelLayout> resume_as;  // save after steps/2 under `layout`, continue under this one
+  std::string checkpoint_dir;               // where (required with resume_as)
+};
+
+// The oracle's uninterrupted trajectory for the run: `layout`'s split, then resume_as's from the same state.
+std::vector<TrajectoryPoint> oracle_trajectory(const RunProblem& problem);
+
+// One comparison per step, merged over the ranks. Collective over `world` (at least as many ranks as the larger
+// layout; the others wait).
+std::vector<RankComparison> check_run_on_world(Communicator& world, const RunProblem& problem,
+                                               const std::vector<TrajectoryPoint>& oracle);
+std::vector<RankComparison> check_run_inproc(const RunProblem& problem, const std::vector<TrajectoryPoint>& oracle);
 
 }  // namespace moe::dist

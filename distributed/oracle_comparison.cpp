@@ -51,6 +51,8 @@ std::string_view to_string(Quantity q) {
     case Quantity::grad_dense: return "grad dense (TP)";
     case Quantity::grad_expert: return "grad experts";
     case Quantity::expert_bias: return "expert bias";
+    case Quantity::parameters: return "parameters";
+    case Quantity::optimizer_state: return "optimizer state";
   }
   return "?";
 }
@@ -94,6 +96,50 @@ RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& 
       continue;
     }
     cmp.check(Quantity::expert_bias, "layer" + std::to_string(l) + ".expert_bias", g.data(), w.data(), w.size());
+  }
+  return cmp.result;
+}
+
+}  // namespace moe::dist
+
+namespace moe::dist {
+namespace {
+
+// The oracle's Adam moments (flat, trained_tensors order) laid out as a model, so they can be sharded like one.
+ModelParams<double> moments_as_model(const ModelConfig& config, ModelParams<double> shape,
+                                     const std::vector<std::vector<double>>& flat) {
+  auto tensors = trained_tensors(config, shape);
+  for (size_t i = 0; i < tensors.size(); ++i) std::copy(flat[i].begin(), flat[i].end(), tensors[i].data);
+  return shape;
+}
+
+}  // namespace
+
+RankComparison compare_with_trajectory(const ModelConfig& config, const TrajectoryPoint& oracle, double objective,
+                                       ModelShard<double>& params, const ShardMoments& moments,
+                                       const ProcessGroups& groups, int rank, const Tolerance& tolerance) {
+  Comparer cmp{tolerance, rank, {}};
+  cmp.check(Quantity::objective, "objective", &objective, &oracle.objective, 1);
+  const int first_expert = groups.experts_of(rank, config.layer.num_experts).first;
+  ModelShard<double> want = shard_model(config, oracle.params, groups, rank);
+  const auto got = shard_tensors(params, first_expert);
+  const auto expected = shard_tensors(want, first_expert);
+  for (size_t i = 0; i < got.size(); ++i)
+    cmp.check(Quantity::parameters, got[i].name, got[i].data, expected[i].data, got[i].size);
+  for (size_t l = 0; l < params.layers.size(); ++l) {
+    const auto& g = params.layers[l].expert_bias;
+    cmp.check(Quantity::expert_bias, "layer" + std::to_string(params.first_layer + static_cast<int>(l)) + ".expert_bias",
+              g.data(), want.layers[l].expert_bias.data(), g.size());
+  }
+  if (!moments.m.empty()) {
+    for (const auto* which : {&oracle.adam.m, &oracle.adam.v}) {
+      ModelShard<double> state = shard_model(config, moments_as_model(config, oracle.params, *which), groups, rank);
+      const auto expected_state = shard_tensors(state, first_expert);
+      const auto& mine = which == &oracle.adam.m ? moments.m : moments.v;
+      for (size_t i = 0; i < expected_state.size(); ++i)
+        cmp.check(Quantity::optimizer_state, expected_state[i].name + (which == &oracle.adam.m ? ".m" : ".v"),
+                  mine[i].data(), expected_state[i].data, expected_state[i].size);
+    }
   }
   return cmp.result;
 }

@@ -6,7 +6,9 @@
 #pragma once
 
 #include "distributed/model_shard.hpp"
+#include "distributed/rank_optimizer.hpp"
 #include "distributed/train_step.hpp"
+#include "reference/trajectory.hpp"
 #include "reference/global_step.hpp"
 
 #include <array>
@@ -15,8 +17,16 @@
 
 namespace moe::dist {
 
-enum class Quantity { objective, grad_sequence_parallel, grad_dense, grad_expert, expert_bias };
-constexpr int kQuantities = 5;
+enum class Quantity {
+  objective,
+  grad_sequence_parallel,
+  grad_dense,
+  grad_expert,
+  expert_bias,
+  parameters,       // after an optimizer step (multi-step runs)
+  optimizer_state,  // Adam moments after a step
+};
+constexpr int kQuantities = 7;
 std::string_view to_string(Quantity q);
 
 struct Tolerance {
@@ -48,5 +58,11 @@ struct RankComparison {
 
 RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& oracle, RankStep& step,
                                    const ProcessGroups& groups, int rank, const Tolerance& tolerance);
+
+// After a whole training step: the objective, every parameter of the shard (expert biases included) and the
+// Adam moments (`moments` empty for SGD) against the oracle's trajectory point.
+RankComparison compare_with_trajectory(const ModelConfig& config, const TrajectoryPoint& oracle, double objective,
+                                       ModelShard<double>& params, const ShardMoments& moments,
+                                       const ProcessGroups& groups, int rank, const Tolerance& tolerance);
 
 }  // namespace moe::dist

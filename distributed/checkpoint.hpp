@@ -1,0 +1,43 @@
+// Checkpoints that any layout can load (format "moe-checkpoint/1"): tensors are stored under their logical
+// (global) names and shapes, each as pieces with an offset, written by the first rank that holds that piece:
+//   layer3.expert17.fc1.gate [d, w]   rows sharded by ETP (fc1's gate and up halves are separate tensors, so they
+//   layer3.expert17.fc1.up   [d, w]   stay paired whatever the ETP of the loader)
+//   layer3.expert17.fc2      [w, d]   columns sharded by ETP
+//   layer3.shared.fc1.gate / .fc1.up / .fc2   sharded by TP the same way
+//   embedding, head, final_norm, layerL.block_norm, .router_weight, .expert_bias, .tid2eid, .shared_gate,
+//   .latent_down, .latent_up          whole
+// Experts are found by global id, never by local index; Adam moments are stored the same way with ".adam_m" /
+// ".adam_v" appended. checkpoint.json (written last) lists every piece with its file, offset, shape and FNV-1a
+// checksum, the model config, the step and the optimizer.
+//
+// Loading reads and checks everything (format, model config, coverage of every tensor, file sizes, checksums)
+// into new objects and returns them; nothing a caller holds is touched unless the whole load succeeds.
+#pragma once
+
+#include "distributed/communicator.hpp"
+#include "distributed/model_shard.hpp"
+#include "distributed/rank_optimizer.hpp"
+
+#include <string>
+
+namespace moe::dist {
+
+struct TrainingState {
+  ModelParams<double> params;          // global (logical) tensors
+  bool has_moments = false;
+  ModelParams<double> adam_m, adam_v;  // global moments in the shape of params (trained tensors only)
+  int optimizer_step = 0;
+  int training_step = 0;
+};
+
+// Collective over `world`: every rank writes the pieces it is the first holder of; rank 0 writes checkpoint.json
+// after all pieces are on disk. `moments` may be empty (SGD).
+void save_checkpoint(const std::string& dir, Communicator& world, const ModelConfig& config,
+                     const ProcessGroups& groups, ModelShard<double>& params, const ShardMoments& moments,
+                     int training_step);
+
+// Throws std::runtime_error naming the problem (missing or corrupt file, other model, other format version,
+// a tensor not fully covered) before anything is returned.
+TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config);
+
+}  // namespace moe::dist

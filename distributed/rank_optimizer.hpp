@@ -1,0 +1,66 @@
+// The optimizer on one rank, in two forms:
+//   DDP (distributed = false): gradients all-reduced by the scaling table (grad_sync.hpp), then every rank updates
+//     its whole shard with its own full copy of the optimizer state;
+//   distributed optimizer: the shard's tensors are flattened into two buffers — non-expert params over dp_cp,
+//     routed experts over expt_dp (Megatron's dense and expert buffers) — padded to a multiple of the group size;
+//     gradients are reduce-scattered so each rank owns one contiguous slice, the optimizer state exists only for
+//     that slice, and the updated slices are all-gathered back into the parameters.
+// Both apply the same table: pre-scale, SUM or AVG over the group, SUM over tp for sequence-parallel params,
+// per-token division.
+#pragma once
+
+#include "distributed/model_shard.hpp"
+#include "distributed/rank_groups.hpp"
+#include "reference/trajectory.hpp"
+
+#include <vector>
+
+namespace moe::dist {
+
+struct OptimizerSettings {
+  OptimizerConfig config;
+  bool distributed = false;
+};
+
+// Adam moments of every trained tensor of a shard, whole, in shard_tensors order.
+struct ShardMoments {
+  std::vector<std::vector<double>> m, v;
+  int step = 0;
+};
+
+class RankOptimizer {
+ public:
+  RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
+                ModelShard<double>& params, LossMode mode);
+
+  // Synchronises this step's raw gradients (train_step with synchronise = false) and updates the parameters.
+  void step(ModelShard<double>& raw_grads, double global_tokens);
+
+  // The moments as whole tensors (all-gathered from the slices when distributed: collective). Empty for SGD.
+  ShardMoments moments() const;
+  // Installs whole-tensor moments (e.g. from a checkpoint); each rank keeps what it owns.
+  void set_moments(const ShardMoments& moments);
+
+ private:
+  // One gradient buffer: its tensors (indices into shard_tensors), its group and the rule it follows.
+  struct Buffer {
+    std::vector<size_t> tensors;
+    Communicator* group = nullptr;
+    Eigen::Index size = 0, padded = 0, slice_begin = 0, slice_size = 0;
+    std::vector<double> m, v;  // over the slice (distributed) or the whole buffer (DDP)
+  };
+
+  std::vector<double> flatten(const Buffer& b, ModelShard<double>& shard) const;
+  void unflatten(const Buffer& b, const std::vector<double>& flat, ModelShard<double>& shard) const;
+  void update(Buffer& b, double* params, const double* grads, Eigen::Index count, Eigen::Index state_offset);
+
+  OptimizerSettings settings_;
+  const ProcessGroups& groups_;
+  const RankGroups& comms_;
+  ModelShard<double>& params_;
+  LossMode mode_;
+  int step_ = 0;
+  std::vector<Buffer> buffers_;
+};
+
+}  // namespace moe::dist

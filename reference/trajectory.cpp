@@ -1,0 +1,21 @@
+#include "reference/trajectory.hpp"
+
+namespace moe {
+
+std::vector<TrajectoryPoint> reference_trajectory(const ModelConfig& config, ModelParams<double> params,
+                                                  const std::vector<GlobalBatch>& batches, const ParallelLayout& layout,
+                                                  int micro_batch, LossMode mode, const OptimizerConfig& optimizer,
+                                                  AdamState adam) {
+  std::vector<TrajectoryPoint> points;
+  for (const GlobalBatch& batch : batches) {
+    GlobalStep step = global_step(config, params, batch, layout, micro_batch, mode);
+    if (optimizer.kind == OptimizerKind::adam) adam_step(config, optimizer.adam, adam, params, step.grads);
+    else sgd_step(config, optimizer.sgd, params, step.grads);
+    for (size_t l = 0; l < params.layers.size(); ++l)
+      if (step.expert_bias_updated[l].size() > 0) params.layers[l].expert_bias = step.expert_bias_updated[l];
+    points.push_back({step.objective, params, adam});
+  }
+  return points;
+}
+
+}  // namespace moe

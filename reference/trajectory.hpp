@@ -1,0 +1,33 @@
+// The oracle's training trajectory: N whole steps — global step (reference/global_step.hpp), optimizer
+// (reference/optimizer.hpp), expert-bias update — from one starting point. What `moe-oracle check --steps N`
+// compares every rank with after each step.
+#pragma once
+
+#include "reference/global_step.hpp"
+#include "reference/optimizer.hpp"
+
+#include <vector>
+
+namespace moe {
+
+enum class OptimizerKind { sgd, adam };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::adam;
+  SgdConfig sgd;
+  AdamConfig adam;
+};
+
+struct TrajectoryPoint {
+  double objective = 0;           // J of the step (before its update)
+  ModelParams<double> params;     // after the update, expert biases included
+  AdamState adam;                 // after the update (empty for SGD)
+};
+
+// Step s uses batches[s]. `adam` is the optimizer state to start from (empty: a fresh start).
+std::vector<TrajectoryPoint> reference_trajectory(const ModelConfig& config, ModelParams<double> params,
+                                                  const std::vector<GlobalBatch>& batches, const ParallelLayout& layout,
+                                                  int micro_batch, LossMode mode, const OptimizerConfig& optimizer,
+                                                  AdamState adam = {});
+
+}  // namespace moe
