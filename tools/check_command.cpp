@@ -3,8 +3,10 @@
 // global step oracle. Exit status 1 on any mismatch, naming the first differing tensor, rank and index.
 //
 // With no layout flags it runs the embedded default: the tiny-v4 model over a built-in set of layouts (world ≤ 8)
-// that exercise EP, ETP, TP+SP, CP, EDP > 1 and every dispatcher. Under `mpirun -np N … --backend mpi` the ranks
-// are processes; a layout smaller than N runs on the first ranks while the others wait.
+// that exercise EP, ETP, TP+SP, CP, PP, EDP > 1 and every dispatcher. Under `mpirun -np N … --backend mpi` the
+// ranks are processes; a layout smaller than N runs on the first ranks while the others wait.
+// --steps N runs N whole training steps (optimizer and bias update included) against the oracle's trajectory;
+// --resume-as saves after N/2 steps and continues under another layout from the checkpoint.
 #include "distributed/differential_check.hpp"
 #include "distributed/mpi_communicator.hpp"
 #include "distributed/mpi_runtime.hpp"
@@ -14,6 +16,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -27,15 +30,21 @@ struct CheckOptions {
   std::string dispatcher = "all";
   std::string scaling = "sum";
   std::string backend = "inproc";
-  int seq = 16, micro_batch = 1, global_batch = 8, layers = 2, hash_layers = 1;
+  int seq = 16, micro_batch = 1, global_batch = 8, layers = 4, hash_layers = 1;
+  int steps = 0;               // 0: one step, gradients compared before any optimizer
+  std::string resume_as;       // "world=4,ep=2,etp=2" (steps ≥ 2)
+  std::string optimizer = "adam";
+  bool distributed_optimizer = false;
+  std::string checkpoint_dir = "moe-oracle-checkpoint";
   std::uint64_t seed = 1;
   double atol = 1e-13, rtol = 1e-9;
   bool json = false;
 };
 
-ParallelLayout layout_of(int world, int tp, int cp, int ep, int etp) {
+ParallelLayout layout_of(int world, int tp, int cp, int ep, int etp, int pp = 1) {
   ParallelLayout l;
   l.world = world;
+  l.pp = pp;
   l.tp = tp;
   l.cp = cp;
   l.ep = ep;
@@ -52,7 +61,31 @@ std::vector<ParallelLayout> default_layouts() {
           layout_of(4, 1, 2, 2, 1),  // CP2
           layout_of(8, 2, 1, 4, 1),  // TP2 + SP, TP ≠ ETP, EDP 2
           layout_of(8, 2, 1, 2, 2),  // TP2 = ETP2, EP2, EDP 2
-          layout_of(8, 2, 2, 8, 1)}; // TP2 · CP2 · EP8: two experts per rank, a token-poor rank likely
+          layout_of(8, 2, 2, 8, 1),  // TP2 · CP2 · EP8: two experts per rank, a token-poor rank likely
+          layout_of(8, 1, 1, 4, 1, 2),   // PP2 · EP4: activations and gradients between stages
+          layout_of(8, 1, 1, 2, 1, 4)};  // PP4 · EP2 · EDP 1
+}
+
+// "world=4,tp=1,cp=1,ep=2,etp=2,pp=1" (unnamed sizes are 1).
+ParallelLayout parse_layout(const std::string& text) {
+  ParallelLayout l;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("--resume-as: '" + item + "' is not name=size");
+    const std::string key = item.substr(0, eq);
+    const int value = std::stoi(item.substr(eq + 1));
+    if (key == "world") l.world = value;
+    else if (key == "tp") l.tp = value;
+    else if (key == "cp") l.cp = value;
+    else if (key == "ep") l.ep = value;
+    else if (key == "etp") l.etp = value;
+    else if (key == "pp") l.pp = value;
+    else throw std::invalid_argument("--resume-as: unknown size '" + key + "' (world, tp, cp, ep, etp, pp)");
+  }
+  l.validate();
+  return l;
 }
 
 ModelConfig model_of(const CheckOptions& o) {
@@ -68,8 +101,8 @@ ModelConfig model_of(const CheckOptions& o) {
 
 std::string layout_name(const ParallelLayout& l) {
   std::ostringstream s;
-  s << "w" << l.world << " tp" << l.tp << " cp" << l.cp << " ep" << l.ep << " etp" << l.etp << " dp" << l.dp()
-    << " edp" << l.edp();
+  s << "w" << l.world << " tp" << l.tp << " cp" << l.cp << " pp" << l.pp << " ep" << l.ep << " etp" << l.etp
+    << " dp" << l.dp() << " edp" << l.edp();
   return s.str();
 }
 
@@ -89,8 +122,13 @@ std::string fmt(double v) {
 void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostream& out) {
   out << "moe-oracle check: " << o.preset << " model (" << o.layers << " layers, " << o.hash_layers
       << " hash), global batch " << o.global_batch << " × seq " << o.seq << ", micro-batch " << o.micro_batch
-      << ", scaling " << o.scaling << ", backend " << o.backend << ", double\n"
-      << "each cell: max |parallel − oracle| over every rank and element (pass: ≤ " << fmt(o.atol) << " + "
+      << ", scaling " << o.scaling << ", backend " << o.backend << ", double\n";
+  if (o.steps > 0)
+    out << o.steps << " training steps with " << o.optimizer
+        << (o.distributed_optimizer ? " (distributed optimizer)" : " (DDP)")
+        << (o.resume_as.empty() ? "" : ", saved after step " + std::to_string(o.steps / 2) + ", resumed as " + o.resume_as)
+        << "; errors are the maximum over the steps\n";
+  out << "each cell: max |parallel − oracle| over every rank and element (pass: ≤ " << fmt(o.atol) << " + "
       << fmt(o.rtol) << "·|oracle|)\n\n";
   std::vector<std::string> header{"layout", "dispatcher"};
   for (int q = 0; q < dist::kQuantities; ++q) header.emplace_back(to_string(static_cast<dist::Quantity>(q)));
@@ -109,7 +147,7 @@ void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostre
   for (const Run& r : runs) {
     if (r.result.pass()) continue;
     ++failed;
-    out << "\nFAIL " << layout_name(r.layout) << " " << to_string(r.dispatcher) << ": first mismatch in "
+    out << std::setprecision(17) << "\nFAIL " << layout_name(r.layout) << " " << to_string(r.dispatcher) << ": first mismatch in "
         << r.result.first.tensor << " on rank " << r.result.first.rank << " at flat index " << r.result.first.index
         << ": parallel " << r.result.first.got << ", oracle " << r.result.first.want << "\n";
   }
@@ -136,6 +174,30 @@ nlohmann::json to_json(const std::vector<Run>& runs) {
   return j;
 }
 
+// N whole training steps of one (layout, dispatcher), optionally resumed under another layout: the comparisons
+// of all steps merged into one.
+dist::RankComparison run_steps(const CheckOptions& o, const dist::CheckProblem& base, Communicator* world) {
+  dist::RunProblem run;
+  run.config = base.config;
+  run.params = base.params;
+  for (int s = 0; s < o.steps; ++s)
+    run.batches.push_back(random_global_batch(base.config, o.seq, o.global_batch, o.seed + 100 + std::uint64_t(s)));
+  run.layout = base.layout;
+  run.options = base.options;
+  run.optimizer.config.kind = o.optimizer == "sgd" ? OptimizerKind::sgd : OptimizerKind::adam;
+  run.optimizer.distributed = o.distributed_optimizer;
+  run.tolerance = base.tolerance;
+  if (!o.resume_as.empty()) {
+    run.resume_as = parse_layout(o.resume_as);
+    run.checkpoint_dir = o.checkpoint_dir;
+  }
+  const auto oracle = dist::oracle_trajectory(run);
+  const auto steps = world ? dist::check_run_on_world(*world, run, oracle) : dist::check_run_inproc(run, oracle);
+  dist::RankComparison merged;
+  for (const auto& s : steps) merged.merge(s);
+  return merged;
+}
+
 // Runs every (layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr).
 std::vector<Run> run_all(const CheckOptions& o, Communicator* world) {
   const ModelConfig model = model_of(o);
@@ -148,24 +210,26 @@ std::vector<Run> run_all(const CheckOptions& o, Communicator* world) {
   else
     kinds = {dist::parse_dispatcher(o.dispatcher)};
 
+  for (const ParallelLayout& layout : layouts) layout.validate();  // every error before any work
   std::vector<Run> runs;
   for (const ParallelLayout& layout : layouts) {
-    layout.validate();
     if (world && layout.world > world->size())
       throw std::invalid_argument("layout " + layout_name(layout) + " needs " + std::to_string(layout.world) +
                                   " ranks; mpirun started " + std::to_string(world->size()));
     dist::CheckProblem problem{model, params, batch, layout, {}, {o.atol, o.rtol}};
     for (auto kind : kinds) {
       problem.options = {kind, parse_loss_mode(o.scaling), o.micro_batch};
-      const GlobalStep oracle = dist::oracle_step(problem);
       const auto start = std::chrono::steady_clock::now();
       dist::RankComparison result;
-      if (world) {
+      if (o.steps > 0) {
+        result = run_steps(o, problem, world);
+      } else if (world) {
+        const GlobalStep oracle = dist::oracle_step(problem);
         // The first layout.world ranks run it; the rest sit it out in their own color.
         auto sub = world->split(world->rank() < layout.world ? 0 : 1, world->rank());
         if (world->rank() < layout.world) result = dist::check_on_world(*sub, problem, oracle);
       } else {
-        result = dist::check_inproc(problem, oracle);
+        result = dist::check_inproc(problem, dist::oracle_step(problem));
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       runs.push_back({layout, kind, result, seconds});
@@ -191,7 +255,16 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--cp", o->layout.cp, "context parallel size")->capture_default_str();
   cmd->add_option("--ep", o->layout.ep, "expert parallel size")->capture_default_str();
   cmd->add_option("--etp", o->layout.etp, "expert tensor parallel size")->capture_default_str();
+  cmd->add_option("--pp", o->layout.pp, "pipeline parallel size")->capture_default_str();
   cmd->add_option("--order", o->layout.order, "rank order, fastest-varying axis first")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "run N whole training steps (optimizer, bias update) against the oracle's "
+                                       "trajectory")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--resume-as", o->resume_as, "with --steps: save after N/2 steps and resume under this layout, "
+                                               "e.g. world=4,ep=2,etp=2");
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "where --resume-as writes its checkpoint")->capture_default_str();
+  cmd->add_option("--optimizer", o->optimizer, "adam or sgd (with --steps)")->capture_default_str();
+  cmd->add_flag("--distributed-optimizer", o->distributed_optimizer,
+                "shard optimizer state; reduce-scatter gradients, all-gather parameters");
   cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
   cmd->add_option("--scaling", o->scaling, "sum, avg or per-token")->capture_default_str();
   cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
@@ -207,6 +280,9 @@ void add_check_command(CLI::App& app) {
   cmd->callback([o] {
     if (o->backend != "inproc" && o->backend != "mpi")
       throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
+    if (o->optimizer != "adam" && o->optimizer != "sgd")
+      throw std::invalid_argument("unknown optimizer '" + o->optimizer + "' (adam, sgd)");
+    if (!o->resume_as.empty() && o->steps < 2) throw std::invalid_argument("--resume-as needs --steps 2 or more");
     std::vector<Run> runs;
     bool print = true;
     std::unique_ptr<MpiRuntime> mpi;
