@@ -16,6 +16,8 @@
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -31,8 +33,17 @@ struct BenchOptions {
   int world = 4;  // inproc only; under MPI the job's size
   int tokens = 1024, hidden = 512, experts = 32, topk = 6, repetitions = 5;
   std::string dispatcher = "all";
+  bool fresh_memory = false;
   bool json = false;
 };
+
+// A production dispatcher reuses its buffers; ours allocates per stage, so by default the benchmark keeps freed
+// memory in the process (glibc would otherwise return every large block to the OS and page-fault it back in,
+// which then dominates the time). --fresh-memory measures the allocating path as it is.
+void keep_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -142,7 +153,8 @@ void report(const std::vector<Result>& results, const BenchOptions& o, int world
   }
   std::cout << "moe-oracle bench: EP" << world << " (" << o.backend << "), " << o.tokens << " tokens/rank × h "
             << o.hidden << " (double), " << o.experts << " experts, top-" << o.topk << ", uniform routing, identity"
-            << " experts; median of " << o.repetitions << ", slowest rank\n"
+            << " experts; median of " << o.repetitions << ", slowest rank; "
+            << (o.fresh_memory ? "fresh allocations" : "freed memory kept for reuse") << "\n"
             << "routed bytes = the rows the busiest rank must send to experts and get back (AllGather moves other "
             << "bytes, the same rows reach the experts); raw = MPI_Alltoallv of those bytes "
             << "(there and back) in this run; memcpy = one core copying them\n\n";
@@ -167,8 +179,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--topk", o->topk, "experts per token")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--repetitions", o->repetitions, "timed repetitions (one warm-up before)")->capture_default_str();
   cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
+  cmd->add_flag("--fresh-memory", o->fresh_memory, "let freed buffers go back to the OS (page faults included)");
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
+    if (!o->fresh_memory) keep_freed_memory();
     if (o->topk > o->experts) throw std::invalid_argument("--topk must not exceed --experts");
     std::vector<dist::DispatcherKind> kinds =
         o->dispatcher == "all" ? std::vector<dist::DispatcherKind>{dist::DispatcherKind::alltoall,
