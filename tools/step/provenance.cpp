@@ -68,23 +68,32 @@ void TagLayout::describe(const Eigen::Ref<const RowVector<double>>& tag,
         row.assignments.push_back({t, e});
         if (row.tokens.empty() || row.tokens.back() != t) row.tokens.push_back(t);
       }
-  // A width-1 probability belongs to the row's one expert; wider ones name theirs in the tag (e + 1).
-  if (tag_probs.size() == 1 && row.assignments.size() == 1) {
-    row.prob_experts = {row.assignments[0].expert};
-  } else {
-    for (Eigen::Index i = 0; i < tag_probs.size(); ++i)
-      row.prob_experts.push_back(tag_probs(i) != 0 ? expert_of_tag(tag_probs(i)) : -1);
+  // Whose probability each entry is: a width-1 one belongs to the row's one expert, a width-E one sits in its
+  // expert's column, and a width-L one (Flex) names its expert in the tag (e + 1). Column and assignment are
+  // preferred to the tag value because an ETP reduction sums etp copies of a tag.
+  for (Eigen::Index i = 0; i < tag_probs.size(); ++i) {
+    int e = -1;
+    if (tag_probs(i) != 0) {
+      if (tag_probs.size() == 1 && row.assignments.size() == 1) e = row.assignments[0].expert;
+      else if (tag_probs.size() == experts_) e = static_cast<int>(i);
+      else e = expert_of_tag(tag_probs(i));
+    }
+    row.prob_experts.push_back(e);
   }
   if (row.assignments.empty())
     for (int e : row.prob_experts)
       if (e >= 0) row.experts.push_back(e);
   for (const auto& a : row.assignments) row.experts.push_back(a.expert);
+  if (!row.tokens.empty()) row.source_rank = row.tokens.front() / tokens_per_rank_;
+  label(row);
+}
 
+void TagLayout::label(TraceRow& row) const {
+  row.label.clear();
   if (row.tokens.empty()) {
     row.label = "·";
     return;
   }
-  row.source_rank = row.tokens.front() / tokens_per_rank_;
   for (size_t i = 0; i < row.tokens.size(); ++i) {
     const int t = row.tokens[i];
     std::string part = token_name(t) + "@r" + std::to_string(t / tokens_per_rank_);

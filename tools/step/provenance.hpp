@@ -31,6 +31,8 @@ class TagLayout {
   // row of its probabilities (size 0 when the stage moved none).
   void describe(const Eigen::Ref<const RowVector<double>>& tag, const Eigen::Ref<const RowVector<double>>& tag_probs,
                 TraceRow& row) const;
+  // Sets row.label from its tokens, experts and assignments.
+  void label(TraceRow& row) const;
 
  private:
   int token_of(const Eigen::Ref<const RowVector<double>>& tag) const;  // the one token column set; throws otherwise

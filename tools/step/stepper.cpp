@@ -152,6 +152,31 @@ std::vector<RoutedToken> routed_tokens(const StepProblem& p, const dist::LocalRo
   return out;
 }
 
+// dL/dy rows carry no probabilities, so their tags name tokens only. The combine backward moves them with the
+// dispatch's own indices (same stage names, same row order), so each row takes the experts of the dispatch row
+// at its position — after checking that the two rows carry the same tokens.
+void inherit_experts(const TagLayout& tags, std::vector<Stage>& stages) {
+  for (Stage& back : stages) {
+    if (back.phase != "combine_backward" || back.kind != StageKind::rows) continue;
+    for (const Stage& fwd : stages) {
+      if (fwd.id != "dispatch." + back.name) continue;
+      for (size_t r = 0; r < back.ranks.size(); ++r) {
+        auto& rows = back.ranks[r].rows;
+        const auto& from = fwd.ranks[r].rows;
+        if (rows.size() != from.size())
+          throw std::logic_error("step: " + back.id + " and " + fwd.id + " differ in rows on rank " + std::to_string(r));
+        for (size_t i = 0; i < rows.size(); ++i) {
+          if (rows[i].tokens != from[i].tokens)
+            throw std::logic_error("step: " + back.id + " row " + std::to_string(i) + " carries other tokens than " +
+                                   fwd.id + " (rule: the combine backward reuses the dispatch's row order)");
+          rows[i].experts = from[i].experts;
+          tags.label(rows[i]);
+        }
+      }
+    }
+  }
+}
+
 OracleAgreement compare_with_oracle(const StepProblem& p, const Matrix<double>& y, const Matrix<double>& grad_x) {
   MoeInputs<double> in;
   in.seq = p.tokens();
@@ -248,6 +273,7 @@ Trace run_step(const StepProblem& p, dist::DispatcherKind kind) {
     }
     trace.stages.push_back(std::move(stage));
   }
+  inherit_experts(tags, trace.stages);
 
   Matrix<double> y(p.tokens(), c.hidden), grad_x(p.tokens(), c.hidden);
   for (int r = 0; r < world; ++r) {

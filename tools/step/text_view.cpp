@@ -37,12 +37,13 @@ std::string values(const std::vector<double>& v, int max_values) {
 // "p .512" for a row's one probability, "p e0 .512 e2 .488" for several; "dg" in the backward.
 std::string probs(const TraceRow& row, bool backward) {
   if (row.probs.empty()) return "";
-  std::string s = backward ? "dg" : "p";
-  if (row.probs.size() == 1) return s + " " + fixed(row.probs[0], "%.3f");
+  const std::string name = backward ? "dg" : "p";
+  if (row.probs.size() == 1) return name + " " + fixed(row.probs[0], "%.3f");
+  std::string s;
   for (size_t i = 0; i < row.probs.size(); ++i)
     if (i < row.prob_experts.size() && row.prob_experts[i] >= 0)
       s += " e" + std::to_string(row.prob_experts[i]) + " " + fixed(row.probs[i], "%.3f");
-  return s;
+  return s.empty() ? s : name + s;
 }
 
 Lines routing_lines(const RankStage& s) {
