@@ -29,8 +29,8 @@ h1 { font-size: 19px; margin: 0 0 4px; }
 .stage .why { color: #555; margin: 2px 0 6px; }
 .stage .shape { font-family: ui-monospace, monospace; color: #777; }
 .stage.transfer { border-left: 4px solid #888; }
-.ranks { display: flex; gap: 28px; align-items: flex-start; }
-.rank { flex: 1 1 0; min-width: 0; }
+.ranks { display: flex; gap: 150px; align-items: flex-start; padding-left: 46px; }
+.rank { flex: 0 1 430px; min-width: 0; }
 .rank h3 { font-size: 12px; margin: 0 0 4px; color: #333; border-bottom: 1px solid #eee; }
 .chip { font-family: ui-monospace, monospace; font-size: 12px; padding: 2px 6px; margin: 2px 0; border-radius: 4px;
         border-left: 5px solid; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
@@ -175,12 +175,17 @@ constexpr std::string_view kTail = R"HTML(</script>
     chipsOf[j].chips.forEach(function (from) {
       cur.chips.forEach(function (to) {
         if (!from.keys.some(function (k) { return to.keys.indexOf(k) >= 0; })) return;
+        // Through the gaps between the columns: right edge to left edge going right, the other way going left,
+        // and a loop in the left margin for a row that stays on its rank.
         var a = from.node.getBoundingClientRect(), b = to.node.getBoundingClientRect();
-        var x1 = a.left + Math.min(a.width, 90) / 2 - origin.left, y1 = a.bottom - origin.top;
-        var x2 = b.left + Math.min(b.width, 90) / 2 - origin.left, y2 = b.top - origin.top;
+        var y1 = (a.top + a.bottom) / 2 - origin.top, y2 = (b.top + b.bottom) / 2 - origin.top;
+        var x1, x2, c1, c2;
+        if (to.rank > from.rank) { x1 = a.right; x2 = b.left; c1 = x1 + 90; c2 = x2 - 90; }
+        else if (to.rank < from.rank) { x1 = a.left; x2 = b.right; c1 = x1 - 90; c2 = x2 + 90; }
+        else { x1 = a.left; x2 = b.left; c1 = x1 - 40; c2 = x2 - 40; }
+        x1 -= origin.left; x2 -= origin.left; c1 -= origin.left; c2 -= origin.left;
         var path = document.createElementNS(ns, 'path');
-        var dy = Math.max(30, (y2 - y1) / 2);
-        path.setAttribute('d', 'M ' + x1 + ' ' + y1 + ' C ' + x1 + ' ' + (y1 + dy) + ', ' + x2 + ' ' + (y2 - dy) + ', ' + x2 + ' ' + y2);
+        path.setAttribute('d', 'M ' + x1 + ' ' + y1 + ' C ' + c1 + ' ' + y1 + ', ' + c2 + ' ' + y2 + ', ' + x2 + ' ' + y2);
         path.setAttribute('stroke', colour(from.source));
         path.setAttribute('stroke-width', '1.6'); path.setAttribute('fill', 'none'); path.setAttribute('opacity', '0.75');
         path.setAttribute('marker-end', 'url(#head' + (from.source % colours.length) + ')');
