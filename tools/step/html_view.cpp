@@ -104,6 +104,7 @@ constexpr std::string_view kTail = R"HTML(</script>
     why.appendChild(el('span', 'shape', st.shape));
     sec.appendChild(why);
     var ranks = el('div', 'ranks');
+    if (st.ranks.length > 2) ranks.style.gap = '70px';  // the arrows need less room than four columns of chips
     var chips = [];
     var backward = st.phase.indexOf('backward') >= 0;
     st.ranks.forEach(function (rs) {
