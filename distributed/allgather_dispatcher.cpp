@@ -18,6 +18,9 @@ ExpertRows<T> AllGatherDispatcher<T>::dispatch(const Matrix<T>& tokens, const Ma
   const Matrix<T> all_tokens = allgatherv_rows(domain_, tokens, peer_tokens_);
   const Matrix<T> all_probs = allgatherv_rows(domain_, probs, peer_tokens_);
   const IndexMatrix all_map = allgatherv_rows(domain_, IndexMatrix(map.cast<std::int64_t>()), peer_tokens_);
+  this->observe_counts("peer_tokens", peer_tokens_);
+  this->observe("allgather", all_tokens);
+  this->observe("allgather", all_probs);
 
   ExpertRows<T> rows;
   selected_rows_.clear();
@@ -44,12 +47,15 @@ template <typename T>
 Matrix<T> AllGatherDispatcher<T>::combine(const Matrix<T>& expert_out) {
   Matrix<T> all = Matrix<T>::Zero(total(peer_tokens_), expert_out.cols());
   kernels::scatter_add_rows(expert_out, selected_rows_, {}, all);
+  this->observe("scatter_add", all);
   return reduce_scatterv_rows(domain_, all, peer_tokens_);
 }
 
 template <typename T>
 Matrix<T> AllGatherDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
-  return kernels::gather_rows(allgatherv_rows(domain_, grad_y, peer_tokens_), selected_rows_);
+  const Matrix<T> all = allgatherv_rows(domain_, grad_y, peer_tokens_);
+  this->observe("allgather", all);
+  return kernels::gather_rows(all, selected_rows_);
 }
 
 template <typename T>
@@ -57,10 +63,12 @@ void AllGatherDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const
                                                Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
   Matrix<T> all = Matrix<T>::Zero(total(peer_tokens_), grad_rows.cols());
   kernels::scatter_add_rows(grad_rows, selected_rows_, {}, all);
+  this->observe("scatter_add", all);
   grad_tokens = reduce_scatterv_rows(domain_, all, peer_tokens_);
   Matrix<T> all_probs = Matrix<T>::Zero(total(peer_tokens_), num_experts_);
   for (size_t j = 0; j < selected_rows_.size(); ++j)
     all_probs(selected_rows_[j], selected_experts_[j]) += grad_row_probs(static_cast<Eigen::Index>(j));
+  this->observe("scatter_add", all_probs);
   grad_probs = reduce_scatterv_rows(domain_, all_probs, peer_tokens_);
 }
 

@@ -62,6 +62,10 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
   for (int i = 0; i < L; ++i)
     for (int c = 0; c < etp_ * ep_; ++c) order.push_back(c * L + i);
   sorted_rows_ = kernels::sort_chunks_rows(global_counts_, order);
+  this->observe_counts("tokens_per_expert", local_counts);
+  this->observe_counts("input_splits", input_splits_);
+  this->observe_counts("global_counts", global_counts_);
+  this->observe_counts("output_splits", output_splits_);
 }
 
 template <typename T>
@@ -81,12 +85,18 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
   Vector<T> permuted_probs(static_cast<Eigen::Index>(permuted_rows_.size()));
   for (size_t j = 0; j < permuted_rows_.size(); ++j)
     permuted_probs(static_cast<Eigen::Index>(j)) = probs(permuted_rows_[j], permuted_experts_[j]);
+  this->observe("permute", permuted);
+  this->observe("permute", permuted_probs);
 
   Matrix<T> x = alltoallv_rows(*groups_.ep, permuted, input_splits_, output_splits_);
   Vector<T> p = alltoallv_rows(*groups_.ep, permuted_probs, input_splits_, output_splits_);
+  this->observe("ep_alltoallv", x);
+  this->observe("ep_alltoallv", p);
   if (etp_ > 1) {
     x = allgatherv_rows(*groups_.expt_tp, x, gathered_rows_);
     p = allgatherv_rows(*groups_.expt_tp, p, gathered_rows_);
+    this->observe("etp_allgather", x);
+    this->observe("etp_allgather", p);
   }
   return {kernels::gather_rows(x, sorted_rows_), kernels::gather_rows(Matrix<T>(p), sorted_rows_), group_sizes_};
 }
@@ -97,8 +107,14 @@ M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
   // Undo the chunk sort, sum the ETP shards' partials, send each block back to its EP source.
   M unsorted = M::Zero(rows.rows(), rows.cols());
   kernels::scatter_add_rows(Matrix<typename M::Scalar>(rows), sorted_rows_, {}, unsorted);
-  if (etp_ > 1) unsorted = reduce_scatterv_rows(*groups_.expt_tp, unsorted, gathered_rows_);
-  return alltoallv_rows(*groups_.ep, unsorted, output_splits_, input_splits_);
+  this->observe("unsort_chunks", unsorted);
+  if (etp_ > 1) {
+    unsorted = reduce_scatterv_rows(*groups_.expt_tp, unsorted, gathered_rows_);
+    this->observe("etp_reduce_scatter", unsorted);
+  }
+  M back = alltoallv_rows(*groups_.ep, unsorted, output_splits_, input_splits_);
+  this->observe("ep_alltoallv_back", back);
+  return back;
 }
 
 template <typename T>
@@ -111,9 +127,14 @@ Matrix<T> AlltoAllDispatcher<T>::combine(const Matrix<T>& expert_out) {
 
 template <typename T>
 Matrix<T> AlltoAllDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
-  Matrix<T> rows = alltoallv_rows(*groups_.ep, kernels::gather_rows(grad_y, permuted_rows_), input_splits_,
-                                  output_splits_);
-  if (etp_ > 1) rows = allgatherv_rows(*groups_.expt_tp, rows, gathered_rows_);
+  const Matrix<T> send = kernels::gather_rows(grad_y, permuted_rows_);
+  this->observe("permute", send);
+  Matrix<T> rows = alltoallv_rows(*groups_.ep, send, input_splits_, output_splits_);
+  this->observe("ep_alltoallv", rows);
+  if (etp_ > 1) {
+    rows = allgatherv_rows(*groups_.expt_tp, rows, gathered_rows_);
+    this->observe("etp_allgather", rows);
+  }
   return kernels::gather_rows(rows, sorted_rows_);
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "distributed/communicator.hpp"
+#include "distributed/stage_observer.hpp"
 #include "reference/config.hpp"
 #include "reference/tensor.hpp"
 
@@ -32,8 +33,9 @@ struct ExpertRows {
   std::vector<std::int64_t> group_sizes;   // [local experts]
 };
 
+// set_observer (stage_observer.hpp) lets `moe-oracle step` watch the stages; unset, it costs nothing.
 template <typename T>
-class Dispatcher {
+class Dispatcher : public ObservedStages<T> {
  public:
   virtual ~Dispatcher() = default;
   // tokens [n, w], probs and map [n, E] of this rank's local tokens.

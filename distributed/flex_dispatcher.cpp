@@ -44,8 +44,15 @@ ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<
   recv_counts_.assign(static_cast<size_t>(peers), 0);
   domain_.alltoallv<std::int64_t>(send_counts_, std::vector<std::int64_t>(static_cast<size_t>(peers), 1), recv_counts_,
                                   std::vector<std::int64_t>(static_cast<size_t>(peers), 1));
-  const Matrix<T> x = alltoallv_rows(domain_, kernels::gather_rows(tokens, sent_tokens_), send_counts_, recv_counts_);
+  const Matrix<T> send = kernels::gather_rows(tokens, sent_tokens_);
+  this->observe_counts("send_counts", send_counts_);
+  this->observe_counts("recv_counts", recv_counts_);
+  this->observe("permute", send);
+  this->observe("permute", send_probs);
+  const Matrix<T> x = alltoallv_rows(domain_, send, send_counts_, recv_counts_);
   const Matrix<T> p = alltoallv_rows(domain_, send_probs, send_counts_, recv_counts_);
+  this->observe("alltoallv", x);
+  this->observe("alltoallv", p);
   const IndexMatrix m = alltoallv_rows(domain_, send_map, send_counts_, recv_counts_);
   received_ = x.rows();
 
@@ -81,7 +88,9 @@ Matrix<T> FlexDispatcher<T>::combine(const Matrix<T>& expert_out) {
   // One row per received token: the sum over its local experts, then back to the source.
   Matrix<T> per_token = Matrix<T>::Zero(received_, expert_out.cols());
   kernels::scatter_add_rows(expert_out, local_rows_, {}, per_token);
+  this->observe("combine_local", per_token);
   const Matrix<T> back = return_to_sources(per_token);
+  this->observe("alltoallv_back", back);
   Matrix<T> y = Matrix<T>::Zero(tokens_, expert_out.cols());
   kernels::scatter_add_rows(back, sent_tokens_, {}, y);
   return y;
@@ -89,8 +98,10 @@ Matrix<T> FlexDispatcher<T>::combine(const Matrix<T>& expert_out) {
 
 template <typename T>
 Matrix<T> FlexDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
-  const Matrix<T> received =
-      alltoallv_rows(domain_, kernels::gather_rows(grad_y, sent_tokens_), send_counts_, recv_counts_);
+  const Matrix<T> send = kernels::gather_rows(grad_y, sent_tokens_);
+  this->observe("permute", send);
+  const Matrix<T> received = alltoallv_rows(domain_, send, send_counts_, recv_counts_);
+  this->observe("alltoallv", received);
   return kernels::gather_rows(received, local_rows_);
 }
 
@@ -104,8 +115,12 @@ void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vect
   Matrix<T> per_token_probs = Matrix<T>::Zero(received_, L);
   for (size_t r = 0; r < local_rows_.size(); ++r)
     per_token_probs(local_rows_[r], local_row_expert_[r]) += grad_row_probs(static_cast<Eigen::Index>(r));
+  this->observe("combine_local", per_token);
+  this->observe("combine_local", per_token_probs);
   const Matrix<T> back = return_to_sources(per_token);
   const Matrix<T> back_probs = return_to_sources(per_token_probs);
+  this->observe("alltoallv_back", back);
+  this->observe("alltoallv_back", back_probs);
   grad_tokens = Matrix<T>::Zero(tokens_, grad_rows.cols());
   kernels::scatter_add_rows(back, sent_tokens_, {}, grad_tokens);
   grad_probs = Matrix<T>::Zero(tokens_, num_experts_);

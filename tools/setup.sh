@@ -9,7 +9,7 @@ build="${MOE_BUILD_DIR:-$root/build}"
 jobs="${MOE_BUILD_JOBS:-$(nproc)}"
 
 packages=(build-essential cmake libeigen3-dev libgtest-dev librapidcheck-dev libopenmpi-dev openmpi-bin
-          nlohmann-json3-dev libcli11-dev python3-numpy)
+          nlohmann-json3-dev libcli11-dev python3-numpy chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

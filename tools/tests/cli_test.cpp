@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 namespace {
@@ -137,6 +138,54 @@ TEST(CliHelp, EveryCommandHasHelp) {
     for (const char* flag : {"--world", "--tp", "--cp", "--pp", "--ep", "--etp", "--order", "--json"})
       EXPECT_NE(r.output.find(flag), std::string::npos) << command << " " << flag;
   }
+}
+
+// `step`: --json carries the seed's splits; --stage and --rank select; --interactive stops on q.
+TEST(CliStep, JsonCarriesTheSeedSplits) {
+  const auto j = run_json("step --stage input_splits");
+  ASSERT_EQ(j["stages"].size(), 1u);
+  EXPECT_EQ(j["stages"][0]["id"], "dispatch.input_splits");
+  EXPECT_EQ(j["stages"][0]["ranks"][0]["counts"], nlohmann::json({2, 2}));
+  EXPECT_EQ(j["stages"][0]["ranks"][1]["counts"], nlohmann::json({1, 3}));
+  EXPECT_EQ(j["oracle"]["pass"], true);
+  const auto one = run_json("step --rank 1 --stage dispatch.ep_alltoallv");
+  ASSERT_EQ(one["stages"][0]["ranks"].size(), 1u);
+  EXPECT_EQ(one["stages"][0]["ranks"][0]["rows"].size(), 5u);
+  EXPECT_EQ(one["stages"][0]["ranks"][0]["rows"][0]["label"], "a@r0→e2");
+}
+
+TEST(CliStep, InteractiveAdvancesOnEnterAndQuitsOnQ) {
+  const std::string input = testing::TempDir() + "step_input.txt";
+  std::ofstream(input) << "\nq\n";
+  const auto r = run("step --interactive < " + input);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[2/20] dispatch.tokens_per_expert"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[3/20]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stopped after 2 of 20 stages"), std::string::npos) << r.output;
+}
+
+TEST(CliStep, TextShowsTheWholeTrip) {
+  const auto r = run("step");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* text : {"rank 0  [2, 2] │ rank 1  [1, 3]", "rank 0  [2, 1] │ rank 1  [2, 3]", "rank 0  [3, 4]",
+                           "rank 1  [5, 4]", "a@r0→e0+e2", "tid2eid", "PASS"})
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  for (const char* d : {"allgather", "flex"}) EXPECT_EQ(run(std::string("step --dispatcher ") + d).status, 0) << d;
+}
+
+TEST(CliStep, BadSelectionsNameTheRule) {
+  const auto stage = run("step --stage teleport");
+  EXPECT_EQ(stage.status, 2);
+  EXPECT_NE(stage.output.find("no stage 'teleport'"), std::string::npos) << stage.output;
+  const auto rank = run("step --rank 5");
+  EXPECT_EQ(rank.status, 2);
+  EXPECT_NE(rank.output.find("not a rank"), std::string::npos) << rank.output;
+  const auto layout = run("step --world 4");
+  EXPECT_EQ(layout.status, 2);
+  EXPECT_NE(layout.output.find("needs --preset"), std::string::npos) << layout.output;
+  const auto help = run("step --help");
+  for (const char* flag : {"--dispatcher", "--stage", "--rank", "--interactive", "--json", "--html", "--preset"})
+    EXPECT_NE(help.output.find(flag), std::string::npos) << flag;
 }
 
 }  // namespace

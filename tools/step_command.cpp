@@ -1,0 +1,117 @@
+// `moe-oracle step` — teaching by stepping: walks one small batch through the router, a dispatcher, the experts and
+// back on in-process ranks, and prints every stage for every rank side by side, each row labelled with where it
+// came from (token, source rank, expert). The buffers are the real dispatcher's (a StageObserver watches them);
+// the stepped output is checked against the oracle. Exit status 1 when it disagrees with the oracle.
+//
+// Default: seed 000's 4-token EP2 example. --preset tiny-v4 (with --world/--ep/--etp/--tokens) steps a preset layer.
+#include "tools/commands.hpp"
+#include "tools/step/html_view.hpp"
+#include "tools/step/json_view.hpp"
+#include "tools/step/stepper.hpp"
+#include "tools/step/text_view.hpp"
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace moe::cli {
+namespace {
+
+struct StepOptions {
+  std::string dispatcher = "alltoall";
+  std::string preset;  // empty = the seed example
+  int world = 4, ep = 2, etp = 1, tokens = 3;
+  std::uint64_t seed = 7;
+  std::string stage;
+  std::optional<int> rank;
+  bool interactive = false, json = false;
+  std::string html;
+};
+
+// The stages --stage NAME selects: an exact id (dispatch.permute) or every stage of that name (permute).
+std::vector<size_t> selected_stages(const step::Trace& t, const std::string& name) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < t.stages.size(); ++i)
+    if (name.empty() || t.stages[i].id == name || t.stages[i].name == name) out.push_back(i);
+  if (out.empty()) {
+    std::string known;
+    for (const auto& s : t.stages) known += (known.empty() ? "" : ", ") + s.id;
+    throw std::invalid_argument("no stage '" + name + "' in the " + t.dispatcher + " walk (stages: " + known + ")");
+  }
+  return out;
+}
+
+// Enter advances, q (or the end of input) quits.
+bool next_stage(std::istream& in, std::ostream& out) {
+  out << "\n── Enter: next stage · q: quit ── " << std::flush;
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  return line.empty() || (line[0] != 'q' && line[0] != 'Q');
+}
+
+void run(const StepOptions& o) {
+  const auto kind = dist::parse_dispatcher(o.dispatcher);
+  const step::StepProblem problem = o.preset.empty()
+                                        ? step::seed_example(o.seed)
+                                        : step::preset_example(o.preset, o.world, o.ep, o.etp, o.tokens, o.seed);
+  if (o.rank && (*o.rank < 0 || *o.rank >= problem.layout.world))
+    throw std::invalid_argument("--rank " + std::to_string(*o.rank) + " is not a rank of a world of " +
+                                std::to_string(problem.layout.world));
+  const step::Trace trace = step::run_step(problem, kind);
+  const std::vector<size_t> stages = selected_stages(trace, o.stage);
+
+  if (!o.html.empty()) {
+    std::ofstream file(o.html);
+    if (!file) throw std::runtime_error("cannot write " + o.html);
+    step::write_html(trace, stages, file);
+    if (!file) throw std::runtime_error("writing " + o.html + " failed");
+    if (!o.json) std::cout << "wrote " << o.html << " (" << stages.size() << " stages)\n";
+  }
+  if (o.json) {
+    std::cout << step::trace_json(trace, stages, o.rank).dump(2) << "\n";
+  } else if (o.html.empty() || !o.stage.empty() || o.interactive) {
+    step::print_header(trace, std::cout);
+    const step::TextOptions text{o.rank, 4};
+    for (size_t i = 0; i < stages.size(); ++i) {
+      step::print_stage(trace, stages[i], i + 1, stages.size(), text, std::cout);
+      if (o.interactive && i + 1 < stages.size() && !next_stage(std::cin, std::cout)) {
+        std::cout << "\n(stopped after " << i + 1 << " of " << stages.size() << " stages)\n";
+        break;
+      }
+    }
+    step::print_oracle(trace, std::cout);
+  }
+  if (!trace.oracle.pass()) throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void add_step_command(CLI::App& app) {
+  auto o = std::make_shared<StepOptions>();
+  auto* cmd = app.add_subcommand(
+      "step", "Walk a small batch through a dispatcher stage by stage on in-process ranks, every row labelled with "
+              "its token, source rank and expert (default: seed 000's 4-token EP2 example)");
+  cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather or flex")->capture_default_str();
+  cmd->add_option("--preset", o->preset, "step a preset layer (tiny-v4, tiny-v3) instead of the seed example");
+  cmd->add_option("--world", o->world, "with --preset: ranks")->capture_default_str();
+  cmd->add_option("--ep", o->ep, "with --preset: expert parallel size")->capture_default_str();
+  cmd->add_option("--etp", o->etp, "with --preset: expert tensor parallel size")->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "with --preset: tokens per rank")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of parameters and tokens")->capture_default_str();
+  cmd->add_option("--stage", o->stage, "print only this stage: an id (dispatch.permute) or a name (permute)");
+  cmd->add_option("--rank", o->rank, "follow one rank");
+  cmd->add_flag("--interactive", o->interactive, "advance stage by stage with Enter; q quits");
+  cmd->add_flag("--json", o->json, "machine-readable output");
+  cmd->add_option("--html", o->html, "write a self-contained page drawing the stages to this file");
+  cmd->callback([o, cmd] {
+    for (const auto* flag : {"--world", "--ep", "--etp", "--tokens"})
+      if (o->preset.empty() && cmd->count(flag) > 0)
+        throw std::invalid_argument(std::string(flag) + " needs --preset (the seed example's layout is fixed: world 2, ep 2)");
+    run(*o);
+  });
+}
+
+}  // namespace moe::cli
