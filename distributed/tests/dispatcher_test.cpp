@@ -38,6 +38,9 @@ std::string name_of(const Case& c) {
          "_ep" + std::to_string(c.layout.ep) + "_etp" + std::to_string(c.layout.etp);
 }
 
+// gtest prints parameters in test names and failures: the name identifies a case.
+void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
+
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex})
