@@ -1,0 +1,28 @@
+#include "cuda/device_context.hpp"
+
+#include "cuda/cuda_error.hpp"
+
+namespace moe::cuda {
+
+DeviceContext::DeviceContext(GemmMode mode) : mode_(mode) {
+  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  try {
+    MOE_CUBLAS_CHECK(cublasCreate(&cublas_));
+    MOE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    // Plain fp32 arithmetic for float data: TF32 would make float results incomparable with the CPU's.
+    MOE_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  } catch (...) {
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+DeviceContext::~DeviceContext() {
+  cublasDestroy(cublas_);
+  cudaStreamDestroy(stream_);
+}
+
+void DeviceContext::synchronize() const { MOE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+}  // namespace moe::cuda

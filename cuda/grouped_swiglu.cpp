@@ -1,0 +1,109 @@
+#include "cuda/grouped_swiglu.hpp"
+
+#include "cuda/device_buffer.hpp"
+#include "cuda/gemm.hpp"
+#include "cuda/swiglu_kernels.hpp"
+
+#include <numeric>
+#include <stdexcept>
+
+namespace moe::cuda {
+namespace {
+
+std::int64_t total_rows(std::span<const std::int64_t> group_sizes) {
+  for (auto n : group_sizes)
+    if (n < 0) throw std::invalid_argument("grouped SwiGLU: group sizes must be >= 0");
+  return std::accumulate(group_sizes.begin(), group_sizes.end(), std::int64_t{0});
+}
+
+SwigluClamp clamp_of(const kernels::SwigluOptions& o) { return {o.clamp.has_value(), o.clamp.value_or(0.0)}; }
+
+}  // namespace
+
+template <typename T>
+void grouped_swiglu_forward(const DeviceContext& ctx, const T* x, std::span<const std::int64_t> group_sizes,
+                            const DeviceExperts<T>& ex, const Acc<T>* probs, const kernels::SwigluOptions& options,
+                            T* pre, T* y) {
+  const std::int64_t rows = total_rows(group_sizes), w = ex.width, d = ex.ffn;
+  const cudaStream_t s = ctx.stream();
+  DeviceBuffer<T> scaled_x(options.probs_on_input ? std::size_t(rows * w) : 0, s);
+  const T* in = x;
+  if (options.probs_on_input) {
+    scale_rows<T>(s, rows, w, x, probs, scaled_x.data());
+    in = scaled_x.data();
+  }
+  std::int64_t begin = 0;
+  for (std::size_t e = 0; e < group_sizes.size(); begin += group_sizes[e], ++e) {
+    const std::int64_t n = group_sizes[e];
+    if (n == 0) continue;
+    // pre_e [n, 2d] = in_e · fc1_eᵀ
+    gemm<T>(ctx, Op::n, Op::t, n, 2 * d, w, in + begin * w, w, ex.fc1 + std::int64_t(e) * 2 * d * w, w,
+            pre + begin * 2 * d, 2 * d, 0);
+  }
+  DeviceBuffer<T> h(std::size_t(rows * d), s);
+  swiglu_activation<T>(s, rows, d, pre, options.probs_on_input ? nullptr : probs, clamp_of(options), h.data());
+  begin = 0;
+  for (std::size_t e = 0; e < group_sizes.size(); begin += group_sizes[e], ++e) {
+    const std::int64_t n = group_sizes[e];
+    if (n == 0) continue;
+    // y_e [n, w] = h_e · fc2_eᵀ
+    gemm<T>(ctx, Op::n, Op::t, n, w, d, h.data() + begin * d, d, ex.fc2 + std::int64_t(e) * w * d, d, y + begin * w,
+            w, 0);
+  }
+}
+
+template <typename T>
+void grouped_swiglu_backward(const DeviceContext& ctx, const T* x, std::span<const std::int64_t> group_sizes,
+                             const DeviceExperts<T>& ex, const Acc<T>* probs, const kernels::SwigluOptions& options,
+                             const T* pre, const T* dy, T* dx, Acc<T>* dprob, T* grad_fc1, T* grad_fc2) {
+  const std::int64_t rows = total_rows(group_sizes), w = ex.width, d = ex.ffn;
+  const cudaStream_t s = ctx.stream();
+  const bool on_input = options.probs_on_input;
+  DeviceBuffer<T> g_h(std::size_t(rows * d), s), g_pre(std::size_t(rows * 2 * d), s), act(std::size_t(rows * d), s);
+  DeviceBuffer<T> scaled_x(on_input ? std::size_t(rows * w) : 0, s);
+  const T* in = x;
+  if (on_input) {
+    scale_rows<T>(s, rows, w, x, probs, scaled_x.data());
+    in = scaled_x.data();
+  }
+  std::int64_t begin = 0;
+  for (std::size_t e = 0; e < group_sizes.size(); begin += group_sizes[e], ++e) {
+    const std::int64_t n = group_sizes[e];
+    if (n == 0) continue;
+    // g_h_e [n, d] = dy_e · fc2_e
+    gemm<T>(ctx, Op::n, Op::n, n, d, w, dy + begin * w, w, ex.fc2 + std::int64_t(e) * w * d, d, g_h.data() + begin * d,
+            d, 0);
+  }
+  swiglu_activation_backward<T>(s, rows, d, pre, on_input ? nullptr : probs, clamp_of(options), g_h.data(),
+                                g_pre.data(), act.data(), on_input ? nullptr : dprob);
+  begin = 0;
+  for (std::size_t e = 0; e < group_sizes.size(); begin += group_sizes[e], ++e) {
+    const std::int64_t n = group_sizes[e];
+    if (n == 0) continue;
+    const auto ei = std::int64_t(e);
+    // grad_fc2_e [w, d] += dy_eᵀ · act_e;  g_in_e [n, w] = g_pre_e · fc1_e;  grad_fc1_e [2d, w] += g_pre_eᵀ · in_e
+    gemm<T>(ctx, Op::t, Op::n, w, d, n, dy + begin * w, w, act.data() + begin * d, d, grad_fc2 + ei * w * d, d, 1);
+    gemm<T>(ctx, Op::n, Op::n, n, w, 2 * d, g_pre.data() + begin * 2 * d, 2 * d, ex.fc1 + ei * 2 * d * w, w,
+            dx + begin * w, w, 0);
+    gemm<T>(ctx, Op::t, Op::n, 2 * d, w, n, g_pre.data() + begin * 2 * d, 2 * d, in + begin * w, w,
+            grad_fc1 + ei * 2 * d * w, w, 1);
+  }
+  if (on_input) {
+    // The probability scaled the input: dprob = ⟨g_in, x⟩, dx = p ⊙ g_in (dx holds g_in until here).
+    row_dot<T>(s, rows, w, dx, x, dprob);
+    scale_rows<T>(s, rows, w, dx, probs, dx);
+  }
+}
+
+#define MOE_INSTANTIATE_DEVICE_SWIGLU(T)                                                                           \
+  template void grouped_swiglu_forward<T>(const DeviceContext&, const T*, std::span<const std::int64_t>,          \
+                                          const DeviceExperts<T>&, const Acc<T>*, const kernels::SwigluOptions&,   \
+                                          T*, T*);                                                                 \
+  template void grouped_swiglu_backward<T>(const DeviceContext&, const T*, std::span<const std::int64_t>,         \
+                                           const DeviceExperts<T>&, const Acc<T>*, const kernels::SwigluOptions&,  \
+                                           const T*, const T*, T*, Acc<T>*, T*, T*);
+MOE_INSTANTIATE_DEVICE_SWIGLU(double)
+MOE_INSTANTIATE_DEVICE_SWIGLU(float)
+MOE_INSTANTIATE_DEVICE_SWIGLU(bf16)
+
+}  // namespace moe::cuda

@@ -1,0 +1,104 @@
+// Grouped SwiGLU forward and backward on device against kernels::grouped_swiglu_forward/backward: double and
+// float against the CPU in the same type, bf16 against the CPU in double on bf16-rounded inputs; with and without
+// the clamp, probabilities after the activation or on the input; both GEMM modes; an empty group included.
+#include "cuda/grouped_swiglu.hpp"
+#include "cuda/tests/gpu_test.hpp"
+
+namespace moe::cuda {
+namespace {
+
+using namespace testing;
+
+const std::vector<std::int64_t> groups{3, 0, 5, 2};
+constexpr int w = 16, d = 12;
+
+struct Variant {
+  const char* name;
+  kernels::SwigluOptions options;
+};
+
+std::vector<Variant> variants() {
+  kernels::SwigluOptions clamp;
+  clamp.clamp = 0.4;
+  kernels::SwigluOptions on_input;
+  on_input.probs_on_input = true;
+  return {{"plain", {}}, {"clamp", clamp}, {"probs_on_input", on_input}};
+}
+
+template <typename T>
+void check_swiglu(GemmMode mode, const Variant& v) {
+  SCOPED_TRACE(v.name);
+  // Reference type: the CPU runs in T for double/float and in double (on rounded inputs) for bf16.
+  using R = std::conditional_t<std::is_same_v<T, bf16>, double, T>;
+  const int rows = 10, L = int(groups.size());
+  const auto xs = rounded<T>(uniform(std::size_t(rows * w), 11)), ps = rounded<T>(uniform(std::size_t(rows), 12));
+  const auto f1 = rounded<T>(uniform(std::size_t(L * 2 * d * w), 13, 0.5)),
+             f2 = rounded<T>(uniform(std::size_t(L * w * d), 14, 0.5)),
+             gys = rounded<T>(uniform(std::size_t(rows * w), 15));
+  kernels::ExpertShards<R> shards, grads;
+  for (int e = 0; e < L; ++e) {
+    shards.fc1.push_back(Eigen::Map<const Matrix<double>>(f1.data() + e * 2 * d * w, 2 * d, w).cast<R>());
+    shards.fc2.push_back(Eigen::Map<const Matrix<double>>(f2.data() + e * w * d, w, d).cast<R>());
+    grads.fc1.push_back(Matrix<R>::Zero(2 * d, w));
+    grads.fc2.push_back(Matrix<R>::Zero(w, d));
+  }
+  const Matrix<R> x = Eigen::Map<const Matrix<double>>(xs.data(), rows, w).cast<R>();
+  const Matrix<R> dy = Eigen::Map<const Matrix<double>>(gys.data(), rows, w).cast<R>();
+  const Vector<R> p = Eigen::Map<const Vector<double>>(ps.data(), rows).cast<R>();
+  const auto fwd = kernels::grouped_swiglu_forward<R>(x, groups, shards, p, v.options);
+  const auto bwd = kernels::grouped_swiglu_backward<R>(x, groups, shards, p, v.options, fwd.pre, dy, grads);
+
+  DeviceContext ctx(mode);
+  const auto d_x = upload(cast<T>(xs)), d_f1 = upload(cast<T>(f1)), d_f2 = upload(cast<T>(f2)),
+             d_dy = upload(cast<T>(gys));
+  const auto d_p = upload(cast<Acc<T>>(ps));
+  DeviceBuffer<T> pre(static_cast<std::size_t>(rows * 2 * d)), y(static_cast<std::size_t>(rows * w)), dx(static_cast<std::size_t>(rows * w));
+  DeviceBuffer<T> g1(f1.size()), g2(f2.size());
+  DeviceBuffer<Acc<T>> dprob(static_cast<std::size_t>(rows));
+  g1.zero();
+  g2.zero();
+  dprob.zero();
+  const DeviceExperts<T> ex{d_f1.data(), d_f2.data(), w, d};
+  grouped_swiglu_forward<T>(ctx, d_x.data(), groups, ex, d_p.data(), v.options, pre.data(), y.data());
+  grouped_swiglu_backward<T>(ctx, d_x.data(), groups, ex, d_p.data(), v.options, pre.data(), d_dy.data(), dx.data(),
+                             dprob.data(), g1.data(), g2.data());
+  ctx.synchronize();
+
+  const auto tol = tolerance<T>();
+  auto flat = [](const Matrix<R>& m) { return std::vector<R>(m.data(), m.data() + m.size()); };
+  auto stack = [&](const std::vector<Matrix<R>>& ms) {
+    std::vector<R> out;
+    for (const auto& m : ms) out.insert(out.end(), m.data(), m.data() + m.size());
+    return out;
+  };
+  expect_close(y.to_host(), flat(fwd.y), tol, "y");
+  expect_close(pre.to_host(), flat(fwd.pre), tol, "pre");
+  expect_close(dx.to_host(), flat(bwd.dx), tol, "dx");
+  expect_close(dprob.to_host(), std::vector<R>(bwd.dprob.data(), bwd.dprob.data() + rows), tol, "dprob");
+  expect_close(g1.to_host(), stack(grads.fc1), tol, "grad_fc1");
+  expect_close(g2.to_host(), stack(grads.fc2), tol, "grad_fc2");
+}
+
+TEST(CudaGroupedSwiglu, DoubleCublas) {
+  MOE_REQUIRE_GPU();
+  for (const auto& v : variants()) check_swiglu<double>(GemmMode::cublas, v);
+}
+TEST(CudaGroupedSwiglu, DoubleBatchInvariant) {
+  MOE_REQUIRE_GPU();
+  for (const auto& v : variants()) check_swiglu<double>(GemmMode::batch_invariant, v);
+}
+TEST(CudaGroupedSwiglu, FloatCublas) {
+  MOE_REQUIRE_GPU();
+  for (const auto& v : variants()) check_swiglu<float>(GemmMode::cublas, v);
+}
+TEST(CudaGroupedSwiglu, FloatBatchInvariant) {
+  MOE_REQUIRE_GPU();
+  for (const auto& v : variants()) check_swiglu<float>(GemmMode::batch_invariant, v);
+}
+TEST(CudaGroupedSwiglu, Bf16Cublas) {
+  MOE_REQUIRE_GPU();
+  for (const auto& v : variants()) check_swiglu<bf16>(GemmMode::cublas, v);
+}
+
+}  // namespace
+}  // namespace moe::cuda
