@@ -1,15 +1,21 @@
-# Runs one property on a seeded-bug variant and passes only if that property fails — the bug was caught.
-#   cmake -DBINARY=<variant> -DPROPERTY=<Suite.Name> -P run_seeded_bug.cmake
+# Runs properties on a seeded-bug variant and passes only if every one of them fails — the bug was caught.
+#   cmake -DBINARY=<variant> -DPROPERTIES=<Suite.Name>[:<Suite.Name>…] -P run_seeded_bug.cmake
 # The variant's output (RapidCheck's shrunk counterexample and its RC_PARAMS line) is printed either way.
-execute_process(COMMAND ${BINARY} --gtest_filter=${PROPERTY} RESULT_VARIABLE status OUTPUT_VARIABLE out
+execute_process(COMMAND ${BINARY} --gtest_filter=${PROPERTIES} RESULT_VARIABLE status OUTPUT_VARIABLE out
                 ERROR_VARIABLE out)
 message("${out}")
 if(status EQUAL 0)
-  message(FATAL_ERROR "seeded bug NOT caught: ${PROPERTY} passed on ${BINARY}")
+  message(FATAL_ERROR "seeded bug NOT caught: ${PROPERTIES} passed on ${BINARY}")
 endif()
-string(FIND "${out}" "[  FAILED  ] ${PROPERTY}" failed_at)
+string(REPLACE ":" ";" properties "${PROPERTIES}")
+foreach(property IN LISTS properties)
+  string(FIND "${out}" "[  FAILED  ] ${property} (" failed_at)
+  if(failed_at EQUAL -1)
+    message(FATAL_ERROR "seeded bug NOT caught by ${property} on ${BINARY}")
+  endif()
+endforeach()
 string(FIND "${out}" "Falsifiable" falsified_at)
-if(failed_at EQUAL -1 OR falsified_at EQUAL -1)
-  message(FATAL_ERROR "${BINARY} exited with ${status} but ${PROPERTY} did not fail as a property (crash?)")
+if(falsified_at EQUAL -1)
+  message(FATAL_ERROR "${BINARY} failed, but not with a falsified property (a crash?)")
 endif()
-message(STATUS "seeded bug caught by ${PROPERTY}")
+message(STATUS "seeded bug caught by ${PROPERTIES}")
