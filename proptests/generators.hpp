@@ -25,6 +25,20 @@ struct ScenarioShape {
   bool bias_update = false;                    // sigmoid/sqrtsoftplus with expert bias and its update
 };
 
+// One of `options`, chosen with probability ∝ its weight, shrinking toward the first option (RapidCheck's
+// weightedElement does not shrink). Call inside a generator or property.
+template <typename T>
+T weighted(std::initializer_list<std::pair<int, T>> options) {
+  int total = 0;
+  for (const auto& o : options) total += o.first;
+  int r = *rc::gen::inRange(0, total);
+  for (const auto& o : options) {
+    if (r < o.first) return o.second;
+    r -= o.first;
+  }
+  return options.begin()->second;
+}
+
 rc::Gen<Scenario> scenarios(const ScenarioShape& shape = {});
 
 // Layouts for dispatcher-level properties: world ≤ 32, ep dividing `num_experts`, any tp and etp.

@@ -15,7 +15,7 @@ set(MOE_SEEDED_BUGS
   "aux_scale_missing_cp           8  loss_weights.cpp        TrainStep.MatchesGlobalStepOracle"
   "per_token_aux_missing_tp_cp    9  loss_weights.cpp        TrainStep.SumEqualsAvgEqualsPerToken"
   "global_aux_dp_too_small        10 loss_weights.cpp        TrainStep.MatchesGlobalStepOracle"
-  "bias_counts_before_dropping    11 local_router.cpp        TrainStep.ExpertBiasUpdateMatchesOracleOnEveryRank:TrainStep.CapacityMatchesOracleOnPartition"
+  "bias_counts_before_dropping    11 local_router.cpp        TrainStep.ExpertBiasUpdateMatchesOracleOnEveryRank"
   "padding_mask_wrong_axis        12 local_router.cpp        TrainStep.ExpertBiasUpdateMatchesOracleOnEveryRank"
   "hash_weights_not_renormalised  13 local_router.cpp        TrainStep.HashRoutingAlignment"
   "etp_shard_gate_up_unpaired     14 layer_shard.cpp         Sharding.GatheredWeightsRoundTripToTheGlobalOnes"
