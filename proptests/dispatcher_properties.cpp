@@ -153,11 +153,15 @@ void provenance_tags(const DispatchCase& c) {
         got[static_cast<size_t>(j)].insert({int(rows.x(row, 0)), int(rows.x(row, 1)), rows.probs(row)});
       }
     if (row != rows.x.rows()) return "rows arrived outside every expert group";
+    auto show = [](const std::multiset<Tag>& tags) {
+      std::ostringstream os;
+      for (const auto& [src, token, prob] : tags) os << " (rank " << src << ", token " << token << ", p " << prob << ")";
+      return os.str();
+    };
     for (int j = 0; j < mine.count; ++j)
       if (got[static_cast<size_t>(j)] != want[static_cast<size_t>(j)])
-        return "expert " + std::to_string(mine.first + j) + " received " +
-               std::to_string(got[static_cast<size_t>(j)].size()) + " rows, not the " +
-               std::to_string(want[static_cast<size_t>(j)].size()) + " its map names (or other sources/tokens)";
+        return "expert " + std::to_string(mine.first + j) + " received" + show(got[static_cast<size_t>(j)]) +
+               "; its map names" + show(want[static_cast<size_t>(j)]);
     return "";
   });
 }
