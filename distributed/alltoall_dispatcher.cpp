@@ -12,6 +12,7 @@
 #include "distributed/alltoall_dispatcher.hpp"
 
 #include "distributed/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
 #include "distributed/token_kernels.hpp"
 
 namespace moe::dist {
@@ -59,8 +60,12 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
 
   // Chunks arrive as (etp', ep', i); the experts want (i, etp', ep').
   std::vector<std::int64_t> order;
+#if MOE_SEEDED_BUG == MOE_BUG_CHUNK_SORT_SKIPPED
+  for (int c = 0; c < L * etp_ * ep_; ++c) order.push_back(c);
+#else
   for (int i = 0; i < L; ++i)
     for (int c = 0; c < etp_ * ep_; ++c) order.push_back(c * L + i);
+#endif
   sorted_rows_ = kernels::sort_chunks_rows(global_counts_, order);
   this->observe_counts("tokens_per_expert", local_counts);
   this->observe_counts("input_splits", input_splits_);
@@ -108,11 +113,24 @@ M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
   M unsorted = M::Zero(rows.rows(), rows.cols());
   kernels::scatter_add_rows(Matrix<typename M::Scalar>(rows), sorted_rows_, {}, unsorted);
   this->observe("unsort_chunks", unsorted);
+#if MOE_SEEDED_BUG == MOE_BUG_ETP_PARTIALS_NOT_SUMMED
+  if (etp_ > 1) {
+    std::int64_t begin = 0;
+    for (int et = 0; et < groups_.expt_tp->rank(); ++et) begin += gathered_rows_[static_cast<size_t>(et)];
+    unsorted = M(unsorted.middleRows(begin, gathered_rows_[static_cast<size_t>(groups_.expt_tp->rank())]));
+    this->observe("etp_reduce_scatter", unsorted);
+  }
+#else
   if (etp_ > 1) {
     unsorted = reduce_scatterv_rows(*groups_.expt_tp, unsorted, gathered_rows_);
     this->observe("etp_reduce_scatter", unsorted);
   }
+#endif
+#if MOE_SEEDED_BUG == MOE_BUG_COMBINE_UNSWAPPED_SPLITS
+  M back = alltoallv_rows(*groups_.ep, unsorted, input_splits_, output_splits_);
+#else
   M back = alltoallv_rows(*groups_.ep, unsorted, output_splits_, input_splits_);
+#endif
   this->observe("ep_alltoallv_back", back);
   return back;
 }

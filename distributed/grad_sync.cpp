@@ -1,5 +1,7 @@
 #include "distributed/grad_sync.hpp"
 
+#include "distributed/seeded_bugs.hpp"
+
 #include <span>
 #include <stdexcept>
 
@@ -16,10 +18,24 @@ void synchronise_gradients(ModelShard<double>& grads, int first_expert,
   for (auto& t : shard_tensors(grads, first_expert)) {
     const GradSync& sync = rule_for(t.param_class);
     std::span<double> data(t.data, static_cast<size_t>(t.size));
+#if MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EP_TIMES
+    const bool fsdp_expert = t.param_class == ParamClass::expert;
+    if (!fsdp_expert)
+      for (double& v : data) v *= sync.prescale;
+    const ReduceOp op = fsdp_expert || sync.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum;
+#else
     for (double& v : data) v *= sync.prescale;
+    const ReduceOp op = sync.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum;
+#endif
     Communicator& dp_group = sync.rule.group == GroupKind::expt_dp ? *comms.expt_dp : *comms.dp_cp;
-    dp_group.allreduce<double>(data, sync.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum);
+    dp_group.allreduce<double>(data, op);
+#if MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EDP_TWICE
+    if (t.param_class == ParamClass::expert)
+      for (double& v : data) v /= comms.expt_dp->size();
+#endif
+#if MOE_SEEDED_BUG != MOE_BUG_SP_GRAD_NOT_SUMMED_OVER_TP
     if (sync.rule.then_sum_over_tp) comms.tp->allreduce<double>(data, ReduceOp::sum);
+#endif
     if (sync.rule.divide_by_global_tokens)
       for (double& v : data) v /= global_tokens;
   }

@@ -1,5 +1,7 @@
 #include "distributed/grouped_swiglu.hpp"
 
+#include "distributed/seeded_bugs.hpp"
+
 #include <stdexcept>
 
 namespace moe::kernels {
@@ -61,6 +63,9 @@ GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::ve
     const Activation<T> a(f.pre.middleRows(begin, n), options);
     Matrix<T> h = a.act().matrix();
     if (!options.probs_on_input) h.array().colwise() *= p;
+#if MOE_SEEDED_BUG == MOE_BUG_PROBS_APPLIED_TWICE
+    if (!options.probs_on_input) h.array().colwise() *= p;
+#endif
     f.y.middleRows(begin, n).noalias() = h * w.fc2[ei].transpose();
   }
   return f;

@@ -1,5 +1,7 @@
 #include "distributed/local_router.hpp"
 
+#include "distributed/seeded_bugs.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -41,7 +43,11 @@ std::vector<int> top_indices(const T* row, int n, int k) {
 // Megatron: renormalise over k > 1 (always on hash layers) with +1e-20; DeepSeek: always, exactly.
 std::pair<bool, double> renormalisation(const MoeConfig& c) {
   if (c.normalization == Normalization::deepseek) return {true, 0.0};
+#if MOE_SEEDED_BUG == MOE_BUG_HASH_WEIGHTS_NOT_RENORMALISED
+  return {c.topk > 1, 1e-20};
+#else
   return {c.topk > 1 || c.hash_routing, 1e-20};
+#endif
 }
 
 template <typename T>
@@ -133,13 +139,25 @@ LocalRouting<T> route_local(const MoeConfig& c, const Matrix<T>& x, const Matrix
       r.routing_map(t, e) = true;
     }
   }
+#if MOE_SEEDED_BUG != MOE_BUG_BIAS_COUNTS_BEFORE_DROPPING
   if (c.capacity_factor) apply_capacity(c, r);
+#endif
 
   r.assignments.assign(static_cast<size_t>(E), 0);
   for (Eigen::Index t = 0; t < n; ++t) {
+#if MOE_SEEDED_BUG == MOE_BUG_PADDING_MASK_WRONG_AXIS
+    // The [n] mask lined up with the expert axis: expert e skipped where token e is padded, for every token.
+    for (int e = 0; e < E; ++e)
+      if (static_cast<size_t>(e) >= in.padding_mask.size() || !in.padding_mask[static_cast<size_t>(e)])
+        r.assignments[static_cast<size_t>(e)] += r.routing_map(t, e) && !r.padded(t, e);
+#else
     if (!in.padding_mask.empty() && in.padding_mask[static_cast<size_t>(t)]) continue;
     for (int e = 0; e < E; ++e) r.assignments[static_cast<size_t>(e)] += r.routing_map(t, e) && !r.padded(t, e);
+#endif
   }
+#if MOE_SEEDED_BUG == MOE_BUG_BIAS_COUNTS_BEFORE_DROPPING
+  if (c.capacity_factor) apply_capacity(c, r);
+#endif
   return r;
 }
 

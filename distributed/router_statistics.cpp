@@ -2,6 +2,7 @@
 
 #include "distributed/local_router.hpp"
 #include "distributed/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -62,7 +63,11 @@ RouterLossShare<T> aux_loss_share(const MoeConfig& c, const Matrix<T>& logits, c
   Matrix<double> weight(units, E);
   for (int u = 0; u < units; ++u) {
     const double t_u = unit_tokens(u);
+#if MOE_SEEDED_BUG == MOE_BUG_SEQ_AUX_NOT_AVERAGED
+    const double scale = t_u > 0 ? c.aux_loss_coeff * E / (c.topk * t_u * t_u) : 0.0;
+#else
     const double scale = t_u > 0 ? c.aux_loss_coeff * E / (c.topk * t_u * t_u) / units : 0.0;
+#endif
     weight.row(u) = scale * counts.row(u);
   }
   RouterLossShare<T> share;
@@ -90,7 +95,11 @@ RouterLossShare<T> z_loss_share(const MoeConfig& c, const Matrix<T>& logits, con
   const Eigen::Index n = logits.rows();
   double valid_tokens = 0;
   for (Eigen::Index t = 0; t < n; ++t) valid_tokens += valid(tokens, t);
+#if MOE_SEEDED_BUG == MOE_BUG_Z_LOSS_LOCAL_TOKENS
+  (void)tp_cp;
+#else
   tp_cp.allreduce<double>(std::span<double>(&valid_tokens, 1), ReduceOp::sum);
+#endif
 
   RouterLossShare<T> share;
   share.grad_logits = Matrix<T>::Zero(n, logits.cols());

@@ -122,7 +122,8 @@ void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, 
     require(config.aux_loss_type == AuxLossType::global_aux, "global_aux_group is given but aux_loss_type is not global_aux");
     require(static_cast<int>(inputs.global_aux_group->counts.size()) == config.num_experts,
             "global_aux_group.counts must have E entries");
-    require(inputs.global_aux_group->tokens > 0, "global_aux_group.tokens must be > 0");
+    // A step of the group may hold only padding: its term is then 0, like aux over a microbatch of padding.
+    require(inputs.global_aux_group->tokens >= 0, "global_aux_group.tokens must be >= 0");
   }
 }
 

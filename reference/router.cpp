@@ -129,7 +129,9 @@ RowVector<T> topk_weights(const MoeConfig& config, const RowVector<T>& logits, c
   const RowVector<T> picked = gather(scores, selected);
   const Renormalisation rn = renormalisation(config);
   if (!rn.apply) return alpha * picked;
-  return alpha * picked / (picked.sum() + static_cast<T>(rn.eps));
+  // Normalise, then scale (Megatron and DeepSeek's order): α·(s/Σs), not (α·s)/Σs, whose rounding breaks the exact
+  // ties of equal weights (k = 1 normalised weights are all exactly α) that capacity dropping ranks by.
+  return alpha * (picked / (picked.sum() + static_cast<T>(rn.eps)));
 }
 
 template <typename T>

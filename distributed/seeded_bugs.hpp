@@ -1,0 +1,42 @@
+// Seeded bugs: historical bug classes of parallel MoE training, compiled into test-only variants of the
+// distributed backend so that the property suite (proptests/) can show it catches each of them.
+//
+// The shipped library defines no bug: MOE_SEEDED_BUG is 0 and every switch compiles to the correct line. A
+// variant recompiles only the translation units named below with -DMOE_SEEDED_BUG=<number> and links them
+// ahead of the library (proptests/CMakeLists.txt). In a source file a switch reads
+//   #if MOE_SEEDED_BUG == MOE_BUG_CHUNK_SORT_SKIPPED
+//     <the wrong line>
+//   #else
+//     <the right line>
+//   #endif
+// Numbers are stable (the kill table in proptests/README.md names them); add new bugs at the end.
+#pragma once
+
+#ifndef MOE_SEEDED_BUG
+#define MOE_SEEDED_BUG 0
+#endif
+
+// grad_sync.cpp — gradient scaling
+#define MOE_BUG_EXPERT_GRAD_EDP_TWICE 1         // expert grads ÷ |expt_dp| once more after the collective
+#define MOE_BUG_EXPERT_GRAD_EP_TIMES 2          // expert grads AVG over expt_dp without pre-scale (Megatron-FSDP
+                                                // #5956: ep× too large)
+#define MOE_BUG_SP_GRAD_NOT_SUMMED_OVER_TP 3    // router/norm/embedding grads not SUMmed over tp under SP
+// grouped_swiglu.cpp — expert compute
+#define MOE_BUG_PROBS_APPLIED_TWICE 4           // routing probabilities multiplied in twice
+// alltoall_dispatcher.cpp — token movement
+#define MOE_BUG_CHUNK_SORT_SKIPPED 5            // rows left in (etp, ep, expert) order, not sorted by local expert
+#define MOE_BUG_COMBINE_UNSWAPPED_SPLITS 6      // the return alltoallv reuses the dispatch splits
+#define MOE_BUG_ETP_PARTIALS_NOT_SUMMED 7       // the ETP reduce-scatter keeps this shard's partial unsummed
+// loss_weights.cpp — auxiliary-loss scaling
+#define MOE_BUG_AUX_SCALE_MISSING_CP 8          // aux backward scale 1/m instead of cp/m (PR #2217/#2237)
+#define MOE_BUG_PER_TOKEN_AUX_MISSING_TP_CP 9   // per-token aux × local tokens, not × N_mb (#1652 → PR #5047)
+#define MOE_BUG_GLOBAL_AUX_DP_TOO_SMALL 10      // global_aux gradient 1/dp too small (#3672, still in main)
+// local_router.cpp — routing and capacity
+#define MOE_BUG_BIAS_COUNTS_BEFORE_DROPPING 11  // expert-bias counts taken before capacity dropping
+#define MOE_BUG_PADDING_MASK_WRONG_AXIS 12      // [T] padding mask broadcast along experts (#6111 → PR #6114)
+#define MOE_BUG_HASH_WEIGHTS_NOT_RENORMALISED 13  // hash layers with k = 1 treated like learned ones (no renorm)
+// layer_shard.cpp — weight sharding
+#define MOE_BUG_ETP_SHARD_GATE_UP_UNPAIRED 14   // fc1 [gate; up] cut in contiguous row blocks, pairs broken
+// router_statistics.cpp — router loss statistics
+#define MOE_BUG_Z_LOSS_LOCAL_TOKENS 15          // z-loss normalised by this rank's tokens, not tp×cp's (#1652 class)
+#define MOE_BUG_SEQ_AUX_NOT_AVERAGED 16         // seq_aux summed, not averaged, over sequences (PR #5798 class)

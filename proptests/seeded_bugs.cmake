@@ -1,0 +1,40 @@
+# The seeded-bug matrix (distributed/seeded_bugs.hpp). Each variant recompiles only the distributed source that
+# holds its switch, with -DMOE_SEEDED_BUG=<n>, and links it ahead of libmoe_distributed.a: the archive member
+# with the same symbols is then never pulled in. Its test runs the property that catches the bug and passes
+# only when each listed property fails (run_seeded_bug.cmake), printing RapidCheck's shrunk counterexample.
+#
+#   name                          number  source                  properties that must fail (':'-separated)
+set(MOE_SEEDED_BUGS
+  "expert_grad_edp_twice          1  grad_sync.cpp           TrainStep.MatchesGlobalStepOracle"
+  "expert_grad_ep_times           2  grad_sync.cpp           TrainStep.SumEqualsAvgEqualsPerToken"
+  "sp_grad_not_summed_over_tp     3  grad_sync.cpp           TrainStep.DroplessIndependentOfLayout"
+  "probs_applied_twice            4  grouped_swiglu.cpp      TrainStep.MatchesGlobalStepOracle"
+  "chunk_sort_skipped             5  alltoall_dispatcher.cpp Dispatch.ProvenanceTagsArriveWhereTheMapSays:Dispatch.ProvenanceTagsArriveWhereTheMapSaysFloat:TrainStep.IndependentOfDispatcher"
+  "combine_unswapped_splits       6  alltoall_dispatcher.cpp Dispatch.IdentityExpertsCombineToWeightedSum:TrainStep.IndependentOfDispatcher"
+  "etp_partials_not_summed        7  alltoall_dispatcher.cpp Dispatch.IdentityExpertsCombineToWeightedSumFloat:Dispatch.IdentityExpertsCombineToWeightedSum"
+  "aux_scale_missing_cp           8  loss_weights.cpp        TrainStep.MatchesGlobalStepOracle"
+  "per_token_aux_missing_tp_cp    9  loss_weights.cpp        TrainStep.SumEqualsAvgEqualsPerToken"
+  "global_aux_dp_too_small        10 loss_weights.cpp        TrainStep.MatchesGlobalStepOracle"
+  "bias_counts_before_dropping    11 local_router.cpp        TrainStep.ExpertBiasUpdateMatchesOracleOnEveryRank"
+  "padding_mask_wrong_axis        12 local_router.cpp        TrainStep.ExpertBiasUpdateMatchesOracleOnEveryRank"
+  "hash_weights_not_renormalised  13 local_router.cpp        TrainStep.HashRoutingAlignment"
+  "etp_shard_gate_up_unpaired     14 layer_shard.cpp         Sharding.GatheredWeightsRoundTripToTheGlobalOnes"
+  "z_loss_local_tokens            15 router_statistics.cpp   TrainStep.MatchesGlobalStepOracle"
+  "seq_aux_not_averaged           16 router_statistics.cpp   TrainStep.CapacityMatchesOracleOnPartition"
+)
+
+foreach(entry IN LISTS MOE_SEEDED_BUGS)
+  string(REGEX REPLACE " +" ";" fields "${entry}")
+  list(GET fields 0 name)
+  list(GET fields 1 number)
+  list(GET fields 2 source)
+  list(GET fields 3 property)
+  set(target proptests_bug_${name})
+  add_executable(${target} $<TARGET_OBJECTS:moe_properties> ${PROJECT_SOURCE_DIR}/distributed/${source})
+  target_compile_definitions(${target} PRIVATE MOE_SEEDED_BUG=${number})
+  target_link_libraries(${target} PRIVATE moe_properties GTest::gtest_main moe_warnings)
+  add_test(NAME proptests.seeded_bug.${name}
+    COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:${target}> -DPROPERTIES=${property}
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/run_seeded_bug.cmake)
+  set_tests_properties(proptests.seeded_bug.${name} PROPERTIES TIMEOUT 300)
+endforeach()
