@@ -7,19 +7,19 @@
 // ranks are processes; a layout smaller than N runs on the first ranks while the others wait.
 // --steps N runs N whole training steps (optimizer and bias update included) against the oracle's trajectory;
 // --resume-as saves after N/2 steps and continues under another layout from the checkpoint.
-#include "distributed/differential_check.hpp"
-#include "distributed/mpi_communicator.hpp"
-#include "distributed/mpi_runtime.hpp"
-#include "reference/presets.hpp"
-#include "tools/commands.hpp"
-#include "tools/layout_options.hpp"
-
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
 #include <memory>
 #include <sstream>
+
+#include "distributed/differential_check.hpp"
+#include "distributed/mpi_communicator.hpp"
+#include "distributed/mpi_runtime.hpp"
+#include "reference/presets.hpp"
+#include "tools/commands.hpp"
+#include "tools/layout_options.hpp"
 
 namespace moe::cli {
 namespace {
@@ -31,8 +31,8 @@ struct CheckOptions {
   std::string scaling = "sum";
   std::string backend = "inproc";
   int seq = 16, micro_batch = 1, global_batch = 8, layers = 4, hash_layers = 1;
-  int steps = 0;               // 0: one step, gradients compared before any optimizer
-  std::string resume_as;       // "world=4,ep=2,etp=2" (steps ≥ 2)
+  int steps = 0;          // 0: one step, gradients compared before any optimizer
+  std::string resume_as;  // "world=4,ep=2,etp=2" (steps ≥ 2)
   std::string optimizer = "adam";
   bool distributed_optimizer = false;
   std::string checkpoint_dir = "moe-oracle-checkpoint";
@@ -41,29 +41,19 @@ struct CheckOptions {
   bool json = false;
 };
 
-ParallelLayout layout_of(int world, int tp, int cp, int ep, int etp, int pp = 1) {
-  ParallelLayout l;
-  l.world = world;
-  l.pp = pp;
-  l.tp = tp;
-  l.cp = cp;
-  l.ep = ep;
-  l.etp = etp;
-  return l;
-}
-
 // The embedded default: each line adds something the ones above it don't have.
 std::vector<ParallelLayout> default_layouts() {
-  return {layout_of(1, 1, 1, 1, 1),  // the oracle's own split: one rank
-          layout_of(4, 1, 1, 4, 1),  // EP4
-          layout_of(4, 1, 1, 2, 1),  // EP2 with EDP 2
-          layout_of(4, 1, 1, 2, 2),  // EP2 × ETP2
-          layout_of(4, 1, 2, 2, 1),  // CP2
-          layout_of(8, 2, 1, 4, 1),  // TP2 + SP, TP ≠ ETP, EDP 2
-          layout_of(8, 2, 1, 2, 2),  // TP2 = ETP2, EP2, EDP 2
-          layout_of(8, 2, 2, 8, 1),  // TP2 · CP2 · EP8: two experts per rank, a token-poor rank likely
-          layout_of(8, 1, 1, 4, 1, 2),   // PP2 · EP4: activations and gradients between stages
-          layout_of(8, 1, 1, 2, 1, 4)};  // PP4 · EP2 · EDP 1
+  return {
+      ParallelLayout{.world = 1},                              // the oracle's own split: one rank
+      ParallelLayout{.world = 4, .ep = 4},                     // EP4
+      ParallelLayout{.world = 4, .ep = 2},                     // EP2 with EDP 2
+      ParallelLayout{.world = 4, .ep = 2, .etp = 2},           // EP2 × ETP2
+      ParallelLayout{.world = 4, .cp = 2, .ep = 2},            // CP2
+      ParallelLayout{.world = 8, .tp = 2, .ep = 4},            // TP2 + SP, TP ≠ ETP, EDP 2
+      ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2},  // TP2 = ETP2, EP2, EDP 2
+      ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 8},   // TP2 · CP2 · EP8: 2 experts/rank, token-poor ranks
+      ParallelLayout{.world = 8, .pp = 2, .ep = 4},   // PP2 · EP4: activations and gradients between stages
+      ParallelLayout{.world = 8, .pp = 4, .ep = 2}};  // PP4 · EP2 · EDP 1
 }
 
 // "world=4,tp=1,cp=1,ep=2,etp=2,pp=1" (unnamed sizes are 1).
@@ -76,13 +66,20 @@ ParallelLayout parse_layout(const std::string& text) {
     if (eq == std::string::npos) throw std::invalid_argument("--resume-as: '" + item + "' is not name=size");
     const std::string key = item.substr(0, eq);
     const int value = std::stoi(item.substr(eq + 1));
-    if (key == "world") l.world = value;
-    else if (key == "tp") l.tp = value;
-    else if (key == "cp") l.cp = value;
-    else if (key == "ep") l.ep = value;
-    else if (key == "etp") l.etp = value;
-    else if (key == "pp") l.pp = value;
-    else throw std::invalid_argument("--resume-as: unknown size '" + key + "' (world, tp, cp, ep, etp, pp)");
+    if (key == "world")
+      l.world = value;
+    else if (key == "tp")
+      l.tp = value;
+    else if (key == "cp")
+      l.cp = value;
+    else if (key == "ep")
+      l.ep = value;
+    else if (key == "etp")
+      l.etp = value;
+    else if (key == "pp")
+      l.pp = value;
+    else
+      throw std::invalid_argument("--resume-as: unknown size '" + key + "' (world, tp, cp, ep, etp, pp)");
   }
   l.validate();
   return l;
@@ -101,8 +98,8 @@ ModelConfig model_of(const CheckOptions& o) {
 
 std::string layout_name(const ParallelLayout& l) {
   std::ostringstream s;
-  s << "w" << l.world << " tp" << l.tp << " cp" << l.cp << " pp" << l.pp << " ep" << l.ep << " etp" << l.etp
-    << " dp" << l.dp() << " edp" << l.edp();
+  s << "w" << l.world << " tp" << l.tp << " cp" << l.cp << " pp" << l.pp << " ep" << l.ep << " etp" << l.etp << " dp"
+    << l.dp() << " edp" << l.edp();
   return s.str();
 }
 
@@ -126,7 +123,8 @@ void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostre
   if (o.steps > 0)
     out << o.steps << " training steps with " << o.optimizer
         << (o.distributed_optimizer ? " (distributed optimizer)" : " (DDP)")
-        << (o.resume_as.empty() ? "" : ", saved after step " + std::to_string(o.steps / 2) + ", resumed as " + o.resume_as)
+        << (o.resume_as.empty() ? ""
+                                : ", saved after step " + std::to_string(o.steps / 2) + ", resumed as " + o.resume_as)
         << "; errors are the maximum over the steps\n";
   out << "each cell: max |parallel − oracle| over every rank and element (pass: ≤ " << fmt(o.atol) << " + "
       << fmt(o.rtol) << "·|oracle|)\n\n";
@@ -147,9 +145,9 @@ void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostre
   for (const Run& r : runs) {
     if (r.result.pass()) continue;
     ++failed;
-    out << std::setprecision(17) << "\nFAIL " << layout_name(r.layout) << " " << to_string(r.dispatcher) << ": first mismatch in "
-        << r.result.first.tensor << " on rank " << r.result.first.rank << " at flat index " << r.result.first.index
-        << ": parallel " << r.result.first.got << ", oracle " << r.result.first.want << "\n";
+    out << std::setprecision(17) << "\nFAIL " << layout_name(r.layout) << " " << to_string(r.dispatcher)
+        << ": first mismatch in " << r.result.first.tensor << " on rank " << r.result.first.rank << " at flat index "
+        << r.result.first.index << ": parallel " << r.result.first.got << ", oracle " << r.result.first.want << "\n";
   }
   out << "\n" << runs.size() - static_cast<size_t>(failed) << " passed, " << failed << " failed\n";
 }
@@ -166,8 +164,10 @@ nlohmann::json to_json(const std::vector<Run>& runs) {
       e["max_abs"][std::string(to_string(static_cast<dist::Quantity>(q)))] = err.max_abs;
     }
     if (!r.result.pass())
-      e["first_mismatch"] = {{"tensor", r.result.first.tensor}, {"rank", r.result.first.rank},
-                             {"index", r.result.first.index},   {"parallel", r.result.first.got},
+      e["first_mismatch"] = {{"tensor", r.result.first.tensor},
+                             {"rank", r.result.first.rank},
+                             {"index", r.result.first.index},
+                             {"parallel", r.result.first.got},
                              {"oracle", r.result.first.want}};
     j.push_back(e);
   }
@@ -234,8 +234,8 @@ std::vector<Run> run_all(const CheckOptions& o, Communicator* world) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       runs.push_back({layout, kind, result, seconds});
       if (!o.json && (!world || world->rank() == 0))
-        std::cerr << "  " << layout_name(layout) << " " << to_string(kind) << ": "
-                  << (result.pass() ? "pass" : "FAIL") << "\n";
+        std::cerr << "  " << layout_name(layout) << " " << to_string(kind) << ": " << (result.pass() ? "pass" : "FAIL")
+                  << "\n";
     }
   }
   return runs;
@@ -247,8 +247,9 @@ void add_check_command(CLI::App& app) {
   auto o = std::make_shared<CheckOptions>();
   o->layout.world = 0;
   auto* cmd = app.add_subcommand(
-      "check", "Run the parallel MoE system and compare every rank with the oracle (default: tiny-v4 over 8 layouts × "
-               "3 dispatchers)");
+      "check",
+      "Run the parallel MoE system and compare every rank with the oracle (default: tiny-v4 over 8 layouts × "
+      "3 dispatchers)");
   cmd->add_option("--preset", o->preset, "layer preset of every MoE layer (tiny-v4, tiny-v3)")->capture_default_str();
   cmd->add_option("--world", o->layout.world, "run this one layout instead of the built-in set");
   cmd->add_option("--tp", o->layout.tp, "tensor (and sequence) parallel size")->capture_default_str();
@@ -257,11 +258,15 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--etp", o->layout.etp, "expert tensor parallel size")->capture_default_str();
   cmd->add_option("--pp", o->layout.pp, "pipeline parallel size")->capture_default_str();
   cmd->add_option("--order", o->layout.order, "rank order, fastest-varying axis first")->capture_default_str();
-  cmd->add_option("--steps", o->steps, "run N whole training steps (optimizer, bias update) against the oracle's "
-                                       "trajectory")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--resume-as", o->resume_as, "with --steps: save after N/2 steps and resume under this layout, "
-                                               "e.g. world=4,ep=2,etp=2");
-  cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "where --resume-as writes its checkpoint")->capture_default_str();
+  cmd->add_option("--steps", o->steps,
+                  "run N whole training steps (optimizer, bias update) against the oracle's "
+                  "trajectory")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--resume-as", o->resume_as,
+                  "with --steps: save after N/2 steps and resume under this layout, "
+                  "e.g. world=4,ep=2,etp=2");
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "where --resume-as writes its checkpoint")
+      ->capture_default_str();
   cmd->add_option("--optimizer", o->optimizer, "adam or sgd (with --steps)")->capture_default_str();
   cmd->add_flag("--distributed-optimizer", o->distributed_optimizer,
                 "shard optimizer state; reduce-scatter gradients, all-gather parameters");
@@ -269,8 +274,12 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--scaling", o->scaling, "sum, avg or per-token")->capture_default_str();
   cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
   cmd->add_option("--seq", o->seq, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--micro-batch", o->micro_batch, "sequences per microbatch")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--global-batch", o->global_batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--micro-batch", o->micro_batch, "sequences per microbatch")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", o->global_batch, "sequences per step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--layers", o->layers, "MoE layers in the model")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--hash-layers", o->hash_layers, "of which the first n route by tid2eid")->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of parameters and batch")->capture_default_str();
@@ -298,8 +307,10 @@ void add_check_command(CLI::App& app) {
     bool pass = true;
     for (const Run& r : runs) pass = pass && r.result.pass();
     if (print) {
-      if (o->json) std::cout << to_json(runs).dump(2) << "\n";
-      else print_table(runs, *o, std::cout);
+      if (o->json)
+        std::cout << to_json(runs).dump(2) << "\n";
+      else
+        print_table(runs, *o, std::cout);
     }
     world.reset();
     mpi.reset();

@@ -4,16 +4,16 @@
 //   identity   — with experts out = p·x (split over ETP shards), combine returns Σ_e p_{t,e}·x_t per token;
 //   adjoint    — combine_backward and dispatch_backward are the transposes of combine and dispatch
 //                (Σ over ranks of ⟨A u, v⟩ = ⟨u, Aᵀ v⟩), which is what makes the backward exact.
-#include "distributed/inproc_world.hpp"
-#include "distributed/rank_groups.hpp"
-#include "reference/random_init.hpp"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <mutex>
 #include <set>
 #include <tuple>
+
+#include "distributed/inproc_world.hpp"
+#include "distributed/rank_groups.hpp"
+#include "reference/random_init.hpp"
 
 namespace moe::dist {
 namespace {
@@ -23,15 +23,6 @@ struct Case {
   int experts;
   DispatcherKind kind;
 };
-
-ParallelLayout make_layout(int world, int tp, int ep, int etp) {
-  ParallelLayout l;
-  l.world = world;
-  l.tp = tp;
-  l.ep = ep;
-  l.etp = etp;
-  return l;
-}
 
 std::string name_of(const Case& c) {
   return std::string(to_string(c.kind)) + "_w" + std::to_string(c.layout.world) + "_tp" + std::to_string(c.layout.tp) +
@@ -44,8 +35,10 @@ void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex})
-    for (auto l : {make_layout(1, 1, 1, 1), make_layout(2, 1, 2, 1), make_layout(4, 1, 2, 2), make_layout(4, 2, 2, 1),
-                   make_layout(4, 1, 4, 1), make_layout(8, 2, 2, 2), make_layout(8, 1, 4, 2)})
+    for (auto l : {ParallelLayout{.world = 1}, ParallelLayout{.world = 2, .ep = 2},
+                   ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 4, .tp = 2, .ep = 2},
+                   ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2},
+                   ParallelLayout{.world = 8, .ep = 4, .etp = 2}})
       out.push_back({l, 8, kind});
   return out;
 }
@@ -60,7 +53,8 @@ struct LocalTokens {
 LocalTokens local_tokens(int rank, int experts, int k) {
   const int n = rank == 1 ? 0 : 3 + rank % 3;
   SeededUniform rng(100 + static_cast<std::uint64_t>(rank));
-  LocalTokens t{rng.matrix<double>(n, 4, 1.0), Matrix<double>::Zero(n, experts), BoolMatrix::Constant(n, experts, false)};
+  LocalTokens t{rng.matrix<double>(n, 4, 1.0), Matrix<double>::Zero(n, experts),
+                BoolMatrix::Constant(n, experts, false)};
   for (int i = 0; i < n; ++i) {
     t.x(i, 0) = rank;
     t.x(i, 1) = i;
@@ -109,7 +103,8 @@ TEST_P(DispatcherTest, ProvenanceIdentityAndAdjoint) {
       for (std::int64_t r = 0; r < rows.group_sizes[static_cast<size_t>(j)]; ++r, ++row)
         got[static_cast<size_t>(j)].insert({static_cast<int>(rows.x(row, 0)), static_cast<int>(rows.x(row, 1))});
     for (int j = 0; j < mine.count; ++j)
-      EXPECT_EQ(got[static_cast<size_t>(j)], expected[static_cast<size_t>(j)]) << "rank " << rank << " expert " << mine.first + j;
+      EXPECT_EQ(got[static_cast<size_t>(j)], expected[static_cast<size_t>(j)])
+          << "rank " << rank << " expert " << mine.first + j;
 
     // Identity experts, out = p·x split evenly over the ETP shards: combine gives Σ_e p·x.
     const double etp = g.expt_tp->size();

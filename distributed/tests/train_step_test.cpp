@@ -1,10 +1,6 @@
 // The parallel system against the global step oracle, in double with tight tolerances: every dispatcher on
 // layouts with EP, ETP, EP×ETP, EDP > 1, TP ≠ ETP, CP > 1; dropless, capacity drop and drop-and-pad; every
 // scaling path; a zero-token rank.
-#include "distributed/differential_check.hpp"
-#include "distributed/inproc_world.hpp"
-#include "distributed/rank_groups.hpp"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +8,10 @@
 #include <functional>
 #include <mutex>
 #include <string>
+
+#include "distributed/differential_check.hpp"
+#include "distributed/inproc_world.hpp"
+#include "distributed/rank_groups.hpp"
 
 namespace moe::dist {
 namespace {
@@ -35,17 +35,6 @@ ModelConfig base_model() {
   return m;
 }
 
-ParallelLayout layout(int world, int tp, int cp, int ep, int etp, int pp = 1) {
-  ParallelLayout l;
-  l.world = world;
-  l.pp = pp;
-  l.tp = tp;
-  l.cp = cp;
-  l.ep = ep;
-  l.etp = etp;
-  return l;
-}
-
 struct Case {
   std::string name;
   ParallelLayout layout;
@@ -61,10 +50,13 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 std::vector<Case> cases() {
   std::vector<Case> out;
   const std::vector<std::pair<std::string, ParallelLayout>> layouts = {
-      {"ep2", layout(2, 1, 1, 2, 1)},        {"etp2", layout(2, 1, 1, 1, 2)},
-      {"ep2_etp2", layout(4, 1, 1, 2, 2)},   {"ep2_edp2", layout(4, 1, 1, 2, 1)},
-      {"tp2_ep4_etp1", layout(8, 2, 1, 4, 1)}, {"cp2_ep2", layout(4, 1, 2, 2, 1)},
-      {"tp2_cp2_ep4_etp2", layout(8, 2, 2, 4, 2)}};
+      {"ep2", ParallelLayout{.world = 2, .ep = 2}},
+      {"etp2", ParallelLayout{.world = 2, .etp = 2}},
+      {"ep2_etp2", ParallelLayout{.world = 4, .ep = 2, .etp = 2}},
+      {"ep2_edp2", ParallelLayout{.world = 4, .ep = 2}},
+      {"tp2_ep4_etp1", ParallelLayout{.world = 8, .tp = 2, .ep = 4}},
+      {"cp2_ep2", ParallelLayout{.world = 4, .cp = 2, .ep = 2}},
+      {"tp2_cp2_ep4_etp2", ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4, .etp = 2}}};
   const std::vector<std::pair<std::string, std::function<void(ModelConfig&)>>> modes = {
       {"dropless", [](ModelConfig&) {}},
       {"drop", [](ModelConfig& m) { m.layer.capacity_factor = 0.75; }},
@@ -77,36 +69,36 @@ std::vector<Case> cases() {
     for (const auto& [lname, l] : layouts)
       for (const auto& [mname, change] : modes)
         out.push_back({std::string(to_string(kind)) + "_" + lname + "_" + mname, l, kind, LossMode::sum, 1, change});
-  out.push_back({"single_rank", layout(1, 1, 1, 1, 1)});
+  out.push_back({"single_rank", ParallelLayout{.world = 1}});
   // Pipeline stages: 4 layers over pp 2 and 4, with EP/ETP/TP/CP inside the stages.
   auto four_layers = [](ModelConfig& m) { m.num_layers = 4; };
   for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex}) {
-    out.push_back({std::string(to_string(kind)) + "_pp2", layout(2, 1, 1, 1, 1, 2), kind, LossMode::sum, 1,
+    out.push_back({std::string(to_string(kind)) + "_pp2", ParallelLayout{.world = 2, .pp = 2}, kind, LossMode::sum, 1,
                    four_layers});
-    out.push_back({std::string(to_string(kind)) + "_pp2_ep2_etp2", layout(8, 1, 1, 2, 2, 2), kind, LossMode::sum, 2,
-                   four_layers});
-    out.push_back({std::string(to_string(kind)) + "_pp4_tp2_ep2", layout(8, 2, 1, 2, 1, 4), kind, LossMode::per_token,
-                   1, four_layers});
+    out.push_back({std::string(to_string(kind)) + "_pp2_ep2_etp2",
+                   ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}, kind, LossMode::sum, 2, four_layers});
+    out.push_back({std::string(to_string(kind)) + "_pp4_tp2_ep2", ParallelLayout{.world = 8, .tp = 2, .pp = 4, .ep = 2},
+                   kind, LossMode::per_token, 1, four_layers});
   }
-  out.push_back({"pp2_cp2_global_aux_avg", layout(8, 1, 2, 2, 1, 2), DispatcherKind::alltoall, LossMode::avg, 1,
-                 [](ModelConfig& m) {
+  out.push_back({"pp2_cp2_global_aux_avg", ParallelLayout{.world = 8, .cp = 2, .pp = 2, .ep = 2},
+                 DispatcherKind::alltoall, LossMode::avg, 1, [](ModelConfig& m) {
                    m.num_layers = 3;
                    m.layer.aux_loss_type = AuxLossType::global_aux;
                  }});
   for (auto mode : {LossMode::avg, LossMode::per_token})
     for (auto aux : {AuxLossType::seq_aux, AuxLossType::global_aux})
       out.push_back({std::string(to_string(aux)) + "_" + (mode == LossMode::avg ? "avg" : "per_token"),
-                     layout(8, 2, 2, 4, 1), DispatcherKind::alltoall, mode, 1,
+                     ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}, DispatcherKind::alltoall, mode, 1,
                      [aux](ModelConfig& m) { m.layer.aux_loss_type = aux; }});
-  out.push_back({"latent_gate_clamp_allgather", layout(4, 2, 1, 2, 2), DispatcherKind::allgather, LossMode::sum, 2,
-                 [](ModelConfig& m) {
+  out.push_back({"latent_gate_clamp_allgather", ParallelLayout{.world = 4, .tp = 2, .ep = 2, .etp = 2},
+                 DispatcherKind::allgather, LossMode::sum, 2, [](ModelConfig& m) {
                    m.layer.latent_size = 6;
                    m.layer.shared_expert_gate = true;
                    m.layer.swiglu_clamp = 0.5;
                    m.layer.shared_expert_clamp = true;
                  }});
-  out.push_back({"softmax_groups_micro2", layout(4, 1, 1, 4, 1), DispatcherKind::flex, LossMode::per_token, 2,
-                 [](ModelConfig& m) {
+  out.push_back({"softmax_groups_micro2", ParallelLayout{.world = 4, .ep = 4}, DispatcherKind::flex,
+                 LossMode::per_token, 2, [](ModelConfig& m) {
                    m.layer.score_function = ScoreFunction::softmax;
                    m.layer.expert_bias = false;
                    m.layer.bias_update_rate.reset();
@@ -131,7 +123,8 @@ TEST_P(TrainStepTest, MatchesTheGlobalStepOracle) {
   const GlobalStep oracle = oracle_step(p);
   const RankComparison r = check_inproc(p, oracle);
   for (int q = 0; q < kQuantities; ++q)
-    RecordProperty(std::string(to_string(static_cast<Quantity>(q))), std::to_string(r.errors[static_cast<size_t>(q)].max_abs));
+    RecordProperty(std::string(to_string(static_cast<Quantity>(q))),
+                   std::to_string(r.errors[static_cast<size_t>(q)].max_abs));
   EXPECT_TRUE(r.pass()) << "first mismatch: " << r.first.tensor << " on rank " << r.first.rank << " at "
                         << r.first.index << ": got " << r.first.got << ", want " << r.first.want;
   EXPECT_GT(r.errors[static_cast<size_t>(Quantity::grad_expert)].compared, 0);
@@ -153,8 +146,8 @@ std::vector<std::vector<double>> rank_gradients(const CheckProblem& p) {
   InprocWorld(p.layout.world).run([&](Communicator& world) {
     const ProcessGroups groups(p.layout);
     const RankGroups comms(world, groups);
-    RankStep step = train_step(p.config, shard_model(p.config, p.params, groups, world.rank()), p.batch, groups, comms,
-                               p.options);
+    RankStep step =
+        train_step(p.config, shard_model(p.config, p.params, groups, world.rank()), p.batch, groups, comms, p.options);
     std::vector<double> flat{step.objective};
     for (const auto& t : shard_tensors(step.grads, groups.experts_of(world.rank(), p.config.layer.num_experts).first))
       flat.insert(flat.end(), t.data, t.data + t.size);
@@ -183,7 +176,7 @@ CheckProblem problem(const ParallelLayout& l, const std::vector<int>& padded) {
 }
 
 TEST(TrainStepAgreement, AllGatherEqualsAlltoAllEqualsFlex) {
-  CheckProblem p = problem(layout(8, 2, 1, 2, 2), {0, 2, 0, 0, 1, 0, 0, 3});
+  CheckProblem p = problem(ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}, {0, 2, 0, 0, 1, 0, 0, 3});
   const auto alltoall = rank_gradients(p);
   for (auto kind : {DispatcherKind::allgather, DispatcherKind::flex}) {
     p.options.dispatcher = kind;
@@ -194,21 +187,21 @@ TEST(TrainStepAgreement, AllGatherEqualsAlltoAllEqualsFlex) {
 // Without padding every microbatch has the same number of valid tokens, so the per-microbatch mean (sum, avg)
 // and the per-token objective are the same function: the three scaling paths must give the same gradients.
 TEST(TrainStepAgreement, SumEqualsAvgEqualsPerTokenWhenTheObjectiveCoincides) {
-  CheckProblem p = problem(layout(8, 2, 2, 4, 1), {});
+  CheckProblem p = problem(ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}, {});
   const auto sum = rank_gradients(p);
   for (auto mode : {LossMode::avg, LossMode::per_token}) {
     p.options.mode = mode;
     EXPECT_LT(max_relative_difference(rank_gradients(p), sum), 1e-9) << to_string(mode);
   }
   // With uneven padding the objectives differ, and so must the gradients (the comparison has teeth).
-  CheckProblem padded = problem(layout(8, 2, 2, 4, 1), {0, 5, 0, 0, 0, 0, 0, 6});
+  CheckProblem padded = problem(ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}, {0, 5, 0, 0, 0, 0, 0, 6});
   const auto padded_sum = rank_gradients(padded);
   padded.options.mode = LossMode::per_token;
   EXPECT_GT(max_relative_difference(rank_gradients(padded), padded_sum), 1e-3);
 }
 
 TEST(TrainStepAgreement, ResultsDoNotDependOnThePipelineSchedule) {
-  CheckProblem p = problem(layout(8, 1, 1, 2, 1, 4), {0, 2, 0, 0, 1, 0, 0, 3});
+  CheckProblem p = problem(ParallelLayout{.world = 8, .pp = 4, .ep = 2}, {0, 2, 0, 0, 1, 0, 0, 3});
   p.config.num_layers = 4;
   p.params = random_model_params<double>(p.config, 44);
   p.options.micro_batch = 1;  // m = 8 / (1 · dp 2) = 4 microbatches through 4 stages
@@ -221,7 +214,7 @@ TEST(TrainStepAgreement, ZeroTokenExpertRankMatchesTheOracle) {
   // A bias of −10 on experts 6 and 7 (sigmoid scores are below 1) keeps every token away from them: the EP rank
   // holding them receives no rows, and its expert gradients are exactly zero.
   for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex}) {
-    CheckProblem p = problem(layout(4, 1, 1, 4, 1), {});
+    CheckProblem p = problem(ParallelLayout{.world = 4, .ep = 4}, {});
     p.config.n_hash_layers = 0;  // hash layers route by table, not by score
     p.params = random_model_params<double>(p.config, 43);
     for (auto& layer : p.params.layers) layer.expert_bias.tail(2).setConstant(-10.0);

@@ -1,13 +1,13 @@
 // Whole training steps against the oracle's trajectory: pipelines of 1, 2 and 4 stages, DDP and the distributed
 // optimizer, SUM and AVG, Adam and SGD; checkpoints saved under one layout and resumed under another; corrupt
 // and mismatched checkpoints refused without touching the running model.
-#include "distributed/differential_check.hpp"
-#include "distributed/inproc_world.hpp"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+
+#include "distributed/differential_check.hpp"
+#include "distributed/inproc_world.hpp"
 
 namespace moe::dist {
 namespace {
@@ -32,22 +32,13 @@ ModelConfig model() {
   return m;
 }
 
-ParallelLayout layout(int world, int tp, int ep, int etp, int pp) {
-  ParallelLayout l;
-  l.world = world;
-  l.tp = tp;
-  l.ep = ep;
-  l.etp = etp;
-  l.pp = pp;
-  return l;
-}
-
 RunProblem run(const ParallelLayout& l, LossMode mode, bool distributed, int steps = 3) {
   RunProblem p;
   p.config = model();
   p.params = random_model_params<double>(p.config, 51);
   for (int s = 0; s < steps; ++s)
-    p.batches.push_back(random_global_batch(p.config, 8, 8, 52 + static_cast<std::uint64_t>(s), {0, 1, 0, 0, 3, 0, 0, 2}));
+    p.batches.push_back(
+        random_global_batch(p.config, 8, 8, 52 + static_cast<std::uint64_t>(s), {0, 1, 0, 0, 3, 0, 0, 2}));
   p.layout = l;
   p.options.mode = mode;
   p.options.micro_batch = 1;
@@ -86,16 +77,17 @@ TEST_P(TrainingRunTest, FollowsTheOracleTrajectory) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, TrainingRunTest,
-    ::testing::Values(Case{"pp1_ep2_edp2_ddp_sum", layout(4, 1, 2, 1, 1), LossMode::sum, false},
-                      Case{"pp1_ep2_edp2_distopt_avg", layout(4, 1, 2, 1, 1), LossMode::avg, true},
-                      Case{"pp2_tp2_ep2_distopt_sum", layout(8, 2, 2, 1, 2), LossMode::sum, true},
-                      Case{"pp2_ep2_etp2_ddp_avg", layout(8, 1, 2, 2, 2), LossMode::avg, false},
-                      Case{"pp4_ep2_distopt_per_token", layout(8, 1, 2, 1, 4), LossMode::per_token, true},
-                      Case{"pp4_ddp_sum", layout(4, 1, 1, 1, 4), LossMode::sum, false}),
+    ::testing::Values(
+        Case{"pp1_ep2_edp2_ddp_sum", ParallelLayout{.world = 4, .ep = 2}, LossMode::sum, false},
+        Case{"pp1_ep2_edp2_distopt_avg", ParallelLayout{.world = 4, .ep = 2}, LossMode::avg, true},
+        Case{"pp2_tp2_ep2_distopt_sum", ParallelLayout{.world = 8, .tp = 2, .pp = 2, .ep = 2}, LossMode::sum, true},
+        Case{"pp2_ep2_etp2_ddp_avg", ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}, LossMode::avg, false},
+        Case{"pp4_ep2_distopt_per_token", ParallelLayout{.world = 8, .pp = 4, .ep = 2}, LossMode::per_token, true},
+        Case{"pp4_ddp_sum", ParallelLayout{.world = 4, .pp = 4}, LossMode::sum, false}),
     [](const auto& param_info) { return param_info.param.name; });
 
 TEST(TrainingRun, SgdWithTheDistributedOptimizer) {
-  RunProblem p = run(layout(8, 2, 4, 1, 1), LossMode::sum, true, 2);
+  RunProblem p = run(ParallelLayout{.world = 8, .tp = 2, .ep = 4}, LossMode::sum, true, 2);
   p.optimizer.config.kind = OptimizerKind::sgd;
   p.optimizer.config.sgd.lr = 0.1;
   const auto steps = check_run_inproc(p, oracle_trajectory(p));
@@ -110,8 +102,9 @@ TEST(TrainingRun, ResumesUnderAnotherLayout) {
   struct Pair {
     ParallelLayout save, resume;
   };
-  for (const Pair& pair : {Pair{layout(8, 1, 4, 1, 2), layout(4, 1, 2, 2, 1)},
-                           Pair{layout(4, 1, 2, 2, 1), layout(8, 1, 4, 1, 2)}}) {
+  for (const Pair& pair :
+       {Pair{ParallelLayout{.world = 8, .pp = 2, .ep = 4}, ParallelLayout{.world = 4, .ep = 2, .etp = 2}},
+        Pair{ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 8, .pp = 2, .ep = 4}}}) {
     fs::remove_all(dir);
     RunProblem p = run(pair.save, LossMode::sum, true, 4);
     p.resume_as = pair.resume;
@@ -146,7 +139,7 @@ void expect_refused(const fs::path& dir, const ModelConfig& config, const std::s
 }
 
 TEST(Checkpoint, RefusesCorruptOrMismatchedCheckpoints) {
-  const RunProblem p = run(layout(4, 1, 2, 2, 1), LossMode::sum, true, 1);
+  const RunProblem p = run(ParallelLayout{.world = 4, .ep = 2, .etp = 2}, LossMode::sum, true, 1);
   const fs::path dir = write_checkpoint(p, "moe_oracle_corrupt_test");
   ASSERT_NO_THROW((void)load_checkpoint(dir.string(), p.config));
 
@@ -171,7 +164,7 @@ TEST(Checkpoint, RefusesCorruptOrMismatchedCheckpoints) {
 }
 
 TEST(Checkpoint, AFailedLoadLeavesTheRunningModelUnchanged) {
-  RunProblem p = run(layout(4, 1, 2, 2, 1), LossMode::sum, false, 1);
+  RunProblem p = run(ParallelLayout{.world = 4, .ep = 2, .etp = 2}, LossMode::sum, false, 1);
   const fs::path dir = write_checkpoint(p, "moe_oracle_unchanged_test");
   for (const auto& f : fs::directory_iterator(dir))
     if (f.path().filename().string().rfind("head", 0) == 0) fs::resize_file(f.path(), 3);

@@ -1,13 +1,14 @@
 // The global step oracle: Megatron's data split, the objective of each loss mode, its layout (in)dependence,
 // and end-to-end finite differences of J through every microbatch of every replica.
-#include "reference/expert_bias.hpp"
 #include "reference/global_step.hpp"
-#include "reference/optimizer.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
+
+#include "reference/expert_bias.hpp"
+#include "reference/optimizer.hpp"
 
 namespace moe {
 namespace {
@@ -28,15 +29,6 @@ ModelConfig small_model(AuxLossType aux) {
   m.n_hash_layers = 1;
   m.vocab = 12;
   return m;
-}
-
-ParallelLayout layout(int world, int cp, int tp = 1) {
-  ParallelLayout l;
-  l.world = world;
-  l.cp = cp;
-  l.tp = tp;
-  l.ep = 1;
-  return l;
 }
 
 double max_grad_diff(const ModelConfig& c, ModelParams<double> a, ModelParams<double> b) {
@@ -65,9 +57,9 @@ TEST(GlobalStep, OneReplicaOneMicrobatchIsTheModel) {
   const ModelConfig c = small_model(AuxLossType::aux);
   const auto params = random_model_params<double>(c, 3);
   const auto batch = random_global_batch(c, 4, 2, 4, {0, 1});
-  const GlobalStep g = global_step(c, params, batch, layout(1, 1), 2, LossMode::sum);
+  const GlobalStep g = global_step(c, params, batch, ParallelLayout{.world = 1}, 2, LossMode::sum);
 
-  TokenBatch t = microbatch(batch, layout(1, 1), 2, 0, 0);
+  TokenBatch t = microbatch(batch, ParallelLayout{.world = 1}, 2, 0, 0);
   const auto f = model_forward(c, params, t);
   const double n = 7;  // 8 tokens, one padded
   EXPECT_NEAR(g.objective, f.ce_sum / n + f.aux_sum + f.z_sum, 1e-14);
@@ -79,10 +71,14 @@ TEST(GlobalStep, PerTokenObjectiveIsLayoutIndependentWhenDropless) {
   const ModelConfig c = small_model(AuxLossType::none);
   const auto params = random_model_params<double>(c, 5);
   const auto batch = random_global_batch(c, 8, 4, 6, {0, 3, 1, 5});
-  const GlobalStep base = global_step(c, params, batch, layout(1, 1), 4, LossMode::per_token);
-  struct Split { ParallelLayout l; int b; };
-  for (const Split& s : {Split{layout(1, 1), 1}, Split{layout(2, 1), 2}, Split{layout(4, 1), 1},
-                         Split{layout(4, 2), 2}, Split{layout(8, 2, 2), 1}}) {
+  const GlobalStep base = global_step(c, params, batch, ParallelLayout{.world = 1}, 4, LossMode::per_token);
+  struct Split {
+    ParallelLayout l;
+    int b;
+  };
+  for (const Split& s : {Split{ParallelLayout{.world = 1}, 1}, Split{ParallelLayout{.world = 2}, 2},
+                         Split{ParallelLayout{.world = 4}, 1}, Split{ParallelLayout{.world = 4, .cp = 2}, 2},
+                         Split{ParallelLayout{.world = 8, .tp = 2, .cp = 2}, 1}}) {
     const GlobalStep g = global_step(c, params, batch, s.l, s.b, LossMode::per_token);
     EXPECT_NEAR(g.objective, base.objective, 1e-13) << "world " << s.l.world << " b " << s.b;
     EXPECT_LT(max_grad_diff(c, g.grads, base.grads), 1e-13) << "world " << s.l.world << " b " << s.b;
@@ -95,19 +91,22 @@ TEST(GlobalStep, DefaultObjectiveDependsOnLayoutOnlyThroughUnevenPadding) {
   const auto params = random_model_params<double>(c, 7);
   // No padding: every microbatch has b·S valid tokens, so the mean of means is the per-token mean.
   const auto even = random_global_batch(c, 4, 4, 8);
-  const double per_token = global_step(c, params, even, layout(1, 1), 4, LossMode::per_token).objective;
+  const double per_token = global_step(c, params, even, ParallelLayout{.world = 1}, 4, LossMode::per_token).objective;
   for (int world : {1, 2, 4})
     for (int b : {1, 4 / world}) {
-      EXPECT_NEAR(global_step(c, params, even, layout(world, 1), b, LossMode::sum).objective, per_token, 1e-13);
-      EXPECT_NEAR(global_step(c, params, even, layout(world, 1), b, LossMode::avg).objective, per_token, 1e-13);
+      EXPECT_NEAR(global_step(c, params, even, ParallelLayout{.world = world}, b, LossMode::sum).objective, per_token,
+                  1e-13);
+      EXPECT_NEAR(global_step(c, params, even, ParallelLayout{.world = world}, b, LossMode::avg).objective, per_token,
+                  1e-13);
     }
   // Uneven padding: regrouping sequences into microbatches changes the weights 1/N_{r,i}, so J changes with dp.
   const auto uneven = random_global_batch(c, 4, 4, 8, {0, 3, 0, 0});
-  const double one_replica = global_step(c, params, uneven, layout(1, 1), 4, LossMode::sum).objective;
-  const double four_replicas = global_step(c, params, uneven, layout(4, 1), 1, LossMode::sum).objective;
+  const double one_replica = global_step(c, params, uneven, ParallelLayout{.world = 1}, 4, LossMode::sum).objective;
+  const double four_replicas = global_step(c, params, uneven, ParallelLayout{.world = 4}, 1, LossMode::sum).objective;
   EXPECT_GT(std::abs(one_replica - four_replicas), 1e-3);
   // CP changes nothing (it splits positions of a microbatch, not microbatches).
-  EXPECT_NEAR(global_step(c, params, uneven, layout(2, 2), 4, LossMode::sum).objective, one_replica, 1e-13);
+  EXPECT_NEAR(global_step(c, params, uneven, ParallelLayout{.world = 2, .cp = 2}, 4, LossMode::sum).objective,
+              one_replica, 1e-13);
 }
 
 TEST(GlobalStep, GlobalAuxTermIsTheGroupLossOverAllReplicas) {
@@ -116,8 +115,8 @@ TEST(GlobalStep, GlobalAuxTermIsTheGroupLossOverAllReplicas) {
   const ModelConfig c = small_model(AuxLossType::global_aux);
   const auto params = random_model_params<double>(c, 9);
   const auto batch = random_global_batch(c, 4, 2, 10, {1, 0});
-  const GlobalStep g = global_step(c, params, batch, layout(2, 1), 1, LossMode::sum);
-  const TokenBatch both = microbatch(batch, layout(1, 1), 2, 0, 0);
+  const GlobalStep g = global_step(c, params, batch, ParallelLayout{.world = 2}, 1, LossMode::sum);
+  const TokenBatch both = microbatch(batch, ParallelLayout{.world = 1}, 2, 0, 0);
   EXPECT_NEAR(g.aux_term, model_forward(c, params, both).aux_sum, 1e-15);
 }
 
@@ -128,8 +127,8 @@ TEST_P(GlobalStepGradient, MatchesCentralDifferencesOfTheObjective) {
   const ModelConfig c = small_model(aux);
   auto params = random_model_params<double>(c, 11);
   const auto batch = random_global_batch(c, 4, 8, 12, {0, 2, 0, 1, 3, 0, 0, 1});
-  const ParallelLayout l = layout(4, 2);  // dp 2, cp 2
-  const int b = 2;                       // m = 8 / (2·2) = 2 microbatches per replica
+  const ParallelLayout l = ParallelLayout{.world = 4, .cp = 2};  // dp 2, cp 2
+  const int b = 2;                                               // m = 8 / (2·2) = 2 microbatches per replica
   const GlobalStep g = global_step(c, params, batch, l, b, mode);
   ASSERT_EQ(g.num_microbatches, 2);
   ModelParams<double> grads = g.grads;
@@ -153,20 +152,20 @@ TEST_P(GlobalStepGradient, MatchesCentralDifferencesOfTheObjective) {
   EXPECT_GT(checked, 60);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    LossModes, GlobalStepGradient,
-    ::testing::Combine(::testing::Values(AuxLossType::aux, AuxLossType::seq_aux, AuxLossType::global_aux),
-                       ::testing::Values(LossMode::sum, LossMode::per_token)),
-    [](const auto& param_info) {
-      return std::string(to_string(std::get<0>(param_info.param))) + "_" +
-             (std::get<1>(param_info.param) == LossMode::sum ? "mean" : "per_token");
-    });
+INSTANTIATE_TEST_SUITE_P(LossModes, GlobalStepGradient,
+                         ::testing::Combine(::testing::Values(AuxLossType::aux, AuxLossType::seq_aux,
+                                                              AuxLossType::global_aux),
+                                            ::testing::Values(LossMode::sum, LossMode::per_token)),
+                         [](const auto& param_info) {
+                           return std::string(to_string(std::get<0>(param_info.param))) + "_" +
+                                  (std::get<1>(param_info.param) == LossMode::sum ? "mean" : "per_token");
+                         });
 
 TEST(GlobalStep, BiasUpdateUsesCountsOfTheWholeBatch) {
   const ModelConfig c = small_model(AuxLossType::aux);
   const auto params = random_model_params<double>(c, 13);
   const auto batch = random_global_batch(c, 4, 4, 14, {0, 0, 2, 0});
-  const GlobalStep g = global_step(c, params, batch, layout(2, 1), 1, LossMode::sum);
+  const GlobalStep g = global_step(c, params, batch, ParallelLayout{.world = 2}, 1, LossMode::sum);
   // Layer 0 is a hash layer: no bias, no update. Layer 1 moves by the summed real assignments: 14 tokens × k.
   EXPECT_EQ(g.expert_bias_updated[0].size(), 0);
   std::int64_t total = 0;
@@ -179,7 +178,7 @@ TEST(Optimizer, SgdAndAdamFirstStep) {
   const ModelConfig c = small_model(AuxLossType::none);
   const auto start = random_model_params<double>(c, 15);
   const auto batch = random_global_batch(c, 4, 2, 16);
-  ModelParams<double> grads = global_step(c, start, batch, layout(1, 1), 2, LossMode::sum).grads;
+  ModelParams<double> grads = global_step(c, start, batch, ParallelLayout{.world = 1}, 2, LossMode::sum).grads;
 
   ModelParams<double> sgd = start;
   sgd_step(c, {0.1}, sgd, grads);

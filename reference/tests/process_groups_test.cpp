@@ -1,4 +1,3 @@
-#include "reference/presets.hpp"
 #include "reference/process_groups.hpp"
 
 #include <gtest/gtest.h>
@@ -8,26 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "reference/presets.hpp"
+
 namespace moe {
 namespace {
 
 using Groups = std::vector<std::vector<int>>;
 
-ParallelLayout layout(int world, int tp, int cp, int pp, int ep, int etp) {
-  ParallelLayout l;
-  l.world = world;
-  l.tp = tp;
-  l.cp = cp;
-  l.pp = pp;
-  l.ep = ep;
-  l.etp = etp;
-  return l;
-}
-
 // Seed 000: N = 1024, PP8, TP1, CP2, EP64, ETP1 with V4-Pro's 384 routed experts.
 class SeedLayout : public ::testing::Test {
  protected:
-  ProcessGroups groups{layout(1024, 1, 2, 8, 64, 1)};
+  ProcessGroups groups{ParallelLayout{.world = 1024, .cp = 2, .pp = 8, .ep = 64}};
   int num_experts = layer_preset("v4-pro").config.num_experts;
 };
 
@@ -64,7 +54,7 @@ TEST_F(SeedLayout, StageCoordinatesInBothMeshes) {
 
 // Seed 000, "ETP 里的矩阵": 4 ranks, ETP2 × EP2, default order: ETP groups [0,1],[2,3]; EP groups [0,2],[1,3].
 TEST(ProcessGroups, SeedEtp2Ep2) {
-  const ProcessGroups g(layout(4, 1, 1, 1, 2, 2));
+  const ProcessGroups g(ParallelLayout{.world = 4, .ep = 2, .etp = 2});
   EXPECT_EQ(g.all_groups(GroupKind::expt_tp), (Groups{{0, 1}, {2, 3}}));
   EXPECT_EQ(g.all_groups(GroupKind::ep), (Groups{{0, 2}, {1, 3}}));
   EXPECT_EQ(g.all_groups(GroupKind::tp_ep), (Groups{{0, 1, 2, 3}}));
@@ -75,10 +65,12 @@ TEST(ProcessGroups, SeedEtp2Ep2) {
 
 // research/megatron.md §4, world 16, TP2 PP2 EP4 ETP1 (dp = 16/(2·2) = 4, edp = 16/(4·2) = 2).
 TEST(ProcessGroups, MegatronSixteenRankExample) {
-  const ProcessGroups g(layout(16, 2, 1, 2, 4, 1));
-  EXPECT_EQ(g.all_groups(GroupKind::tp), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  const ProcessGroups g(ParallelLayout{.world = 16, .tp = 2, .pp = 2, .ep = 4});
+  EXPECT_EQ(g.all_groups(GroupKind::tp),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
   EXPECT_EQ(g.all_groups(GroupKind::dp), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
-  EXPECT_EQ(g.all_groups(GroupKind::pp), (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  EXPECT_EQ(g.all_groups(GroupKind::pp),
+            (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
   EXPECT_EQ(g.all_groups(GroupKind::ep), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
   EXPECT_EQ(g.all_groups(GroupKind::expt_dp),
             (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
@@ -89,7 +81,9 @@ TEST(ProcessGroups, MegatronSixteenRankExample) {
 
 // Every kind of group partitions the world, and each group's size is the product of its axes.
 TEST(ProcessGroups, GroupsPartitionTheWorld) {
-  for (const auto& l : {layout(16, 2, 1, 2, 4, 1), layout(48, 2, 3, 2, 4, 2), layout(32, 1, 2, 2, 8, 2)}) {
+  for (const auto& l : {ParallelLayout{.world = 16, .tp = 2, .pp = 2, .ep = 4},
+                        ParallelLayout{.world = 48, .tp = 2, .cp = 3, .pp = 2, .ep = 4, .etp = 2},
+                        ParallelLayout{.world = 32, .cp = 2, .pp = 2, .ep = 8, .etp = 2}}) {
     const ProcessGroups g(l);
     const int dp = l.dp(), edp = l.edp();
     for (GroupKind kind : all_group_kinds()) {
@@ -108,7 +102,7 @@ TEST(ProcessGroups, GroupsPartitionTheWorld) {
 }
 
 TEST(ProcessGroups, RejectsInvalidLayoutsAndPlacements) {
-  EXPECT_THROW(ProcessGroups(layout(1000, 1, 2, 8, 64, 1)), std::invalid_argument);
+  EXPECT_THROW(ProcessGroups(ParallelLayout{.world = 1000, .cp = 2, .pp = 8, .ep = 64}), std::invalid_argument);
   try {
     local_experts(384, 5, 0);
     FAIL() << "accepted 384 experts over EP5";

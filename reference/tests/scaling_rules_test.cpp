@@ -10,17 +10,6 @@
 namespace moe {
 namespace {
 
-ParallelLayout layout(int world, int tp, int cp, int pp, int ep, int etp) {
-  ParallelLayout l;
-  l.world = world;
-  l.tp = tp;
-  l.cp = cp;
-  l.pp = pp;
-  l.ep = ep;
-  l.etp = etp;
-  return l;
-}
-
 const GradSync& row(const std::vector<GradSync>& rows, ParamClass c) {
   for (const auto& r : rows)
     if (r.rule.param_class == c) return r;
@@ -30,7 +19,7 @@ const GradSync& row(const std::vector<GradSync>& rows, ParamClass c) {
 // Seed 000 ("为什么不能直接除 EDP"): |DP×CP| = 64·2 = 128, |EDP| = 2.
 class SeedScaling : public ::testing::Test {
  protected:
-  GroupSizes sizes = group_sizes(ProcessGroups(layout(1024, 1, 2, 8, 64, 1)));
+  GroupSizes sizes = group_sizes(ProcessGroups(ParallelLayout{.world = 1024, .cp = 2, .pp = 8, .ep = 64}));
 };
 
 TEST_F(SeedScaling, GroupSizesComeFromTheGroups) {
@@ -96,7 +85,7 @@ TEST_F(SeedScaling, SequenceParallelParamsAlsoSumOverTp) {
 
 // Aux and z backward scale: cp/m = 2/64 with B = 4096, b = 1 (m = 64); per-token: n_local · |tp_cp| = n_local · 2.
 TEST_F(SeedScaling, AuxAndZLossBackwardScales) {
-  const int m = num_microbatches(layout(1024, 1, 2, 8, 64, 1), 4096, 1);
+  const int m = num_microbatches(ParallelLayout{.world = 1024, .cp = 2, .pp = 8, .ep = 64}, 4096, 1);
   const auto rows = loss_scale_table(LossMode::sum, sizes, m);
   ASSERT_EQ(rows.size(), 2u);
   for (const auto& r : rows) {
@@ -116,8 +105,11 @@ TEST_F(SeedScaling, AuxAndZLossBackwardScales) {
 // The invariant behind the SUM/AVG choice: for any layout the net factor on the summed dense and expert grads is
 // 1/|dp_cp| in both modes (the historical bugs were ×EP, ÷EDP, or a missing CP).
 TEST(ScalingRules, SumAndAvgAgreeOnEveryLayout) {
-  for (const auto& l : {layout(16, 2, 1, 2, 4, 1), layout(48, 2, 3, 2, 4, 2), layout(32, 1, 2, 2, 8, 2),
-                        layout(1024, 1, 2, 8, 64, 1), layout(8, 1, 1, 1, 8, 1)}) {
+  for (const auto& l :
+       {ParallelLayout{.world = 16, .tp = 2, .pp = 2, .ep = 4},
+        ParallelLayout{.world = 48, .tp = 2, .cp = 3, .pp = 2, .ep = 4, .etp = 2},
+        ParallelLayout{.world = 32, .cp = 2, .pp = 2, .ep = 8, .etp = 2},
+        ParallelLayout{.world = 1024, .cp = 2, .pp = 8, .ep = 64}, ParallelLayout{.world = 8, .ep = 8}}) {
     const auto sizes = group_sizes(ProcessGroups(l));
     for (LossMode m : {LossMode::sum, LossMode::avg})
       for (const auto& r : grad_sync_table(m, sizes, false))
