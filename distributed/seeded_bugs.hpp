@@ -40,3 +40,6 @@
 // router_statistics.cpp — router loss statistics
 #define MOE_BUG_Z_LOSS_LOCAL_TOKENS 15          // z-loss normalised by this rank's tokens, not tp×cp's (#1652 class)
 #define MOE_BUG_SEQ_AUX_NOT_AVERAGED 16         // seq_aux summed, not averaged, over sequences (PR #5798 class)
+// train_step.cpp — the data path
+#define MOE_BUG_HASH_IDS_NOT_TRANSPOSED 17      // input_ids [B, S] read in row order for [S, B] rows (the
+                                                // transpose Megatron's hash routing does with input_ids.T)

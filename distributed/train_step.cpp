@@ -6,6 +6,7 @@
 #include "distributed/moe_layer_rank.hpp"
 #include "distributed/pipeline_schedule.hpp"
 #include "distributed/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
 
 #include <map>
 #include <memory>
@@ -29,7 +30,11 @@ LocalBatch local_batch(const TokenBatch& tb, const std::vector<int>& rows) {
   for (Eigen::Index k = 0; k < n; ++k) {
     const int t = rows[static_cast<size_t>(k)];
     const int s = t / tb.batch, b = t % tb.batch;
+#if MOE_SEEDED_BUG == MOE_BUG_HASH_IDS_NOT_TRANSPOSED
+    lb.ids(k) = tb.input_ids.data()[t];  // the [B, S] table read as if it were [S, B]
+#else
     lb.ids(k) = tb.input_ids(b, s);
+#endif
     lb.labels(k) = tb.labels(b, s);
     lb.padded.push_back(!tb.loss_mask(b, s));
     lb.sequence.push_back(b);

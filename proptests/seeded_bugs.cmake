@@ -21,6 +21,7 @@ set(MOE_SEEDED_BUGS
   "etp_shard_gate_up_unpaired     14 layer_shard.cpp         Sharding.GatheredWeightsRoundTripToTheGlobalOnes"
   "z_loss_local_tokens            15 router_statistics.cpp   TrainStep.MatchesGlobalStepOracle"
   "seq_aux_not_averaged           16 router_statistics.cpp   TrainStep.CapacityMatchesOracleOnPartition"
+  "hash_ids_not_transposed        17 train_step.cpp          TrainStep.HashRoutingAlignment"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)
