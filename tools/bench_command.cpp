@@ -38,9 +38,11 @@ struct BenchOptions {
 };
 
 // A production dispatcher reuses its buffers; ours allocates per stage, so by default the benchmark keeps freed
-// memory in the process (glibc would otherwise return every large block to the OS and page-fault it back in,
-// which then dominates the time). --fresh-memory measures the allocating path as it is.
+// memory in the process: glibc would otherwise return every large block to the OS and page-fault it back in,
+// which then dominates the time. One arena, because in-process ranks are threads and glibc's thread arenas mmap
+// every block above their 64 MiB heaps whatever the threshold. --fresh-memory measures the allocating path as is.
 void keep_freed_memory() {
+  mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
