@@ -9,18 +9,23 @@
 namespace moe::dist {
 
 // y = x·r ⊙ w, r = 1/sqrt(mean(x²) + eps), every row.
-Matrix<double> rms_norm_rows(const Matrix<double>& x, const Vector<double>& w, double eps);
+template <typename T>
+Matrix<T> rms_norm_rows(const Matrix<T>& x, const Vector<T>& w, double eps);
 
 // dx for upstream dy; adds Σ_rows dy ⊙ x̂ to dw.
-Matrix<double> rms_norm_rows_backward(const Matrix<double>& x, const Vector<double>& w, double eps,
-                                      const Matrix<double>& dy, Vector<double>& dw);
+template <typename T>
+Matrix<T> rms_norm_rows_backward(const Matrix<T>& x, const Vector<T>& w, double eps, const Matrix<T>& dy,
+                                 Vector<T>& dw);
 
-// Σ over valid rows of (logsumexp(logits) − logits[label]) and its gradient × weight (0 on padded rows).
+// Σ over valid rows of (logsumexp(logits) − logits[label]) (accumulated in double) and its gradient × weight
+// (0 on padded rows).
+template <typename T>
 struct CrossEntropy {
   double sum = 0;
-  Matrix<double> grad_logits;
+  Matrix<T> grad_logits;
 };
-CrossEntropy cross_entropy(const Matrix<double>& logits, const IndexVector& labels, const std::vector<bool>& padded,
-                           double weight);
+template <typename T>
+CrossEntropy<T> cross_entropy(const Matrix<T>& logits, const IndexVector& labels, const std::vector<bool>& padded,
+                              double weight);
 
 }  // namespace moe::dist

@@ -9,7 +9,8 @@
 
 namespace moe::dist {
 
-void synchronise_gradients(ModelShard<double>& grads, int first_expert,
+template <typename T>
+void synchronise_gradients(ModelShard<T>& grads, int first_expert,
                            const ProcessGroups& groups, const RankGroups& comms, LossMode mode, double global_tokens);
 
 }  // namespace moe::dist

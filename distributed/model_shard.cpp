@@ -78,6 +78,40 @@ std::vector<ShardTensor<T>> shard_tensors(ModelShard<T>& s, int first_expert) {
   return out;
 }
 
+template <typename To, typename From>
+ModelShard<To> cast_shard(const ModelShard<From>& s) {
+  auto m = [](const auto& x) { return x.template cast<To>().eval(); };
+  ModelShard<To> out;
+  out.first_layer = s.first_layer;
+  out.first_stage = s.first_stage;
+  out.last_stage = s.last_stage;
+  out.embedding = m(s.embedding);
+  for (const auto& w : s.block_norm) out.block_norm.push_back(m(w));
+  for (const auto& l : s.layers) {
+    LayerShard<To> c;
+    c.router_weight = m(l.router_weight);
+    c.expert_bias = m(l.expert_bias);
+    c.tid2eid = l.tid2eid;
+    for (size_t i = 0; i < l.experts.fc1.size(); ++i) {
+      c.experts.fc1.push_back(m(l.experts.fc1[i]));
+      c.experts.fc2.push_back(m(l.experts.fc2[i]));
+    }
+    c.shared_fc1 = m(l.shared_fc1);
+    c.shared_fc2 = m(l.shared_fc2);
+    c.shared_gate = m(l.shared_gate);
+    c.latent_down = m(l.latent_down);
+    c.latent_up = m(l.latent_up);
+    out.layers.push_back(std::move(c));
+  }
+  out.final_norm = m(s.final_norm);
+  out.head = m(s.head);
+  return out;
+}
+
+template ModelShard<float> cast_shard<float, double>(const ModelShard<double>&);
+template ModelShard<double> cast_shard<double, float>(const ModelShard<float>&);
+template ModelShard<float> zeros_like<float>(const ModelShard<float>&);
+template std::vector<ShardTensor<float>> shard_tensors<float>(ModelShard<float>&, int);
 template ModelShard<double> shard_model<double>(const ModelConfig&, const ModelParams<double>&, const ProcessGroups&,
                                                 int);
 template ModelShard<double> zeros_like<double>(const ModelShard<double>&);

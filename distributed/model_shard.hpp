@@ -40,6 +40,10 @@ ModelShard<T> shard_model(const ModelConfig& config, const ModelParams<T>& globa
 template <typename T>
 ModelShard<T> zeros_like(const ModelShard<T>& shard);
 
+// The same shard in another precision (every tensor cast; expert bias and tid2eid included).
+template <typename To, typename From>
+ModelShard<To> cast_shard(const ModelShard<From>& shard);
+
 template <typename T>
 struct ShardTensor {
   std::string name;  // as reference trained_tensors names it, experts by global id ("layer1.expert_fc1[5]")

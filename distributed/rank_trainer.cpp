@@ -1,5 +1,7 @@
 #include "distributed/rank_trainer.hpp"
 
+#include <stdexcept>
+
 namespace moe::dist {
 namespace {
 
@@ -28,6 +30,8 @@ RankTrainer::RankTrainer(const ModelConfig& config, const ModelParams<double>& g
       shard_(shard_model(config, global, groups, comms.rank)),
       optimizer_(optimizer, groups, comms, shard_, options.mode) {
   options_.synchronise = false;  // the optimizer synchronises
+  if (options.precision != Precision::float64)
+    throw std::invalid_argument("whole training steps run in double (the optimizer keeps double state)");
 }
 
 RankTrainer::RankTrainer(const ModelConfig& config, const TrainingState& state, const ProcessGroups& groups,

@@ -53,21 +53,24 @@ int activation_tag(int microbatch) { return 2 * microbatch; }
 int gradient_tag(int microbatch) { return 2 * microbatch + 1; }
 
 // What one microbatch leaves on this stage between its forward and its backward.
+template <typename T>
 struct InFlight {
   LocalBatch batch;
   LossWeights weights{};
-  std::vector<Matrix<double>> block_in;
-  std::vector<std::unique_ptr<MoeLayerRank<double>>> layers;
-  Matrix<double> out;          // the stage's output activation (last stage: before the final norm)
-  Matrix<double> grad_logits;  // last stage only
+  std::vector<Matrix<T>> block_in;
+  std::vector<std::unique_ptr<MoeLayerRank<T>>> layers;
+  Matrix<T> out;          // the stage's output activation (last stage: before the final norm)
+  Matrix<T> grad_logits;  // last stage only
 };
 
-// The stage's share of the step: its layers for every microbatch in the 1F1B order, accumulating gradients.
+// The stage's share of the step: its layers for every microbatch in the 1F1B order, accumulating gradients
+// into `grads` (the shapes of the shard).
+template <typename T>
 class StageRunner {
  public:
-  StageRunner(const ModelConfig& c, const ModelShard<double>& shard, const GlobalBatch& batch,
-              const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options, RankStep& out)
-      : c_(c), shard_(shard), batch_(batch), groups_(groups), comms_(comms), options_(options), out_(out) {
+  StageRunner(const ModelConfig& c, const ModelShard<T>& shard, const GlobalBatch& batch, const ProcessGroups& groups,
+              const RankGroups& comms, const StepOptions& options, ModelShard<T>& grads)
+      : c_(c), shard_(shard), batch_(batch), groups_(groups), comms_(comms), options_(options), grads_(grads) {
     const ParallelLayout& l = groups.layout();
     m_ = num_microbatches(l, batch.size, options.micro_batch);
     dp_rank_ = groups.rank_in(GroupKind::dp, comms.rank);
@@ -83,7 +86,7 @@ class StageRunner {
   std::vector<std::vector<std::int64_t>>& assignments() { return assignments_; }
 
   void forward(int i) {
-    InFlight& f = in_flight_[i];
+    InFlight<T>& f = in_flight_[i];
     const TokenBatch tb = microbatch(batch_, groups_.layout(), options_.micro_batch, dp_rank_, i);
     f.batch = local_batch(tb, tb.partition[static_cast<size_t>(source_)]);
     const double n_mb = all_sum(*comms_.tp_cp, static_cast<double>(f.batch.valid));
@@ -92,103 +95,135 @@ class StageRunner {
     if (shard_.first_stage) local_valid_ += static_cast<double>(f.batch.valid);
 
     const Eigen::Index n = f.batch.ids.size();
-    Matrix<double> hidden(n, c_.layer.hidden);
+    Matrix<T> hidden(n, c_.layer.hidden);
     if (shard_.first_stage) {
       for (Eigen::Index k = 0; k < n; ++k) hidden.row(k) = shard_.embedding.row(f.batch.ids(k));
     } else {
-      comms_.pp->recv<double>(span_of(hidden), stage_ - 1, activation_tag(i));
+      comms_.pp->recv<T>(span_of(hidden), stage_ - 1, activation_tag(i));
     }
     for (size_t li = 0; li < shard_.layers.size(); ++li) {
       const int global_layer = shard_.first_layer + static_cast<int>(li);
       f.block_in.push_back(hidden);
-      f.layers.push_back(std::make_unique<MoeLayerRank<double>>(c_.layer_config(global_layer), shard_.layers[li],
-                                                                 comms_, options_.dispatcher));
+      f.layers.push_back(std::make_unique<MoeLayerRank<T>>(c_.layer_config(global_layer), shard_.layers[li], comms_,
+                                                            options_.dispatcher));
       const RouterInputs router{f.batch.ids, f.batch.padded};
       const LocalTokens tokens{f.batch.padded, f.batch.sequence, options_.micro_batch};
       hidden += f.layers.back()->forward(rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps), router, tokens,
                                          global_aux_[li]);
-      objective_share_ += f.weights.aux * f.layers.back()->aux_share() + f.weights.z * f.layers.back()->z_share();
+      objective_share_ += f.weights.aux * static_cast<double>(f.layers.back()->aux_share()) +
+                          f.weights.z * static_cast<double>(f.layers.back()->z_share());
       const auto& a = f.layers.back()->assignments();
       for (size_t e = 0; e < a.size(); ++e) assignments_[li][e] += a[e];
     }
     f.out = hidden;
     if (!shard_.last_stage) {
-      comms_.pp->send<double>(const_span_of(f.out), stage_ + 1, activation_tag(i));
+      comms_.pp->send<T>(const_span_of(f.out), stage_ + 1, activation_tag(i));
       return;
     }
-    const Matrix<double> normed = rms_norm_rows(hidden, shard_.final_norm, c_.rms_eps);
-    CrossEntropy ce = cross_entropy(normed * shard_.head.transpose(), f.batch.labels, f.batch.padded, f.weights.ce);
+    const Matrix<T> normed = rms_norm_rows<T>(hidden, shard_.final_norm, c_.rms_eps);
+    CrossEntropy<T> ce =
+        cross_entropy<T>(normed * shard_.head.transpose(), f.batch.labels, f.batch.padded, f.weights.ce);
     objective_share_ += f.weights.ce * ce.sum;
     f.grad_logits = std::move(ce.grad_logits);
   }
 
   void backward(int i) {
-    InFlight& f = in_flight_.at(i);
-    ModelShard<double>& g = out_.grads;
-    Matrix<double> d_hidden(f.out.rows(), f.out.cols());
+    InFlight<T>& f = in_flight_.at(i);
+    ModelShard<T>& g = grads_;
+    Matrix<T> d_hidden(f.out.rows(), f.out.cols());
     if (shard_.last_stage) {
-      const Matrix<double> normed = rms_norm_rows(f.out, shard_.final_norm, c_.rms_eps);
+      const Matrix<T> normed = rms_norm_rows<T>(f.out, shard_.final_norm, c_.rms_eps);
       g.head += f.grad_logits.transpose() * normed;
-      d_hidden = rms_norm_rows_backward(f.out, shard_.final_norm, c_.rms_eps, f.grad_logits * shard_.head,
-                                        g.final_norm);
+      d_hidden = rms_norm_rows_backward<T>(f.out, shard_.final_norm, c_.rms_eps, f.grad_logits * shard_.head,
+                                           g.final_norm);
     } else {
-      comms_.pp->recv<double>(span_of(d_hidden), stage_ + 1, gradient_tag(i));
+      comms_.pp->recv<T>(span_of(d_hidden), stage_ + 1, gradient_tag(i));
     }
     for (size_t li = shard_.layers.size(); li-- > 0;) {
-      const Matrix<double> dx = f.layers[li]->backward(d_hidden, f.weights.aux, f.weights.z, g.layers[li]);
-      d_hidden += rms_norm_rows_backward(f.block_in[li], shard_.block_norm[li], c_.rms_eps, dx, g.block_norm[li]);
+      const Matrix<T> dx = f.layers[li]->backward(d_hidden, static_cast<T>(f.weights.aux),
+                                                  static_cast<T>(f.weights.z), g.layers[li]);
+      d_hidden += rms_norm_rows_backward<T>(f.block_in[li], shard_.block_norm[li], c_.rms_eps, dx, g.block_norm[li]);
     }
     if (shard_.first_stage) {
       for (Eigen::Index k = 0; k < f.batch.ids.size(); ++k) g.embedding.row(f.batch.ids(k)) += d_hidden.row(k);
     } else {
-      comms_.pp->send<double>(const_span_of(d_hidden), stage_ - 1, gradient_tag(i));
+      comms_.pp->send<T>(const_span_of(d_hidden), stage_ - 1, gradient_tag(i));
     }
     in_flight_.erase(i);
   }
 
  private:
   const ModelConfig& c_;
-  const ModelShard<double>& shard_;
+  const ModelShard<T>& shard_;
   const GlobalBatch& batch_;
   const ProcessGroups& groups_;
   const RankGroups& comms_;
   const StepOptions& options_;
-  RankStep& out_;
+  ModelShard<T>& grads_;
   int m_ = 0, dp_rank_ = 0, source_ = 0, stage_ = 0;
-  std::map<int, InFlight> in_flight_;
+  std::map<int, InFlight<T>> in_flight_;
   std::vector<GlobalAuxCounts> global_aux_;
   std::vector<std::vector<std::int64_t>> assignments_;
   double objective_share_ = 0, local_valid_ = 0;
 };
+
+// What a stage's schedule leaves besides its gradients.
+struct StageResult {
+  double objective_share = 0, local_valid = 0;
+  std::vector<std::vector<std::int64_t>> assignments;
+};
+
+// The schedule over this stage's microbatches in precision T, accumulating into `grads`.
+template <typename T>
+StageResult run_stage(const ModelConfig& c, const ModelShard<T>& shard, const GlobalBatch& batch,
+                         const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options,
+                         ModelShard<T>& grads) {
+  StageRunner<T> stage(c, shard, batch, groups, comms, options, grads);
+  const auto ops = options.schedule == Schedule::one_forward_one_backward
+                       ? one_forward_one_backward(groups.layout().pp, groups.rank_in(GroupKind::pp, comms.rank),
+                                                  stage.microbatches())
+                       : all_forward_all_backward(stage.microbatches());
+  for (const PipelineOp& op : ops) {
+    if (op.forward) stage.forward(op.microbatch);
+    else stage.backward(op.microbatch);
+  }
+  return {stage.objective_share(), stage.local_valid(), stage.assignments()};
+}
 
 }  // namespace
 
 RankStep train_step(const ModelConfig& c, const ModelShard<double>& shard, const GlobalBatch& batch,
                     const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options) {
   const ParallelLayout& l = groups.layout();
-  RankStep out;
-  out.grads = zeros_like(shard);
-  out.first_layer = shard.first_layer;
-  StageRunner stage(c, shard, batch, groups, comms, options, out);
-  const auto ops = options.schedule == Schedule::one_forward_one_backward
-                       ? one_forward_one_backward(l.pp, groups.rank_in(GroupKind::pp, comms.rank), stage.microbatches())
-                       : all_forward_all_backward(stage.microbatches());
-  for (const PipelineOp& op : ops) {
-    if (op.forward) stage.forward(op.microbatch);
-    else stage.backward(op.microbatch);
-  }
-
-  // Only the first stage counts tokens (every stage sees the same ones); the pp group spreads the total.
-  out.global_tokens = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.local_valid()));
   const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
-  if (options.synchronise)
-    synchronise_gradients(out.grads, first_expert, groups, comms, options.mode, out.global_tokens);
-  out.objective = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.objective_share())) /
+  RankStep out;
+  out.first_layer = shard.first_layer;
+  StageResult stage;
+  // Tokens are counted once per step (the first stage sees every token); the pp group spreads the total.
+  auto count_tokens = [&](double local_valid) {
+    return all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, local_valid));
+  };
+  if (options.precision == Precision::float32) {
+    const ModelShard<float> single = cast_shard<float>(shard);
+    ModelShard<float> grads = zeros_like(single);
+    stage = run_stage<float>(c, single, batch, groups, comms, options, grads);
+    out.global_tokens = count_tokens(stage.local_valid);
+    if (options.synchronise)
+      synchronise_gradients(grads, first_expert, groups, comms, options.mode, out.global_tokens);
+    out.grads = cast_shard<double>(grads);
+  } else {
+    out.grads = zeros_like(shard);
+    stage = run_stage<double>(c, shard, batch, groups, comms, options, out.grads);
+    out.global_tokens = count_tokens(stage.local_valid);
+    if (options.synchronise)
+      synchronise_gradients(out.grads, first_expert, groups, comms, options.mode, out.global_tokens);
+  }
+  out.objective = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.objective_share)) /
                   (options.mode == LossMode::per_token ? out.global_tokens : static_cast<double>(l.dp() * l.cp));
 
   // Expert bias: real assignments over tp×dp×cp and the whole batch, then β + rate·sign(mean − c).
   for (size_t li = 0; li < shard.layers.size(); ++li) {
-    auto& counts = stage.assignments()[li];
+    auto& counts = stage.assignments[li];
     comms.tp_dp_cp->allreduce<std::int64_t>(counts, ReduceOp::sum);
     out.bias_counts.push_back(counts);
     const MoeConfig lc = c.layer_config(shard.first_layer + static_cast<int>(li));

@@ -16,6 +16,7 @@
 namespace moe::dist {
 
 enum class Schedule { one_forward_one_backward, all_forward_all_backward };
+enum class Precision { float64, float32 };  // of the data and the gradients; losses accumulate in double
 
 struct StepOptions {
   DispatcherKind dispatcher = DispatcherKind::alltoall;
@@ -23,6 +24,8 @@ struct StepOptions {
   int micro_batch = 1;
   Schedule schedule = Schedule::one_forward_one_backward;
   bool synchronise = true;  // false: leave each rank's raw gradients for an optimizer that syncs them itself
+  Precision precision = Precision::float64;  // float32: the shard is cast, run and synced in float, then returned
+                                             // as double for comparison
 };
 
 struct RankStep {

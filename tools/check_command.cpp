@@ -37,7 +37,8 @@ struct CheckOptions {
   bool distributed_optimizer = false;
   std::string checkpoint_dir = "moe-oracle-checkpoint";
   std::uint64_t seed = 1;
-  double atol = 1e-13, rtol = 1e-9;
+  std::string dtype = "double";
+  double atol = -1, rtol = -1;  // < 0: the dtype's default (DESIGN §3)
   bool json = false;
 };
 
@@ -119,7 +120,7 @@ std::string fmt(double v) {
 void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostream& out) {
   out << "moe-oracle check: " << o.preset << " model (" << o.layers << " layers, " << o.hash_layers
       << " hash), global batch " << o.global_batch << " × seq " << o.seq << ", micro-batch " << o.micro_batch
-      << ", scaling " << o.scaling << ", backend " << o.backend << ", double\n";
+      << ", scaling " << o.scaling << ", backend " << o.backend << ", " << o.dtype << "\n";
   if (o.steps > 0)
     out << o.steps << " training steps with " << o.optimizer
         << (o.distributed_optimizer ? " (distributed optimizer)" : " (DDP)")
@@ -219,6 +220,7 @@ std::vector<Run> run_all(const CheckOptions& o, Communicator* world) {
     dist::CheckProblem problem{model, params, batch, layout, {}, {o.atol, o.rtol}};
     for (auto kind : kinds) {
       problem.options = {kind, parse_loss_mode(o.scaling), o.micro_batch};
+      problem.options.precision = o.dtype == "float" ? dist::Precision::float32 : dist::Precision::float64;
       const auto start = std::chrono::steady_clock::now();
       dist::RankComparison result;
       if (o.steps > 0) {
@@ -283,8 +285,10 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--layers", o->layers, "MoE layers in the model")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--hash-layers", o->hash_layers, "of which the first n route by tid2eid")->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of parameters and batch")->capture_default_str();
-  cmd->add_option("--atol", o->atol, "absolute tolerance")->capture_default_str();
-  cmd->add_option("--rtol", o->rtol, "relative tolerance")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "double or float: the precision the parallel system runs in")
+      ->capture_default_str();
+  cmd->add_option("--atol", o->atol, "absolute tolerance (default: 1e-13 double, 5e-8 float)");
+  cmd->add_option("--rtol", o->rtol, "relative tolerance (default: 1e-9 double, 1e-4 float)");
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
     if (o->backend != "inproc" && o->backend != "mpi")
@@ -292,6 +296,15 @@ void add_check_command(CLI::App& app) {
     if (o->optimizer != "adam" && o->optimizer != "sgd")
       throw std::invalid_argument("unknown optimizer '" + o->optimizer + "' (adam, sgd)");
     if (!o->resume_as.empty() && o->steps < 2) throw std::invalid_argument("--resume-as needs --steps 2 or more");
+    if (o->dtype != "double" && o->dtype != "float")
+      throw std::invalid_argument("unknown dtype '" + o->dtype + "' (double, float)");
+    if (o->dtype == "float" && o->steps > 0)
+      throw std::invalid_argument("--steps runs in double (the optimizer state is double); drop --dtype float");
+    // Per-dtype tolerances, |parallel − oracle| ≤ atol + rtol·|oracle|: double differs from the oracle by
+    // reassociation only; float carries its rounding through every GEMM and collective.
+    const bool single = o->dtype == "float";
+    if (o->atol < 0) o->atol = single ? 5e-8 : 1e-13;
+    if (o->rtol < 0) o->rtol = single ? 1e-4 : 1e-9;
     std::vector<Run> runs;
     bool print = true;
     std::unique_ptr<MpiRuntime> mpi;

@@ -228,3 +228,39 @@ TEST(TrainStepAgreement, ZeroTokenExpertRankMatchesTheOracle) {
 
 }  // namespace
 }  // namespace moe::dist
+
+namespace moe::dist {
+namespace {
+
+// The whole step in float (the shard cast, every kernel and collective in float) against the double oracle,
+// within float's tolerance; the same tolerance rejects a double-precision-sized error budget of zero.
+class TrainStepFloat : public ::testing::TestWithParam<std::tuple<DispatcherKind, int>> {};
+
+TEST_P(TrainStepFloat, MatchesTheOracleWithinFloatTolerance) {
+  const auto [kind, which] = GetParam();
+  const std::vector<ParallelLayout> layouts = {ParallelLayout{.world = 4, .ep = 2, .etp = 2},
+                                               ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4},
+                                               ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}};
+  CheckProblem p = problem(layouts[static_cast<size_t>(which)], {0, 2, 0, 0, 1, 0, 0, 3});
+  p.options.dispatcher = kind;
+  p.options.precision = Precision::float32;
+  p.tolerance = {5e-8, 1e-4};
+  const GlobalStep oracle = oracle_step(p);
+  const RankComparison r = check_inproc(p, oracle);
+  EXPECT_TRUE(r.pass()) << r.first.tensor << " rank " << r.first.rank << ": " << r.first.got << " vs " << r.first.want;
+  // Float really ran: it is not bit-identical to the oracle (a zero tolerance must fail).
+  p.tolerance = {0, 0};
+  EXPECT_FALSE(check_inproc(p, oracle).pass());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dispatchers, TrainStepFloat,
+    ::testing::Combine(::testing::Values(DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex),
+                       ::testing::Values(0, 1, 2)),
+    [](const auto& param_info) {
+      return std::string(to_string(std::get<0>(param_info.param))) + "_layout" +
+             std::to_string(std::get<1>(param_info.param));
+    });
+
+}  // namespace
+}  // namespace moe::dist
