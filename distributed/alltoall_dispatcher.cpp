@@ -67,6 +67,10 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
     for (int c = 0; c < etp_ * ep_; ++c) order.push_back(c * L + i);
 #endif
   sorted_rows_ = kernels::sort_chunks_rows(global_counts_, order);
+  // Its inverse, so that undoing the sort is one gather rather than zero-fill plus scatter.
+  unsorted_rows_.assign(sorted_rows_.size(), 0);
+  for (size_t j = 0; j < sorted_rows_.size(); ++j)
+    unsorted_rows_[static_cast<size_t>(sorted_rows_[j])] = static_cast<std::int64_t>(j);
   this->observe_counts("tokens_per_expert", local_counts);
   this->observe_counts("input_splits", input_splits_);
   this->observe_counts("global_counts", global_counts_);
@@ -110,8 +114,7 @@ template <typename T>
 template <typename M>
 M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
   // Undo the chunk sort, sum the ETP shards' partials, send each block back to its EP source.
-  M unsorted = M::Zero(rows.rows(), rows.cols());
-  kernels::scatter_add_rows(Matrix<typename M::Scalar>(rows), sorted_rows_, {}, unsorted);
+  M unsorted = kernels::gather_rows(rows, unsorted_rows_);
   this->observe("unsort_chunks", unsorted);
 #if MOE_SEEDED_BUG == MOE_BUG_ETP_PARTIALS_NOT_SUMMED
   if (etp_ > 1) {

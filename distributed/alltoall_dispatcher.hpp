@@ -35,6 +35,7 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   std::vector<std::int64_t> gathered_rows_;   // [etp] rows each ETP rank contributes to the allgather
   std::vector<std::int64_t> group_sizes_;     // [L] rows per local expert
   std::vector<std::int64_t> sorted_rows_;     // the chunk sort as a row gather
+  std::vector<std::int64_t> unsorted_rows_;   // and its inverse
   std::vector<std::int64_t> permuted_rows_;   // source token of each permuted row
   std::vector<int> permuted_experts_;         // its expert
 };
