@@ -57,7 +57,8 @@ GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::ve
     if (n == 0) continue;
     const auto p = probs.segment(begin, n).array();
     if (options.probs_on_input)
-      f.pre.middleRows(begin, n).noalias() = (x.middleRows(begin, n).array().colwise() * p).matrix() * w.fc1[ei].transpose();
+      f.pre.middleRows(begin, n).noalias() =
+          (x.middleRows(begin, n).array().colwise() * p).matrix() * w.fc1[ei].transpose();
     else
       f.pre.middleRows(begin, n).noalias() = x.middleRows(begin, n) * w.fc1[ei].transpose();
     const Activation<T> a(f.pre.middleRows(begin, n), options);

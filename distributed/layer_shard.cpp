@@ -24,11 +24,6 @@ void slice_swiglu(const Matrix<T>& fc1, const Matrix<T>& fc2, int parts, int par
   fc2_out = fc2.middleCols(part * dl, dl);
 }
 
-template <typename M>
-M zeros(const M& m) {
-  return M::Zero(m.rows(), m.cols());
-}
-
 }  // namespace
 
 template <typename T>
@@ -63,25 +58,7 @@ LayerShard<T> shard_layer(const MoeConfig& c, const MoeParams<T>& global, const 
   return s;
 }
 
-template <typename T>
-LayerShard<T> zeros_like(const LayerShard<T>& s) {
-  LayerShard<T> z;
-  z.router_weight = zeros(s.router_weight);
-  for (size_t i = 0; i < s.experts.fc1.size(); ++i) {
-    z.experts.fc1.push_back(zeros(s.experts.fc1[i]));
-    z.experts.fc2.push_back(zeros(s.experts.fc2[i]));
-  }
-  z.shared_fc1 = zeros(s.shared_fc1);
-  z.shared_fc2 = zeros(s.shared_fc2);
-  z.shared_gate = zeros(s.shared_gate);
-  z.latent_down = zeros(s.latent_down);
-  z.latent_up = zeros(s.latent_up);
-  return z;
-}
-
 template LayerShard<double> shard_layer<double>(const MoeConfig&, const MoeParams<double>&, const ProcessGroups&, int);
 template LayerShard<float> shard_layer<float>(const MoeConfig&, const MoeParams<float>&, const ProcessGroups&, int);
-template LayerShard<double> zeros_like<double>(const LayerShard<double>&);
-template LayerShard<float> zeros_like<float>(const LayerShard<float>&);
 
 }  // namespace moe::dist

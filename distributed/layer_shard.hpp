@@ -31,8 +31,28 @@ struct LayerShard {
 template <typename T>
 LayerShard<T> shard_layer(const MoeConfig& config, const MoeParams<T>& global, const ProcessGroups& groups, int rank);
 
+// f applied to every trained tensor (router, experts, shared expert and gate, latent projections), e.g. a cast
+// or zeros of the same shape; expert bias and tid2eid are not trained and are left empty.
+template <typename To, typename From, typename F>
+LayerShard<To> map_trained(const LayerShard<From>& s, F f) {
+  LayerShard<To> out;
+  out.router_weight = f(s.router_weight);
+  for (size_t i = 0; i < s.experts.fc1.size(); ++i) {
+    out.experts.fc1.push_back(f(s.experts.fc1[i]));
+    out.experts.fc2.push_back(f(s.experts.fc2[i]));
+  }
+  out.shared_fc1 = f(s.shared_fc1);
+  out.shared_fc2 = f(s.shared_fc2);
+  out.shared_gate = f(s.shared_gate);
+  out.latent_down = f(s.latent_down);
+  out.latent_up = f(s.latent_up);
+  return out;
+}
+
 // The same shapes, all zero (expert bias and tid2eid left empty).
 template <typename T>
-LayerShard<T> zeros_like(const LayerShard<T>& shard);
+LayerShard<T> zeros_like(const LayerShard<T>& shard) {
+  return map_trained<T>(shard, [](const Matrix<T>& m) { return Matrix<T>::Zero(m.rows(), m.cols()).eval(); });
+}
 
 }  // namespace moe::dist

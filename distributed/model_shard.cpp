@@ -88,19 +88,9 @@ ModelShard<To> cast_shard(const ModelShard<From>& s) {
   out.embedding = m(s.embedding);
   for (const auto& w : s.block_norm) out.block_norm.push_back(m(w));
   for (const auto& l : s.layers) {
-    LayerShard<To> c;
-    c.router_weight = m(l.router_weight);
+    LayerShard<To> c = map_trained<To>(l, m);
     c.expert_bias = m(l.expert_bias);
     c.tid2eid = l.tid2eid;
-    for (size_t i = 0; i < l.experts.fc1.size(); ++i) {
-      c.experts.fc1.push_back(m(l.experts.fc1[i]));
-      c.experts.fc2.push_back(m(l.experts.fc2[i]));
-    }
-    c.shared_fc1 = m(l.shared_fc1);
-    c.shared_fc2 = m(l.shared_fc2);
-    c.shared_gate = m(l.shared_gate);
-    c.latent_down = m(l.latent_down);
-    c.latent_up = m(l.latent_up);
     out.layers.push_back(std::move(c));
   }
   out.final_norm = m(s.final_norm);
