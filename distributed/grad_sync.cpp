@@ -11,13 +11,8 @@ template <typename T>
 void synchronise_gradients(ModelShard<T>& grads, int first_expert,
                            const ProcessGroups& groups, const RankGroups& comms, LossMode mode, double global_tokens) {
   const auto table = grad_sync_table(mode, group_sizes(groups), false);
-  auto rule_for = [&table](ParamClass cls) -> const GradSync& {
-    for (const auto& row : table)
-      if (row.rule.param_class == cls) return row;
-    throw std::logic_error("grad sync: the scaling table has no row for a parameter class");
-  };
   for (auto& t : shard_tensors(grads, first_expert)) {
-    const GradSync& sync = rule_for(t.param_class);
+    const GradSync& sync = sync_rule(table, t.param_class);
     std::span<T> data(t.data, static_cast<size_t>(t.size));
 #if MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EP_TIMES
     const bool fsdp_expert = t.param_class == ParamClass::expert;

@@ -88,21 +88,16 @@ void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
   }
   // The same table as grad_sync, with the collective a reduce-scatter into this rank's slice.
   const auto table = grad_sync_table(mode_, group_sizes(groups_), true);
-  auto rule = [&table](ParamClass cls) -> const GradSync& {
-    for (const auto& row : table)
-      if (row.rule.param_class == cls) return row;
-    throw std::logic_error("distributed optimizer: no scaling rule for a parameter class");
-  };
   auto tensors = shard_tensors(raw_grads, 0);
   for (auto& t : tensors) {
-    const GradSync& r = rule(t.param_class);
+    const GradSync& r = sync_rule(table, t.param_class);
     std::span<double> data(t.data, static_cast<size_t>(t.size));
     if (r.rule.then_sum_over_tp) comms_.tp->allreduce<double>(data, ReduceOp::sum);  // linear: order is free
     for (double& x : data) x *= r.prescale;
   }
   for (Buffer& b : buffers_) {
     if (b.tensors.empty()) continue;
-    const GradSync& r = rule(tensors[b.tensors.front()].param_class);
+    const GradSync& r = sync_rule(table, tensors[b.tensors.front()].param_class);
     const std::vector<double> g = flatten(b, raw_grads);
     std::vector<double> slice(static_cast<size_t>(b.slice_size));
     b.group->reduce_scatter<double>(g, slice, r.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum);

@@ -176,4 +176,10 @@ std::vector<LossScale> loss_scale_table(LossMode mode, const GroupSizes& sizes, 
   return rows;
 }
 
+const GradSync& sync_rule(const std::vector<GradSync>& table, ParamClass param_class) {
+  for (const auto& row : table)
+    if (row.rule.param_class == param_class) return row;
+  throw std::logic_error("scaling table: no row for parameter class " + std::string(to_string(param_class)));
+}
+
 }  // namespace moe

@@ -77,6 +77,9 @@ struct GradSync {
 // Throws std::invalid_argument for avg with GTP (Megatron's DDP asserts not (gtp_active and average_in_collective)).
 std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bool distributed_optimizer);
 
+// The row of an evaluated table for one parameter class (every table has one per class).
+const GradSync& sync_rule(const std::vector<GradSync>& table, ParamClass param_class);
+
 // The backward scale of an auxiliary loss term (through MoEAuxLossAutoScaler) under one loss mode family.
 struct LossScaleRule {
   LossTerm term;

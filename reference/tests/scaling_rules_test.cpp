@@ -10,12 +10,6 @@
 namespace moe {
 namespace {
 
-const GradSync& row(const std::vector<GradSync>& rows, ParamClass c) {
-  for (const auto& r : rows)
-    if (r.rule.param_class == c) return r;
-  throw std::logic_error("no row");
-}
-
 // Seed 000 ("为什么不能直接除 EDP"): |DP×CP| = 64·2 = 128, |EDP| = 2.
 class SeedScaling : public ::testing::Test {
  protected:
@@ -33,8 +27,8 @@ TEST_F(SeedScaling, GroupSizesComeFromTheGroups) {
 TEST_F(SeedScaling, SumPathPrescalesByOneOver128) {
   const auto rows = grad_sync_table(LossMode::sum, sizes, false);
   ASSERT_EQ(rows.size(), 3u);
-  const auto& dense = row(rows, ParamClass::dense);
-  const auto& expert = row(rows, ParamClass::expert);
+  const auto& dense = sync_rule(rows, ParamClass::dense);
+  const auto& expert = sync_rule(rows, ParamClass::expert);
   EXPECT_DOUBLE_EQ(dense.prescale, 1.0 / 128);
   EXPECT_DOUBLE_EQ(expert.prescale, 1.0 / 128);
   EXPECT_EQ(expert.prescale_values, "1/128 · 1/1");
@@ -51,14 +45,14 @@ TEST_F(SeedScaling, SumPathPrescalesByOneOver128) {
 // over 128. Either way the summed grad is multiplied by 1/128 — not by 1/2 (÷EDP) nor by 64/128 (×EP).
 TEST_F(SeedScaling, AvgPathPrescalesExpertsByTwoOver128) {
   const auto rows = grad_sync_table(LossMode::avg, sizes, true);
-  const auto& expert = row(rows, ParamClass::expert);
+  const auto& expert = sync_rule(rows, ParamClass::expert);
   EXPECT_DOUBLE_EQ(expert.prescale, 2.0 / 128);
   EXPECT_EQ(expert.prescale_values, "2/128 · 1/1");
   EXPECT_EQ(expert.rule.op, SyncOp::avg);
   EXPECT_EQ(expert.group_size, 2);
   EXPECT_EQ(expert.collective, "reduce-scatter");
   EXPECT_DOUBLE_EQ(expert.net_factor, 1.0 / 128);
-  const auto& dense = row(rows, ParamClass::dense);
+  const auto& dense = sync_rule(rows, ParamClass::dense);
   EXPECT_DOUBLE_EQ(dense.prescale, 1.0);
   EXPECT_DOUBLE_EQ(dense.net_factor, 1.0 / 128);
 }
@@ -76,10 +70,10 @@ TEST_F(SeedScaling, PerTokenUsesFactorOneAndTokenDivision) {
 TEST_F(SeedScaling, SequenceParallelParamsAlsoSumOverTp) {
   for (LossMode m : {LossMode::sum, LossMode::avg, LossMode::per_token}) {
     const auto rows = grad_sync_table(m, sizes, false);
-    EXPECT_TRUE(row(rows, ParamClass::sequence_parallel).rule.then_sum_over_tp) << to_string(m);
-    EXPECT_FALSE(row(rows, ParamClass::dense).rule.then_sum_over_tp) << to_string(m);
-    EXPECT_FALSE(row(rows, ParamClass::expert).rule.then_sum_over_tp) << to_string(m);
-    EXPECT_EQ(row(rows, ParamClass::sequence_parallel).rule.group, GroupKind::dp_cp);
+    EXPECT_TRUE(sync_rule(rows, ParamClass::sequence_parallel).rule.then_sum_over_tp) << to_string(m);
+    EXPECT_FALSE(sync_rule(rows, ParamClass::dense).rule.then_sum_over_tp) << to_string(m);
+    EXPECT_FALSE(sync_rule(rows, ParamClass::expert).rule.then_sum_over_tp) << to_string(m);
+    EXPECT_EQ(sync_rule(rows, ParamClass::sequence_parallel).rule.group, GroupKind::dp_cp);
   }
 }
 
@@ -138,9 +132,9 @@ TEST(ScalingRules, GtpCorrectionAndAvgRefusal) {
   s.gtp = 4;
   s.egtp = 2;
   const auto rows = grad_sync_table(LossMode::sum, s, false);
-  EXPECT_DOUBLE_EQ(row(rows, ParamClass::expert).prescale, 1.0 / 8 * 2 / 4);
-  EXPECT_EQ(row(rows, ParamClass::expert).prescale_values, "1/8 · 2/4");
-  EXPECT_DOUBLE_EQ(row(rows, ParamClass::dense).prescale, 1.0 / 8);
+  EXPECT_DOUBLE_EQ(sync_rule(rows, ParamClass::expert).prescale, 1.0 / 8 * 2 / 4);
+  EXPECT_EQ(sync_rule(rows, ParamClass::expert).prescale_values, "1/8 · 2/4");
+  EXPECT_DOUBLE_EQ(sync_rule(rows, ParamClass::dense).prescale, 1.0 / 8);
   try {
     grad_sync_table(LossMode::avg, s, false);
     FAIL() << "accepted average_in_collective with GTP";
