@@ -26,14 +26,18 @@ ScatterPlan make_scatter_plan(const std::vector<std::int64_t>& rows, std::int64_
   return p;
 }
 
-DeviceBuffer<std::int32_t> upload_rows(const std::vector<std::int64_t>& rows) {
+std::vector<std::int32_t> narrow_rows(const std::vector<std::int64_t>& rows) {
   std::vector<std::int32_t> narrow(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] < 0 || rows[i] > 0x7fffffff)
-      throw std::invalid_argument("upload_rows: row " + std::to_string(rows[i]) + " does not fit in int32");
+      throw std::invalid_argument("row index " + std::to_string(rows[i]) + " does not fit in int32");
     narrow[i] = std::int32_t(rows[i]);
   }
-  return DeviceBuffer<std::int32_t>::from_host(narrow);
+  return narrow;
+}
+
+DeviceBuffer<std::int32_t> upload_rows(const std::vector<std::int64_t>& rows) {
+  return DeviceBuffer<std::int32_t>::from_host(narrow_rows(rows));
 }
 
 template <typename T>

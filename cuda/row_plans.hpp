@@ -18,7 +18,8 @@ struct ScatterPlan {
 };
 ScatterPlan make_scatter_plan(const std::vector<std::int64_t>& rows, std::int64_t out_rows);
 
-// Device int32 copy of host int64 row indices (throws if one does not fit).
+// Host int64 row indices as the kernels' int32 (throws if one does not fit), and their device copy.
+std::vector<std::int32_t> narrow_rows(const std::vector<std::int64_t>& rows);
 DeviceBuffer<std::int32_t> upload_rows(const std::vector<std::int64_t>& rows);
 
 // Megatron's sort_chunks_by_idxs on device: out [rows, width] lists the chunks of x in `order`

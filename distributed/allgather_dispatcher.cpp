@@ -6,8 +6,9 @@
 namespace moe::dist {
 
 template <typename T>
-AllGatherDispatcher<T>::AllGatherDispatcher(const DispatchGroups& groups, int num_experts)
-    : domain_(*groups.tp_ep), num_experts_(num_experts) {
+AllGatherDispatcher<T>::AllGatherDispatcher(const DispatchGroups& groups, int num_experts,
+             const KernelBackend& kernels)
+    : domain_(*groups.tp_ep), kernels_(kernels), num_experts_(num_experts) {
   local_experts_ = num_experts / groups.ep->size();
   first_expert_ = groups.ep->rank() * local_experts_;
 }
@@ -36,7 +37,7 @@ ExpertRows<T> AllGatherDispatcher<T>::dispatch(const Matrix<T>& tokens, const Ma
       }
     rows.group_sizes.push_back(count);
   }
-  rows.x = kernels::gather_rows(all_tokens, selected_rows_);
+  rows.x = kernels_.gather_rows(all_tokens, selected_rows_);
   rows.probs.resize(static_cast<Eigen::Index>(selected_rows_.size()));
   for (size_t j = 0; j < selected_rows_.size(); ++j)
     rows.probs(static_cast<Eigen::Index>(j)) = all_probs(selected_rows_[j], selected_experts_[j]);
@@ -46,7 +47,7 @@ ExpertRows<T> AllGatherDispatcher<T>::dispatch(const Matrix<T>& tokens, const Ma
 template <typename T>
 Matrix<T> AllGatherDispatcher<T>::combine(const Matrix<T>& expert_out) {
   Matrix<T> all = Matrix<T>::Zero(total(peer_tokens_), expert_out.cols());
-  kernels::scatter_add_rows(expert_out, selected_rows_, {}, all);
+  kernels_.scatter_add_rows(expert_out, selected_rows_, all);
   this->observe("scatter_add", all);
   return reduce_scatterv_rows(domain_, all, peer_tokens_);
 }
@@ -55,14 +56,14 @@ template <typename T>
 Matrix<T> AllGatherDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
   const Matrix<T> all = allgatherv_rows(domain_, grad_y, peer_tokens_);
   this->observe("allgather", all);
-  return kernels::gather_rows(all, selected_rows_);
+  return kernels_.gather_rows(all, selected_rows_);
 }
 
 template <typename T>
 void AllGatherDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
                                                Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
   Matrix<T> all = Matrix<T>::Zero(total(peer_tokens_), grad_rows.cols());
-  kernels::scatter_add_rows(grad_rows, selected_rows_, {}, all);
+  kernels_.scatter_add_rows(grad_rows, selected_rows_, all);
   this->observe("scatter_add", all);
   grad_tokens = reduce_scatterv_rows(domain_, all, peer_tokens_);
   Matrix<T> all_probs = Matrix<T>::Zero(total(peer_tokens_), num_experts_);

@@ -10,7 +10,7 @@ namespace moe::dist {
 template <typename T>
 class AllGatherDispatcher final : public Dispatcher<T> {
  public:
-  AllGatherDispatcher(const DispatchGroups& groups, int num_experts);
+  AllGatherDispatcher(const DispatchGroups& groups, int num_experts, const KernelBackend& kernels);
 
   ExpertRows<T> dispatch(const Matrix<T>& tokens, const Matrix<T>& probs, const BoolMatrix& map) override;
   Matrix<T> combine(const Matrix<T>& expert_out) override;
@@ -20,6 +20,7 @@ class AllGatherDispatcher final : public Dispatcher<T> {
 
  private:
   Communicator& domain_;
+  const KernelBackend& kernels_;
   int num_experts_ = 0, first_expert_ = 0, local_experts_ = 0;
   std::vector<std::int64_t> peer_tokens_;    // [tp_ep] tokens of each peer
   std::vector<std::int64_t> selected_rows_;  // gathered row of each expert row (local-expert-major)

@@ -18,8 +18,9 @@
 namespace moe::dist {
 
 template <typename T>
-AlltoAllDispatcher<T>::AlltoAllDispatcher(const DispatchGroups& groups, int num_experts)
-    : groups_(groups), num_experts_(num_experts) {
+AlltoAllDispatcher<T>::AlltoAllDispatcher(const DispatchGroups& groups, int num_experts,
+            const KernelBackend& kernels)
+    : groups_(groups), kernels_(kernels), num_experts_(num_experts) {
   ep_ = groups.ep->size();
   etp_ = groups.expt_tp->size();
   local_experts_ = num_experts / ep_;
@@ -90,7 +91,7 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
         permuted_rows_.push_back(t);
         permuted_experts_.push_back(e);
       }
-  const Matrix<T> permuted = kernels::gather_rows(tokens, permuted_rows_);
+  const Matrix<T> permuted = kernels_.gather_rows(tokens, permuted_rows_);
   Vector<T> permuted_probs(static_cast<Eigen::Index>(permuted_rows_.size()));
   for (size_t j = 0; j < permuted_rows_.size(); ++j)
     permuted_probs(static_cast<Eigen::Index>(j)) = probs(permuted_rows_[j], permuted_experts_[j]);
@@ -107,14 +108,14 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
     this->observe("etp_allgather", x);
     this->observe("etp_allgather", p);
   }
-  return {kernels::gather_rows(x, sorted_rows_), kernels::gather_rows(Matrix<T>(p), sorted_rows_), group_sizes_};
+  return {kernels_.gather_rows(x, sorted_rows_), kernels_.gather_rows(Matrix<T>(p), sorted_rows_), group_sizes_};
 }
 
 template <typename T>
 template <typename M>
 M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
   // Undo the chunk sort, sum the ETP shards' partials, send each block back to its EP source.
-  M unsorted = kernels::gather_rows(rows, unsorted_rows_);
+  M unsorted = kernels_.gather_rows(rows, unsorted_rows_);
   this->observe("unsort_chunks", unsorted);
 #if MOE_SEEDED_BUG == MOE_BUG_ETP_PARTIALS_NOT_SUMMED
   if (etp_ > 1) {
@@ -142,13 +143,13 @@ template <typename T>
 Matrix<T> AlltoAllDispatcher<T>::combine(const Matrix<T>& expert_out) {
   const Matrix<T> back = to_sources(expert_out);
   Matrix<T> y = Matrix<T>::Zero(tokens_, expert_out.cols());
-  kernels::scatter_add_rows(back, permuted_rows_, {}, y);
+  kernels_.scatter_add_rows(back, permuted_rows_, y);
   return y;
 }
 
 template <typename T>
 Matrix<T> AlltoAllDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
-  const Matrix<T> send = kernels::gather_rows(grad_y, permuted_rows_);
+  const Matrix<T> send = kernels_.gather_rows(grad_y, permuted_rows_);
   this->observe("permute", send);
   Matrix<T> rows = alltoallv_rows(*groups_.ep, send, input_splits_, output_splits_);
   this->observe("ep_alltoallv", rows);
@@ -156,7 +157,7 @@ Matrix<T> AlltoAllDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
     rows = allgatherv_rows(*groups_.expt_tp, rows, gathered_rows_);
     this->observe("etp_allgather", rows);
   }
-  return kernels::gather_rows(rows, sorted_rows_);
+  return kernels_.gather_rows(rows, sorted_rows_);
 }
 
 template <typename T>
@@ -165,7 +166,7 @@ void AlltoAllDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const 
   const Matrix<T> back = to_sources(grad_rows);
   const Matrix<T> back_probs = to_sources(Matrix<T>(grad_row_probs));
   grad_tokens = Matrix<T>::Zero(tokens_, grad_rows.cols());
-  kernels::scatter_add_rows(back, permuted_rows_, {}, grad_tokens);
+  kernels_.scatter_add_rows(back, permuted_rows_, grad_tokens);
   grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
   for (size_t j = 0; j < permuted_rows_.size(); ++j)
     grad_probs(permuted_rows_[j], permuted_experts_[j]) += back_probs(static_cast<Eigen::Index>(j), 0);

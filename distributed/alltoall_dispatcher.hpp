@@ -9,7 +9,7 @@ namespace moe::dist {
 template <typename T>
 class AlltoAllDispatcher final : public Dispatcher<T> {
  public:
-  AlltoAllDispatcher(const DispatchGroups& groups, int num_experts);
+  AlltoAllDispatcher(const DispatchGroups& groups, int num_experts, const KernelBackend& kernels);
 
   ExpertRows<T> dispatch(const Matrix<T>& tokens, const Matrix<T>& probs, const BoolMatrix& map) override;
   Matrix<T> combine(const Matrix<T>& expert_out) override;
@@ -27,6 +27,7 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   M to_sources(const M& rows) const;
 
   DispatchGroups groups_;
+  const KernelBackend& kernels_;
   int num_experts_ = 0, ep_ = 1, etp_ = 1, local_experts_ = 0;
   Eigen::Index tokens_ = 0;
   std::vector<std::int64_t> input_splits_;    // [ep] rows this rank sends to each EP peer

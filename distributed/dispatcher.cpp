@@ -25,20 +25,23 @@ DispatcherKind parse_dispatcher(std::string_view name) {
 }
 
 template <typename T>
-std::unique_ptr<Dispatcher<T>> make_dispatcher(DispatcherKind kind, const DispatchGroups& groups, int num_experts) {
+std::unique_ptr<Dispatcher<T>> make_dispatcher(DispatcherKind kind, const DispatchGroups& groups, int num_experts,
+                                               const KernelBackend& kernels) {
   if (!groups.ep || !groups.expt_tp || !groups.tp_ep)
     throw std::invalid_argument("dispatcher: the ep, expt_tp and tp_ep groups are all required");
   if (num_experts % groups.ep->size() != 0)
     throw std::invalid_argument("dispatcher: ep must divide num_experts");
   switch (kind) {
-    case DispatcherKind::alltoall: return std::make_unique<AlltoAllDispatcher<T>>(groups, num_experts);
-    case DispatcherKind::allgather: return std::make_unique<AllGatherDispatcher<T>>(groups, num_experts);
-    case DispatcherKind::flex: return std::make_unique<FlexDispatcher<T>>(groups, num_experts);
+    case DispatcherKind::alltoall: return std::make_unique<AlltoAllDispatcher<T>>(groups, num_experts, kernels);
+    case DispatcherKind::allgather: return std::make_unique<AllGatherDispatcher<T>>(groups, num_experts, kernels);
+    case DispatcherKind::flex: return std::make_unique<FlexDispatcher<T>>(groups, num_experts, kernels);
   }
   throw std::invalid_argument("dispatcher: unknown kind");
 }
 
-template std::unique_ptr<Dispatcher<double>> make_dispatcher<double>(DispatcherKind, const DispatchGroups&, int);
-template std::unique_ptr<Dispatcher<float>> make_dispatcher<float>(DispatcherKind, const DispatchGroups&, int);
+template std::unique_ptr<Dispatcher<double>> make_dispatcher<double>(DispatcherKind, const DispatchGroups&, int,
+                                                                          const KernelBackend&);
+template std::unique_ptr<Dispatcher<float>> make_dispatcher<float>(DispatcherKind, const DispatchGroups&, int,
+                                                                          const KernelBackend&);
 
 }  // namespace moe::dist

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "distributed/communicator.hpp"
+#include "distributed/kernel_backend.hpp"
 #include "distributed/stage_observer.hpp"
 #include "reference/config.hpp"
 #include "reference/tensor.hpp"
@@ -56,7 +57,9 @@ struct DispatchGroups {
   Communicator* tp_ep = nullptr;    // the whole dispatch domain: rank = etp_rank + etp·ep_rank
 };
 
+// The dispatcher moves rows with `kernels` (kept by reference: it must outlive the dispatcher).
 template <typename T>
-std::unique_ptr<Dispatcher<T>> make_dispatcher(DispatcherKind kind, const DispatchGroups& groups, int num_experts);
+std::unique_ptr<Dispatcher<T>> make_dispatcher(DispatcherKind kind, const DispatchGroups& groups, int num_experts,
+                                               const KernelBackend& kernels = cpu_kernels());
 
 }  // namespace moe::dist

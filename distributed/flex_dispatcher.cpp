@@ -8,8 +8,9 @@
 namespace moe::dist {
 
 template <typename T>
-FlexDispatcher<T>::FlexDispatcher(const DispatchGroups& groups, int num_experts)
-    : domain_(*groups.tp_ep), num_experts_(num_experts) {
+FlexDispatcher<T>::FlexDispatcher(const DispatchGroups& groups, int num_experts,
+        const KernelBackend& kernels)
+    : domain_(*groups.tp_ep), kernels_(kernels), num_experts_(num_experts) {
   etp_ = groups.expt_tp->size();
   local_experts_ = num_experts / groups.ep->size();
 }
@@ -44,7 +45,7 @@ ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<
   recv_counts_.assign(static_cast<size_t>(peers), 0);
   domain_.alltoallv<std::int64_t>(send_counts_, std::vector<std::int64_t>(static_cast<size_t>(peers), 1), recv_counts_,
                                   std::vector<std::int64_t>(static_cast<size_t>(peers), 1));
-  const Matrix<T> send = kernels::gather_rows(tokens, sent_tokens_);
+  const Matrix<T> send = kernels_.gather_rows(tokens, sent_tokens_);
   this->observe_counts("send_counts", send_counts_);
   this->observe_counts("recv_counts", recv_counts_);
   this->observe("permute", send);
@@ -72,7 +73,7 @@ ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<
       }
     out.group_sizes.push_back(count);
   }
-  out.x = kernels::gather_rows(x, local_rows_);
+  out.x = kernels_.gather_rows(x, local_rows_);
   out.probs = Eigen::Map<const Vector<T>>(row_probs.data(), static_cast<Eigen::Index>(row_probs.size()));
   return out;
 }
@@ -87,22 +88,22 @@ template <typename T>
 Matrix<T> FlexDispatcher<T>::combine(const Matrix<T>& expert_out) {
   // One row per received token: the sum over its local experts, then back to the source.
   Matrix<T> per_token = Matrix<T>::Zero(received_, expert_out.cols());
-  kernels::scatter_add_rows(expert_out, local_rows_, {}, per_token);
+  kernels_.scatter_add_rows(expert_out, local_rows_, per_token);
   this->observe("combine_local", per_token);
   const Matrix<T> back = return_to_sources(per_token);
   this->observe("alltoallv_back", back);
   Matrix<T> y = Matrix<T>::Zero(tokens_, expert_out.cols());
-  kernels::scatter_add_rows(back, sent_tokens_, {}, y);
+  kernels_.scatter_add_rows(back, sent_tokens_, y);
   return y;
 }
 
 template <typename T>
 Matrix<T> FlexDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
-  const Matrix<T> send = kernels::gather_rows(grad_y, sent_tokens_);
+  const Matrix<T> send = kernels_.gather_rows(grad_y, sent_tokens_);
   this->observe("permute", send);
   const Matrix<T> received = alltoallv_rows(domain_, send, send_counts_, recv_counts_);
   this->observe("alltoallv", received);
-  return kernels::gather_rows(received, local_rows_);
+  return kernels_.gather_rows(received, local_rows_);
 }
 
 template <typename T>
@@ -110,7 +111,7 @@ void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vect
                                           Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
   const int L = local_experts_;
   Matrix<T> per_token = Matrix<T>::Zero(received_, grad_rows.cols());
-  kernels::scatter_add_rows(grad_rows, local_rows_, {}, per_token);
+  kernels_.scatter_add_rows(grad_rows, local_rows_, per_token);
   // The probability gradient of expert row r belongs to (its received row, its local expert).
   Matrix<T> per_token_probs = Matrix<T>::Zero(received_, L);
   for (size_t r = 0; r < local_rows_.size(); ++r)
@@ -122,7 +123,7 @@ void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vect
   this->observe("alltoallv_back", back);
   this->observe("alltoallv_back", back_probs);
   grad_tokens = Matrix<T>::Zero(tokens_, grad_rows.cols());
-  kernels::scatter_add_rows(back, sent_tokens_, {}, grad_tokens);
+  kernels_.scatter_add_rows(back, sent_tokens_, grad_tokens);
   grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
   for (size_t j = 0; j < sent_tokens_.size(); ++j)
     grad_probs.row(sent_tokens_[j]).segment(sent_first_expert_[j], L) += back_probs.row(static_cast<Eigen::Index>(j));

@@ -12,7 +12,7 @@ namespace moe::dist {
 template <typename T>
 class FlexDispatcher final : public Dispatcher<T> {
  public:
-  FlexDispatcher(const DispatchGroups& groups, int num_experts);
+  FlexDispatcher(const DispatchGroups& groups, int num_experts, const KernelBackend& kernels);
 
   ExpertRows<T> dispatch(const Matrix<T>& tokens, const Matrix<T>& probs, const BoolMatrix& map) override;
   Matrix<T> combine(const Matrix<T>& expert_out) override;
@@ -28,6 +28,7 @@ class FlexDispatcher final : public Dispatcher<T> {
   M return_to_sources(const M& received) const;
 
   Communicator& domain_;
+  const KernelBackend& kernels_;
   int num_experts_ = 0, etp_ = 1, local_experts_ = 0;
   Eigen::Index tokens_ = 0, received_ = 0;
   std::vector<std::int64_t> sent_tokens_;      // source token of each sent row (destination-major)

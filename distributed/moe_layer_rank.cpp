@@ -24,8 +24,8 @@ kernels::ExpertShards<T> one_expert(const Matrix<T>& fc1, const Matrix<T>& fc2) 
 
 template <typename T>
 MoeLayerRank<T>::MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups,
-                              DispatcherKind kind)
-    : config_(config), shard_(shard), groups_(groups), kind_(kind) {}
+                              DispatcherKind kind, const KernelBackend& kernels)
+    : config_(config), shard_(shard), groups_(groups), kind_(kind), kernels_(kernels) {}
 
 template <typename T>
 Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& router_inputs, const LocalTokens& tokens,
@@ -39,9 +39,9 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
 
   // Routed branch.
   u_ = c.latent_size > 0 ? Matrix<T>(x * shard_.latent_down.transpose()) : x;
-  dispatcher_ = make_dispatcher<T>(kind_, groups_.dispatch(), c.num_experts);
+  dispatcher_ = make_dispatcher<T>(kind_, groups_.dispatch(), c.num_experts, kernels_);
   rows_ = dispatcher_->dispatch(u_, routing_.probs, routing_.routing_map);
-  auto experts = kernels::grouped_swiglu_forward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,
+  auto experts = kernels_.grouped_swiglu_forward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,
                                                  routed_options<T>(c));
   pre_ = std::move(experts.pre);
   combined_ = dispatcher_->combine(experts.y);
@@ -52,7 +52,7 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
     tp_rows_ = allgather_count(*groups_.tp, x.rows());
     shared_in_ = allgatherv_rows(*groups_.tp, x, tp_rows_);
     const Vector<T> ones = Vector<T>::Ones(shared_in_.rows());
-    auto shared = kernels::grouped_swiglu_forward(shared_in_, {shared_in_.rows()},
+    auto shared = kernels_.grouped_swiglu_forward(shared_in_, {shared_in_.rows()},
                                                   one_expert(shard_.shared_fc1, shard_.shared_fc2), ones,
                                                   shared_options<T>(c));
     shared_pre_ = std::move(shared.pre);
@@ -75,7 +75,7 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
     const Matrix<T> d_gathered = allgatherv_rows(*groups_.tp, d_out, tp_rows_);
     const Vector<T> ones = Vector<T>::Ones(shared_in_.rows());
     kernels::ExpertShards<T> g = one_expert(grads.shared_fc1, grads.shared_fc2);
-    const auto b = kernels::grouped_swiglu_backward(shared_in_, {shared_in_.rows()},
+    const auto b = kernels_.grouped_swiglu_backward(shared_in_, {shared_in_.rows()},
                                                     one_expert(shard_.shared_fc1, shard_.shared_fc2), ones,
                                                     shared_options<T>(c), shared_pre_, d_gathered, g);
     grads.shared_fc1 = g.fc1[0];
@@ -93,7 +93,7 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
   const Matrix<T> dz = c.latent_size > 0 ? Matrix<T>(dy * shard_.latent_up) : dy;
   if (c.latent_size > 0) grads.latent_up += dy.transpose() * combined_;
   const Matrix<T> d_rows = dispatcher_->combine_backward(dz);
-  const auto eb = kernels::grouped_swiglu_backward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,
+  const auto eb = kernels_.grouped_swiglu_backward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,
                                                    routed_options<T>(c), pre_, d_rows, grads.experts);
   Matrix<T> du, d_probs;
   dispatcher_->dispatch_backward(eb.dx, eb.dprob, du, d_probs);

@@ -20,7 +20,9 @@ namespace moe::dist {
 template <typename T>
 class MoeLayerRank {
  public:
-  MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups, DispatcherKind kind);
+  // `kernels` does the data work (dispatch, experts, shared expert); it must outlive the layer.
+  MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups, DispatcherKind kind,
+               const KernelBackend& kernels = cpu_kernels());
 
   // x [n, h] local rows. Advances `global_aux` (global_aux layers).
   Matrix<T> forward(const Matrix<T>& x, const RouterInputs& router_inputs, const LocalTokens& tokens,
@@ -39,6 +41,7 @@ class MoeLayerRank {
   const LayerShard<T>& shard_;
   const RankGroups& groups_;
   DispatcherKind kind_;
+  const KernelBackend& kernels_;
 
   Matrix<T> x_, u_, combined_;  // combined_ = z, the routed branch before latent_up
   LocalRouting<T> routing_;

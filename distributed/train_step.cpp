@@ -105,7 +105,7 @@ class StageRunner {
       const int global_layer = shard_.first_layer + static_cast<int>(li);
       f.block_in.push_back(hidden);
       f.layers.push_back(std::make_unique<MoeLayerRank<T>>(c_.layer_config(global_layer), shard_.layers[li], comms_,
-                                                            options_.dispatcher));
+                                                            options_.dispatcher, *options_.kernels));
       const RouterInputs router{f.batch.ids, f.batch.padded};
       const LocalTokens tokens{f.batch.padded, f.batch.sequence, options_.micro_batch};
       hidden += f.layers.back()->forward(rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps), router, tokens,

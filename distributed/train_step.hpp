@@ -24,6 +24,7 @@ struct StepOptions {
   int micro_batch = 1;
   Schedule schedule = Schedule::one_forward_one_backward;
   bool synchronise = true;  // false: leave each rank's raw gradients for an optimizer that syncs them itself
+  const KernelBackend* kernels = &cpu_kernels();  // the data work of the MoE layers (kernel_backend.hpp)
   Precision precision = Precision::float64;  // float32: the shard is cast, run and synced in float, then returned
                                              // as double for comparison
 };

@@ -1,0 +1,78 @@
+// DeviceKernels: the CUDA backend of dist::KernelBackend (distributed/kernel_backend.hpp). The dispatchers, the
+// layer and the training step run unchanged; their row moves and grouped SwiGLU run as this backend's kernels on
+// the GPU (token_kernels.hpp, grouped_swiglu.hpp):
+//   gather_rows       → gather_rows kernel (int32 row index)
+//   scatter_add_rows  → scatter_add_rows kernel over a host-built ScatterPlan (same order of accumulation)
+//   grouped SwiGLU    → cuBLAS per-expert GEMMs (or the batch-invariant GEMM) and the SwiGLU kernels
+// Each call stages its operands: upload on the calling thread's stream, kernels, download, synchronise. So the
+// collectives between calls stay on the host communicators (in-process ranks or MPI), and several in-process
+// ranks share one GPU. This is for checking the kernels inside the real system against the oracle, not for speed
+// (cuda/bench_moe_layer.cpp measures the kernels on device-resident data).
+// Every thread gets its own DeviceContext (stream and cuBLAS handle) per (device, GEMM mode), created on first use.
+#pragma once
+
+#include "cuda/device_context.hpp"
+#include "distributed/kernel_backend.hpp"
+
+#include <atomic>
+#include <cstdint>
+
+namespace moe::cuda {
+
+class DeviceKernels final : public dist::KernelBackend {
+ public:
+  explicit DeviceKernels(int device = 0, GemmMode mode = GemmMode::cublas);
+
+  std::string_view name() const override;
+
+  Matrix<double> gather_rows(const Matrix<double>& x, const dist::RowIndex& rows) const override;
+  Matrix<float> gather_rows(const Matrix<float>& x, const dist::RowIndex& rows) const override;
+
+  void scatter_add_rows(const Matrix<double>& y, const dist::RowIndex& rows, Matrix<double>& out) const override;
+  void scatter_add_rows(const Matrix<float>& y, const dist::RowIndex& rows, Matrix<float>& out) const override;
+
+  kernels::GroupedSwigluForward<double> grouped_swiglu_forward(const Matrix<double>& x,
+                                                               const dist::RowIndex& group_sizes,
+                                                               const kernels::ExpertShards<double>& w,
+                                                               const Vector<double>& probs,
+                                                               const kernels::SwigluOptions& options) const override;
+  kernels::GroupedSwigluForward<float> grouped_swiglu_forward(const Matrix<float>& x, const dist::RowIndex& group_sizes,
+                                                              const kernels::ExpertShards<float>& w,
+                                                              const Vector<float>& probs,
+                                                              const kernels::SwigluOptions& options) const override;
+
+  kernels::GroupedSwigluBackward<double> grouped_swiglu_backward(
+      const Matrix<double>& x, const dist::RowIndex& group_sizes, const kernels::ExpertShards<double>& w,
+      const Vector<double>& probs, const kernels::SwigluOptions& options, const Matrix<double>& pre,
+      const Matrix<double>& dy, kernels::ExpertShards<double>& grads) const override;
+  kernels::GroupedSwigluBackward<float> grouped_swiglu_backward(
+      const Matrix<float>& x, const dist::RowIndex& group_sizes, const kernels::ExpertShards<float>& w,
+      const Vector<float>& probs, const kernels::SwigluOptions& options, const Matrix<float>& pre,
+      const Matrix<float>& dy, kernels::ExpertShards<float>& grads) const override;
+
+  // Kernel calls that reached the device (calls with no rows return early and are not counted): proof in the
+  // tests that the step really ran here.
+  std::int64_t device_calls() const { return device_calls_.load(); }
+
+ private:
+  const DeviceContext& context() const;  // this thread's, on device_
+  template <typename T>
+  Matrix<T> gather(const Matrix<T>& x, const dist::RowIndex& rows) const;
+  template <typename T>
+  void scatter_add(const Matrix<T>& y, const dist::RowIndex& rows, Matrix<T>& out) const;
+  template <typename T>
+  kernels::GroupedSwigluForward<T> swiglu_forward(const Matrix<T>& x, const dist::RowIndex& group_sizes,
+                                                  const kernels::ExpertShards<T>& w, const Vector<T>& probs,
+                                                  const kernels::SwigluOptions& options) const;
+  template <typename T>
+  kernels::GroupedSwigluBackward<T> swiglu_backward(const Matrix<T>& x, const dist::RowIndex& group_sizes,
+                                                    const kernels::ExpertShards<T>& w, const Vector<T>& probs,
+                                                    const kernels::SwigluOptions& options, const Matrix<T>& pre,
+                                                    const Matrix<T>& dy, kernels::ExpertShards<T>& grads) const;
+
+  int device_;
+  GemmMode mode_;
+  mutable std::atomic<std::int64_t> device_calls_{0};
+};
+
+}  // namespace moe::cuda
