@@ -19,6 +19,7 @@
 #include "distributed/mpi_runtime.hpp"
 #include "reference/presets.hpp"
 #include "tools/commands.hpp"
+#include "tools/kernel_choice.hpp"
 #include "tools/layout_options.hpp"
 
 namespace moe::cli {
@@ -30,6 +31,7 @@ struct CheckOptions {
   std::string dispatcher = "all";
   std::string scaling = "sum";
   std::string backend = "inproc";
+  std::string kernels = "cpu";
   int seq = 16, micro_batch = 1, global_batch = 8, layers = 4, hash_layers = 1;
   int steps = 0;          // 0: one step, gradients compared before any optimizer
   std::string resume_as;  // "world=4,ep=2,etp=2" (steps ≥ 2)
@@ -120,7 +122,8 @@ std::string fmt(double v) {
 void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostream& out) {
   out << "moe-oracle check: " << o.preset << " model (" << o.layers << " layers, " << o.hash_layers
       << " hash), global batch " << o.global_batch << " × seq " << o.seq << ", micro-batch " << o.micro_batch
-      << ", scaling " << o.scaling << ", backend " << o.backend << ", " << o.dtype << "\n";
+      << ", scaling " << o.scaling << ", backend " << o.backend << ", kernels " << o.kernels << ", " << o.dtype
+      << "\n";
   if (o.steps > 0)
     out << o.steps << " training steps with " << o.optimizer
         << (o.distributed_optimizer ? " (distributed optimizer)" : " (DDP)")
@@ -200,7 +203,7 @@ dist::RankComparison run_steps(const CheckOptions& o, const dist::CheckProblem& 
 }
 
 // Runs every (layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr).
-std::vector<Run> run_all(const CheckOptions& o, Communicator* world) {
+std::vector<Run> run_all(const CheckOptions& o, const dist::KernelBackend& kernels, Communicator* world) {
   const ModelConfig model = model_of(o);
   const ModelParams<double> params = random_model_params<double>(model, o.seed);
   const GlobalBatch batch = random_global_batch(model, o.seq, o.global_batch, o.seed + 1);
@@ -220,6 +223,7 @@ std::vector<Run> run_all(const CheckOptions& o, Communicator* world) {
     dist::CheckProblem problem{model, params, batch, layout, {}, {o.atol, o.rtol}};
     for (auto kind : kinds) {
       problem.options = {kind, parse_loss_mode(o.scaling), o.micro_batch};
+      problem.options.kernels = &kernels;
       problem.options.precision = o.dtype == "float" ? dist::Precision::float32 : dist::Precision::float64;
       const auto start = std::chrono::steady_clock::now();
       dist::RankComparison result;
@@ -275,6 +279,9 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
   cmd->add_option("--scaling", o->scaling, "sum, avg or per-token")->capture_default_str();
   cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
+  cmd->add_option("--kernels", o->kernels,
+                  std::string("what does the data work (row moves, grouped SwiGLU): ") + kKernelNames)
+      ->capture_default_str();
   cmd->add_option("--seq", o->seq, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--micro-batch", o->micro_batch, "sequences per microbatch")
       ->capture_default_str()
@@ -316,7 +323,8 @@ void add_check_command(CLI::App& app) {
       world = std::make_unique<MpiCommunicator>(*mpi);
       print = world->rank() == 0;
     }
-    runs = run_all(*o, world.get());
+    const KernelChoice kernels(o->kernels);
+    runs = run_all(*o, kernels.backend(), world.get());
     bool pass = true;
     for (const Run& r : runs) pass = pass && r.result.pass();
     if (print) {

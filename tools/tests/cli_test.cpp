@@ -131,6 +131,23 @@ TEST(CliErrors, InvalidLayoutNamesTheRule) {
   EXPECT_NE(order.output.find("token 'xp'"), std::string::npos) << order.output;
 }
 
+// --kernels: an unknown name lists the known ones; a CUDA name either runs (a GPU is visible) and passes, or says
+// what is missing (no CUDA backend in the build, or no device), exit status 2.
+TEST(CliErrors, KernelsNamesTheChoices) {
+  const auto unknown = run("check --world 1 --kernels gpu");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.output.find("(cpu, cuda, cuda-batch-invariant)"), std::string::npos) << unknown.output;
+  const auto cuda = run("check --world 2 --ep 2 --kernels cuda");
+  if (cuda.status == 0) {
+    EXPECT_NE(cuda.output.find("kernels cuda"), std::string::npos) << cuda.output;
+  } else {
+    EXPECT_EQ(cuda.status, 2) << cuda.output;
+    const bool says_why = cuda.output.find("no CUDA backend") != std::string::npos ||
+                          cuda.output.find("no CUDA device 0 (0 visible)") != std::string::npos;
+    EXPECT_TRUE(says_why) << cuda.output;
+  }
+}
+
 TEST(CliHelp, EveryCommandHasHelp) {
   for (const char* command : {"groups", "scaling", "volume"}) {
     const auto r = run(std::string(command) + " --help");
