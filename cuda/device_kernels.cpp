@@ -188,40 +188,17 @@ kernels::GroupedSwigluBackward<T> DeviceKernels::swiglu_backward(
   return out;
 }
 
-// The interface's overloads, one per precision.
-Matrix<double> DeviceKernels::gather_rows(const Matrix<double>& x, const dist::RowIndex& rows) const {
-  return gather(x, rows);
-}
-Matrix<float> DeviceKernels::gather_rows(const Matrix<float>& x, const dist::RowIndex& rows) const {
-  return gather(x, rows);
-}
-void DeviceKernels::scatter_add_rows(const Matrix<double>& y, const dist::RowIndex& rows, Matrix<double>& out) const {
-  scatter_add(y, rows, out);
-}
-void DeviceKernels::scatter_add_rows(const Matrix<float>& y, const dist::RowIndex& rows, Matrix<float>& out) const {
-  scatter_add(y, rows, out);
-}
-kernels::GroupedSwigluForward<double> DeviceKernels::grouped_swiglu_forward(
-    const Matrix<double>& x, const dist::RowIndex& group_sizes, const kernels::ExpertShards<double>& w,
-    const Vector<double>& probs, const kernels::SwigluOptions& options) const {
-  return swiglu_forward(x, group_sizes, w, probs, options);
-}
-kernels::GroupedSwigluForward<float> DeviceKernels::grouped_swiglu_forward(
-    const Matrix<float>& x, const dist::RowIndex& group_sizes, const kernels::ExpertShards<float>& w,
-    const Vector<float>& probs, const kernels::SwigluOptions& options) const {
-  return swiglu_forward(x, group_sizes, w, probs, options);
-}
-kernels::GroupedSwigluBackward<double> DeviceKernels::grouped_swiglu_backward(
-    const Matrix<double>& x, const dist::RowIndex& group_sizes, const kernels::ExpertShards<double>& w,
-    const Vector<double>& probs, const kernels::SwigluOptions& options, const Matrix<double>& pre,
-    const Matrix<double>& dy, kernels::ExpertShards<double>& grads) const {
-  return swiglu_backward(x, group_sizes, w, probs, options, pre, dy, grads);
-}
-kernels::GroupedSwigluBackward<float> DeviceKernels::grouped_swiglu_backward(
-    const Matrix<float>& x, const dist::RowIndex& group_sizes, const kernels::ExpertShards<float>& w,
-    const Vector<float>& probs, const kernels::SwigluOptions& options, const Matrix<float>& pre,
-    const Matrix<float>& dy, kernels::ExpertShards<float>& grads) const {
-  return swiglu_backward(x, group_sizes, w, probs, options, pre, dy, grads);
-}
+// KernelBackendOf (inline, in every user's translation unit) calls these; they are defined only here.
+#define MOE_INSTANTIATE_DEVICE_KERNELS(T)                                                                           \
+  template Matrix<T> DeviceKernels::gather<T>(const Matrix<T>&, const dist::RowIndex&) const;                      \
+  template void DeviceKernels::scatter_add<T>(const Matrix<T>&, const dist::RowIndex&, Matrix<T>&) const;          \
+  template kernels::GroupedSwigluForward<T> DeviceKernels::swiglu_forward<T>(                                      \
+      const Matrix<T>&, const dist::RowIndex&, const kernels::ExpertShards<T>&, const Vector<T>&,                  \
+      const kernels::SwigluOptions&) const;                                                                        \
+  template kernels::GroupedSwigluBackward<T> DeviceKernels::swiglu_backward<T>(                                    \
+      const Matrix<T>&, const dist::RowIndex&, const kernels::ExpertShards<T>&, const Vector<T>&,                  \
+      const kernels::SwigluOptions&, const Matrix<T>&, const Matrix<T>&, kernels::ExpertShards<T>&) const;
+MOE_INSTANTIATE_DEVICE_KERNELS(double)
+MOE_INSTANTIATE_DEVICE_KERNELS(float)
 
 }  // namespace moe::cuda

@@ -19,42 +19,19 @@
 
 namespace moe::cuda {
 
-class DeviceKernels final : public dist::KernelBackend {
+class DeviceKernels final : public dist::KernelBackendOf<DeviceKernels> {
  public:
   explicit DeviceKernels(int device = 0, GemmMode mode = GemmMode::cublas);
 
   std::string_view name() const override;
-
-  Matrix<double> gather_rows(const Matrix<double>& x, const dist::RowIndex& rows) const override;
-  Matrix<float> gather_rows(const Matrix<float>& x, const dist::RowIndex& rows) const override;
-
-  void scatter_add_rows(const Matrix<double>& y, const dist::RowIndex& rows, Matrix<double>& out) const override;
-  void scatter_add_rows(const Matrix<float>& y, const dist::RowIndex& rows, Matrix<float>& out) const override;
-
-  kernels::GroupedSwigluForward<double> grouped_swiglu_forward(const Matrix<double>& x,
-                                                               const dist::RowIndex& group_sizes,
-                                                               const kernels::ExpertShards<double>& w,
-                                                               const Vector<double>& probs,
-                                                               const kernels::SwigluOptions& options) const override;
-  kernels::GroupedSwigluForward<float> grouped_swiglu_forward(const Matrix<float>& x, const dist::RowIndex& group_sizes,
-                                                              const kernels::ExpertShards<float>& w,
-                                                              const Vector<float>& probs,
-                                                              const kernels::SwigluOptions& options) const override;
-
-  kernels::GroupedSwigluBackward<double> grouped_swiglu_backward(
-      const Matrix<double>& x, const dist::RowIndex& group_sizes, const kernels::ExpertShards<double>& w,
-      const Vector<double>& probs, const kernels::SwigluOptions& options, const Matrix<double>& pre,
-      const Matrix<double>& dy, kernels::ExpertShards<double>& grads) const override;
-  kernels::GroupedSwigluBackward<float> grouped_swiglu_backward(
-      const Matrix<float>& x, const dist::RowIndex& group_sizes, const kernels::ExpertShards<float>& w,
-      const Vector<float>& probs, const kernels::SwigluOptions& options, const Matrix<float>& pre,
-      const Matrix<float>& dy, kernels::ExpertShards<float>& grads) const override;
 
   // Kernel calls that reached the device (calls with no rows return early and are not counted): proof in the
   // tests that the step really ran here.
   std::int64_t device_calls() const { return device_calls_.load(); }
 
  private:
+  friend class dist::KernelBackendOf<DeviceKernels>;
+
   const DeviceContext& context() const;  // this thread's, on device_
   template <typename T>
   Matrix<T> gather(const Matrix<T>& x, const dist::RowIndex& rows) const;

@@ -57,6 +57,56 @@ class KernelBackend {
       const Matrix<float>& dy, kernels::ExpertShards<float>& grads) const = 0;
 };
 
+// A backend written once for both precisions: Impl provides one member template per operation,
+//   gather<T>(x, rows), scatter_add<T>(y, rows, out), swiglu_forward<T>(x, group_sizes, w, probs, options),
+//   swiglu_backward<T>(x, group_sizes, w, probs, options, pre, dy, grads),
+// and this class turns them into the interface's double and float overloads (make it a friend if they are
+// private).
+template <typename Impl>
+class KernelBackendOf : public KernelBackend {
+ public:
+  Matrix<double> gather_rows(const Matrix<double>& x, const RowIndex& rows) const final {
+    return impl().gather(x, rows);
+  }
+  Matrix<float> gather_rows(const Matrix<float>& x, const RowIndex& rows) const final { return impl().gather(x, rows); }
+
+  void scatter_add_rows(const Matrix<double>& y, const RowIndex& rows, Matrix<double>& out) const final {
+    impl().scatter_add(y, rows, out);
+  }
+  void scatter_add_rows(const Matrix<float>& y, const RowIndex& rows, Matrix<float>& out) const final {
+    impl().scatter_add(y, rows, out);
+  }
+
+  kernels::GroupedSwigluForward<double> grouped_swiglu_forward(const Matrix<double>& x, const RowIndex& group_sizes,
+                                                               const kernels::ExpertShards<double>& w,
+                                                               const Vector<double>& probs,
+                                                               const kernels::SwigluOptions& options) const final {
+    return impl().swiglu_forward(x, group_sizes, w, probs, options);
+  }
+  kernels::GroupedSwigluForward<float> grouped_swiglu_forward(const Matrix<float>& x, const RowIndex& group_sizes,
+                                                              const kernels::ExpertShards<float>& w,
+                                                              const Vector<float>& probs,
+                                                              const kernels::SwigluOptions& options) const final {
+    return impl().swiglu_forward(x, group_sizes, w, probs, options);
+  }
+
+  kernels::GroupedSwigluBackward<double> grouped_swiglu_backward(
+      const Matrix<double>& x, const RowIndex& group_sizes, const kernels::ExpertShards<double>& w,
+      const Vector<double>& probs, const kernels::SwigluOptions& options, const Matrix<double>& pre,
+      const Matrix<double>& dy, kernels::ExpertShards<double>& grads) const final {
+    return impl().swiglu_backward(x, group_sizes, w, probs, options, pre, dy, grads);
+  }
+  kernels::GroupedSwigluBackward<float> grouped_swiglu_backward(
+      const Matrix<float>& x, const RowIndex& group_sizes, const kernels::ExpertShards<float>& w,
+      const Vector<float>& probs, const kernels::SwigluOptions& options, const Matrix<float>& pre,
+      const Matrix<float>& dy, kernels::ExpertShards<float>& grads) const final {
+    return impl().swiglu_backward(x, group_sizes, w, probs, options, pre, dy, grads);
+  }
+
+ private:
+  const Impl& impl() const { return static_cast<const Impl&>(*this); }
+};
+
 // Eigen + OpenMP (token_kernels.hpp, grouped_swiglu.hpp); stateless, shared by every thread.
 const KernelBackend& cpu_kernels();
 

@@ -110,8 +110,7 @@ void expect_step_matches(const dist::BackendCase& c, GemmMode mode) {
   EXPECT_TRUE(r.pass()) << r.first.tensor << " rank " << r.first.rank << " [" << r.first.index << "]: got "
                         << r.first.got << ", want " << r.first.want;
   EXPECT_GT(r.errors[static_cast<size_t>(dist::Quantity::grad_expert)].compared, 0);
-  for (auto op : {dist::InstrumentedKernels::gather, dist::InstrumentedKernels::scatter_add,
-                  dist::InstrumentedKernels::swiglu_forward, dist::InstrumentedKernels::swiglu_backward})
+  for (auto op : dist::InstrumentedKernels::kEveryOp)
     EXPECT_GT(kernels.calls(op), 0) << "operation " << op << " never reached the backend";
   EXPECT_GT(device.device_calls(), 0);
 }

@@ -37,38 +37,51 @@ CheckProblem backend_problem(const BackendCase& c, const KernelBackend& kernels)
 // Forwards to another backend and counts the calls of each operation: the proof that a step's data work really
 // went through the backend under test. plant_fault(op) makes every later call of `op` add 1e-3 to the first
 // element it writes (y for the forward, dx for the backward): the proof that the comparison sees that output.
-class InstrumentedKernels final : public KernelBackend {
+class InstrumentedKernels final : public KernelBackendOf<InstrumentedKernels> {
  public:
-  enum Op { gather, scatter_add, swiglu_forward, swiglu_backward, kOps };
+  enum Op { gather_op, scatter_add_op, swiglu_forward_op, swiglu_backward_op, kOps };
+  static constexpr std::array<Op, kOps> kEveryOp{gather_op, scatter_add_op, swiglu_forward_op, swiglu_backward_op};
   explicit InstrumentedKernels(const KernelBackend& inner) : inner_(inner) {}
   std::int64_t calls(Op op) const { return calls_[op].load(); }
   void plant_fault(Op op) { fault_ = op; }
 
   std::string_view name() const override { return inner_.name(); }
-  Matrix<double> gather_rows(const Matrix<double>& x, const RowIndex& rows) const override;
-  Matrix<float> gather_rows(const Matrix<float>& x, const RowIndex& rows) const override;
-  void scatter_add_rows(const Matrix<double>& y, const RowIndex& rows, Matrix<double>& out) const override;
-  void scatter_add_rows(const Matrix<float>& y, const RowIndex& rows, Matrix<float>& out) const override;
-  kernels::GroupedSwigluForward<double> grouped_swiglu_forward(const Matrix<double>& x, const RowIndex& group_sizes,
-                                                               const kernels::ExpertShards<double>& w,
-                                                               const Vector<double>& probs,
-                                                               const kernels::SwigluOptions& options) const override;
-  kernels::GroupedSwigluForward<float> grouped_swiglu_forward(const Matrix<float>& x, const RowIndex& group_sizes,
-                                                              const kernels::ExpertShards<float>& w,
-                                                              const Vector<float>& probs,
-                                                              const kernels::SwigluOptions& options) const override;
-  kernels::GroupedSwigluBackward<double> grouped_swiglu_backward(
-      const Matrix<double>& x, const RowIndex& group_sizes, const kernels::ExpertShards<double>& w,
-      const Vector<double>& probs, const kernels::SwigluOptions& options, const Matrix<double>& pre,
-      const Matrix<double>& dy, kernels::ExpertShards<double>& grads) const override;
-  kernels::GroupedSwigluBackward<float> grouped_swiglu_backward(
-      const Matrix<float>& x, const RowIndex& group_sizes, const kernels::ExpertShards<float>& w,
-      const Vector<float>& probs, const kernels::SwigluOptions& options, const Matrix<float>& pre,
-      const Matrix<float>& dy, kernels::ExpertShards<float>& grads) const override;
+
+  template <typename T>
+  Matrix<T> gather(const Matrix<T>& x, const RowIndex& rows) const {
+    auto out = inner_.gather_rows(x, rows);
+    after(gather_op, out, 0);
+    return out;
+  }
+  template <typename T>
+  void scatter_add(const Matrix<T>& y, const RowIndex& rows, Matrix<T>& out) const {
+    inner_.scatter_add_rows(y, rows, out);
+    after(scatter_add_op, out, rows.empty() ? 0 : rows[0]);
+  }
+  template <typename T>
+  kernels::GroupedSwigluForward<T> swiglu_forward(const Matrix<T>& x, const RowIndex& group_sizes,
+                                                  const kernels::ExpertShards<T>& w, const Vector<T>& probs,
+                                                  const kernels::SwigluOptions& options) const {
+    auto out = inner_.grouped_swiglu_forward(x, group_sizes, w, probs, options);
+    after(swiglu_forward_op, out.y, 0);
+    return out;
+  }
+  template <typename T>
+  kernels::GroupedSwigluBackward<T> swiglu_backward(const Matrix<T>& x, const RowIndex& group_sizes,
+                                                    const kernels::ExpertShards<T>& w, const Vector<T>& probs,
+                                                    const kernels::SwigluOptions& options, const Matrix<T>& pre,
+                                                    const Matrix<T>& dy, kernels::ExpertShards<T>& grads) const {
+    auto out = inner_.grouped_swiglu_backward(x, group_sizes, w, probs, options, pre, dy, grads);
+    after(swiglu_backward_op, out.dx, 0);
+    return out;
+  }
 
  private:
   template <typename M>
-  void after(Op op, M& written, Eigen::Index row) const;
+  void after(Op op, M& written, Eigen::Index row) const {
+    ++calls_[op];
+    if (op == fault_ && written.size() > 0) written(row, 0) += typename M::Scalar(1e-3);
+  }
 
   const KernelBackend& inner_;
   mutable std::array<std::atomic<std::int64_t>, kOps> calls_{};

@@ -17,8 +17,7 @@ TEST_P(KernelBackendCase, CpuBackendMatchesTheOracleAndDoesAllTheDataWork) {
   EXPECT_TRUE(r.pass()) << r.first.tensor << " rank " << r.first.rank << " [" << r.first.index << "]: got "
                         << r.first.got << ", want " << r.first.want;
   EXPECT_GT(r.errors[static_cast<size_t>(Quantity::grad_expert)].compared, 0);
-  for (auto op : {InstrumentedKernels::gather, InstrumentedKernels::scatter_add, InstrumentedKernels::swiglu_forward,
-                  InstrumentedKernels::swiglu_backward})
+  for (auto op : InstrumentedKernels::kEveryOp)
     EXPECT_GT(kernels.calls(op), 0) << "operation " << op << " never reached the backend";
 }
 
@@ -30,8 +29,7 @@ TEST(KernelBackendFault, AFaultInAnyOperationIsCaught) {
   for (const BackendCase& c : kernel_backend_cases()) {
     if (c.name != "alltoall_ep2_etp2" && c.name != "flex_ep4_float") continue;
     ++tried;
-    for (auto op : {InstrumentedKernels::gather, InstrumentedKernels::scatter_add,
-                    InstrumentedKernels::swiglu_forward, InstrumentedKernels::swiglu_backward}) {
+    for (auto op : InstrumentedKernels::kEveryOp) {
       InstrumentedKernels kernels(cpu_kernels());
       kernels.plant_fault(op);
       const CheckProblem p = backend_problem(c, kernels);
