@@ -14,6 +14,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct BackendCase {
 };
 
 std::vector<BackendCase> kernel_backend_cases();
+inline void PrintTo(const BackendCase& c, std::ostream* os) { *os << c.name; }  // gtest: the name, not the bytes
 
 // tiny-v4 (2 layers, the first hash-routed) with the case's change, 8 sequences of 8 tokens with uneven padding;
 // the step runs with `kernels` at the case's precision. Tolerances: DESIGN §3 (double 1e-13 + 1e-9·|ref|, float
