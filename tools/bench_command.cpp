@@ -13,7 +13,9 @@
 #include "distributed/rank_groups.hpp"
 #include "distributed/row_collectives.hpp"
 #include "reference/random_init.hpp"
+#include "tools/bench_timing.hpp"
 #include "tools/commands.hpp"
+#include "tools/expert_bench.hpp"
 #include "tools/layout_options.hpp"
 
 #include <malloc.h>
@@ -35,6 +37,9 @@ struct BenchOptions {
   std::string dispatcher = "all";
   bool fresh_memory = false;
   bool json = false;
+  bool experts_gemm = false;  // time the experts' grouped SwiGLU instead (expert_bench.hpp)
+  int ffn = 256;
+  double peak_gflops = 0;
 };
 
 // A production dispatcher reuses its buffers; ours allocates per stage, so by default the benchmark keeps freed
@@ -46,13 +51,6 @@ void keep_freed_memory() {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double slowest(Communicator& world, double seconds) {
   world.allreduce<double>(std::span<double>(&seconds, 1), ReduceOp::max);
@@ -183,7 +181,19 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
   cmd->add_flag("--fresh-memory", o->fresh_memory, "let freed buffers go back to the OS (page faults included)");
   cmd->add_flag("--json", o->json, "machine-readable output");
+  cmd->add_flag("--experts-gemm", o->experts_gemm,
+                "time one rank's grouped SwiGLU (forward, backward) against a dense Eigen GEMM instead; --experts "
+                "are then its local experts");
+  cmd->add_option("--ffn", o->ffn, "expert FFN width (with --experts-gemm)")->capture_default_str();
+  cmd->add_option("--peak-gflops", o->peak_gflops,
+                  "with --experts-gemm: the CPU's double-precision peak (GFLOP/s, all threads), the named limit");
   cmd->callback([o] {
+    if (o->experts_gemm) {
+      if (o->backend != "inproc") throw std::invalid_argument("--experts-gemm runs on one process; drop --backend");
+      run_expert_bench({o->tokens, o->topk, o->experts, o->hidden, o->ffn, o->repetitions, o->json,
+                        o->peak_gflops}, std::cout);
+      return;
+    }
     if (!o->fresh_memory) keep_freed_memory();
     if (o->topk > o->experts) throw std::invalid_argument("--topk must not exceed --experts");
     std::vector<dist::DispatcherKind> kinds =
