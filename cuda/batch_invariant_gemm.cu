@@ -17,8 +17,9 @@ __global__ void batch_invariant_gemm_kernel(std::int64_t m, std::int64_t n, std:
                                             std::int64_t b_col, D* c, std::int64_t ldc, int beta) {
   __shared__ A a_tile[tile][tile];
   __shared__ A b_tile[tile][tile];
-  const std::int64_t i = std::int64_t(blockIdx.y) * tile + threadIdx.y;
-  const std::int64_t j = std::int64_t(blockIdx.x) * tile + threadIdx.x;
+  // Rows on grid.x (up to 2^31 − 1 tiles), columns on grid.y (65535 tiles: 1M columns, far above any width).
+  const std::int64_t i = std::int64_t(blockIdx.x) * tile + threadIdx.y;
+  const std::int64_t j = std::int64_t(blockIdx.y) * tile + threadIdx.x;
   A acc = 0;
   for (std::int64_t k0 = 0; k0 < k; k0 += tile) {
     const std::int64_t ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
@@ -45,7 +46,7 @@ void batch_invariant_gemm(cudaStream_t stream, Op op_a, Op op_b, std::int64_t m,
   const std::int64_t a_row = op_a == Op::n ? lda : 1, a_col = op_a == Op::n ? 1 : lda;
   const std::int64_t b_row = op_b == Op::n ? ldb : 1, b_col = op_b == Op::n ? 1 : ldb;
   const dim3 block(tile, tile);
-  const dim3 grid(unsigned((n + tile - 1) / tile), unsigned((m + tile - 1) / tile));
+  const dim3 grid(unsigned((m + tile - 1) / tile), unsigned((n + tile - 1) / tile));
   batch_invariant_gemm_kernel<Dev<T>, Acc<T>><<<grid, block, 0, stream>>>(
       m, n, k, reinterpret_cast<const Dev<T>*>(a), a_row, a_col, reinterpret_cast<const Dev<T>*>(b), b_row, b_col,
       reinterpret_cast<Dev<T>*>(c), ldc, beta);

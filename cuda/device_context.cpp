@@ -5,7 +5,9 @@
 namespace moe::cuda {
 
 DeviceContext::DeviceContext(GemmMode mode) : mode_(mode) {
-  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // A blocking stream: it waits for work on the legacy default stream, where DeviceBuffer's blocking uploads and
+  // default zero() run (a pageable cudaMemcpy may return before its DMA lands), so no caller has to order those.
+  MOE_CUDA_CHECK(cudaStreamCreate(&stream_));
   try {
     MOE_CUBLAS_CHECK(cublasCreate(&cublas_));
     MOE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

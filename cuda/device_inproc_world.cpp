@@ -34,6 +34,12 @@ std::unique_ptr<Communicator> HostStagedCommunicator::run_split(const Collective
   return std::make_unique<HostStagedCommunicator>(std::move(host), device_);
 }
 
+std::unique_ptr<Communicator> HostStagedCommunicator::run_subgroup(std::span<const int> ranks) {
+  auto host = host_->subgroup(ranks);
+  if (host == nullptr) return nullptr;
+  return std::make_unique<HostStagedCommunicator>(std::move(host), device_);
+}
+
 void HostStagedCommunicator::send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) {
   MOE_CUDA_CHECK(cudaSetDevice(device_));
   std::vector<std::byte> host(std::size_t(count) * element_size(type));

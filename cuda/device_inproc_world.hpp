@@ -24,6 +24,7 @@ class HostStagedCommunicator final : public Communicator {
 
   void run_collective(const CollectiveCall& call, const void* send, void* recv) override;
   std::unique_ptr<Communicator> run_split(const CollectiveCall& call) override;
+  std::unique_ptr<Communicator> run_subgroup(std::span<const int> ranks) override;  // the lists are host data
   void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) override;
   void recv_bytes(ElementType type, void* data, std::int64_t count, int source, int tag) override;
 

@@ -134,7 +134,7 @@ kernels::GroupedSwigluForward<T> DeviceKernels::swiglu_forward(const Matrix<T>& 
                                                                const Vector<T>& probs,
                                                                const kernels::SwigluOptions& options) const {
   const std::int64_t d = check_swiglu_shapes(x, group_sizes, w, probs);
-  kernels::GroupedSwigluForward<T> out{Matrix<T>(x.rows(), x.cols()), Matrix<T>(x.rows(), 2 * d)};
+  kernels::GroupedSwigluForward<T> out{Matrix<T>::Zero(x.rows(), x.cols()), Matrix<T>::Zero(x.rows(), 2 * d)};
   if (x.size() == 0) return out;
   ++device_calls_;
   const DeviceContext& ctx = context();
@@ -161,7 +161,7 @@ kernels::GroupedSwigluBackward<T> DeviceKernels::swiglu_backward(
   if (pre.rows() != x.rows() || pre.cols() != 2 * d || dy.rows() != x.rows() || dy.cols() != x.cols() ||
       grads.fc1.size() != w.fc1.size() || grads.fc2.size() != w.fc2.size())
     throw std::invalid_argument("DeviceKernels: grouped SwiGLU backward operands do not match the forward");
-  kernels::GroupedSwigluBackward<T> out{Matrix<T>(x.rows(), x.cols()), Vector<T>(x.rows())};
+  kernels::GroupedSwigluBackward<T> out{Matrix<T>::Zero(x.rows(), x.cols()), Vector<T>::Zero(x.rows())};
   if (x.size() == 0) return out;
   ++device_calls_;
   const DeviceContext& ctx = context();

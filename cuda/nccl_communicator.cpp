@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <stdexcept>
@@ -87,7 +88,7 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device) : device
   std::memcpy(&id, words.data(), sizeof id);
   MOE_CUDA_CHECK(cudaSetDevice(device));
   handles_ = std::make_unique<Handles>();
-  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&handles_->stream, cudaStreamNonBlocking));
+  MOE_CUDA_CHECK(cudaStreamCreate(&handles_->stream));
   MOE_NCCL_CHECK(ncclCommInitRank(&handles_->comm, bootstrap.size(), id, bootstrap.rank()));
   rank_ = bootstrap.rank();
   size_ = bootstrap.size();
@@ -96,7 +97,7 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device) : device
 std::unique_ptr<NcclCommunicator> NcclCommunicator::single(int device) {
   MOE_CUDA_CHECK(cudaSetDevice(device));
   auto handles = std::make_unique<Handles>();
-  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&handles->stream, cudaStreamNonBlocking));
+  MOE_CUDA_CHECK(cudaStreamCreate(&handles->stream));
   MOE_NCCL_CHECK(ncclCommInitAll(&handles->comm, 1, &device));
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(handles), device));
 }
@@ -231,8 +232,17 @@ std::unique_ptr<Communicator> NcclCommunicator::run_split(const CollectiveCall& 
   const int color = call.color >= 0 ? int(call.color) : NCCL_SPLIT_NOCOLOR;
   MOE_NCCL_CHECK(ncclCommSplit(handles_->comm, color, int(call.key), &handles->comm, nullptr));
   if (handles->comm == nullptr) return nullptr;  // NCCL_SPLIT_NOCOLOR: this rank joins no group
-  MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&handles->stream, cudaStreamNonBlocking));
+  MOE_CUDA_CHECK(cudaStreamCreate(&handles->stream));
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(handles), device_));
+}
+
+// The host backends exchange the lists to check that they partition the ranks; that exchange needs host buffers,
+// so here only this rank's own list is checked, and split's call check makes the ranks agree on the call itself.
+std::unique_ptr<Communicator> NcclCommunicator::run_subgroup(std::span<const int> ranks) {
+  const auto at = std::find(ranks.begin(), ranks.end(), rank_);
+  if (at == ranks.end())
+    throw std::invalid_argument("subgroup: rank " + std::to_string(rank_) + " is not in the list it passed");
+  return split(*std::min_element(ranks.begin(), ranks.end()), int(at - ranks.begin()));
 }
 
 // The header and the payload are two NCCL messages, posted one after the other like the receiver's two recvs.

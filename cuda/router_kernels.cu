@@ -207,7 +207,7 @@ __global__ void route_backward_kernel(RouterSpec spec, std::int64_t tokens, cons
   for (int e = lane; e < E; e += 32) {
     T g = 0;
     for (int j = 0; j < k; ++j)
-      if (chosen[j] == e) g = dw[j];
+      if (chosen[j] == e) g += dw[j];  // a hash table may name an expert twice: its weights add
     const T s = scores[e];
     if (spec.score == RouterSpec::Score::softmax) {
       grad_logits[e] = s * (g - s_dot_g);

@@ -58,7 +58,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
 
 // Every rank sees every list, so every rank reaches the same verdict; the group is then a split with the smallest
 // member as color and the position in the list as key.
-std::unique_ptr<Communicator> Communicator::subgroup(std::span<const int> ranks) {
+std::unique_ptr<Communicator> Communicator::run_subgroup(std::span<const int> ranks) {
   const std::vector<std::int64_t> mine(ranks.begin(), ranks.end());
   const std::int64_t length = std::int64_t(mine.size());
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(size()));

@@ -143,12 +143,15 @@ class Communicator {
   }
 
   std::unique_ptr<Communicator> split(int color, int key);
-  std::unique_ptr<Communicator> subgroup(std::span<const int> ranks);
+  std::unique_ptr<Communicator> subgroup(std::span<const int> ranks) { return run_subgroup(ranks); }
 
   // Backend interface: what an implementation provides; the typed front-ends above are what callers use.
   // run_collective gets the call of this rank and its buffers (send == recv when call.in_place).
   virtual void run_collective(const CollectiveCall& call, const void* send, void* recv) = 0;
   virtual std::unique_ptr<Communicator> run_split(const CollectiveCall& call) = 0;
+  // The default exchanges every rank's list with allgather(v) on host buffers, checks that the lists form a
+  // partition and splits; a backend whose buffers live elsewhere (device memory) overrides it.
+  virtual std::unique_ptr<Communicator> run_subgroup(std::span<const int> ranks);
   virtual void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) = 0;
   virtual void recv_bytes(ElementType type, void* data, std::int64_t count, int source, int tag) = 0;
 

@@ -8,7 +8,7 @@ namespace {
 
 using namespace testing;
 
-TEST(CudaDeviceInprocWorld, AlltoallvAllreduceAndSplitOnOneGpu) {
+TEST(CudaDeviceInprocWorld, AlltoallvAllreduceSplitAndSubgroupOnOneGpu) {
   MOE_REQUIRE_GPU();
   constexpr int world = 4;
   run_device_ranks(world, 0, [](Communicator& comm) {
@@ -36,6 +36,13 @@ TEST(CudaDeviceInprocWorld, AlltoallvAllreduceAndSplitOnOneGpu) {
     auto d_max = upload(std::vector<std::int32_t>{r});
     half->allreduce<std::int32_t>(d_max.span(), ReduceOp::max);
     EXPECT_EQ(d_max.to_host()[0], r % 2 == 0 ? 2 : 3);
+
+    // subgroup takes host lists (RankGroups builds the process groups with it): pairs {0, 1} and {2, 3}.
+    const std::vector<int> pair = r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+    auto group = comm.subgroup(pair);
+    auto d_pair_max = upload(std::vector<std::int32_t>{r});
+    group->allreduce<std::int32_t>(d_pair_max.span(), ReduceOp::max);
+    EXPECT_EQ(d_pair_max.to_host()[0], r < 2 ? 1 : 3);
   });
 }
 

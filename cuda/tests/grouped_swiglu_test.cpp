@@ -55,9 +55,9 @@ void check_swiglu(GemmMode mode, const Variant& v) {
   DeviceBuffer<T> pre(static_cast<std::size_t>(rows * 2 * d)), y(static_cast<std::size_t>(rows * w)), dx(static_cast<std::size_t>(rows * w));
   DeviceBuffer<T> g1(f1.size()), g2(f2.size());
   DeviceBuffer<Acc<T>> dprob(static_cast<std::size_t>(rows));
-  g1.zero();
-  g2.zero();
-  dprob.zero();
+  g1.zero(ctx.stream());  // accumulated into on ctx's stream
+  g2.zero(ctx.stream());
+  dprob.zero(ctx.stream());
   const DeviceExperts<T> ex{d_f1.data(), d_f2.data(), w, d};
   grouped_swiglu_forward<T>(ctx, d_x.data(), groups, ex, d_p.data(), v.options, pre.data(), y.data());
   grouped_swiglu_backward<T>(ctx, d_x.data(), groups, ex, d_p.data(), v.options, pre.data(), d_dy.data(), dx.data(),

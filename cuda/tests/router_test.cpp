@@ -99,7 +99,7 @@ void check_router(const Case& tc) {
   const Matrix<T> grad_w = grad_logits.transpose() * x;
   const auto d_g = upload(cast<T>(gs));
   DeviceBuffer<T> d_grad_x(static_cast<std::size_t>(n * h)), d_grad_w(static_cast<std::size_t>(E * h));
-  d_grad_w.zero();
+  d_grad_w.zero(ctx.stream());  // accumulated into on ctx's stream
   route_grad<T>(ctx, spec, r, d_x.data(), n, h, d_w.data(), d_g.data(), d_grad_x.data(), d_grad_w.data());
   ctx.synchronize();
   expect_close(d_grad_x.to_host(), std::vector<T>(grad_x.data(), grad_x.data() + grad_x.size()), tolerance<T>(),
