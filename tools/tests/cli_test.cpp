@@ -148,6 +148,17 @@ TEST(CliErrors, KernelsNamesTheChoices) {
   }
 }
 
+// The experts benchmark reports the three phases with positive rates and the named limit it was given.
+TEST(CliBench, ExpertsGemmReportsEveryPhase) {
+  const auto j = run_json("bench --experts-gemm --tokens 64 --topk 2 --experts 4 --hidden 32 --ffn 16 "
+                          "--repetitions 1 --peak-gflops 50");
+  ASSERT_EQ(j["phases"].size(), 3u) << j.dump();
+  for (const auto& p : j["phases"]) EXPECT_GT(p["gflops"].get<double>(), 0.0) << p.dump();
+  EXPECT_EQ(j["rows"].get<int>(), 128);
+  EXPECT_EQ(j["named_peak_gflops"].get<double>(), 50.0);
+  EXPECT_EQ(run("bench --experts-gemm --ffn 0").status, 2);
+}
+
 TEST(CliHelp, EveryCommandHasHelp) {
   for (const char* command : {"groups", "scaling", "volume"}) {
     const auto r = run(std::string(command) + " --help");
