@@ -66,7 +66,7 @@ void run(const StepOptions& o) {
   if (!o.html.empty()) {
     std::ofstream file(o.html);
     if (!file) throw std::runtime_error("cannot write " + o.html);
-    step::write_html(trace, stages, file);
+    step::write_html(trace, stages, o.rank, file);
     if (!file) throw std::runtime_error("writing " + o.html + " failed");
     if (!o.json) std::cout << "wrote " << o.html << " (" << stages.size() << " stages)\n";
   }

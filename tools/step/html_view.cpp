@@ -212,8 +212,8 @@ std::string script_safe(std::string json) {
 
 }  // namespace
 
-void write_html(const Trace& trace, const std::vector<size_t>& stages, std::ostream& out) {
-  out << kHead << script_safe(trace_json(trace, stages, std::nullopt).dump()) << kTail;
+void write_html(const Trace& trace, const std::vector<size_t>& stages, std::optional<int> rank, std::ostream& out) {
+  out << kHead << script_safe(trace_json(trace, stages, rank).dump()) << kTail;
 }
 
 }  // namespace moe::step

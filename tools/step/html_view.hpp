@@ -7,11 +7,13 @@
 
 #include "tools/step/step_trace.hpp"
 
+#include <optional>
 #include <ostream>
 #include <vector>
 
 namespace moe::step {
 
-void write_html(const Trace& trace, const std::vector<size_t>& stages, std::ostream& out);
+// With `rank`, only that rank's column is drawn (arrows then show the rows that stay on it).
+void write_html(const Trace& trace, const std::vector<size_t>& stages, std::optional<int> rank, std::ostream& out);
 
 }  // namespace moe::step

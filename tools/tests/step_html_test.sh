@@ -42,6 +42,9 @@ for d in alltoall allgather flex; do
 done
 "$bin" step --preset tiny-v4 --world 4 --ep 2 --etp 2 --tokens 2 --html "$out/tiny-v4-etp2.html" >/dev/null
 check tiny-v4-etp2 || status=1
+"$bin" step --rank 1 --html "$out/seed-rank1.html" >/dev/null
+check seed-rank1 || status=1
+if grep -q '"rank":0' "$out/seed-rank1.html"; then echo "seed-rank1: --rank 1 page still carries rank 0"; status=1; fi
 
 sed 's/JSON.parse(/JSON.parsee(/' "$out/seed-alltoall.html" >"$out/broken.html"
 if check broken >/dev/null; then echo "negative control: a page with a script error passed the check"; status=1; fi
