@@ -111,21 +111,24 @@ Matrix<T> DeviceKernels::gather(const Matrix<T>& x, const dist::RowIndex& rows) 
 }
 
 template <typename T>
-void DeviceKernels::scatter_add(const Matrix<T>& y, const dist::RowIndex& rows, Matrix<T>& out) const {
-  if (static_cast<Eigen::Index>(rows.size()) != y.rows() || y.cols() != out.cols())
-    throw std::invalid_argument("DeviceKernels::scatter_add_rows: one target row per input row, equal widths");
-  if (y.size() == 0) return;
-  const ScatterPlan plan = make_scatter_plan(rows, out.rows());  // validates the targets
+Matrix<T> DeviceKernels::scatter_add(const Matrix<T>& y, const dist::RowIndex& rows, Eigen::Index out_rows) const {
+  if (static_cast<Eigen::Index>(rows.size()) != y.rows())
+    throw std::invalid_argument("DeviceKernels::scatter_add_rows: one target row per input row");
+  Matrix<T> out = Matrix<T>::Zero(out_rows, y.cols());
+  if (y.size() == 0) return out;
+  const ScatterPlan plan = make_scatter_plan(rows, out_rows);  // validates the targets
   ++device_calls_;
   const DeviceContext& ctx = context();
   const auto d_y = stage(ctx, y.data(), std::size_t(y.size()));
-  auto d_out = stage(ctx, out.data(), std::size_t(out.size()));
   const auto d_offsets = stage(ctx, plan.offsets.data(), plan.offsets.size());
   const auto d_sources = stage(ctx, plan.sources.data(), plan.sources.size());
+  DeviceBuffer<T> d_out(std::size_t(out.size()), ctx.stream());
+  d_out.zero(ctx.stream());
   moe::cuda::scatter_add_rows<T>(ctx.stream(), d_y.data(), y.cols(), d_offsets.data(), d_sources.data(), nullptr,
-                                 out.rows(), d_out.data());
+                                 out_rows, d_out.data());
   unstage(ctx, d_out, out.data());
   ctx.synchronize();
+  return out;
 }
 
 template <typename T>
@@ -191,7 +194,7 @@ kernels::GroupedSwigluBackward<T> DeviceKernels::swiglu_backward(
 // KernelBackendOf (inline, in every user's translation unit) calls these; they are defined only here.
 #define MOE_INSTANTIATE_DEVICE_KERNELS(T)                                                                           \
   template Matrix<T> DeviceKernels::gather<T>(const Matrix<T>&, const dist::RowIndex&) const;                      \
-  template void DeviceKernels::scatter_add<T>(const Matrix<T>&, const dist::RowIndex&, Matrix<T>&) const;          \
+  template Matrix<T> DeviceKernels::scatter_add<T>(const Matrix<T>&, const dist::RowIndex&, Eigen::Index) const;    \
   template kernels::GroupedSwigluForward<T> DeviceKernels::swiglu_forward<T>(                                      \
       const Matrix<T>&, const dist::RowIndex&, const kernels::ExpertShards<T>&, const Vector<T>&,                  \
       const kernels::SwigluOptions&) const;                                                                        \

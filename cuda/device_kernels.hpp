@@ -2,7 +2,8 @@
 // layer and the training step run unchanged; their row moves and grouped SwiGLU run as this backend's kernels on
 // the GPU (token_kernels.hpp, grouped_swiglu.hpp):
 //   gather_rows       → gather_rows kernel (int32 row index)
-//   scatter_add_rows  → scatter_add_rows kernel over a host-built ScatterPlan (same order of accumulation)
+//   scatter_add_rows  → scatter_add_rows kernel into zeroed device rows over a host-built ScatterPlan (same order of
+//                       accumulation as the CPU)
 //   grouped SwiGLU    → cuBLAS per-expert GEMMs (or the batch-invariant GEMM) and the SwiGLU kernels
 // Each call stages its operands: upload on the calling thread's stream, kernels, download, synchronise. So the
 // collectives between calls stay on the host communicators (in-process ranks or MPI), and several in-process
@@ -36,7 +37,7 @@ class DeviceKernels final : public dist::KernelBackendOf<DeviceKernels> {
   template <typename T>
   Matrix<T> gather(const Matrix<T>& x, const dist::RowIndex& rows) const;
   template <typename T>
-  void scatter_add(const Matrix<T>& y, const dist::RowIndex& rows, Matrix<T>& out) const;
+  Matrix<T> scatter_add(const Matrix<T>& y, const dist::RowIndex& rows, Eigen::Index out_rows) const;
   template <typename T>
   kernels::GroupedSwigluForward<T> swiglu_forward(const Matrix<T>& x, const dist::RowIndex& group_sizes,
                                                   const kernels::ExpertShards<T>& w, const Vector<T>& probs,

@@ -46,8 +46,7 @@ ExpertRows<T> AllGatherDispatcher<T>::dispatch(const Matrix<T>& tokens, const Ma
 
 template <typename T>
 Matrix<T> AllGatherDispatcher<T>::combine(const Matrix<T>& expert_out) {
-  Matrix<T> all = Matrix<T>::Zero(total(peer_tokens_), expert_out.cols());
-  kernels_.scatter_add_rows(expert_out, selected_rows_, all);
+  const Matrix<T> all = kernels_.scatter_add_rows(expert_out, selected_rows_, total(peer_tokens_));
   this->observe("scatter_add", all);
   return reduce_scatterv_rows(domain_, all, peer_tokens_);
 }
@@ -62,8 +61,7 @@ Matrix<T> AllGatherDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
 template <typename T>
 void AllGatherDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
                                                Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
-  Matrix<T> all = Matrix<T>::Zero(total(peer_tokens_), grad_rows.cols());
-  kernels_.scatter_add_rows(grad_rows, selected_rows_, all);
+  const Matrix<T> all = kernels_.scatter_add_rows(grad_rows, selected_rows_, total(peer_tokens_));
   this->observe("scatter_add", all);
   grad_tokens = reduce_scatterv_rows(domain_, all, peer_tokens_);
   Matrix<T> all_probs = Matrix<T>::Zero(total(peer_tokens_), num_experts_);

@@ -142,9 +142,7 @@ M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
 template <typename T>
 Matrix<T> AlltoAllDispatcher<T>::combine(const Matrix<T>& expert_out) {
   const Matrix<T> back = to_sources(expert_out);
-  Matrix<T> y = Matrix<T>::Zero(tokens_, expert_out.cols());
-  kernels_.scatter_add_rows(back, permuted_rows_, y);
-  return y;
+  return kernels_.scatter_add_rows(back, permuted_rows_, tokens_);
 }
 
 template <typename T>
@@ -165,8 +163,7 @@ void AlltoAllDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const 
                                               Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
   const Matrix<T> back = to_sources(grad_rows);
   const Matrix<T> back_probs = to_sources(Matrix<T>(grad_row_probs));
-  grad_tokens = Matrix<T>::Zero(tokens_, grad_rows.cols());
-  kernels_.scatter_add_rows(back, permuted_rows_, grad_tokens);
+  grad_tokens = kernels_.scatter_add_rows(back, permuted_rows_, tokens_);
   grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
   for (size_t j = 0; j < permuted_rows_.size(); ++j)
     grad_probs(permuted_rows_[j], permuted_experts_[j]) += back_probs(static_cast<Eigen::Index>(j), 0);

@@ -14,8 +14,10 @@ class CpuKernels final : public KernelBackendOf<CpuKernels> {
     return kernels::gather_rows(x, rows);
   }
   template <typename T>
-  void scatter_add(const Matrix<T>& y, const RowIndex& rows, Matrix<T>& out) const {
+  Matrix<T> scatter_add(const Matrix<T>& y, const RowIndex& rows, Eigen::Index out_rows) const {
+    Matrix<T> out = Matrix<T>::Zero(out_rows, y.cols());
     kernels::scatter_add_rows(y, rows, {}, out);
+    return out;
   }
   template <typename T>
   kernels::GroupedSwigluForward<T> swiglu_forward(const Matrix<T>& x, const RowIndex& group_sizes,

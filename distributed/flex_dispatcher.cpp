@@ -87,14 +87,11 @@ M FlexDispatcher<T>::return_to_sources(const M& received) const {
 template <typename T>
 Matrix<T> FlexDispatcher<T>::combine(const Matrix<T>& expert_out) {
   // One row per received token: the sum over its local experts, then back to the source.
-  Matrix<T> per_token = Matrix<T>::Zero(received_, expert_out.cols());
-  kernels_.scatter_add_rows(expert_out, local_rows_, per_token);
+  const Matrix<T> per_token = kernels_.scatter_add_rows(expert_out, local_rows_, received_);
   this->observe("combine_local", per_token);
   const Matrix<T> back = return_to_sources(per_token);
   this->observe("alltoallv_back", back);
-  Matrix<T> y = Matrix<T>::Zero(tokens_, expert_out.cols());
-  kernels_.scatter_add_rows(back, sent_tokens_, y);
-  return y;
+  return kernels_.scatter_add_rows(back, sent_tokens_, tokens_);
 }
 
 template <typename T>
@@ -110,8 +107,7 @@ template <typename T>
 void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
                                           Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
   const int L = local_experts_;
-  Matrix<T> per_token = Matrix<T>::Zero(received_, grad_rows.cols());
-  kernels_.scatter_add_rows(grad_rows, local_rows_, per_token);
+  const Matrix<T> per_token = kernels_.scatter_add_rows(grad_rows, local_rows_, received_);
   // The probability gradient of expert row r belongs to (its received row, its local expert).
   Matrix<T> per_token_probs = Matrix<T>::Zero(received_, L);
   for (size_t r = 0; r < local_rows_.size(); ++r)
@@ -122,8 +118,7 @@ void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vect
   const Matrix<T> back_probs = return_to_sources(per_token_probs);
   this->observe("alltoallv_back", back);
   this->observe("alltoallv_back", back_probs);
-  grad_tokens = Matrix<T>::Zero(tokens_, grad_rows.cols());
-  kernels_.scatter_add_rows(back, sent_tokens_, grad_tokens);
+  grad_tokens = kernels_.scatter_add_rows(back, sent_tokens_, tokens_);
   grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
   for (size_t j = 0; j < sent_tokens_.size(); ++j)
     grad_probs.row(sent_tokens_[j]).segment(sent_first_expert_[j], L) += back_probs.row(static_cast<Eigen::Index>(j));

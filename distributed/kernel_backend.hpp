@@ -3,7 +3,7 @@
 //
 // The interface is what the dispatchers and the layer compute on token rows:
 //   gather_rows       out[i] = x[rows[i]]                       permute, chunk sort, every row gather
-//   scatter_add_rows  out[rows[i]] += y[i], in increasing i     unpermute, combine, the gathers' backward
+//   scatter_add_rows  out = 0; out[rows[i]] += y[i], i rising   unpermute, combine, the gathers' backward
 //   grouped SwiGLU    forward and backward over the local experts' ETP shards (distributed/grouped_swiglu.hpp)
 // Which rows go where is decided by the caller on the host and passed as index lists; a backend only moves and
 // computes. Data crosses the interface as host matrices, so collectives stay on the host communicators; a device
@@ -31,9 +31,11 @@ class KernelBackend {
   virtual Matrix<double> gather_rows(const Matrix<double>& x, const RowIndex& rows) const = 0;
   virtual Matrix<float> gather_rows(const Matrix<float>& x, const RowIndex& rows) const = 0;
 
-  // `out` has its shape already; every rows[i] lies in [0, out.rows()).
-  virtual void scatter_add_rows(const Matrix<double>& y, const RowIndex& rows, Matrix<double>& out) const = 0;
-  virtual void scatter_add_rows(const Matrix<float>& y, const RowIndex& rows, Matrix<float>& out) const = 0;
+  // A new [out_rows, y.cols()] matrix: zero, plus y[i] added into row rows[i] in increasing i (every caller
+  // starts from zeros, so a device backend need not upload them); every rows[i] lies in [0, out_rows).
+  virtual Matrix<double> scatter_add_rows(const Matrix<double>& y, const RowIndex& rows,
+                                          Eigen::Index out_rows) const = 0;
+  virtual Matrix<float> scatter_add_rows(const Matrix<float>& y, const RowIndex& rows, Eigen::Index out_rows) const = 0;
 
   virtual kernels::GroupedSwigluForward<double> grouped_swiglu_forward(const Matrix<double>& x,
                                                                        const RowIndex& group_sizes,
@@ -58,7 +60,7 @@ class KernelBackend {
 };
 
 // A backend written once for both precisions: Impl provides one member template per operation,
-//   gather<T>(x, rows), scatter_add<T>(y, rows, out), swiglu_forward<T>(x, group_sizes, w, probs, options),
+//   gather<T>(x, rows), scatter_add<T>(y, rows, out_rows), swiglu_forward<T>(x, group_sizes, w, probs, options),
 //   swiglu_backward<T>(x, group_sizes, w, probs, options, pre, dy, grads),
 // and this class turns them into the interface's double and float overloads (make it a friend if they are
 // private).
@@ -70,11 +72,11 @@ class KernelBackendOf : public KernelBackend {
   }
   Matrix<float> gather_rows(const Matrix<float>& x, const RowIndex& rows) const final { return impl().gather(x, rows); }
 
-  void scatter_add_rows(const Matrix<double>& y, const RowIndex& rows, Matrix<double>& out) const final {
-    impl().scatter_add(y, rows, out);
+  Matrix<double> scatter_add_rows(const Matrix<double>& y, const RowIndex& rows, Eigen::Index out_rows) const final {
+    return impl().scatter_add(y, rows, out_rows);
   }
-  void scatter_add_rows(const Matrix<float>& y, const RowIndex& rows, Matrix<float>& out) const final {
-    impl().scatter_add(y, rows, out);
+  Matrix<float> scatter_add_rows(const Matrix<float>& y, const RowIndex& rows, Eigen::Index out_rows) const final {
+    return impl().scatter_add(y, rows, out_rows);
   }
 
   kernels::GroupedSwigluForward<double> grouped_swiglu_forward(const Matrix<double>& x, const RowIndex& group_sizes,

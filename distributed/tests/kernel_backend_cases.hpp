@@ -56,9 +56,10 @@ class InstrumentedKernels final : public KernelBackendOf<InstrumentedKernels> {
     return out;
   }
   template <typename T>
-  void scatter_add(const Matrix<T>& y, const RowIndex& rows, Matrix<T>& out) const {
-    inner_.scatter_add_rows(y, rows, out);
+  Matrix<T> scatter_add(const Matrix<T>& y, const RowIndex& rows, Eigen::Index out_rows) const {
+    auto out = inner_.scatter_add_rows(y, rows, out_rows);
     after(scatter_add_op, out, rows.empty() ? 0 : rows[0]);
+    return out;
   }
   template <typename T>
   kernels::GroupedSwigluForward<T> swiglu_forward(const Matrix<T>& x, const RowIndex& group_sizes,
