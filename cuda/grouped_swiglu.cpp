@@ -18,6 +18,24 @@ std::int64_t total_rows(std::span<const std::int64_t> group_sizes) {
 
 SwigluClamp clamp_of(const kernels::SwigluOptions& o) { return {o.clamp.has_value(), o.clamp.value_or(0.0)}; }
 
+// body(e, begin, n) for every expert e with n > 0 rows from row `begin`, in expert order (the GEMMs of one group).
+template <typename Body>
+void for_each_group(std::span<const std::int64_t> sizes, Body&& body) {
+  std::int64_t begin = 0;
+  for (std::size_t e = 0; e < sizes.size(); begin += sizes[e], ++e)
+    if (sizes[e] > 0) body(std::int64_t(e), begin, sizes[e]);
+}
+
+// What fc1 multiplies: x, or p ⊙ x (written into `storage`) when the probabilities go on the input.
+template <typename T>
+const T* fc1_input(cudaStream_t s, std::int64_t rows, std::int64_t w, const T* x, const Acc<T>* probs,
+                   const kernels::SwigluOptions& options, DeviceBuffer<T>& storage) {
+  if (!options.probs_on_input) return x;
+  storage = DeviceBuffer<T>(std::size_t(rows * w), s);
+  scale_rows<T>(s, rows, w, x, probs, storage.data());
+  return storage.data();
+}
+
 }  // namespace
 
 template <typename T>
@@ -26,30 +44,19 @@ void grouped_swiglu_forward(const DeviceContext& ctx, const T* x, std::span<cons
                             T* pre, T* y) {
   const std::int64_t rows = total_rows(group_sizes), w = ex.width, d = ex.ffn;
   const cudaStream_t s = ctx.stream();
-  DeviceBuffer<T> scaled_x(options.probs_on_input ? std::size_t(rows * w) : 0, s);
-  const T* in = x;
-  if (options.probs_on_input) {
-    scale_rows<T>(s, rows, w, x, probs, scaled_x.data());
-    in = scaled_x.data();
-  }
-  std::int64_t begin = 0;
-  for (std::size_t e = 0; e < group_sizes.size(); begin += group_sizes[e], ++e) {
-    const std::int64_t n = group_sizes[e];
-    if (n == 0) continue;
+  DeviceBuffer<T> scaled_x;
+  const T* in = fc1_input(s, rows, w, x, probs, options, scaled_x);
+  for_each_group(group_sizes, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
     // pre_e [n, 2d] = in_e · fc1_eᵀ
-    gemm<T>(ctx, Op::n, Op::t, n, 2 * d, w, in + begin * w, w, ex.fc1 + std::int64_t(e) * 2 * d * w, w,
-            pre + begin * 2 * d, 2 * d, 0);
-  }
+    gemm<T>(ctx, Op::n, Op::t, n, 2 * d, w, in + begin * w, w, ex.fc1 + e * 2 * d * w, w, pre + begin * 2 * d, 2 * d,
+            0);
+  });
   DeviceBuffer<T> h(std::size_t(rows * d), s);
   swiglu_activation<T>(s, rows, d, pre, options.probs_on_input ? nullptr : probs, clamp_of(options), h.data());
-  begin = 0;
-  for (std::size_t e = 0; e < group_sizes.size(); begin += group_sizes[e], ++e) {
-    const std::int64_t n = group_sizes[e];
-    if (n == 0) continue;
+  for_each_group(group_sizes, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
     // y_e [n, w] = h_e · fc2_eᵀ
-    gemm<T>(ctx, Op::n, Op::t, n, w, d, h.data() + begin * d, d, ex.fc2 + std::int64_t(e) * w * d, d, y + begin * w,
-            w, 0);
-  }
+    gemm<T>(ctx, Op::n, Op::t, n, w, d, h.data() + begin * d, d, ex.fc2 + e * w * d, d, y + begin * w, w, 0);
+  });
 }
 
 template <typename T>
@@ -60,34 +67,22 @@ void grouped_swiglu_backward(const DeviceContext& ctx, const T* x, std::span<con
   const cudaStream_t s = ctx.stream();
   const bool on_input = options.probs_on_input;
   DeviceBuffer<T> g_h(std::size_t(rows * d), s), g_pre(std::size_t(rows * 2 * d), s), act(std::size_t(rows * d), s);
-  DeviceBuffer<T> scaled_x(on_input ? std::size_t(rows * w) : 0, s);
-  const T* in = x;
-  if (on_input) {
-    scale_rows<T>(s, rows, w, x, probs, scaled_x.data());
-    in = scaled_x.data();
-  }
-  std::int64_t begin = 0;
-  for (std::size_t e = 0; e < group_sizes.size(); begin += group_sizes[e], ++e) {
-    const std::int64_t n = group_sizes[e];
-    if (n == 0) continue;
+  DeviceBuffer<T> scaled_x;
+  const T* in = fc1_input(s, rows, w, x, probs, options, scaled_x);
+  for_each_group(group_sizes, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
     // g_h_e [n, d] = dy_e · fc2_e
-    gemm<T>(ctx, Op::n, Op::n, n, d, w, dy + begin * w, w, ex.fc2 + std::int64_t(e) * w * d, d, g_h.data() + begin * d,
-            d, 0);
-  }
+    gemm<T>(ctx, Op::n, Op::n, n, d, w, dy + begin * w, w, ex.fc2 + e * w * d, d, g_h.data() + begin * d, d, 0);
+  });
   swiglu_activation_backward<T>(s, rows, d, pre, on_input ? nullptr : probs, clamp_of(options), g_h.data(),
                                 g_pre.data(), act.data(), on_input ? nullptr : dprob);
-  begin = 0;
-  for (std::size_t e = 0; e < group_sizes.size(); begin += group_sizes[e], ++e) {
-    const std::int64_t n = group_sizes[e];
-    if (n == 0) continue;
-    const auto ei = std::int64_t(e);
+  for_each_group(group_sizes, [&](std::int64_t ei, std::int64_t begin, std::int64_t n) {
     // grad_fc2_e [w, d] += dy_eᵀ · act_e;  g_in_e [n, w] = g_pre_e · fc1_e;  grad_fc1_e [2d, w] += g_pre_eᵀ · in_e
     gemm<T>(ctx, Op::t, Op::n, w, d, n, dy + begin * w, w, act.data() + begin * d, d, grad_fc2 + ei * w * d, d, 1);
     gemm<T>(ctx, Op::n, Op::n, n, w, 2 * d, g_pre.data() + begin * 2 * d, 2 * d, ex.fc1 + ei * 2 * d * w, w,
             dx + begin * w, w, 0);
     gemm<T>(ctx, Op::t, Op::n, 2 * d, w, n, g_pre.data() + begin * 2 * d, 2 * d, in + begin * w, w,
             grad_fc1 + ei * 2 * d * w, w, 1);
-  }
+  });
   if (on_input) {
     // The probability scaled the input: dprob = ⟨g_in, x⟩, dx = p ⊙ g_in (dx holds g_in until here).
     row_dot<T>(s, rows, w, dx, x, dprob);

@@ -14,6 +14,19 @@ std::vector<std::int64_t> group_starts(const std::vector<std::int64_t>& sizes, E
   return start;
 }
 
+// body(e, begin, n) for every local expert e with n > 0 rows from row `begin`, experts in parallel: each writes only
+// its own rows and its own weight gradients.
+template <typename Body>
+void for_each_group(const std::vector<std::int64_t>& sizes, Eigen::Index rows, Body&& body) {
+  const auto start = group_starts(sizes, rows);
+  const auto experts = static_cast<std::int64_t>(sizes.size());
+#pragma omp parallel for schedule(dynamic)
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const auto ei = static_cast<size_t>(e);
+    if (sizes[ei] > 0) body(ei, Eigen::Index(start[ei]), Eigen::Index(sizes[ei]));
+  }
+}
+
 // The activation of a block of pre-activations, whole arrays at a time.
 template <typename T>
 struct Activation {
@@ -45,16 +58,10 @@ template <typename T>
 GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::vector<std::int64_t>& group_sizes,
                                                const ExpertShards<T>& w, const Vector<T>& probs,
                                                const SwigluOptions& options) {
-  const auto start = group_starts(group_sizes, x.rows());
   const Eigen::Index d2 = w.fc1.empty() ? 0 : w.fc1.front().rows();
   GroupedSwigluForward<T> f{Matrix<T>::Zero(x.rows(), w.fc2.empty() ? x.cols() : w.fc2.front().rows()),
                             Matrix<T>(x.rows(), d2)};
-  const auto experts = static_cast<std::int64_t>(group_sizes.size());
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t e = 0; e < experts; ++e) {
-    const auto ei = static_cast<size_t>(e);
-    const Eigen::Index begin = start[ei], n = group_sizes[ei];
-    if (n == 0) continue;
+  for_each_group(group_sizes, x.rows(), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
     const auto p = probs.segment(begin, n).array();
     if (options.probs_on_input)
       f.pre.middleRows(begin, n).noalias() =
@@ -68,7 +75,7 @@ GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::ve
     if (!options.probs_on_input) h.array().colwise() *= p;
 #endif
     f.y.middleRows(begin, n).noalias() = h * w.fc2[ei].transpose();
-  }
+  });
   return f;
 }
 
@@ -77,14 +84,8 @@ GroupedSwigluBackward<T> grouped_swiglu_backward(const Matrix<T>& x, const std::
                                                  const ExpertShards<T>& w, const Vector<T>& probs,
                                                  const SwigluOptions& options, const Matrix<T>& pre,
                                                  const Matrix<T>& dy, ExpertShards<T>& grads) {
-  const auto start = group_starts(group_sizes, x.rows());
   GroupedSwigluBackward<T> b{Matrix<T>::Zero(x.rows(), x.cols()), Vector<T>::Zero(x.rows())};
-  const auto experts = static_cast<std::int64_t>(group_sizes.size());
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t e = 0; e < experts; ++e) {
-    const auto ei = static_cast<size_t>(e);
-    const Eigen::Index begin = start[ei], n = group_sizes[ei];
-    if (n == 0) continue;
+  for_each_group(group_sizes, x.rows(), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
     const auto p = probs.segment(begin, n).array();
     const Activation<T> a(pre.middleRows(begin, n), options);
     const Matrix<T> act = a.act().matrix();
@@ -113,7 +114,7 @@ GroupedSwigluBackward<T> grouped_swiglu_backward(const Matrix<T>& x, const std::
       grads.fc1[ei].noalias() += g_pre.transpose() * x.middleRows(begin, n);
       b.dx.middleRows(begin, n) = g_in;
     }
-  }
+  });
   return b;
 }
 
