@@ -8,6 +8,7 @@
 
 #include "distributed/differential_check.hpp"
 #include "distributed/inproc_world.hpp"
+#include "reference/tests/expect_error.hpp"
 
 namespace moe::dist {
 namespace {
@@ -130,12 +131,7 @@ fs::path write_checkpoint(const RunProblem& p, const std::string& name) {
 }
 
 void expect_refused(const fs::path& dir, const ModelConfig& config, const std::string& fragment) {
-  try {
-    (void)load_checkpoint(dir.string(), config);
-    FAIL() << "loaded a checkpoint that should be refused (" << fragment << ")";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
+  test::expect_error<std::runtime_error>(fragment, [&] { (void)load_checkpoint(dir.string(), config); });
 }
 
 TEST(Checkpoint, RefusesCorruptOrMismatchedCheckpoints) {

@@ -3,6 +3,7 @@
 #include "golden/case_compare.hpp"
 #include "golden/case_json.hpp"
 #include "golden/golden_case.hpp"
+#include "reference/tests/expect_error.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -30,12 +31,7 @@ json case_json(const json& config) {
 
 template <typename F>
 void expect_error(F&& f, const std::string& fragment) {
-  try {
-    f();
-    FAIL() << "accepted input that should fail with: " << fragment;
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
+  test::expect_error<std::exception>(fragment, f);
 }
 
 // A private folder under the temp directory, removed when the test ends.
