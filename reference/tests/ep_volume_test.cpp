@@ -1,5 +1,6 @@
 #include "reference/ep_volume.hpp"
 #include "reference/tests/expect_error.hpp"
+#include "reference/tests/seed_layout.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,14 +13,7 @@ namespace {
 constexpr double MiB = 1024.0 * 1024.0;
 constexpr double GiB = 1024.0 * MiB;
 
-ParallelLayout seed_layout() {
-  ParallelLayout l;
-  l.world = 1024;
-  l.pp = 8;
-  l.cp = 2;
-  l.ep = 64;
-  return l;
-}
+using test::seed_layout;
 
 // Seed 000 ("一轮 V4 的数据量"): one microbatch is a packed sequence of 8192 tokens with batch size 1, split by CP2,
 // so each rank has n = 8192/2 = 4096 rows (TP1). V4-Pro: h = 7168, E = 384, k = 6, d = 3072.

@@ -1,5 +1,6 @@
 #include "reference/parallel_layout.hpp"
 #include "reference/tests/expect_error.hpp"
+#include "reference/tests/seed_layout.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,15 +10,7 @@
 namespace moe {
 namespace {
 
-// The seed's 1024-GPU layout (000, "一个分组算例"): N = 1024, PP8, TP1, CP2, EP64, ETP1.
-ParallelLayout seed_layout() {
-  ParallelLayout l;
-  l.world = 1024;
-  l.pp = 8;
-  l.cp = 2;
-  l.ep = 64;
-  return l;
-}
+using test::seed_layout;
 
 void expect_rule(const ParallelLayout& l, const std::string& fragment) {
   const std::string what = test::expect_error(fragment, [&] { l.validate(); });

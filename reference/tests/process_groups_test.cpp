@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "reference/presets.hpp"
+#include "reference/tests/seed_layout.hpp"
 
 namespace moe {
 namespace {
@@ -17,7 +18,7 @@ using Groups = std::vector<std::vector<int>>;
 // Seed 000: N = 1024, PP8, TP1, CP2, EP64, ETP1 with V4-Pro's 384 routed experts.
 class SeedLayout : public ::testing::Test {
  protected:
-  ProcessGroups groups{ParallelLayout{.world = 1024, .cp = 2, .pp = 8, .ep = 64}};
+  ProcessGroups groups{test::seed_layout()};
   int num_experts = layer_preset("v4-pro").config.num_experts;
 };
 

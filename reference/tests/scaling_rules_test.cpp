@@ -1,4 +1,5 @@
 #include "reference/scaling_rules.hpp"
+#include "reference/tests/seed_layout.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +14,7 @@ namespace {
 // Seed 000 ("为什么不能直接除 EDP"): |DP×CP| = 64·2 = 128, |EDP| = 2.
 class SeedScaling : public ::testing::Test {
  protected:
-  GroupSizes sizes = group_sizes(ProcessGroups(ParallelLayout{.world = 1024, .cp = 2, .pp = 8, .ep = 64}));
+  GroupSizes sizes = group_sizes(ProcessGroups(test::seed_layout()));
 };
 
 TEST_F(SeedScaling, GroupSizesComeFromTheGroups) {
@@ -79,7 +80,7 @@ TEST_F(SeedScaling, SequenceParallelParamsAlsoSumOverTp) {
 
 // Aux and z backward scale: cp/m = 2/64 with B = 4096, b = 1 (m = 64); per-token: n_local · |tp_cp| = n_local · 2.
 TEST_F(SeedScaling, AuxAndZLossBackwardScales) {
-  const int m = num_microbatches(ParallelLayout{.world = 1024, .cp = 2, .pp = 8, .ep = 64}, 4096, 1);
+  const int m = num_microbatches(test::seed_layout(), 4096, 1);
   const auto rows = loss_scale_table(LossMode::sum, sizes, m);
   ASSERT_EQ(rows.size(), 2u);
   for (const auto& r : rows) {
@@ -103,7 +104,7 @@ TEST(ScalingRules, SumAndAvgAgreeOnEveryLayout) {
        {ParallelLayout{.world = 16, .tp = 2, .pp = 2, .ep = 4},
         ParallelLayout{.world = 48, .tp = 2, .cp = 3, .pp = 2, .ep = 4, .etp = 2},
         ParallelLayout{.world = 32, .cp = 2, .pp = 2, .ep = 8, .etp = 2},
-        ParallelLayout{.world = 1024, .cp = 2, .pp = 8, .ep = 64}, ParallelLayout{.world = 8, .ep = 8}}) {
+        test::seed_layout(), ParallelLayout{.world = 8, .ep = 8}}) {
     const auto sizes = group_sizes(ProcessGroups(l));
     for (LossMode m : {LossMode::sum, LossMode::avg})
       for (const auto& r : grad_sync_table(m, sizes, false))
