@@ -1,7 +1,6 @@
 #include "distributed/allgather_dispatcher.hpp"
 
 #include "distributed/row_collectives.hpp"
-#include "distributed/token_kernels.hpp"
 
 namespace moe::dist {
 

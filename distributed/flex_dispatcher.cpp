@@ -1,7 +1,6 @@
 #include "distributed/flex_dispatcher.hpp"
 
 #include "distributed/row_collectives.hpp"
-#include "distributed/token_kernels.hpp"
 
 #include <span>
 
