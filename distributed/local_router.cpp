@@ -143,16 +143,25 @@ LocalRouting<T> route_local(const MoeConfig& c, const Matrix<T>& x, const Matrix
   if (c.capacity_factor) apply_capacity(c, r);
 #endif
 
+  c.check_padding_supported(std::find(in.padding_mask.begin(), in.padding_mask.end(), true) != in.padding_mask.end());
+  // Real assignments of valid tokens; with bias-counts-padded-slots (Megatron) the padded slots count too.
+#if MOE_SEEDED_BUG == MOE_BUG_BIAS_COUNTS_SLOTS_IGNORED
+  const BoolMatrix counted = false
+#else
+  const BoolMatrix counted = c.semantics.has(Deviation::bias_counts_padded_slots)
+#endif
+                                 ? r.routing_map
+                                 : BoolMatrix(r.routing_map.array() && !r.padded.array());
   r.assignments.assign(static_cast<size_t>(E), 0);
   for (Eigen::Index t = 0; t < n; ++t) {
 #if MOE_SEEDED_BUG == MOE_BUG_PADDING_MASK_WRONG_AXIS
     // The [n] mask lined up with the expert axis: expert e skipped where token e is padded, for every token.
     for (int e = 0; e < E; ++e)
       if (static_cast<size_t>(e) >= in.padding_mask.size() || !in.padding_mask[static_cast<size_t>(e)])
-        r.assignments[static_cast<size_t>(e)] += r.routing_map(t, e) && !r.padded(t, e);
+        r.assignments[static_cast<size_t>(e)] += counted(t, e);
 #else
     if (!in.padding_mask.empty() && in.padding_mask[static_cast<size_t>(t)]) continue;
-    for (int e = 0; e < E; ++e) r.assignments[static_cast<size_t>(e)] += r.routing_map(t, e) && !r.padded(t, e);
+    for (int e = 0; e < E; ++e) r.assignments[static_cast<size_t>(e)] += counted(t, e);
 #endif
   }
 #if MOE_SEEDED_BUG == MOE_BUG_BIAS_COUNTS_BEFORE_DROPPING

@@ -7,12 +7,12 @@ namespace {
 
 template <typename T>
 kernels::SwigluOptions routed_options(const MoeConfig& c) {
-  return {c.swiglu_clamp, c.apply_probs_on_input};
+  return {c.routed_clamp(), c.apply_probs_on_input};
 }
 
 template <typename T>
 kernels::SwigluOptions shared_options(const MoeConfig& c) {
-  return {c.shared_expert_clamp ? c.swiglu_clamp : std::nullopt, false};
+  return {c.shared_clamp(), false};
 }
 
 template <typename T>

@@ -43,3 +43,8 @@
 // train_step.cpp — the data path
 #define MOE_BUG_HASH_IDS_NOT_TRANSPOSED 17      // input_ids [B, S] read in row order for [S, B] rows (the
                                                 // transpose Megatron's hash routing does with input_ids.T)
+// Megatron-profile paths (reference/semantics.hpp): a profile's rule implemented wrongly
+#define MOE_BUG_CE_PER_CP_RANK_MICROBATCH_COUNT 18  // loss_weights.cpp: ce-per-cp-rank divides by N_mb, not N_c
+#define MOE_BUG_Z_LOCAL_MEAN_NOT_SPLIT 19       // router_statistics.cpp: z-loss-local-mean without the 1/|tp_cp|
+#define MOE_BUG_SEQ_AUX_OWN_LENGTH 20           // router_statistics.cpp: seq-aux-mean-length ignored
+#define MOE_BUG_BIAS_COUNTS_SLOTS_IGNORED 21    // local_router.cpp: bias-counts-padded-slots ignored

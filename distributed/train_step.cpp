@@ -73,6 +73,7 @@ class StageRunner {
       : c_(c), shard_(shard), batch_(batch), groups_(groups), comms_(comms), options_(options), grads_(grads) {
     const ParallelLayout& l = groups.layout();
     m_ = num_microbatches(l, batch.size, options.micro_batch);
+    sizes_ = group_sizes(groups);
     dp_rank_ = groups.rank_in(GroupKind::dp, comms.rank);
     source_ = groups.rank_in(GroupKind::cp, comms.rank) * l.tp + groups.rank_in(GroupKind::tp, comms.rank);
     stage_ = groups.rank_in(GroupKind::pp, comms.rank);
@@ -89,9 +90,22 @@ class StageRunner {
     InFlight<T>& f = in_flight_[i];
     const TokenBatch tb = microbatch(batch_, groups_.layout(), options_.micro_batch, dp_rank_, i);
     f.batch = local_batch(tb, tb.partition[static_cast<size_t>(source_)]);
-    const double n_mb = all_sum(*comms_.tp_cp, static_cast<double>(f.batch.valid));
-    const double n_step = all_sum(*comms_.tp_dp_cp, static_cast<double>(f.batch.valid));
-    f.weights = loss_weights(c_, options_.mode, groups_.layout(), m_, n_mb, n_step);
+    // CE counts the loss mask; the router's terms count what the router sees (every row under
+    // router-counts-padding, which hands the router no padding mask).
+    const bool router_counts_padding = c_.semantics().has(Deviation::router_counts_padding);
+    const auto count = [&](double local) {
+      TokenCounts n;
+      n.local = local;
+      n.microbatch = all_sum(*comms_.tp_cp, local);
+      n.cp_rank = all_sum(*comms_.tp, local);
+      n.step = all_sum(*comms_.tp_dp_cp, local);
+      return n;
+    };
+    const TokenCounts loss_counts = count(static_cast<double>(f.batch.valid));
+    const TokenCounts router_counts =
+        router_counts_padding ? count(static_cast<double>(f.batch.ids.size())) : loss_counts;
+    f.weights = loss_weights(c_, options_.mode, sizes_, m_, loss_counts, router_counts);
+    const std::vector<bool> router_padding = router_counts_padding ? std::vector<bool>() : f.batch.padded;
     if (shard_.first_stage) local_valid_ += static_cast<double>(f.batch.valid);
 
     const Eigen::Index n = f.batch.ids.size();
@@ -106,8 +120,8 @@ class StageRunner {
       f.block_in.push_back(hidden);
       f.layers.push_back(std::make_unique<MoeLayerRank<T>>(c_.layer_config(global_layer), shard_.layers[li], comms_,
                                                             options_.dispatcher, *options_.kernels));
-      const RouterInputs router{f.batch.ids, f.batch.padded};
-      const LocalTokens tokens{f.batch.padded, f.batch.sequence, options_.micro_batch};
+      const RouterInputs router{f.batch.ids, router_padding};
+      const LocalTokens tokens{router_padding, f.batch.sequence, options_.micro_batch};
       hidden += f.layers.back()->forward(rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps), router, tokens,
                                          global_aux_[li]);
       objective_share_ += f.weights.aux * static_cast<double>(f.layers.back()->aux_share()) +
@@ -160,6 +174,7 @@ class StageRunner {
   const RankGroups& comms_;
   const StepOptions& options_;
   ModelShard<T>& grads_;
+  GroupSizes sizes_;
   int m_ = 0, dp_rank_ = 0, source_ = 0, stage_ = 0;
   std::map<int, InFlight<T>> in_flight_;
   std::vector<GlobalAuxCounts> global_aux_;
@@ -192,8 +207,9 @@ StageResult run_stage(const ModelConfig& c, const ModelShard<T>& shard, const Gl
 
 }  // namespace
 
-RankStep train_step(const ModelConfig& c, const ModelShard<double>& shard, const GlobalBatch& batch,
+RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, const GlobalBatch& batch,
                     const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options) {
+  const ModelConfig c = model.in_mode(options.mode);  // the deviations in effect under this loss mode
   const ParallelLayout& l = groups.layout();
   const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
   RankStep out;

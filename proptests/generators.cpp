@@ -75,9 +75,13 @@ void capacity(MoeConfig& c, const ScenarioShape& shape) {
   c.pad_to_capacity = *rc::gen::arbitrary<bool>();
 }
 
-void losses(MoeConfig& c) {
-  c.aux_loss_type = weighted<AuxLossType>(
-      {{2, AuxLossType::none}, {1, AuxLossType::aux}, {1, AuxLossType::seq_aux}, {1, AuxLossType::global_aux}});
+void losses(MoeConfig& c, const ScenarioShape& shape) {
+  // Megatron's seq_aux rule shows only with micro-batch ≥ 2 and padding: draw it more often there.
+  const int seq_aux = shape.megatron ? 3 : 1;
+  c.aux_loss_type = weighted<AuxLossType>({{2, AuxLossType::none},
+                                           {1, AuxLossType::aux},
+                                           {seq_aux, AuxLossType::seq_aux},
+                                           {1, AuxLossType::global_aux}});
   c.aux_loss_coeff = c.aux_loss_type == AuxLossType::none ? 0.0 : 0.1;
   c.z_loss_coeff = *element(0.0, 0.01);
 }
@@ -103,25 +107,36 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     router(c, shape);
     experts(c, l.tp);
     capacity(c, shape);
-    losses(c);
+    losses(c, shape);
 
     s.config.num_layers = *element(1, 2);
     s.config.n_hash_layers = shape.hash_layers ? *inRange(1, s.config.num_layers + 1)
                                                : std::min(s.config.num_layers,
                                                           weighted<int>({{3, 0}, {1, 1}}));
     s.config.vocab = *element(16, 8);
+    if (shape.megatron) {
+      // The profiles as a training script runs them, and as a loop that hands the router its padding mask (not
+      // for 0.19 with a bias update: megatron-core 0.19.2 raises there, bias-counts-mask-broadcast).
+      // The API-user variant first: small draws favour it, and it shows the most rules (its router sees padding).
+      std::vector<std::string> profiles{"megatron-main,-router-counts-padding", "megatron-core-0.19", "megatron-main"};
+      if (!c.bias_update_rate) profiles.push_back("megatron-core-0.19,-router-counts-padding");
+      c.semantics = Semantics::parse(pick(profiles));
+      if (*rc::gen::arbitrary<bool>()) c.semantics = c.semantics.with(Deviation::fused_swiglu_ignores_clamp, true);
+    }
     s.config.validate();
 
     s.options.dispatcher = shape.dispatcher ? *shape.dispatcher
                                             : *element(dist::DispatcherKind::alltoall, dist::DispatcherKind::allgather,
                                                        dist::DispatcherKind::flex);
     s.options.mode = shape.mode ? *shape.mode : *element(LossMode::sum, LossMode::avg, LossMode::per_token);
-    s.options.micro_batch = shape.hash_layers ? *element(2, 3) : weighted<int>({{3, 1}, {2, 2}});
+    s.options.micro_batch = shape.hash_layers ? *element(2, 3)
+                            : shape.megatron  ? weighted<int>({{1, 1}, {2, 2}})
+                                              : weighted<int>({{3, 1}, {2, 2}});
     const int m = weighted<int>({{3, 1}, {2, 2}});
     s.sequences = s.options.micro_batch * dp * m;
     s.seq = (l.cp > 1 ? 2 * l.cp * l.tp : l.tp) * weighted<int>({{3, 1}, {2, 2}, {1, 3}});
 
-    if (!shape.no_padding && weighted<bool>({{2, false}, {1, true}})) {
+    if (!shape.no_padding && (shape.megatron || weighted<bool>({{2, false}, {1, true}}))) {
       for (int b = 0; b < s.sequences; ++b) s.padded.push_back(weighted<int>({{1, 0}, {1, 1}, {1, s.seq}}));
       if (s.valid_tokens() == 0) s.padded[0] = 0;  // per-token loss needs a valid token
     }

@@ -23,6 +23,8 @@ struct ScenarioShape {
   bool no_padding = false;                     // every token valid
   bool hash_layers = false;                    // at least one hash layer, micro batch > 1
   bool bias_update = false;                    // sigmoid/sqrtsoftplus with expert bias and its update
+  bool megatron = false;                       // a Megatron semantics profile (or its API-user variant, whose
+                                               // router sees the padding mask), with padding
 };
 
 // One of `options`, chosen with probability ∝ its weight, shrinking toward the first option (RapidCheck's

@@ -65,6 +65,7 @@ std::string describe(const Scenario& s) {
     for (size_t i = 0; i < s.padded.size(); ++i) os << (i ? "," : "") << s.padded[i];
     os << "]";
   }
+  if (!c.semantics.intended()) os << " semantics=" << c.semantics.spec();
   os << " seeds=" << s.param_seed << "/" << s.batch_seed;
   return os.str();
 }

@@ -22,6 +22,10 @@ set(MOE_SEEDED_BUGS
   "z_loss_local_tokens            15 router_statistics.cpp   TrainStep.MatchesGlobalStepOracle"
   "seq_aux_not_averaged           16 router_statistics.cpp   TrainStep.CapacityMatchesOracleOnPartition"
   "hash_ids_not_transposed        17 train_step.cpp          TrainStep.HashRoutingAlignment"
+  "ce_per_cp_rank_microbatch_count 18 loss_weights.cpp       TrainStep.MegatronProfileMatchesOracle"
+  "z_local_mean_not_split         19 router_statistics.cpp   TrainStep.MegatronProfileMatchesOracle"
+  "seq_aux_own_length             20 router_statistics.cpp   TrainStep.MegatronProfileMatchesOracle"
+  "bias_counts_slots_ignored      21 local_router.cpp        TrainStep.MegatronProfileMatchesOracle"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

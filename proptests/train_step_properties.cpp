@@ -35,6 +35,19 @@ MOE_PROPERTY(TrainStep, MatchesGlobalStepOracle, 150, ()) {
   require_oracle_match(p, dist::oracle_step(p), "the step");
 }
 
+// Under a Megatron profile, with padding, the parallel system reproduces that version's numbers: the same
+// deviations on both sides (CE per CP rank, local z mean, the shared seq_aux T, per-token aux × local tokens,
+// global_aux averaged over dp, padded slots in the bias counts, clamps, the router counting padding).
+MOE_PROPERTY(TrainStep, MegatronProfileMatchesOracle, 150, ()) {
+  ScenarioShape shape;
+  shape.megatron = true;
+  const Scenario s = *scenarios(shape);
+  tag(s);
+  RC_TAG(s.config.layer.semantics.spec());
+  const dist::CheckProblem p = make_problem(s);
+  require_oracle_match(p, dist::oracle_step(p), "the step under " + s.config.layer.semantics.spec());
+}
+
 // SUM and AVG synchronise the same objective; without padding the per-token objective is the same function
 // too (every microbatch has N/(dp·m) valid tokens). All three must give the SUM oracle's numbers.
 MOE_PROPERTY(TrainStep, SumEqualsAvgEqualsPerToken, 60, ()) {

@@ -60,6 +60,23 @@ void MoeConfig::validate() const {
   }
 }
 
+void MoeConfig::check_padding_supported(bool any_padded) const {
+  if (any_padded && bias_update_rate && semantics.has(Deviation::bias_counts_mask_broadcast))
+    throw std::invalid_argument("semantics " + semantics.spec() +
+                                ": Megatron raises on an expert-bias update with a padding mask "
+                                "(bias-counts-mask-broadcast); keep router-counts-padding on or turn the update off");
+}
+
+std::optional<double> MoeConfig::routed_clamp() const {
+  return semantics.has(Deviation::fused_swiglu_ignores_clamp) ? std::nullopt : swiglu_clamp;
+}
+
+std::optional<double> MoeConfig::shared_clamp() const {
+  if (!has_shared_expert() || !(shared_expert_clamp || semantics.has(Deviation::shared_expert_clamped)))
+    return std::nullopt;
+  return routed_clamp();
+}
+
 std::string_view to_string(ScoreFunction f) {
   switch (f) {
     case ScoreFunction::softmax: return "softmax";

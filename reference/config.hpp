@@ -4,6 +4,8 @@
 // A default-constructed MoeConfig is not valid: hidden, num_experts, topk and ffn_hidden must be set.
 #pragma once
 
+#include "reference/semantics.hpp"
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,13 +56,24 @@ struct MoeConfig {
   double z_loss_coeff = 0.0;
   std::optional<double> bias_update_rate;  // unset = no update (moe_router_bias_update_rate)
 
+  // Which Megatron deviations from the intended objective are on (semantics.hpp); default: intended.
+  Semantics semantics;
+
   // The width the routed experts work in: latent_size when latent MoE is on, else hidden.
   int expert_width() const { return latent_size > 0 ? latent_size : hidden; }
   bool has_shared_expert() const { return shared_expert_ffn_hidden > 0; }
   bool uses_score_normalisation() const { return score_function != ScoreFunction::softmax; }
+  // The clamp the routed experts' SwiGLU applies: swiglu_clamp, unless fused-swiglu-ignores-clamp drops it.
+  std::optional<double> routed_clamp() const;
+  // The shared expert's: swiglu_clamp when shared_expert_clamp is set or the shared-expert-clamped deviation is on
+  // (then subject to fused-swiglu-ignores-clamp too); else none.
+  std::optional<double> shared_clamp() const;
 
   // Throws std::invalid_argument naming the first broken rule (DESIGN.md §4, "Invalid combinations").
   void validate() const;
+  // Throws when the semantics say Megatron raises on this layer with padded tokens reaching the router
+  // (bias-counts-mask-broadcast).
+  void check_padding_supported(bool any_padded) const;
 };
 
 std::string_view to_string(ScoreFunction f);

@@ -45,11 +45,67 @@ StepForward forward_step(const ModelConfig& config, const ModelParams<double>& p
       auto& g = group[static_cast<size_t>(l)];
       const auto& counts = f.layers[static_cast<size_t>(l)].aux_counts;
       for (size_t e = 0; e < counts.size(); ++e) g.counts[e] += static_cast<double>(counts[e]);
-      g.tokens += static_cast<double>(b.valid_tokens());
+      g.tokens += static_cast<double>(b.router_tokens(config.semantics()));
     }
   }
   for (const auto& b : step.batches) step.forwards.push_back(model_forward(config, params, b, state, group));
   return step;
+}
+
+// Valid tokens of each part of the microbatch's source-rank partition (cp-major, then tp); with `all`, every token.
+std::vector<double> part_tokens(const TokenBatch& b, bool all = false) {
+  std::vector<double> n;
+  for (const auto& part : b.partition) {
+    double valid = 0;
+    for (int t : part) valid += all || b.loss_mask(t % b.batch, t / b.batch);
+    n.push_back(valid);
+  }
+  return n;
+}
+
+// The weights of microbatch b's per-row CE, Σ_l aux_l and Σ_l z_l in J (the header's formulas), n_total the global
+// batch's valid tokens, step_tokens the router's tokens of step i over every replica. CE counts the loss mask; the
+// router's terms count the tokens the router counts (all of them under router-counts-padding).
+ModelLossWeights objective_weights(const ModelConfig& c, LossMode mode, const ParallelLayout& l, const TokenBatch& b,
+                                   int m, double n_total, double step_tokens) {
+  const Semantics& sem = c.semantics();
+  const double dp = l.dp(), cp = l.cp, tp = l.tp;
+  const double n = static_cast<double>(b.valid_tokens());
+  const double n_router = static_cast<double>(b.router_tokens(sem));
+  const bool global_aux = c.layer.aux_loss_type == AuxLossType::global_aux;
+  const std::vector<double> parts = part_tokens(b);
+  const std::vector<double> router_parts = part_tokens(b, sem.has(Deviation::router_counts_padding));
+  // Row weights that are constant on each part (one source rank): part p gets weight_of(p).
+  const auto per_part = [&](auto weight_of) {
+    std::vector<double> rows(static_cast<size_t>(b.tokens()), 0.0);
+    for (size_t p = 0; p < b.partition.size(); ++p)
+      for (int t : b.partition[p]) rows[static_cast<size_t>(t)] = weight_of(p);
+    return rows;
+  };
+  ModelLossWeights w;
+  if (mode == LossMode::per_token) {
+    w.ce = 1.0 / n_total;
+    w.z = n_router / n_total;
+    // global_aux's step term is the group's loss (weight N_step); global-aux-dp-average weights it as aux.
+    const bool like_aux = !global_aux || sem.has(Deviation::global_aux_dp_average);
+    w.aux = (like_aux ? n_router : step_tokens) / n_total;
+    if (like_aux && sem.has(Deviation::per_token_aux_local_tokens))
+      w.aux_rows = per_part([&](size_t p) { return router_parts[p] * tp * cp / n_total; });
+    return w;
+  }
+  w.ce = n > 0 ? 1.0 / (dp * m * n) : 0.0;  // Megatron clamps the token count at 1; CE is 0 then
+  if (sem.has(Deviation::ce_per_cp_rank)) {
+    // CP rank c holds parts [c·tp, (c+1)·tp) and divides by its own valid tokens N_c.
+    std::vector<double> cp_tokens(static_cast<size_t>(l.cp), 0.0);
+    for (size_t p = 0; p < parts.size(); ++p) cp_tokens[p / static_cast<size_t>(l.tp)] += parts[p];
+    w.ce_rows = per_part([&](size_t p) {
+      const double n_c = cp_tokens[p / static_cast<size_t>(l.tp)];
+      return n_c > 0 ? 1.0 / (dp * cp * m * n_c) : 0.0;
+    });
+  }
+  w.aux = global_aux && !sem.has(Deviation::global_aux_dp_average) ? 1.0 / m : 1.0 / (dp * m);
+  w.z = 1.0 / (dp * m);
+  return w;
 }
 
 }  // namespace
@@ -116,11 +172,12 @@ TokenBatch microbatch(const GlobalBatch& batch, const ParallelLayout& layout, in
   return t;
 }
 
-GlobalStep global_step(const ModelConfig& config, const ModelParams<double>& params, const GlobalBatch& batch,
+GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& params, const GlobalBatch& batch,
                        const ParallelLayout& layout, int micro_batch, LossMode mode) {
-  config.validate();
+  model.validate();
   layout.validate();
   require(batch.input_ids.rows() == batch.size && batch.input_ids.cols() == batch.seq, "input_ids must be [B, S]");
+  const ModelConfig config = model.in_mode(mode);
   GlobalStep out;
   out.num_microbatches = num_microbatches(layout, batch.size, micro_batch);
   out.valid_tokens = batch.loss_mask.cast<std::int64_t>().sum();
@@ -133,30 +190,31 @@ GlobalStep global_step(const ModelConfig& config, const ModelParams<double>& par
   std::vector<GlobalAuxState> state(static_cast<size_t>(config.num_layers));
   out.bias_counts.assign(static_cast<size_t>(config.num_layers),
                          std::vector<std::int64_t>(static_cast<size_t>(config.layer.num_experts), 0));
+  out.ce_weights = Matrix<double>::Zero(batch.size, batch.seq);
   bool have_grads = false;
 
   for (int i = 0; i < m; ++i) {
     const StepForward step = forward_step(config, params, batch, layout, micro_batch, i, state);
     double step_tokens = 0;
-    for (const auto& b : step.batches) step_tokens += static_cast<double>(b.valid_tokens());
+    for (const auto& b : step.batches) step_tokens += static_cast<double>(b.router_tokens(config.semantics()));
 
     for (int r = 0; r < dp; ++r) {
       const TokenBatch& b = step.batches[static_cast<size_t>(r)];
       const ModelForward<double>& f = step.forwards[static_cast<size_t>(r)];
-      const double n = static_cast<double>(b.valid_tokens());
-      // The weights of this microbatch's CE_sum, Σaux and Σz in J (see the header).
-      ModelLossWeights w;
-      if (mode == LossMode::per_token) {
-        w.ce = 1.0 / n_total;
-        w.aux = (global_aux ? step_tokens : n) / n_total;
-        w.z = n / n_total;
-      } else {
-        w.ce = n > 0 ? 1.0 / (dp * m * n) : 0.0;  // Megatron clamps the token count at 1; CE_sum is 0 then
-        w.aux = global_aux ? 1.0 / m : 1.0 / (dp * m);
-        w.z = 1.0 / (dp * m);
+      const ModelLossWeights w = objective_weights(config, mode, layout, b, m, n_total, step_tokens);
+      const auto sequences = microbatch_sequences(dp, micro_batch, r, i);
+      for (Eigen::Index t = 0; t < b.tokens(); ++t) {
+        const double wt = w.ce_rows.empty() ? w.ce : w.ce_rows[static_cast<size_t>(t)];
+        out.ce_term += wt * f.ce_rows(t);
+        if (b.loss_mask(t % micro_batch, t / micro_batch))
+          out.ce_weights(sequences[static_cast<size_t>(t % micro_batch)], t / micro_batch) = wt;
       }
-      out.ce_term += w.ce * f.ce_sum;
-      out.aux_term += w.aux * f.aux_sum;
+      if (w.aux_rows.empty()) {
+        out.aux_term += w.aux * f.aux_sum;
+      } else {
+        for (const auto& layer : f.layers)
+          for (Eigen::Index t = 0; t < layer.aux_rows.size(); ++t) out.aux_term += w.aux_rows[size_t(t)] * layer.aux_rows(t);
+      }
       out.z_term += w.z * f.z_sum;
       ModelParams<double> g = model_backward(config, params, b, f, w);
       if (!have_grads) {

@@ -25,6 +25,18 @@
 // microbatches (changing dp or b) changes J; CP, TP, EP and ETP never change it (they split tokens of a
 // microbatch, not the microbatches). The aux losses depend on dp and b in every mode (their statistics are per
 // microbatch), and capacity dropping also on cp and tp (per source rank).
+//
+// That is the intended objective. A Megatron profile (config.semantics(), semantics.hpp) changes J where that
+// Megatron version does, and then CP and TP do change it (c the CP rank, p a source rank of P = tp·cp, N_c and
+// N_p their valid tokens):
+//   ce-per-cp-rank              (sum/avg)   CE term 1/(dp·cp·m) · Σ_{r,i,c} CE_c/N_c
+//   z-loss-local-mean           (sum/avg)   z_l(r,i) = Σ_p coeff/P · mean_p lse²
+//   per-token-aux-local-tokens  (per-token) aux share of p weighted N_p·P instead of N_{r,i}
+//   global-aux-dp-average       global_aux weighted as aux: 1/(dp·m), or per-token as aux is
+//   router-counts-padding       the router sees no padding: padded tokens count in aux, z and bias statistics, and
+//                               per-token weights of aux and z count every token (CE still counts valid ones)
+//   seq-aux-mean-length, bias-counts-padded-slots, shared-expert-clamped, fused-swiglu-ignores-clamp: inside the
+//   layer (moe_layer.hpp); they depend on the micro-batch, capacity and options, not on tp or cp.
 #pragma once
 
 #include "reference/model.hpp"
@@ -69,6 +81,7 @@ struct GlobalStep {
   std::vector<std::vector<std::int64_t>> bias_counts;     // per layer [E]: real assignments over the global batch
   std::vector<Vector<double>> expert_bias_updated;        // per layer; empty where the layer has no bias update
   std::vector<GlobalAuxState> global_aux;                 // per layer, after the batch (global_aux layers)
+  Matrix<double> ce_weights;                              // [B, S] the weight of each token's CE in J (0: padding)
 };
 
 // Runs the forward and backward of every microbatch of every replica and combines them as J above.

@@ -46,6 +46,10 @@ void validate_params(const ModelConfig& c, const ModelParams<T>& p) {
 
 std::int64_t TokenBatch::valid_tokens() const { return loss_mask.cast<std::int64_t>().sum(); }
 
+std::int64_t TokenBatch::router_tokens(const Semantics& semantics) const {
+  return semantics.has(Deviation::router_counts_padding) ? tokens() : valid_tokens();
+}
+
 void ModelConfig::validate() const {
   layer.validate();
   require(num_layers > 0, "num_layers must be > 0");
@@ -53,6 +57,12 @@ void ModelConfig::validate() const {
   require(vocab > 0, "vocab must be > 0");
   require(rms_eps > 0, "rms_eps must be > 0");
   for (int l = 0; l < n_hash_layers; ++l) layer_config(l).validate();
+}
+
+ModelConfig ModelConfig::in_mode(LossMode mode) const {
+  ModelConfig c = *this;
+  c.layer.semantics = layer.semantics.in_mode(mode);
+  return c;
 }
 
 MoeConfig ModelConfig::layer_config(int l) const {
@@ -96,7 +106,7 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
     for (Eigen::Index t = 0; t < tokens; ++t)
       in.x.row(t) = rms_norm<T>(f.hidden.back().row(t), params.block_norm[static_cast<size_t>(l)], config.rms_eps);
     if (lc.hash_routing) in.input_ids = batch.input_ids;
-    in.padding_mask = padding;
+    if (!config.semantics().has(Deviation::router_counts_padding)) in.padding_mask = padding;
     in.partition = batch.partition;
     if (!global_aux.empty()) in.global_aux = global_aux[static_cast<size_t>(l)];
     if (!global_aux_group.empty()) in.global_aux_group = global_aux_group[static_cast<size_t>(l)];
@@ -111,10 +121,12 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
   for (Eigen::Index t = 0; t < tokens; ++t)
     normed.row(t) = rms_norm<T>(f.hidden.back().row(t), params.final_norm, config.rms_eps);
   f.logits = normed * params.head.transpose();
+  f.ce_rows = Vector<T>::Zero(tokens);
   for (Eigen::Index t = 0; t < tokens; ++t) {
     if (padding[static_cast<size_t>(t)]) continue;
     const RowVector<T> z = f.logits.row(t);
-    f.ce_sum += logsumexp<T>(z) - z(at_row(batch.labels, batch, t));
+    f.ce_rows(t) = logsumexp<T>(z) - z(at_row(batch.labels, batch, t));
+    f.ce_sum += f.ce_rows(t);
   }
   return f;
 }
@@ -138,7 +150,12 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
     grad_logits.row(t) = softmax<T>(forward.logits.row(t));
     grad_logits(t, at_row(batch.labels, batch, t)) -= T(1);
   }
-  grad_logits *= static_cast<T>(weights.ce);
+  if (weights.ce_rows.empty()) {
+    grad_logits *= static_cast<T>(weights.ce);
+  } else {
+    require(static_cast<Eigen::Index>(weights.ce_rows.size()) == tokens, "ce_rows must have one weight per row");
+    for (Eigen::Index t = 0; t < tokens; ++t) grad_logits.row(t) *= static_cast<T>(weights.ce_rows[static_cast<size_t>(t)]);
+  }
 
   Matrix<T> normed(tokens, h);
   for (Eigen::Index t = 0; t < tokens; ++t)
@@ -151,7 +168,7 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
                                          grad_normed.row(t), g.final_norm);
 
   // Blocks in reverse: hˡ⁺¹ = hˡ + MoE(RMSNorm(hˡ)), so dhˡ = dhˡ⁺¹ + RMSNorm'ᵀ·(dx of the layer).
-  const LossScales scales{weights.aux, weights.z};
+  const LossScales scales{weights.aux, weights.z, weights.aux_rows};
   for (int l = config.num_layers - 1; l >= 0; --l) {
     const auto li = static_cast<size_t>(l);
     MoeGradients<T> lg = moe_backward(config.layer_config(l), params.layers[li], forward.layer_inputs[li],

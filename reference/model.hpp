@@ -8,7 +8,7 @@
 // One microbatch at a time. How microbatch losses combine into the global objective (per-token or Megatron's
 // per-microbatch mean) is the global step's business (global_step.hpp); here the backward differentiates
 //   L = w_ce·CE_sum + w_aux·Σ_l aux_l + w_z·Σ_l z_l
-// with the weights the caller passes.
+// with the weights the caller passes (per row where they differ between rows).
 #pragma once
 
 #include "reference/moe_layer.hpp"
@@ -28,6 +28,9 @@ struct ModelConfig {
 
   // Throws std::invalid_argument naming the rule.
   void validate() const;
+  const Semantics& semantics() const { return layer.semantics; }
+  // The same model with only the deviations that take effect under `mode` (Semantics::in_mode).
+  ModelConfig in_mode(LossMode mode) const;
   // Layer l's config: hash layers get hash_routing on and expert bias, its update and groups off.
   MoeConfig layer_config(int l) const;
 };
@@ -47,12 +50,15 @@ struct TokenBatch {
   int batch = 0;
   IndexMatrix input_ids;  // [batch, seq]
   IndexMatrix labels;     // [batch, seq]
-  BoolMatrix loss_mask;   // [batch, seq], true = a real token that counts; false = padding (also the router's mask)
+  BoolMatrix loss_mask;   // [batch, seq], true = a real token that counts; false = padding (also the router's mask,
+                          // unless the semantics have router-counts-padding)
   // The MoE layers' capacity partition (one part per source rank's local rows); empty = one part.
   std::vector<std::vector<int>> partition;
 
   int tokens() const { return seq * batch; }
   std::int64_t valid_tokens() const;
+  // The tokens the router counts as valid: valid_tokens(), or every token under router-counts-padding.
+  std::int64_t router_tokens(const Semantics& semantics) const;
 };
 
 template <typename T>
@@ -61,6 +67,7 @@ struct ModelForward {
   std::vector<MoeInputs<T>> layer_inputs;
   std::vector<MoeForward<T>> layers;
   Matrix<T> logits;                      // [T, V]
+  Vector<T> ce_rows;                     // [T] CE of each row, 0 on padding
   T ce_sum = 0;
   T aux_sum = 0;                         // Σ_l aux_l (coefficients included)
   T z_sum = 0;
@@ -70,6 +77,10 @@ struct ModelLossWeights {
   double ce = 1.0;
   double aux = 1.0;
   double z = 1.0;
+  // Per-row weights replacing ce / aux (empty: uniform), where a semantics rule weights the rows of one source
+  // rank differently (ce-per-cp-rank, per-token-aux-local-tokens).
+  std::vector<double> ce_rows{};
+  std::vector<double> aux_rows{};
 };
 
 // global_aux: per-layer state before this microbatch (empty = fresh for every layer); global_aux_group: per-layer

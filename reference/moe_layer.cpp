@@ -59,13 +59,13 @@ ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T 
 
 template <typename T>
 ExpertCall<T> routed_expert(const MoeConfig& c, const MoeParams<T>& p, int e) {
-  return {p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)], c.swiglu_clamp,
+  return {p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)], c.routed_clamp(),
           c.apply_probs_on_input};
 }
 
 template <typename T>
 ExpertCall<T> shared_expert(const MoeConfig& c, const MoeParams<T>& p) {
-  return {p.shared_fc1, p.shared_fc2, c.shared_expert_clamp ? c.swiglu_clamp : std::nullopt, false};
+  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), false};
 }
 
 // u = latent_down·x (latent MoE) or x: the rows the routed experts see, [T, w].
@@ -128,10 +128,11 @@ MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, c
   if (config.aux_loss_type != AuxLossType::none) {
     const AuxLoss<T> aux = aux_loss(config, r, inputs);
     f.aux_loss = aux.value;
+    f.aux_rows = aux.row_values;
     f.aux_counts = aux.counts;
     f.global_aux = aux.global_aux;
   }
-  if (config.z_loss_coeff > 0) f.z_loss = z_loss(config, r.logits, inputs.padding_mask).value;
+  if (config.z_loss_coeff > 0) f.z_loss = z_loss(config, r.logits, inputs.padding_mask, inputs.partition).value;
   if (config.bias_update_rate) f.expert_bias_updated = updated_expert_bias(params.expert_bias, r.bias_counts,
                                                                            *config.bias_update_rate);
   return f;
@@ -191,11 +192,19 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
 
   // Router: through the weights, then the losses, into the logits l = x·W_gᵀ.
   Matrix<T> grad_logits = route_backward(config, r, grad_probs);
-  if (config.aux_loss_type != AuxLossType::none)
-    grad_logits += static_cast<T>(scales.aux) *
-                   aux_loss(config, r, inputs).grad_logits;
+  if (config.aux_loss_type != AuxLossType::none) {
+    Matrix<T> grad_aux = aux_loss(config, r, inputs).grad_logits;
+    if (scales.aux_rows.empty()) {
+      grad_aux *= static_cast<T>(scales.aux);
+    } else {
+      if (static_cast<Eigen::Index>(scales.aux_rows.size()) != tokens)
+        throw std::invalid_argument("invalid MoE layer input: scales.aux_rows must have one entry per row");
+      for (Eigen::Index t = 0; t < tokens; ++t) grad_aux.row(t) *= static_cast<T>(scales.aux_rows[static_cast<size_t>(t)]);
+    }
+    grad_logits += grad_aux;
+  }
   if (config.z_loss_coeff > 0)
-    grad_logits += static_cast<T>(scales.z) * z_loss(config, r.logits, inputs.padding_mask).grad_logits;
+    grad_logits += static_cast<T>(scales.z) * z_loss(config, r.logits, inputs.padding_mask, inputs.partition).grad_logits;
   g.params.router_weight = grad_logits.transpose() * inputs.x;
   g.x += grad_logits * params.router_weight;
   return g;

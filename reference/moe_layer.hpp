@@ -8,7 +8,7 @@
 //   y_t   = latent_up · z_t + F_s(x_t) · σ(w_g·x_t) (shared expert and its gate optional)
 //
 // Loss convention of the layer: L = Σ⟨grad_y, y⟩ + aux_scale·aux_loss + z_scale·z_loss (scales default to 1; the
-// model-level oracle passes Megatron's aux-loss backward scales). Everything is validated at this boundary.
+// model-level oracle passes the weights of the global objective, per row where a semantics rule needs it). Everything is validated at this boundary.
 #pragma once
 
 #include "reference/config.hpp"
@@ -81,6 +81,7 @@ struct MoeForward {
   Routing<T> routing;
   Matrix<T> y;                      // [T, h]
   T aux_loss = 0;                   // includes its coefficient; 0 when aux_loss_type is none
+  Vector<T> aux_rows;               // [T] each row's part of aux_loss (empty when aux_loss_type is none)
   T z_loss = 0;                     // includes its coefficient
   std::vector<std::int64_t> aux_counts;  // [E] this call's aux-map counts over valid tokens (aux type set)
   GlobalAuxState global_aux;        // after this microbatch (global_aux only)
@@ -98,6 +99,9 @@ struct MoeGradients {
 struct LossScales {
   double aux = 1.0;
   double z = 1.0;
+  // Per-row scales of the aux loss replacing `aux` (empty: uniform), for a rule that weights the rows of one
+  // source rank differently (per-token-aux-local-tokens). Row t's aux term depends on row t's logits only.
+  std::vector<double> aux_rows{};
 };
 
 // Throws std::invalid_argument naming the rule when a shape or option does not fit the config.

@@ -49,6 +49,62 @@ std::vector<LayerPreset> make_presets() {
                      v4_like(32, 16, 6, 16, 1.5), 16, 2, 64});
   presets.push_back({"tiny-v3", "DeepSeek-V3 options at test size: h 32, 16 experts in 4 groups keep 2, top-4",
                      v3_like(32, 16, 4, 16, 4, 2), 16, 2, 64});
+  // The main job's other test-size models: between them and tiny-v4/v3, every option of the oracle runs.
+  {
+    // Sigmoid with DeepSeek's normalisation, 4 groups keep 2 of top-6 (3 per group), capacity by probs with
+    // padding, global_aux, z-loss, a shared expert clamped with the routed ones (clamp small enough to bite).
+    MoeConfig c = v3_like(32, 16, 6, 16, 4, 2);
+    c.normalization = Normalization::deepseek;
+    c.capacity_factor = 1.0;
+    c.pad_to_capacity = true;
+    c.aux_loss_type = AuxLossType::global_aux;
+    c.aux_loss_coeff = 1e-2;
+    c.z_loss_coeff = 1e-3;
+    c.swiglu_clamp = 0.05;
+    c.shared_expert_clamp = true;
+    presets.push_back({"tiny-capacity",
+                       "test size: sigmoid (deepseek normalisation), 4 groups keep 2 of top-6, capacity 1.0 by "
+                       "probs with padding, global_aux, z-loss, shared expert clamped",
+                       c, 16, 2, 64});
+  }
+  {
+    // Post-softmax top-2, capacity by position with padding, switch aux, z-loss, gated shared expert, latent MoE.
+    MoeConfig c;
+    c.hidden = 32;
+    c.num_experts = 8;
+    c.topk = 2;
+    c.ffn_hidden = 16;
+    c.topk_scaling_factor = 1.5;
+    c.capacity_factor = 1.25;
+    c.drop_policy = DropPolicy::position;
+    c.pad_to_capacity = true;
+    c.aux_loss_type = AuxLossType::aux;
+    c.aux_loss_coeff = 1e-2;
+    c.z_loss_coeff = 1e-3;
+    c.shared_expert_ffn_hidden = 16;
+    c.shared_expert_gate = true;
+    c.latent_size = 16;
+    presets.push_back({"tiny-softmax",
+                       "test size: post-softmax top-2 of 8, capacity 1.25 by position with padding, aux, z-loss, "
+                       "gated shared expert, latent 16",
+                       c, 16, 2, 64});
+  }
+  {
+    // Pre-softmax top-1 with the probabilities on the expert input, seq_aux, z-loss.
+    MoeConfig c;
+    c.hidden = 32;
+    c.num_experts = 8;
+    c.topk = 1;
+    c.ffn_hidden = 16;
+    c.pre_softmax = true;
+    c.apply_probs_on_input = true;
+    c.aux_loss_type = AuxLossType::seq_aux;
+    c.aux_loss_coeff = 1e-2;
+    c.z_loss_coeff = 1e-3;
+    presets.push_back({"tiny-top1", "test size: pre-softmax top-1 of 8, probabilities on the expert input, seq_aux, "
+                                    "z-loss",
+                       c, 16, 2, 64});
+  }
   presets.push_back({"v4-flash", "DeepSeek-V4-Flash: h 4096, 256 experts, top-6, ffn 2048, route scale 1.5",
                      v4_like(4096, 256, 6, 2048, 1.5), 4096, 1, 129280});
   presets.push_back({"v4-pro", "DeepSeek-V4-Pro: h 7168, 384 experts, top-6, ffn 3072, route scale 2.5",

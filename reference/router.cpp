@@ -202,6 +202,10 @@ Routing<T> route(const MoeConfig& config, const MoeParams<T>& params, const MoeI
     r.probs = probs;
   }
 
+  config.check_padding_supported(std::find(inputs.padding_mask.begin(), inputs.padding_mask.end(), true) !=
+                                 inputs.padding_mask.end());
+  // Bias counts: real assignments of valid tokens; Megatron counts the padded slots too (bias-counts-padded-slots).
+  const bool count_padded_slots = config.semantics.has(Deviation::bias_counts_padded_slots);
   r.tokens_per_expert.assign(static_cast<size_t>(experts), 0);
   r.bias_counts.assign(static_cast<size_t>(experts), 0);
   for (int t = 0; t < tokens; ++t) {
@@ -209,7 +213,7 @@ Routing<T> route(const MoeConfig& config, const MoeParams<T>& params, const MoeI
     for (int e = 0; e < experts; ++e) {
       if (!r.routing_map(t, e)) continue;
       ++r.tokens_per_expert[static_cast<size_t>(e)];
-      if (!r.padded_slot(t, e) && !padded_token) ++r.bias_counts[static_cast<size_t>(e)];
+      if ((!r.padded_slot(t, e) || count_padded_slots) && !padded_token) ++r.bias_counts[static_cast<size_t>(e)];
     }
   }
   return r;

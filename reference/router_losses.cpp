@@ -4,6 +4,7 @@
 #include "reference/score_functions.hpp"
 
 #include <cmath>
+#include <numeric>
 
 namespace moe {
 namespace {
@@ -75,18 +76,24 @@ AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, const Mo
       out.value = switch_term(config, normalised, valid, counts, static_cast<double>(valid.size()), 1.0,
                               grad_normalised);
       break;
-    case AuxLossType::seq_aux:
+    case AuxLossType::seq_aux: {
+      // Sequence b is the rows {s·batch + b}; its T is its valid length, or with seq-aux-mean-length (Megatron)
+      // the mean valid length of the call's sequences.
+      const double mean_length = static_cast<double>(valid.size()) / inputs.batch;
       for (int b = 0; b < inputs.batch; ++b) {
         std::vector<Eigen::Index> rows;
         for (int s = 0; s < inputs.seq; ++s) {
           const Eigen::Index t = static_cast<Eigen::Index>(s) * inputs.batch + b;
           if (is_valid(padding_mask, t)) rows.push_back(t);
         }
+        const double length = config.semantics.has(Deviation::seq_aux_mean_length) ? mean_length
+                                                                                     : static_cast<double>(rows.size());
         // The mean over sequences: each sequence's term enters with weight 1/batch.
-        out.value += switch_term(config, normalised, rows, count_rows(aux_map, rows),
-                                 static_cast<double>(rows.size()), 1.0 / inputs.batch, grad_normalised);
+        out.value += switch_term(config, normalised, rows, count_rows(aux_map, rows), length, 1.0 / inputs.batch,
+                                 grad_normalised);
       }
       break;
+    }
     case AuxLossType::global_aux: {
       const auto& group = inputs.global_aux_group;
       const std::vector<double>& step_counts = group ? group->counts : counts;
@@ -103,6 +110,7 @@ AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, const Mo
     case AuxLossType::none: break;
   }
 
+  out.row_values = (grad_normalised.array() * normalised.array()).rowwise().sum();
   out.grad_logits.resize(tokens, experts);
   for (Eigen::Index t = 0; t < tokens; ++t) {
     const RowVector<T> scores = routing.scores.row(t);
@@ -115,15 +123,31 @@ AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, const Mo
 }
 
 template <typename T>
-RouterLoss<T> z_loss(const MoeConfig& config, const Matrix<T>& logits, const std::vector<bool>& padding_mask) {
+RouterLoss<T> z_loss(const MoeConfig& config, const Matrix<T>& logits, const std::vector<bool>& padding_mask,
+                     const std::vector<std::vector<int>>& partition) {
   RouterLoss<T> out;
   out.grad_logits = Matrix<T>::Zero(logits.rows(), logits.cols());
-  Eigen::Index valid = 0;
-  for (Eigen::Index t = 0; t < logits.rows(); ++t) valid += is_valid(padding_mask, t);
-  if (valid == 0) return out;
-  const T scale = static_cast<T>(config.z_loss_coeff / static_cast<double>(valid));
+  // The weight coeff/n of each valid row: n = the call's valid tokens, or with z-loss-local-mean P·n_p, the
+  // part's valid tokens times the number of parts (each rank's coeff/|tp_cp| · local mean).
+  std::vector<double> n(static_cast<size_t>(logits.rows()), 0.0);
+  const auto count_valid = [&](const std::vector<int>& rows) {
+    double valid = 0;
+    for (int t : rows) valid += is_valid(padding_mask, t);
+    return valid;
+  };
+  if (config.semantics.has(Deviation::z_loss_local_mean) && !partition.empty()) {
+    for (const auto& part : partition) {
+      const double weight = static_cast<double>(partition.size()) * count_valid(part);
+      for (int t : part) n[static_cast<size_t>(t)] = weight;
+    }
+  } else {
+    std::vector<int> all(static_cast<size_t>(logits.rows()));
+    std::iota(all.begin(), all.end(), 0);
+    std::fill(n.begin(), n.end(), count_valid(all));
+  }
   for (Eigen::Index t = 0; t < logits.rows(); ++t) {
     if (!is_valid(padding_mask, t)) continue;
+    const T scale = static_cast<T>(config.z_loss_coeff / n[static_cast<size_t>(t)]);
     const RowVector<T> l = logits.row(t);
     const T lse = logsumexp<T>(l);
     out.value += scale * lse * lse;
@@ -136,7 +160,9 @@ template RowVector<double> aux_scores<double>(const MoeConfig&, const RowVector<
 template RowVector<float> aux_scores<float>(const MoeConfig&, const RowVector<float>&);
 template AuxLoss<double> aux_loss<double>(const MoeConfig&, const Routing<double>&, const MoeInputs<double>&);
 template AuxLoss<float> aux_loss<float>(const MoeConfig&, const Routing<float>&, const MoeInputs<float>&);
-template RouterLoss<double> z_loss<double>(const MoeConfig&, const Matrix<double>&, const std::vector<bool>&);
-template RouterLoss<float> z_loss<float>(const MoeConfig&, const Matrix<float>&, const std::vector<bool>&);
+template RouterLoss<double> z_loss<double>(const MoeConfig&, const Matrix<double>&, const std::vector<bool>&,
+                                           const std::vector<std::vector<int>>&);
+template RouterLoss<float> z_loss<float>(const MoeConfig&, const Matrix<float>&, const std::vector<bool>&,
+                                         const std::vector<std::vector<int>>&);
 
 }  // namespace moe

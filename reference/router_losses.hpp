@@ -9,6 +9,8 @@
 //   global_aux = aux with c replaced by the counts accumulated over the global batch so far, divided by the
 //                number of microbatches (Megatron's global_tokens_per_expert / ga_steps); T is this microbatch's
 //   z          = coeff · mean_t logsumexp(l_t)²
+// Under a Megatron profile (semantics.hpp): z-loss-local-mean makes z = Σ_parts coeff/P · mean over the part, and
+// seq-aux-mean-length gives every sequence of the call one T, the mean valid length of its sequences.
 // Counts are statistics: no gradient flows through them.
 #pragma once
 
@@ -28,6 +30,8 @@ struct RouterLoss {
 
 template <typename T>
 struct AuxLoss : RouterLoss<T> {
+  Vector<T> row_values;              // [T] each row's part of value: value is a sum of per-row terms, and row t's
+                                     // term depends on row t's logits only (the counts are statistics)
   std::vector<std::int64_t> counts;  // [E] this microbatch's aux-map counts over valid tokens
   GlobalAuxState global_aux;         // state after this microbatch (global_aux only; else a copy of the input)
 };
@@ -41,8 +45,10 @@ RowVector<T> aux_scores(const MoeConfig& config, const RowVector<T>& scores);
 template <typename T>
 AuxLoss<T> aux_loss(const MoeConfig& config, const Routing<T>& routing, const MoeInputs<T>& inputs);
 
-// Requires config.z_loss_coeff > 0.
+// Requires config.z_loss_coeff > 0. `partition` (the capacity partition, one part per tp×cp source rank; empty =
+// one part) matters only under z-loss-local-mean.
 template <typename T>
-RouterLoss<T> z_loss(const MoeConfig& config, const Matrix<T>& logits, const std::vector<bool>& padding_mask);
+RouterLoss<T> z_loss(const MoeConfig& config, const Matrix<T>& logits, const std::vector<bool>& padding_mask,
+                     const std::vector<std::vector<int>>& partition = {});
 
 }  // namespace moe

@@ -41,27 +41,52 @@ const std::vector<GradSyncRule> kGradSyncRules = {
   {sequence_parallel, per_token, Prescale::one,                false, SyncOp::sum, GroupKind::dp_cp,   true,  true,  kTokenDivision},
 };
 
-// Aux and z losses reach the graph through MoEAuxLossAutoScaler (transformer/moe/moe_utils.py), whose backward
-// multiplies the loss's gradient by main_loss_backward_scale. Outside per-token mode schedules.py sets it to
-// loss_scale·cp_size_for_scaling/num_microbatches (loss_scale = 1 in bf16): the main loss is a per-microbatch
-// mean ÷ m, and the dp_cp reduction's 1/|dp_cp| must only divide the aux term by dp (its CP shards are parts of
-// one sum), hence ×cp (PR #2217/#2237). In per-token mode the scale is loss_scale and the attached value is
-// multiplied by this rank's valid-token count × |tp_cp| (PR #5047: without |tp_cp| the gradient depended on TP
-// and CP; PR #5798: for seq_aux that count is seq_local × micro-batch), and the global token division follows.
+// Loss scales. Outside per-token mode every rank's loss is a per-microbatch mean ÷ m, and the dp_cp reduction's
+// 1/|dp_cp| must only divide by dp: the CP ranks' shares are parts of one sum, hence ×cp (PR #2217/#2237 for the
+// aux losses: MoEAuxLossAutoScaler's scale is loss_scale·cp_size_for_scaling/num_microbatches). In per-token mode
+// each rank's value is weighted by a token count and the global token division follows.
+constexpr std::string_view kAutoScaler =
+    "transformer/moe/moe_utils.py: MoEAuxLossAutoScaler; pipeline_parallel/schedules.py: "
+    "set_loss_scale(loss_scale·cp_size_for_scaling/num_microbatches)";
+constexpr std::string_view kCeMegatron =
+    "pretrain_gpt.py: loss_func (num_tokens = this CP shard's loss_mask.sum()); pipeline_parallel/schedules.py: "
+    "forward_step (output_tensor /= clamp(num_tokens, 1); /= num_microbatches)";
+constexpr std::string_view kPerTokenAttach = "transformer/moe/router.py: attach_and_log_load_balancing_loss";
+
+using enum LossTerm;
+using enum LayoutFactor;
+using enum TokenFactor;
+using enum Deviation;
 const std::vector<LossScaleRule> kLossScaleRules = {
-  // term          per-token formula                          ×n_local ÷tokens
-  {LossTerm::aux, false,    "cp/m",                           false,   false,
-   "transformer/moe/router.py: attach_and_log_load_balancing_loss; pipeline_parallel/schedules.py: "
-   "set_loss_scale(loss_scale·cp_size_for_scaling/num_microbatches)"},
-  {LossTerm::aux, true,     "num_local_tokens · |tp_cp|",     true,    true,
-   "transformer/moe/router.py: attach_and_log_load_balancing_loss (aux_loss · num_local_tokens · "
-   "tp_cp_group.size()); schedules.py: set_loss_scale(loss_scale)"},
-  // z = mean_t(logsumexp(logits_t)²) · coeff/|tp_cp|, attached to the logits through the same autoscaler.
-  {LossTerm::z,   false,    "cp/m",                           false,   false,
-   "transformer/moe/router.py: apply_z_loss; pipeline_parallel/schedules.py: "
-   "set_loss_scale(loss_scale·cp_size_for_scaling/num_microbatches)"},
-  {LossTerm::z,   true,     "num_local_tokens · |tp_cp|",     true,    true,
-   "transformer/moe/router.py: apply_z_loss (z_loss · num_local_tokens · tp_cp_group.size())"},
+  // term       per-token when                                                 layout         tokens
+  {ce,          false, {},                                                     cp_over_m,     inv_microbatch,
+   "cp/m · 1/N_mb", "the microbatch's CE mean, each CP rank dividing by the microbatch's count (issue #7452, "
+   "PR #7513)"},
+  {ce,          false, {ce_per_cp_rank},                                       inv_m,         inv_cp_rank,
+   "1/m · 1/N_c", kCeMegatron},
+  {aux,         false, {},                                                     cp_over_m,     none,
+   "cp/m", kAutoScaler},
+  {global_aux,  false, {},                                                     dp_cp_over_m,  none,
+   "dp·cp/m", "the group's loss is the sum of every replica's share: aux's cp/m × dp (issue #3672, PR #5007)"},
+  {global_aux,  false, {global_aux_dp_average},                                cp_over_m,     none,
+   "cp/m", kAutoScaler},
+  {z,           false, {},                                                     cp_over_m,     none,
+   "cp/m", "transformer/moe/router.py: apply_z_loss; same autoscaler scale as aux"},
+  {ce,          true,  {},                                                     one,           none,
+   "1", "pipeline_parallel/schedules.py: forward_step (no division under calculate_per_token_loss)"},
+  {aux,         true,  {},                                                     one,           microbatch,
+   "N_mb", "Megatron dev: attach_and_log_load_balancing_loss (aux_loss · valid count all-reduced over tp_cp)"},
+  {aux,         true,  {per_token_aux_local_tokens},                           one,           local_times_tp_cp,
+   "num_local_tokens · |tp_cp|", kPerTokenAttach},
+  {global_aux,  true,  {},                                                     one,           step,
+   "N_step", "the group's loss weighted by its step's tokens (tp×dp×cp)"},
+  {global_aux,  true,  {global_aux_dp_average},                                one,           microbatch,
+   "N_mb", kPerTokenAttach},
+  {global_aux,  true,  {global_aux_dp_average, per_token_aux_local_tokens},   one,           local_times_tp_cp,
+   "num_local_tokens · |tp_cp|", kPerTokenAttach},
+  {z,           true,  {},                                                     one,           microbatch,
+   "N_mb", "transformer/moe/router.py: apply_z_loss (z_loss · num_local_tokens · |tp_cp|: with the local mean, "
+   "coeff·Σ lse², the same as N_mb × the microbatch mean)"},
 };
 // clang-format on
 
@@ -89,15 +114,6 @@ Term prescale_term(Prescale prescale, const GroupSizes& sizes) {
 
 }  // namespace
 
-std::string_view to_string(LossMode mode) {
-  switch (mode) {
-    case sum: return "sum";
-    case avg: return "avg";
-    case per_token: return "per-token";
-  }
-  throw std::logic_error("unknown LossMode");
-}
-
 std::string_view to_string(ParamClass param_class) {
   switch (param_class) {
     case dense: return "dense";
@@ -109,12 +125,14 @@ std::string_view to_string(ParamClass param_class) {
 
 std::string_view to_string(SyncOp op) { return op == SyncOp::sum ? "SUM" : "AVG"; }
 
-std::string_view to_string(LossTerm term) { return term == LossTerm::aux ? "aux_loss" : "z_loss"; }
-
-LossMode parse_loss_mode(std::string_view text) {
-  for (LossMode m : {sum, avg, per_token})
-    if (text == to_string(m)) return m;
-  throw std::invalid_argument("unknown loss mode '" + std::string(text) + "' (known: sum, avg, per-token)");
+std::string_view to_string(LossTerm term) {
+  switch (term) {
+    case LossTerm::ce: return "ce";
+    case LossTerm::aux: return "aux_loss";
+    case LossTerm::global_aux: return "global_aux_loss";
+    case LossTerm::z: return "z_loss";
+  }
+  throw std::logic_error("unknown LossTerm");
 }
 
 GroupSizes group_sizes(const ProcessGroups& groups) {
@@ -134,7 +152,8 @@ const std::vector<GradSyncRule>& grad_sync_rules() { return kGradSyncRules; }
 
 const std::vector<LossScaleRule>& loss_scale_rules() { return kLossScaleRules; }
 
-std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bool distributed_optimizer) {
+std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bool distributed_optimizer,
+                                      const Semantics& semantics) {
   if (mode == avg && (sizes.gtp > 1 || sizes.egtp > 1))
     throw std::invalid_argument("scaling rule: average_in_collective cannot be combined with GTP/EGTP > 1 "
                                 "(Megatron's DDP asserts not (gtp_active and average_in_collective))");
@@ -144,7 +163,7 @@ std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bo
     GradSync row{};
     row.rule = rule;
     auto term = prescale_term(rule.prescale, sizes);
-    if (rule.gtp_correction) term = term * Term{"egtp/gtp", ratio(sizes.egtp, sizes.gtp), double(sizes.egtp) / sizes.gtp};
+    if (rule.gtp_correction && !semantics.has(Deviation::gtp_factor_missing)) term = term * Term{"egtp/gtp", ratio(sizes.egtp, sizes.gtp), double(sizes.egtp) / sizes.gtp};
     row.prescale_formula = term.formula;
     row.prescale_values = term.values;
     row.prescale = term.value;
@@ -157,23 +176,59 @@ std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bo
   return rows;
 }
 
-std::vector<LossScale> loss_scale_table(LossMode mode, const GroupSizes& sizes, int num_microbatches) {
+std::vector<LossScale> loss_scale_table(LossMode mode, const GroupSizes& sizes, int num_microbatches,
+                                        const Semantics& semantics) {
   if (num_microbatches < 1) throw std::invalid_argument("scaling rule: num_microbatches must be >= 1");
+  const Semantics on = semantics.in_mode(mode);
+  const bool per_token = mode == LossMode::per_token;
+  const int m = num_microbatches;
   std::vector<LossScale> rows;
-  for (const auto& rule : kLossScaleRules) {
-    if (rule.per_token != (mode == per_token)) continue;
+  for (LossTerm term : {LossTerm::ce, LossTerm::aux, LossTerm::global_aux, LossTerm::z}) {
+    const LossScaleRule* best = nullptr;
+    for (const auto& rule : kLossScaleRules) {
+      if (rule.term != term || rule.per_token != per_token) continue;
+      bool applies = true;
+      for (Deviation d : rule.when) applies = applies && on.has(d);
+      if (applies && (!best || rule.when.size() > best->when.size())) best = &rule;
+    }
+    if (!best) throw std::logic_error("scaling table: no loss-scale row for " + std::string(to_string(term)));
     LossScale row{};
-    row.rule = rule;
-    if (rule.per_token) {
+    row.rule = *best;
+    switch (best->layout) {
+      case LayoutFactor::one: row.values = "1"; row.factor = 1.0; break;
+      case LayoutFactor::cp_over_m: row.values = ratio(sizes.cp, m); row.factor = double(sizes.cp) / m; break;
+      case LayoutFactor::inv_m: row.values = ratio(1, m); row.factor = 1.0 / m; break;
+      case LayoutFactor::dp_cp_over_m:
+        row.values = std::to_string(sizes.dp_cp / sizes.cp) + "·" + ratio(sizes.cp, m);
+        row.factor = double(sizes.dp_cp) / m;
+        break;
+    }
+    if (best->tokens == TokenFactor::local_times_tp_cp) {
       row.values = "num_local_tokens · " + std::to_string(sizes.tp_cp);
-      row.factor = sizes.tp_cp;
-    } else {
-      row.values = ratio(sizes.cp, num_microbatches);
-      row.factor = static_cast<double>(sizes.cp) / num_microbatches;
+      row.factor *= sizes.tp_cp;
     }
     rows.push_back(row);
   }
   return rows;
+}
+
+const LossScale& loss_scale(const std::vector<LossScale>& table, LossTerm term) {
+  for (const auto& row : table)
+    if (row.rule.term == term) return row;
+  throw std::logic_error("loss-scale table: no row for " + std::string(to_string(term)));
+}
+
+double loss_weight(const LossScale& scale, const TokenCounts& n) {
+  const auto inverse = [](double count) { return count > 0 ? 1.0 / count : 0.0; };  // Megatron clamps at 1; CE is 0
+  switch (scale.rule.tokens) {
+    case TokenFactor::none: return scale.factor;
+    case TokenFactor::inv_microbatch: return scale.factor * inverse(n.microbatch);
+    case TokenFactor::inv_cp_rank: return scale.factor * inverse(n.cp_rank);
+    case TokenFactor::microbatch: return scale.factor * n.microbatch;
+    case TokenFactor::local_times_tp_cp: return scale.factor * n.local;
+    case TokenFactor::step: return scale.factor * n.step;
+  }
+  throw std::logic_error("unknown TokenFactor");
 }
 
 const GradSync& sync_rule(const std::vector<GradSync>& table, ParamClass param_class) {

@@ -13,7 +13,9 @@
 // gradient of the objective, so a wrong row here still shows up there.
 #pragma once
 
+#include "reference/loss_mode.hpp"
 #include "reference/process_groups.hpp"
+#include "reference/semantics.hpp"
 
 #include <string>
 #include <string_view>
@@ -21,18 +23,15 @@
 
 namespace moe {
 
-enum class LossMode { sum, avg, per_token };
 enum class ParamClass { dense, expert, sequence_parallel };
 enum class SyncOp { sum, avg };
 // The data-parallel pre-scale, symbolically.
 enum class Prescale { one, inv_dp_cp, expt_dp_over_dp_cp };
-enum class LossTerm { aux, z };
+enum class LossTerm { ce, aux, global_aux, z };
 
-std::string_view to_string(LossMode mode);  // "sum", "avg", "per-token"
 std::string_view to_string(ParamClass param_class);
 std::string_view to_string(SyncOp op);  // "SUM", "AVG"
 std::string_view to_string(LossTerm term);
-LossMode parse_loss_mode(std::string_view text);  // throws std::invalid_argument listing the modes
 
 // The sizes the rules depend on. gtp/egtp are the GTP rematerialisation axes (1 in every layout we build).
 struct GroupSizes {
@@ -75,18 +74,36 @@ struct GradSync {
   double net_factor = 1.0;
 };
 // Throws std::invalid_argument for avg with GTP (Megatron's DDP asserts not (gtp_active and average_in_collective)).
-std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bool distributed_optimizer);
+// Under gtp-factor-missing (the Megatron profiles) the expert rows drop the egtp/gtp correction.
+std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bool distributed_optimizer,
+                                      const Semantics& semantics = {});
 
 // The row of an evaluated table for one parameter class (every table has one per class).
 const GradSync& sync_rule(const std::vector<GradSync>& table, ParamClass param_class);
 
-// The backward scale of an auxiliary loss term (through MoEAuxLossAutoScaler) under one loss mode family.
+// The loss scales: the weight of each loss term in one rank's backward, so that the synchronised gradient is that
+// of the objective. CE is this rank's CE sum; aux, global_aux and z are this rank's shares (the shares of a group
+// add up to the group's loss). Aux and z reach the graph through MoEAuxLossAutoScaler, whose backward scale
+// schedules.py sets; CE is divided in the loss function and schedules.py. A weight is a layout factor times a
+// run-time token count. Each term has an intended row and, where a Megatron deviation changes it, rows for that
+// deviation (`when`): a table is evaluated under a Semantics value and picks, per term, the row with the most
+// deviations that are all on.
+enum class LayoutFactor { one, cp_over_m, inv_m, dp_cp_over_m };
+enum class TokenFactor {
+  none,
+  inv_microbatch,     // 1/N_mb: the microbatch's valid tokens over tp×cp (0 when there are none)
+  inv_cp_rank,        // 1/N_c: this CP rank's valid tokens, over its tp ranks (0 when there are none)
+  microbatch,         // N_mb
+  local_times_tp_cp,  // n_local·|tp_cp|: this rank's own valid tokens times the group size
+  step,               // N_step: the valid tokens of the step's microbatches over tp×dp×cp
+};
 struct LossScaleRule {
   LossTerm term;
-  bool per_token;
-  std::string_view formula;      // symbolic
-  bool times_local_tokens;       // × this rank's valid-token count (known only at run time)
-  bool divide_by_global_tokens;  // the resulting grads are later ÷ the global valid-token count
+  bool per_token;               // the per-token family, or sum/avg
+  std::vector<Deviation> when;  // the deviations this row encodes (empty: the intended row)
+  LayoutFactor layout;
+  TokenFactor tokens;
+  std::string_view formula;     // symbolic
   std::string_view source;
 };
 const std::vector<LossScaleRule>& loss_scale_rules();
@@ -94,8 +111,20 @@ const std::vector<LossScaleRule>& loss_scale_rules();
 struct LossScale {
   LossScaleRule rule;
   std::string values;   // the formula's layout-dependent part substituted, e.g. "2/64"
-  double factor = 1.0;  // that part's value (× num_local_tokens where rule.times_local_tokens)
+  double factor = 1.0;  // that part's value; the weight is factor × the rule's token count
 };
-std::vector<LossScale> loss_scale_table(LossMode mode, const GroupSizes& sizes, int num_microbatches);
+// One row per loss term (ce, aux, global_aux, z), for the deviations of `semantics` in effect under `mode`.
+std::vector<LossScale> loss_scale_table(LossMode mode, const GroupSizes& sizes, int num_microbatches,
+                                        const Semantics& semantics = {});
+const LossScale& loss_scale(const std::vector<LossScale>& table, LossTerm term);
+
+// The run-time counts a weight may use, and a row's weight from them.
+struct TokenCounts {
+  double microbatch = 0;  // N_mb
+  double cp_rank = 0;     // N_c
+  double local = 0;       // n_local
+  double step = 0;        // N_step
+};
+double loss_weight(const LossScale& scale, const TokenCounts& counts);
 
 }  // namespace moe

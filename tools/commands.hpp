@@ -12,6 +12,8 @@ void add_layer_command(CLI::App& app);
 void add_golden_command(CLI::App& app);
 void add_groups_command(CLI::App& app);
 void add_scaling_command(CLI::App& app);
+void add_semantics_command(CLI::App& app);
+void add_explain_command(CLI::App& app);
 void add_step_command(CLI::App& app);
 void add_volume_command(CLI::App& app);
 

@@ -19,6 +19,7 @@ namespace {
 
 struct CheckOptions {
   std::string preset = "tiny-v4";
+  std::string semantics = "intended";
   int seq = 0;    // 0 = the preset's
   int batch = 0;  // 0 = the preset's
   std::uint64_t seed = 1;
@@ -80,12 +81,12 @@ std::string describe(const MoeConfig& c) {
   return s;
 }
 
-void print_human(const LayerPreset& p, const CheckOptions& o, const MoeParams<double>& params,
+void print_human(const LayerPreset& p, const MoeConfig& c, const CheckOptions& o, const MoeParams<double>& params,
                  const MoeForward<double>& f, const std::vector<TensorNorm>& grads) {
-  const MoeConfig& c = p.config;
   std::printf("moe-oracle layer: one MoE layer through the oracle (double precision, one process)\n\n");
-  std::printf("preset   %s: %s\nconfig   %s\nbatch    seq %d × batch %d = %lld tokens, seed %llu, double\n\n",
-              p.name.c_str(), p.description.c_str(), describe(c).c_str(), o.seq, o.batch,
+  std::printf("preset   %s: %s\nconfig   %s\nsemantics %s\nbatch    seq %d × batch %d = %lld tokens, seed %llu, "
+              "double\n\n",
+              p.name.c_str(), p.description.c_str(), describe(c).c_str(), c.semantics.spec().c_str(), o.seq, o.batch,
               static_cast<long long>(f.y.rows()), static_cast<unsigned long long>(o.seed));
 
   std::printf("routing  %-8s", "expert");
@@ -120,9 +121,14 @@ void add_layer_command(CLI::App& app) {
   cmd->add_option("--micro-batch", o->batch, "sequences per micro-batch (default: the preset's)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "seed of parameters, inputs and grad_y")->capture_default_str();
+  cmd->add_option("--semantics", o->semantics,
+                  "semantics profile (intended, megatron-core-0.19, megatron-main; P,+deviation,-deviation)")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
     const LayerPreset& p = layer_preset(o->preset);
+    MoeConfig config = p.config;
+    config.semantics = Semantics::parse(o->semantics);
     CheckOptions opt = *o;
     if (opt.seq == 0) opt.seq = p.seq;
     if (opt.batch == 0) opt.batch = p.batch;
@@ -130,19 +136,20 @@ void add_layer_command(CLI::App& app) {
     if (static_cast<long long>(p.config.hidden) * p.config.num_experts * p.config.ffn_hidden * tokens > (1LL << 34))
       throw std::invalid_argument("preset '" + p.name + "' is too large for the CPU oracle (use it with volume/groups)");
 
-    const auto params = random_params<double>(p.config, p.vocab, opt.seed);
-    const auto inputs = random_inputs<double>(p.config, opt.seq, opt.batch, p.vocab, opt.seed + 1);
-    const auto grad_y = random_grad_y<double>(p.config, opt.seq * opt.batch, opt.seed + 2);
-    const auto forward = moe_forward(p.config, params, inputs);
-    const auto grads = moe_backward(p.config, params, inputs, forward, grad_y);
-    const auto norms = gradient_norms(p.config, grads);
+    const auto params = random_params<double>(config, p.vocab, opt.seed);
+    const auto inputs = random_inputs<double>(config, opt.seq, opt.batch, p.vocab, opt.seed + 1);
+    const auto grad_y = random_grad_y<double>(config, opt.seq * opt.batch, opt.seed + 2);
+    const auto forward = moe_forward(config, params, inputs);
+    const auto grads = moe_backward(config, params, inputs, forward, grad_y);
+    const auto norms = gradient_norms(config, grads);
 
     if (!opt.json) {
-      print_human(p, opt, params, forward, norms);
+      print_human(p, config, opt, params, forward, norms);
       return;
     }
     nlohmann::json j;
     j["preset"] = p.name;
+    j["semantics"] = config.semantics.spec();
     j["seq"] = opt.seq;
     j["batch"] = opt.batch;
     j["seed"] = opt.seed;

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   moe::cli::add_golden_command(app);
   moe::cli::add_groups_command(app);
   moe::cli::add_scaling_command(app);
+  moe::cli::add_semantics_command(app);
+  moe::cli::add_explain_command(app);
   moe::cli::add_step_command(app);
   moe::cli::add_volume_command(app);
   try {

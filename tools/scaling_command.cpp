@@ -1,5 +1,6 @@
 // `moe-oracle scaling`: the gradient-scaling table (reference/scaling_rules.hpp) evaluated on a layout and a loss
-// mode: per parameter class the pre-scale, collective, group and token division, then the aux/z-loss scales.
+// mode: per parameter class the pre-scale, collective, group and token division, then the loss weights (CE, aux,
+// global_aux, z) — the same rows distributed/loss_weights.cpp evaluates — under a semantics profile.
 #include "reference/scaling_rules.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
@@ -14,9 +15,26 @@
 namespace moe::cli {
 namespace {
 
+// The run-time count a loss weight is multiplied by, as a name (JSON) and as a suffix of the value (table).
+std::string_view token_count_text(TokenFactor f) {
+  switch (f) {
+    case TokenFactor::none: return "none";
+    case TokenFactor::inv_microbatch: return "1/N_mb";
+    case TokenFactor::inv_cp_rank: return "1/N_c";
+    case TokenFactor::microbatch: return "N_mb";
+    case TokenFactor::local_times_tp_cp: return "num_local_tokens";
+    case TokenFactor::step: return "N_step";
+  }
+  return "?";
+}
+std::string token_count_suffix(TokenFactor f) {
+  return f == TokenFactor::none ? "" : " × " + std::string(token_count_text(f));
+}
+
 struct ScalingArgs {
   ParallelLayout layout;
   std::string scaling = "sum";
+  std::string semantics = "intended";
   int micro_batch = 1;
   std::optional<int> global_batch;
   bool distributed_optimizer = false;
@@ -29,12 +47,19 @@ void run(const ScalingArgs& a) {
   const auto sizes = group_sizes(groups);
   const int global_batch = a.global_batch.value_or(a.micro_batch * a.layout.dp());
   const int m = num_microbatches(a.layout, global_batch, a.micro_batch);
-  const auto grads = grad_sync_table(mode, sizes, a.distributed_optimizer);
-  const auto losses = loss_scale_table(mode, sizes, m);
+  const Semantics semantics = Semantics::parse(a.semantics);
+  const auto grads = grad_sync_table(mode, sizes, a.distributed_optimizer, semantics);
+  const auto losses = loss_scale_table(mode, sizes, m, semantics);
+  const auto deviation_names = [](const std::vector<Deviation>& ds) {
+    std::vector<std::string> names;
+    for (Deviation d : ds) names.emplace_back(deviation_info(d).name);
+    return names;
+  };
 
   if (a.json) {
     nlohmann::json out = {{"layout", layout_json(a.layout)},
                           {"loss_mode", to_string(mode)},
+                          {"semantics", semantics.spec()},
                           {"group_sizes",
                            {{"tp", sizes.tp}, {"cp", sizes.cp}, {"tp_cp", sizes.tp_cp}, {"dp_cp", sizes.dp_cp},
                             {"expt_dp", sizes.expt_dp}, {"gtp", sizes.gtp}, {"egtp", sizes.egtp}}},
@@ -59,8 +84,9 @@ void run(const ScalingArgs& a) {
                                     {"formula", r.rule.formula},
                                     {"values", r.values},
                                     {"factor", r.factor},
-                                    {"times_local_tokens", r.rule.times_local_tokens},
-                                    {"divide_by_global_tokens", r.rule.divide_by_global_tokens},
+                                    {"token_count", token_count_text(r.rule.tokens)},
+                                    {"deviations", deviation_names(r.rule.when)},
+                                    {"divide_by_global_tokens", mode == LossMode::per_token},
                                     {"source", r.rule.source}});
     std::cout << out.dump(2) << "\n";
     return;
@@ -87,14 +113,18 @@ void run(const ScalingArgs& a) {
   grad_table.print(std::cout);
   std::cout << "(net factor: what the plain sum of the group's gradients is multiplied by)\n\n";
 
-  TextTable loss_table({"loss term", "backward scale", "value", "÷ global tokens"});
-  for (const auto& r : losses)
+  std::cout << "loss weights of one rank's microbatch, semantics " << semantics.spec() << ":\n";
+  TextTable loss_table({"loss term", "weight", "value", "÷ global tokens", "deviation"});
+  for (const auto& r : losses) {
+    std::string deviations;
+    for (const auto& name : deviation_names(r.rule.when)) deviations += (deviations.empty() ? "" : ", ") + name;
     loss_table.add_row({std::string(to_string(r.rule.term)), std::string(r.rule.formula) + " = " + r.values,
-                        (r.rule.times_local_tokens ? "num_local_tokens × " : "") + trimmed(r.factor, 8),
-                        r.rule.divide_by_global_tokens ? "yes" : "no"});
+                        trimmed(r.factor, 8) + token_count_suffix(r.rule.tokens),
+                        mode == LossMode::per_token ? "yes" : "no", deviations.empty() ? "-" : deviations});
+  }
   loss_table.print(std::cout);
 
-  std::cout << "\nsources (Megatron-Core main, megatron/core/):\n";
+  std::cout << "\nsources (Megatron-Core, megatron/core/ unless a path says otherwise):\n";
   for (const auto& r : grads) std::cout << "  " << to_string(r.rule.param_class) << ": " << r.rule.source << "\n";
   for (const auto& r : losses) std::cout << "  " << to_string(r.rule.term) << ": " << r.rule.source << "\n";
 }
@@ -108,6 +138,10 @@ void add_scaling_command(CLI::App& app) {
   add_layout_options(*cmd, args->layout);
   cmd->add_option("--scaling", args->scaling, "loss mode")
       ->check(CLI::IsMember({"sum", "avg", "per-token"}))
+      ->capture_default_str();
+  cmd->add_option("--semantics", args->semantics,
+                  "semantics profile whose rules to print (intended, megatron-core-0.19, megatron-main; "
+                  "P,+deviation,-deviation; see `moe-oracle semantics`)")
       ->capture_default_str();
   cmd->add_option("--micro-batch", args->micro_batch, "samples per microbatch (b)")->capture_default_str();
   cmd->add_option("--global-batch", args->global_batch, "samples per global batch (B); default b·dp, one microbatch");

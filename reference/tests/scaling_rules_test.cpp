@@ -78,23 +78,51 @@ TEST_F(SeedScaling, SequenceParallelParamsAlsoSumOverTp) {
   }
 }
 
-// Aux and z backward scale: cp/m = 2/64 with B = 4096, b = 1 (m = 64); per-token: n_local · |tp_cp| = n_local · 2.
-TEST_F(SeedScaling, AuxAndZLossBackwardScales) {
+// Loss weights at the seed layout (cp 2, tp_cp 2, dp 64 → dp_cp 128), B = 4096, b = 1 (m = 64). Intended: CE
+// cp/m·1/N_mb, aux and z cp/m, global_aux dp·cp/m; per-token: CE 1, aux and z N_mb, global_aux N_step.
+TEST_F(SeedScaling, LossWeightsIntended) {
   const int m = num_microbatches(test::seed_layout(), 4096, 1);
   const auto rows = loss_scale_table(LossMode::sum, sizes, m);
-  ASSERT_EQ(rows.size(), 2u);
-  for (const auto& r : rows) {
-    EXPECT_EQ(r.values, "2/64");
-    EXPECT_DOUBLE_EQ(r.factor, 2.0 / 64);
-    EXPECT_FALSE(r.rule.times_local_tokens);
-  }
+  ASSERT_EQ(rows.size(), 4u);
+  for (const auto& r : rows) EXPECT_TRUE(r.rule.when.empty()) << to_string(r.rule.term);
+  EXPECT_EQ(loss_scale(rows, LossTerm::ce).values, "2/64");
+  EXPECT_EQ(loss_scale(rows, LossTerm::ce).rule.tokens, TokenFactor::inv_microbatch);
+  EXPECT_EQ(loss_scale(rows, LossTerm::aux).values, "2/64");
+  EXPECT_DOUBLE_EQ(loss_scale(rows, LossTerm::z).factor, 2.0 / 64);
+  EXPECT_EQ(loss_scale(rows, LossTerm::global_aux).values, "64·2/64");
+  EXPECT_DOUBLE_EQ(loss_scale(rows, LossTerm::global_aux).factor, 128.0 / 64);
+  const TokenCounts n{.microbatch = 100, .cp_rank = 60, .local = 30, .step = 6400};
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(rows, LossTerm::ce), n), 2.0 / 64 / 100);
   EXPECT_EQ(loss_scale_table(LossMode::avg, sizes, m)[0].values, "2/64");
-  for (const auto& r : loss_scale_table(LossMode::per_token, sizes, m)) {
-    EXPECT_DOUBLE_EQ(r.factor, 2.0);
-    EXPECT_TRUE(r.rule.times_local_tokens);
-    EXPECT_TRUE(r.rule.divide_by_global_tokens);
-  }
+
+  const auto pt = loss_scale_table(LossMode::per_token, sizes, m);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::ce), n), 1.0);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::aux), n), 100.0);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::z), n), 100.0);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::global_aux), n), 6400.0);
   EXPECT_THROW(loss_scale_table(LossMode::sum, sizes, 0), std::invalid_argument);
+}
+
+// Under megatron-core-0.19 the rows of its deviations are chosen: CE 1/m·1/N_c, global_aux cp/m; per-token aux
+// num_local_tokens·|tp_cp|, global_aux as aux. Turning one deviation off brings its intended row back.
+TEST_F(SeedScaling, LossWeightsMegatronProfile) {
+  const int m = num_microbatches(test::seed_layout(), 4096, 1);
+  const Semantics megatron = Semantics::profile("megatron-core-0.19");
+  const TokenCounts n{.microbatch = 100, .cp_rank = 60, .local = 30, .step = 6400};
+  const auto rows = loss_scale_table(LossMode::sum, sizes, m, megatron);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(rows, LossTerm::ce), n), 1.0 / 64 / 60);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(rows, LossTerm::global_aux), n), 2.0 / 64);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(rows, LossTerm::aux), n), 2.0 / 64);
+  const auto pt = loss_scale_table(LossMode::per_token, sizes, m, megatron);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::ce), n), 1.0);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::aux), n), 30.0 * 2);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::global_aux), n), 30.0 * 2);
+  EXPECT_EQ(loss_scale(pt, LossTerm::aux).values, "num_local_tokens · 2");
+  const auto dev_like = loss_scale_table(LossMode::per_token, sizes, m,
+                                         megatron.with(Deviation::per_token_aux_local_tokens, false));
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(dev_like, LossTerm::global_aux), n), 100.0);
+  const auto no_ce = loss_scale_table(LossMode::sum, sizes, m, megatron.with(Deviation::ce_per_cp_rank, false));
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(no_ce, LossTerm::ce), n), 2.0 / 64 / 100);
 }
 
 // The invariant behind the SUM/AVG choice: for any layout the net factor on the summed dense and expert grads is
@@ -112,8 +140,8 @@ TEST(ScalingRules, SumAndAvgAgreeOnEveryLayout) {
   }
 }
 
-// The table is complete: one row per parameter class and loss mode, each citing its source; two loss-scale rows
-// (aux, z) per family.
+// The table is complete: one row per parameter class and loss mode, each citing its source; one intended
+// loss-scale row per term and family.
 TEST(ScalingRules, OneRowPerClassAndMode) {
   std::set<std::pair<ParamClass, LossMode>> seen;
   for (const auto& r : grad_sync_rules()) {
@@ -121,8 +149,13 @@ TEST(ScalingRules, OneRowPerClassAndMode) {
     EXPECT_NE(r.source.find(".py"), std::string_view::npos);
   }
   EXPECT_EQ(seen.size(), 9u);
-  EXPECT_EQ(loss_scale_rules().size(), 4u);
-  for (const auto& r : loss_scale_rules()) EXPECT_NE(r.source.find(".py"), std::string_view::npos);
+  // Every (term, family) has exactly one intended row; every deviation row cites the Megatron code it encodes.
+  std::set<std::pair<LossTerm, bool>> intended;
+  for (const auto& r : loss_scale_rules()) {
+    if (r.when.empty()) EXPECT_TRUE(intended.insert({r.term, r.per_token}).second) << to_string(r.term);
+    else EXPECT_NE(r.source.find(".py"), std::string_view::npos) << r.formula;
+  }
+  EXPECT_EQ(intended.size(), 8u);
 }
 
 // GTP/EGTP: expert prescale × egtp/gtp (PR #7165); average_in_collective is refused with GTP active.
@@ -136,6 +169,9 @@ TEST(ScalingRules, GtpCorrectionAndAvgRefusal) {
   EXPECT_DOUBLE_EQ(sync_rule(rows, ParamClass::expert).prescale, 1.0 / 8 * 2 / 4);
   EXPECT_EQ(sync_rule(rows, ParamClass::expert).prescale_values, "1/8 · 2/4");
   EXPECT_DOUBLE_EQ(sync_rule(rows, ParamClass::dense).prescale, 1.0 / 8);
+  // gtp-factor-missing (the Megatron profiles): no correction.
+  const auto megatron = grad_sync_table(LossMode::sum, s, false, Semantics::profile("megatron-main"));
+  EXPECT_DOUBLE_EQ(sync_rule(megatron, ParamClass::expert).prescale, 1.0 / 8);
   try {
     grad_sync_table(LossMode::avg, s, false);
     FAIL() << "accepted average_in_collective with GTP";

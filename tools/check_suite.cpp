@@ -1,0 +1,136 @@
+#include "tools/check_suite.hpp"
+
+#include <algorithm>
+
+namespace moe::cli {
+namespace {
+
+RunOptions run_of(const std::string& preset, int micro_batch, const std::string& scaling,
+                  const std::string& semantics = "intended") {
+  RunOptions r;
+  r.preset = preset;
+  r.micro_batch = micro_batch;
+  r.scaling = scaling;
+  r.semantics = semantics;
+  // Uneven padding: some sequences full, one almost empty, so per-microbatch and per-rank valid counts differ.
+  r.padding = "0,3,0,9,1,0,16,2";
+  return r;
+}
+
+// The layouts of the first row: each line adds something the ones above it don't have.
+std::vector<ParallelLayout> all_axes() {
+  return {
+      ParallelLayout{.world = 1},                              // the oracle's own split: one rank
+      ParallelLayout{.world = 4, .ep = 4},                     // EP4
+      ParallelLayout{.world = 4, .ep = 2},                     // EP2 with EDP 2
+      ParallelLayout{.world = 4, .ep = 2, .etp = 2},           // EP2 × ETP2
+      ParallelLayout{.world = 4, .cp = 2, .ep = 2},            // CP2
+      ParallelLayout{.world = 8, .tp = 2, .ep = 4},            // TP2 + SP, TP ≠ ETP, EDP 2
+      ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2},  // TP2 = ETP2, EP2, EDP 2
+      ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 8},   // TP2 · CP2 · EP8: 2 experts/rank, token-poor ranks
+      ParallelLayout{.world = 8, .pp = 2, .ep = 4},            // PP2 · EP4: activations and gradients between stages
+      ParallelLayout{.world = 8, .pp = 4, .ep = 2}};           // PP4 · EP2 · EDP 1
+}
+
+// Capacity is per source rank, and the router's statistics per tp×cp group: these split the tokens differently.
+std::vector<ParallelLayout> token_splits() {
+  return {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .cp = 2, .ep = 2},
+          ParallelLayout{.world = 8, .tp = 2, .ep = 4, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}};
+}
+
+}  // namespace
+
+std::vector<CheckRow> default_rows() {
+  std::vector<CheckRow> rows;
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), all_axes()});
+  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 2, "avg"), token_splits()});
+  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, "per-token"), token_splits()});
+  rows.push_back({"tiny-top1", run_of("tiny-top1", 2, "sum"),
+                  {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .tp = 2, .ep = 2},
+                   ParallelLayout{.world = 8, .cp = 2, .pp = 2, .ep = 2}}});
+  // Megatron's semantics: what 0.19.2 computes when trained through pretrain_gpt.py (the router sees no padding)
+  // and, for a loop that passes padding_mask, the rules that then show (local z mean, the shared seq_aux T,
+  // per-token aux × local tokens).
+  const std::vector<ParallelLayout> cp_tp{ParallelLayout{.world = 4, .cp = 2, .ep = 2},
+                                          ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}};
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 2, "sum", "megatron-core-0.19"), cp_tp});
+  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 1, "sum", "megatron-core-0.19"),
+                  {ParallelLayout{.world = 4, .ep = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}});
+  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 1, "sum", "megatron-core-0.19,+fused-swiglu-ignores-clamp"),
+                  {ParallelLayout{.world = 4, .ep = 2}}});
+  rows.push_back({"tiny-top1", run_of("tiny-top1", 2, "sum", "megatron-main,-router-counts-padding"), cp_tp});
+  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, "per-token", "megatron-main,-router-counts-padding"),
+                  cp_tp});
+  // Whole training steps (Adam, bias update, distributed optimizer), saved halfway and resumed under another EP.
+  CheckRow steps{"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 4, .ep = 4}}, 2,
+                 "world=4,ep=2,etp=2", true};
+  rows.push_back(steps);
+  return rows;
+}
+
+const std::vector<std::string>& all_features() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n{"softmax", "pre-softmax", "sigmoid", "sqrtsoftplus", "deepseek normalisation",
+                               "topk scaling", "expert bias", "bias update", "groups (k/group_topk > 2)",
+                               "hash layers", "swiglu clamp", "shared expert", "shared gate", "shared clamp", "latent",
+                               "probs on input", "capacity by probs", "capacity by position", "pad to capacity",
+                               "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
+                               "per-token", "tp", "cp", "pp", "ep", "etp", "edp", "alltoall", "allgather", "flex",
+                               "training steps", "distributed optimizer", "resume under another layout"};
+    for (const auto& d : deviation_catalogue())
+      if (d.kind == DeviationKind::modelled) n.emplace_back(d.name);
+    return n;
+  }();
+  return names;
+}
+
+std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, const std::string& dispatcher) {
+  const ModelConfig m = row.run.model();
+  const MoeConfig& c = m.layer;
+  std::set<std::string> f;
+  const auto add_if = [&](bool on, const char* name) {
+    if (on) f.insert(name);
+  };
+  add_if(c.score_function == ScoreFunction::softmax && !c.pre_softmax, "softmax");
+  add_if(c.pre_softmax, "pre-softmax");
+  add_if(c.score_function == ScoreFunction::sigmoid, "sigmoid");
+  add_if(c.score_function == ScoreFunction::sqrtsoftplus, "sqrtsoftplus");
+  add_if(c.uses_score_normalisation() && c.normalization == Normalization::deepseek, "deepseek normalisation");
+  add_if(c.topk_scaling_factor != 1.0, "topk scaling");
+  add_if(c.expert_bias && m.n_hash_layers < m.num_layers, "expert bias");
+  add_if(c.bias_update_rate.has_value() && m.n_hash_layers < m.num_layers, "bias update");
+  add_if(c.num_groups > 0 && c.topk / c.group_topk > 2 && m.n_hash_layers < m.num_layers, "groups (k/group_topk > 2)");
+  add_if(m.n_hash_layers > 0, "hash layers");
+  add_if(c.swiglu_clamp.has_value(), "swiglu clamp");
+  add_if(c.has_shared_expert(), "shared expert");
+  add_if(c.shared_expert_gate, "shared gate");
+  add_if(c.shared_clamp().has_value(), "shared clamp");
+  add_if(c.latent_size > 0, "latent");
+  add_if(c.apply_probs_on_input, "probs on input");
+  add_if(c.capacity_factor && c.drop_policy == DropPolicy::probs, "capacity by probs");
+  add_if(c.capacity_factor && c.drop_policy == DropPolicy::position, "capacity by position");
+  add_if(c.pad_to_capacity, "pad to capacity");
+  add_if(c.aux_loss_type == AuxLossType::aux, "aux");
+  add_if(c.aux_loss_type == AuxLossType::seq_aux, "seq_aux");
+  add_if(c.aux_loss_type == AuxLossType::global_aux, "global_aux");
+  add_if(c.z_loss_coeff > 0, "z-loss");
+  const auto padded = row.run.padded(row.run.global_batch);
+  add_if(std::any_of(padded.begin(), padded.end(), [](int n) { return n > 0; }), "padding");
+  add_if(row.run.micro_batch >= 2, "micro-batch ≥ 2");
+  f.insert(std::string(to_string(row.run.mode())));
+  add_if(l.tp > 1, "tp");
+  add_if(l.cp > 1, "cp");
+  add_if(l.pp > 1, "pp");
+  add_if(l.ep > 1, "ep");
+  add_if(l.etp > 1, "etp");
+  add_if(l.edp() > 1, "edp");
+  f.insert(dispatcher);
+  add_if(row.steps > 0, "training steps");
+  add_if(row.steps > 0 && row.distributed_optimizer, "distributed optimizer");
+  add_if(!row.resume_as.empty(), "resume under another layout");
+  for (Deviation d : m.semantics().in_mode(row.run.mode()).deviations())
+    if (deviation_info(d).kind == DeviationKind::modelled) f.insert(std::string(deviation_info(d).name));
+  return f;
+}
+
+}  // namespace moe::cli
