@@ -54,6 +54,7 @@ json model_json(const ModelConfig& m) {
           {"aux_loss_coeff", c.aux_loss_coeff},
           {"z_loss_coeff", c.z_loss_coeff},
           {"bias_update_rate", opt(c.bias_update_rate)},
+          {"semantics", c.semantics.spec()},  // the objective the optimizer state belongs to
           {"num_layers", m.num_layers},
           {"n_hash_layers", m.n_hash_layers},
           {"vocab", m.vocab},

@@ -6,6 +6,7 @@
 //   share of d = ⟨Δ − Δ_{−d}, Δ⟩ / ⟨Δ, Δ⟩              (for the scalar objective: (Δ − Δ_{−d}) / Δ)
 //   intended   = ⟨Δ_{none}, Δ⟩ / ⟨Δ, Δ⟩               every deviation off: the intended objective's own dependence
 //   interaction = 1 − intended − Σ_d share of d        what no single deviation explains (deviations that interact)
+// The profile's refused deviations (Megatron raising on an input) change no number and stay off throughout.
 // Gradients are compared per class (dense, expert, router and norms), as vectors over every tensor of the class.
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
@@ -76,6 +77,7 @@ struct Attribution {
 };
 
 std::string percent(double share) {
+  if (std::abs(share) < 0.0005) share = 0;  // no "-0.0%"
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100 * share);
   return buf;
@@ -95,11 +97,15 @@ void run(const ExplainArgs& a) {
   const auto params = random_model_params<double>(model, o.seed);
   const GlobalBatch batch = o.batch(model, o.seed + 1);
 
-  // The deviations that change the oracle's numbers and are on under this loss mode.
-  const Semantics semantics = model.semantics().in_mode(o.mode());
+  // The deviations that change the oracle's numbers and are on under this loss mode. A refused one changes no
+  // number (it only refuses inputs Megatron raises on); it is off in the counterfactuals, where turning another
+  // deviation off could make it refuse.
+  Semantics semantics = model.semantics().in_mode(o.mode());
   std::vector<Deviation> toggled;
-  for (Deviation d : semantics.deviations())
+  for (Deviation d : semantics.deviations()) {
     if (deviation_info(d).kind == DeviationKind::modelled) toggled.push_back(d);
+    if (deviation_info(d).kind == DeviationKind::refused) semantics = semantics.with(d, false);
+  }
   const auto with = [&](const Semantics& s) {
     ModelConfig m = model;
     m.layer.semantics = s;

@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // 0 help, 1 a mismatch (a command's CLI::RuntimeError(1)); every usage error is 2, as for bad input below.
+    const int code = app.exit(e);
+    return code <= 1 ? code : 2;
   } catch (const std::exception& e) {
     std::cerr << "moe-oracle: error: " << e.what() << "\n";
     return 2;

@@ -3,38 +3,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "tools/tests/cli_run.hpp"
+
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-Result run(const std::string& args) {
-  const std::string command = std::string(MOE_ORACLE_BIN) + " " + args + " 2>&1";
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  std::size_t n = 0;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  const int raw = pclose(pipe);
-  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return result;
-}
-
-nlohmann::json run_json(const std::string& args) {
-  const auto r = run(args + " --json");
-  EXPECT_EQ(r.status, 0) << r.output;
-  return nlohmann::json::parse(r.output);  // throws (and fails the test) when not JSON
-}
+using moe::test::run;
+using moe::test::run_json;
 
 const std::string kSeedLayout = "--world 1024 --pp 8 --tp 1 --cp 2 --ep 64 --etp 1";
 

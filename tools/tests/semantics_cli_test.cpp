@@ -1,0 +1,130 @@
+// End-to-end tests of the semantics profiles on the command line: the catalogue (`semantics`), the attribution of
+// a layout difference (`explain`), the profile's rows in `scaling`, and the main job's default set (its coverage
+// and its padding).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "tools/tests/cli_run.hpp"
+
+namespace {
+
+using moe::test::run;
+using moe::test::run_json;
+
+TEST(CliSemantics, CatalogueListsEveryDeviationWithItsSources) {
+  const auto j = run_json("semantics");
+  ASSERT_GE(j["deviations"].size(), 8u);
+  for (const auto& d : j["deviations"]) {
+    EXPECT_NE(d["source"].get<std::string>().find(".py"), std::string::npos) << d;
+    for (const char* key : {"id", "megatron", "intended", "upstream", "visible_when", "kind"})
+      EXPECT_FALSE(d[key].get<std::string>().empty()) << key << " " << d;
+  }
+  std::set<std::string> profiles;
+  for (const auto& p : j["profiles"]) profiles.insert(p["name"].get<std::string>());
+  EXPECT_EQ(profiles, (std::set<std::string>{"intended", "megatron-core-0.19", "megatron-main"}));
+
+  // A profile lists the deviations it turns on; a modifier changes the list.
+  const auto megatron = run_json("semantics --profile megatron-core-0.19,-ce-per-cp-rank");
+  EXPECT_EQ(megatron["semantics"], "megatron-core-0.19,-ce-per-cp-rank");
+  bool saw_router = false;
+  for (const auto& d : megatron["deviations"]) {
+    EXPECT_TRUE(d["on"].get<bool>());
+    EXPECT_NE(d["id"], "ce-per-cp-rank");
+    saw_router = saw_router || d["id"] == "router-counts-padding";
+  }
+  EXPECT_TRUE(saw_router);
+  EXPECT_TRUE(run_json("semantics --profile intended")["deviations"].empty());
+
+  const auto bad = run("semantics --profile megatron");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.output.find("known: intended, megatron-core-0.19, megatron-main"), std::string::npos) << bad.output;
+}
+
+// The example: S = 4, CP 2, position 3 padded. Megatron weights position 0 by 1/2 and 1, 2 by 1/4 (each
+// CP rank divides by its own valid tokens); the intended objective weights all three 1/3.
+TEST(CliExplain, AttributesTheCpPaddingExampleToCePerCpRank) {
+  const std::string example = "explain --seq 4 --global-batch 1 --padding 1 --layout cp=1 --layout cp=2";
+  const auto j = run_json(example + " --semantics megatron-core-0.19");
+  const std::vector<double> intended{1.0 / 3, 1.0 / 3, 1.0 / 3, 0.0}, megatron{0.5, 0.25, 0.25, 0.0};
+  for (int p = 0; p < 4; ++p) {
+    EXPECT_DOUBLE_EQ(j["ce_weights"][0][0][p].get<double>(), intended[static_cast<size_t>(p)]) << p;
+    EXPECT_DOUBLE_EQ(j["ce_weights"][1][0][p].get<double>(), megatron[static_cast<size_t>(p)]) << p;
+  }
+  const std::string summary = j["summary"];
+  EXPECT_NE(summary.find("loss differs by"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("100.0% from ce-per-cp-rank"), std::string::npos) << summary;
+  const auto& objective = j["attribution"][0];
+  EXPECT_NEAR(objective["deviations"]["ce-per-cp-rank"].get<double>(), 1.0, 1e-9);
+  EXPECT_NEAR(objective["difference"].get<double>(),
+              j["objective"][1].get<double>() - j["objective"][0].get<double>(), 1e-15);
+
+  // Under the intended objective CP changes nothing.
+  const auto i = run_json(example);
+  EXPECT_EQ(i["summary"], "the loss is the same for both layouts");
+  EXPECT_DOUBLE_EQ(i["ce_weights"][1][0][0].get<double>(), 1.0 / 3);
+
+  // The human table names the deviation too.
+  const auto human = run(example + " --semantics megatron-core-0.19");
+  EXPECT_EQ(human.status, 0);
+  EXPECT_NE(human.output.find("100.0% from ce-per-cp-rank"), std::string::npos) << human.output;
+}
+
+TEST(CliExplain, LayoutsAreParsedStrictly) {
+  const std::string base = "explain --seq 4 --global-batch 1 --layout cp=1 --layout ";
+  for (const auto& [layout, message] :
+       std::vector<std::pair<std::string, std::string>>{{"ep=2.5", "not a whole number"},
+                                                        {"ep=abc", "not a whole number"},
+                                                        {"cp=2,cp=2", "given twice"},
+                                                        {"xp=2", "unknown size 'xp'"},
+                                                        {"world=3,ep=2", "world"}}) {
+    const auto r = run(base + "'" + layout + "'");
+    EXPECT_EQ(r.status, 2) << layout << ": " << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << layout << ": " << r.output;
+  }
+  EXPECT_EQ(run(base + "'world=2 cp=2'").status, 0);  // spaces separate sizes too
+  EXPECT_EQ(run("explain --layout cp=1").status, 2);   // one layout is not a comparison
+}
+
+// scaling prints the rows the loss weights evaluate, under the chosen profile.
+TEST(CliScaling, SemanticsChoosesTheLossRows) {
+  const std::string layout = "scaling --world 8 --tp 2 --cp 2 --ep 2 --scaling per-token";
+  const auto intended = run_json(layout);
+  const auto megatron = run_json(layout + " --semantics megatron-core-0.19");
+  const auto row = [](const nlohmann::json& j, const std::string& term) {
+    for (const auto& r : j["loss_scales"])
+      if (r["term"] == term) return r;
+    return nlohmann::json();
+  };
+  EXPECT_EQ(row(intended, "aux_loss")["token_count"], "N_mb");
+  EXPECT_EQ(row(megatron, "aux_loss")["token_count"], "num_local_tokens");
+  EXPECT_EQ(row(megatron, "aux_loss")["values"], "num_local_tokens · 4");
+  EXPECT_EQ(row(megatron, "aux_loss")["deviations"][0], "per-token-aux-local-tokens");
+  const auto mean = run_json("scaling --world 8 --tp 2 --cp 2 --ep 2 --semantics megatron-core-0.19");
+  EXPECT_EQ(row(mean, "ce")["token_count"], "1/N_c");
+  EXPECT_EQ(row(mean, "global_aux_loss")["formula"], "cp/m");
+}
+
+// The main job's default set runs every feature of the oracle, padding and the Megatron profiles included, and
+// passes; the coverage is measured from the runs, so dropping a row that alone covers a feature fails here.
+TEST(CliCheck, DefaultSetCoversEveryFeatureAndPasses) {
+  const auto j = run_json("check");
+  EXPECT_TRUE(j["features_not_run"].empty()) << j["features_not_run"];
+  for (const char* feature : {"padding", "ce-per-cp-rank", "router-counts-padding", "capacity by position",
+                              "pad to capacity", "per-token", "avg", "resume under another layout"})
+    EXPECT_NE(std::find(j["features_covered"].begin(), j["features_covered"].end(), feature),
+              j["features_covered"].end())
+        << feature;
+  std::set<std::string> semantics;
+  for (const auto& r : j["runs"]) {
+    EXPECT_TRUE(r["pass"].get<bool>()) << r;
+    semantics.insert(r["semantics"].get<std::string>());
+  }
+  EXPECT_TRUE(semantics.count("intended"));
+  EXPECT_TRUE(semantics.count("megatron-core-0.19"));
+  // A cell that was not measured is null, not 0.
+  EXPECT_TRUE(j["runs"][0]["max_abs"]["parameters"].is_null());
+}
+
+}  // namespace
