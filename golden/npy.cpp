@@ -17,7 +17,17 @@ constexpr std::size_t kPreamble = 10;          // magic, two version bytes, uint
 constexpr std::size_t kAlignment = 64;         // numpy pads the header so the data starts 64-byte aligned
 constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
 
-std::size_t item_size(NpyDtype dtype) { return dtype == NpyDtype::b1 ? 1 : 8; }
+std::size_t item_size(NpyDtype dtype) {
+  switch (dtype) {
+    case NpyDtype::b1: return 1;
+    case NpyDtype::u2: return 2;
+    case NpyDtype::f4:
+    case NpyDtype::i4: return 4;
+    case NpyDtype::f8:
+    case NpyDtype::i8: return 8;
+  }
+  return 8;
+}
 
 [[noreturn]] void fail(const std::string& origin, const std::string& problem) {
   throw NpyError(origin + ": not a supported .npy file: " + problem);
@@ -122,11 +132,25 @@ class HeaderParser {
   std::size_t pos_ = 0;
 };
 
-NpyDtype dtype_of(const std::string& descr, const std::string& origin) {
+NpyDtype dtype_of(const std::string& descr, const std::string& origin, bool widened) {
   if (descr == "<f8") return NpyDtype::f8;
   if (descr == "<i8") return NpyDtype::i8;
   if (descr == "|b1") return NpyDtype::b1;
+  if (widened) {
+    if (descr == "<f4") return NpyDtype::f4;
+    if (descr == "<i4") return NpyDtype::i4;
+    if (descr == "<u2" || descr == "<V2" || descr == "|V2") return NpyDtype::u2;
+    fail(origin, "dtype '" + descr + "' (a dump may use '<f8', '<f4', bfloat16 as '<u2' or '<V2', '<i8', '<i4', '|b1')");
+  }
   fail(origin, "dtype '" + descr + "' (the golden format uses only '<f8', '<i8' and '|b1')");
+}
+
+// Little-endian values of type V at `data`, widened to W.
+template <typename V, typename W>
+std::vector<W> widen(std::string_view data, std::size_t count) {
+  std::vector<V> raw(count);
+  if (count > 0) std::memcpy(raw.data(), data.data(), count * sizeof(V));
+  return std::vector<W>(raw.begin(), raw.end());
 }
 
 std::int64_t element_count(const std::vector<std::int64_t>& shape, const std::string& origin) {
@@ -145,6 +169,9 @@ std::string_view npy_descr(NpyDtype dtype) {
     case NpyDtype::f8: return "<f8";
     case NpyDtype::i8: return "<i8";
     case NpyDtype::b1: return "|b1";
+    case NpyDtype::f4: return "<f4";
+    case NpyDtype::i4: return "<i4";
+    case NpyDtype::u2: return "<u2";
   }
   return "?";
 }
@@ -163,8 +190,11 @@ std::string NpyArray::shape_string() const {
 
 std::vector<double> NpyArray::as_doubles() const {
   switch (dtype) {
-    case NpyDtype::f8: return reals;
-    case NpyDtype::i8: return {integers.begin(), integers.end()};
+    case NpyDtype::f8:
+    case NpyDtype::f4: return reals;
+    case NpyDtype::i8:
+    case NpyDtype::i4:
+    case NpyDtype::u2: return {integers.begin(), integers.end()};
     case NpyDtype::b1: return {booleans.begin(), booleans.end()};
   }
   return {};
@@ -201,7 +231,9 @@ NpyArray NpyArray::of_booleans(std::vector<std::int64_t> shape, std::vector<std:
   return a;
 }
 
-NpyArray parse_npy(std::string_view bytes, const std::string& origin) {
+namespace {
+
+NpyArray parse(std::string_view bytes, const std::string& origin, bool widened) {
   if (bytes.size() < kMagic.size() || bytes.substr(0, kMagic.size()) != kMagic) {
     fail(origin, "bad magic (does not start with \\x93NUMPY)");
   }
@@ -219,7 +251,7 @@ NpyArray parse_npy(std::string_view bytes, const std::string& origin) {
   if (header.fortran_order) fail(origin, "fortran_order is True (only C order is supported)");
 
   NpyArray a;
-  a.dtype = dtype_of(header.descr, origin);
+  a.dtype = dtype_of(header.descr, origin, widened);
   a.shape = header.shape;
   const std::int64_t n = element_count(a.shape, origin);
   const std::size_t need = static_cast<std::size_t>(n) * item_size(a.dtype);
@@ -245,11 +277,20 @@ NpyArray parse_npy(std::string_view bytes, const std::string& origin) {
         if (a.booleans[i] > 1) fail(origin, "boolean element " + std::to_string(i) + " is neither 0 nor 1");
       }
       break;
+    case NpyDtype::f4: a.reals = widen<float, double>(data, count); break;
+    case NpyDtype::i4: a.integers = widen<std::int32_t, std::int64_t>(data, count); break;
+    case NpyDtype::u2: a.integers = widen<std::uint16_t, std::int64_t>(data, count); break;
   }
   return a;
 }
 
+}  // namespace
+
+NpyArray parse_npy(std::string_view bytes, const std::string& origin) { return parse(bytes, origin, false); }
+
 std::string serialize_npy(const NpyArray& a) {
+  if (a.dtype != NpyDtype::f8 && a.dtype != NpyDtype::i8 && a.dtype != NpyDtype::b1)
+    throw NpyError("serialize_npy: only '<f8', '<i8' and '|b1' are written");
   if (a.size() < 0 || static_cast<std::size_t>(a.size()) !=
                           (a.dtype == NpyDtype::f8   ? a.reals.size()
                            : a.dtype == NpyDtype::i8 ? a.integers.size()
@@ -276,6 +317,9 @@ std::string serialize_npy(const NpyArray& a) {
   switch (a.dtype) {
     case NpyDtype::f8: out.append(reinterpret_cast<const char*>(a.reals.data()), a.reals.size() * 8); break;
     case NpyDtype::i8: out.append(reinterpret_cast<const char*>(a.integers.data()), a.integers.size() * 8); break;
+    case NpyDtype::f4:
+    case NpyDtype::i4:
+    case NpyDtype::u2: break;  // refused above
     case NpyDtype::b1:
       for (const std::uint8_t b : a.booleans) {
         if (b > 1) throw NpyError("serialize_npy: boolean values must be 0 or 1");
@@ -291,6 +335,13 @@ NpyArray read_npy(const std::filesystem::path& path) {
   if (!in) throw NpyError(path.string() + ": cannot open");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return parse_npy(bytes, path.string());
+}
+
+NpyArray read_npy_widened(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NpyError(path.string() + ": cannot open");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse(bytes, path.string(), true);
 }
 
 void write_npy(const std::filesystem::path& path, const NpyArray& array) {

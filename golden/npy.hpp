@@ -21,7 +21,9 @@ class NpyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class NpyDtype { f8, i8, b1 };
+// f8, i8, b1: the golden format. f4, i4, u2: only through read_npy_widened (framework dumps, compare/); u2 holds
+// raw 16-bit words (bfloat16 bits: numpy has no bfloat16, so dumps store it as uint16 or as ml_dtypes' '<V2').
+enum class NpyDtype { f8, i8, b1, f4, i4, u2 };
 
 std::string_view npy_descr(NpyDtype dtype);  // "<f8", "<i8", "|b1"
 
@@ -30,8 +32,8 @@ std::string_view npy_descr(NpyDtype dtype);  // "<f8", "<i8", "|b1"
 struct NpyArray {
   NpyDtype dtype = NpyDtype::f8;
   std::vector<std::int64_t> shape;
-  std::vector<double> reals;
-  std::vector<std::int64_t> integers;
+  std::vector<double> reals;           // f8, f4 (widened exactly)
+  std::vector<std::int64_t> integers;  // i8, i4, u2 (widened exactly)
   std::vector<std::uint8_t> booleans;  // 0 or 1
 
   std::int64_t size() const;  // product of the shape
@@ -49,6 +51,9 @@ NpyArray parse_npy(std::string_view bytes, const std::string& origin);
 std::string serialize_npy(const NpyArray& array);
 
 NpyArray read_npy(const std::filesystem::path& path);
+// Also '<f4', '<i4', '<u2' and '<V2' (read as u2), widened exactly to double / int64: for dumps of other frameworks,
+// never for golden cases.
+NpyArray read_npy_widened(const std::filesystem::path& path);
 void write_npy(const std::filesystem::path& path, const NpyArray& array);
 
 }  // namespace moe::golden

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace moe {
 
@@ -43,6 +45,39 @@ CapacityResult apply_capacity(const MoeConfig& config, const BoolMatrix& routed,
           --missing;
         }
       }
+    }
+  }
+  return result;
+}
+
+CapacityResult replay_capacity(const MoeConfig& config, const BoolMatrix& routed, const BoolMatrix& final_map,
+                               const std::vector<std::vector<int>>& partition) {
+  if (final_map.rows() != routed.rows() || final_map.cols() != routed.cols())
+    throw std::invalid_argument("replayed routing map: shape must be [tokens, num_experts]");
+  CapacityResult result{(routed.array() && final_map.array()).matrix(),
+                        (final_map.array() && !routed.array()).matrix()};
+  for (const std::vector<int>& part : partition) {
+    const int local = static_cast<int>(part.size());
+    const int cap = expert_capacity(local, config.topk, config.num_experts, *config.capacity_factor);
+    for (Eigen::Index e = 0; e < routed.cols(); ++e) {
+      int n_routed = 0, kept = 0, padded = 0;
+      for (int row : part) {
+        n_routed += routed(row, e);
+        kept += result.keep(row, e);
+        padded += result.padded(row, e);
+      }
+      const std::string where = "replayed routing map, expert " + std::to_string(e) + ": ";
+      if (n_routed > cap && kept != cap)
+        throw std::invalid_argument(where + "keeps " + std::to_string(kept) + " of its " + std::to_string(n_routed) +
+                                    " routed tokens; an over-full expert keeps exactly its capacity " +
+                                    std::to_string(cap));
+      if (n_routed <= cap && kept != n_routed)
+        throw std::invalid_argument(where + "drops a routed token although the expert is within capacity");
+      if (padded > 0 && !config.pad_to_capacity)
+        throw std::invalid_argument(where + "holds a token not routed to it, without pad_to_capacity");
+      if (config.pad_to_capacity && n_routed < cap && kept + padded != std::min(cap, local))
+        throw std::invalid_argument(where + "is padded to " + std::to_string(kept + padded) + " rows, not " +
+                                    std::to_string(std::min(cap, local)));
     }
   }
   return result;

@@ -29,4 +29,12 @@ template <typename T>
 CapacityResult apply_capacity(const MoeConfig& config, const BoolMatrix& routed, const Matrix<T>& probs,
                               const std::vector<std::vector<int>>& partition);
 
+// Capacity decisions taken as input (replaying a framework's run where its choice among ties is torch's order,
+// position-drop-tie-order and pad-filler-tie-order): `final_map` [T, E] is the routing map after dropping and
+// padding. Kept = routed ∧ final_map, padded = final_map ∧ ¬routed. Throws std::invalid_argument unless it is a
+// decision the rules allow: per part and expert, an over-full expert keeps exactly cap of its routed rows, an
+// under-full one keeps them all, and padding (only with pad_to_capacity) fills it to min(cap, part size).
+CapacityResult replay_capacity(const MoeConfig& config, const BoolMatrix& routed, const BoolMatrix& final_map,
+                               const std::vector<std::vector<int>>& partition);
+
 }  // namespace moe

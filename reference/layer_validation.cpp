@@ -113,6 +113,12 @@ void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, 
                                                       std::to_string(seen[static_cast<size_t>(t)]) + " times)");
   }
 
+  if (inputs.capacity_decision) {
+    require(config.capacity_factor.has_value(), "capacity_decision is given but there is no capacity_factor");
+    require(inputs.capacity_decision->rows() == tokens && inputs.capacity_decision->cols() == config.num_experts,
+            "capacity_decision must be [tokens, num_experts]");
+  }
+
   const auto& sum = inputs.global_aux.tokens_per_expert_sum;
   require(sum.empty() || static_cast<int>(sum.size()) == config.num_experts,
           "global_aux.tokens_per_expert_sum must be empty or have E entries");

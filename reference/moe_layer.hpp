@@ -59,6 +59,9 @@ struct MoeInputs {
   // The capacity partition: each part is one source rank's local rows (in local order). Empty = one part of all
   // rows in order. Capacity is computed per part; the parts must cover every row exactly once.
   std::vector<std::vector<int>> partition;
+  // Capacity decisions replayed from a framework's run: its routing map after dropping and padding [T, E]
+  // (capacity.hpp: replay_capacity). Unset = the oracle's own rule.
+  std::optional<BoolMatrix> capacity_decision;
   GlobalAuxState global_aux;              // global_aux only: the state before this microbatch
   std::optional<GlobalAuxGroup> global_aux_group;  // global_aux only; unset = this call is the whole group
 };

@@ -192,7 +192,9 @@ Routing<T> route(const MoeConfig& config, const MoeParams<T>& params, const MoeI
     std::iota(partition[0].begin(), partition[0].end(), 0);
   }
   if (config.capacity_factor) {
-    const CapacityResult cap = apply_capacity(config, routed, probs, partition);
+    const CapacityResult cap = inputs.capacity_decision
+                                   ? replay_capacity(config, routed, *inputs.capacity_decision, partition)
+                                   : apply_capacity(config, routed, probs, partition);
     r.routing_map = (cap.keep.array() || cap.padded.array()).matrix();
     r.padded_slot = cap.padded;
     r.probs = probs.cwiseProduct(cap.keep.cast<T>());

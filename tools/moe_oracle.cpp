@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moe-oracle: differential testing of parallel Mixture-of-Experts layers against a CPU oracle"};
   app.require_subcommand(1);
   moe::cli::add_check_command(app);
+  moe::cli::add_compare_command(app);
   moe::cli::add_bench_command(app);
   moe::cli::add_layer_command(app);
   moe::cli::add_golden_command(app);

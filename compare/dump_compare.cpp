@@ -1,0 +1,109 @@
+#include "compare/dump_compare.hpp"
+
+#include "compare/dump_oracle.hpp"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+namespace moe::compare {
+namespace {
+
+// The dump tensors that are inputs or parameters: read by the oracle, never compared.
+bool is_input(const std::string& name) {
+  const bool grad = name.ends_with(".grad");
+  return name == "hidden_states" || name == "output.grad" || name == "router.expert_bias" ||
+         (!grad && name.find(".weight") != std::string::npos);
+}
+
+}  // namespace
+
+bool Comparison::pass() const {
+  for (const auto& t : tensors)
+    if (!t.pass()) return false;
+  return true;
+}
+
+const TensorResult* Comparison::first_failure() const {
+  for (const auto& t : tensors)
+    if (!t.pass()) return &t;
+  return nullptr;
+}
+
+Comparison compare_dump(const Dump& dump) {
+  const OracleAnswer answer = oracle_for(dump);
+  const DumpTolerance tol = dump.tolerance;
+  Comparison out;
+  out.replay_differences = answer.replay_differences;
+  std::map<std::string, size_t> index;  // tensor name -> position in out.tensors
+  std::map<std::string, std::vector<int>> absent;
+  std::set<std::pair<int, std::string>> compared;
+
+  for (const Expected& e : answer.expected) {
+    const std::vector<int> ranks = e.summed_ranks.empty() ? std::vector<int>{e.rank} : e.summed_ranks;
+    bool present = true;
+    for (int r : ranks) present = present && dump.ranks[static_cast<size_t>(r)].has(e.tensor);
+    for (int r : ranks) compared.insert({r, e.tensor});
+    if (!present) {
+      absent[e.tensor].push_back(e.rank);
+      continue;
+    }
+    std::vector<double> got(e.values.size(), 0.0);
+    for (int r : ranks) {
+      const std::vector<double> v = dump.ranks[static_cast<size_t>(r)].values(e.tensor, e.shape);
+      for (size_t i = 0; i < v.size(); ++i) got[i] += v[i];
+    }
+    if (!index.count(e.tensor)) {
+      index[e.tensor] = out.tensors.size();
+      TensorResult t;
+      t.tensor = e.tensor;
+      t.summed = !e.summed_ranks.empty();
+      t.exact = e.exact;
+      out.tensors.push_back(t);
+    }
+    TensorResult& t = out.tensors[index[e.tensor]];
+    t.ranks.insert(t.ranks.end(), ranks.begin(), ranks.end());
+    t.elements += static_cast<std::int64_t>(got.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      // A NaN or infinity in the dump fails whatever the tolerance (|NaN − x| ≤ … is false, so test it first).
+      const double inf = std::numeric_limits<double>::infinity();
+      const double err = std::isfinite(got[i]) ? std::abs(got[i] - e.values[i]) : inf;
+      const double ratio = e.exact ? (got[i] == e.values[i] ? 0.0 : inf)
+                                   : err / (tol.atol + tol.rtol * std::abs(e.values[i]));
+      const bool bad = ratio > 1.0;
+      t.max_abs = std::max(t.max_abs, err);
+      t.max_ratio = std::max(t.max_ratio, ratio);
+      if (bad && !t.first) t.first = Mismatch{e.rank, static_cast<std::int64_t>(i), got[i], e.values[i]};
+    }
+  }
+  for (const auto& [name, ranks] : absent) {
+    std::string where;
+    for (int r : ranks) where += (where.empty() ? "" : ", ") + std::to_string(r);
+    out.absent.push_back(name + " (rank " + where + ")");
+  }
+  std::set<std::string> ignored;
+  for (const RankDump& r : dump.ranks)
+    for (const auto& [name, path] : r.files)
+      if (!compared.count({r.rank, name}) && !is_input(name)) ignored.insert(name);
+  out.ignored.assign(ignored.begin(), ignored.end());
+  return out;
+}
+
+std::vector<std::string> explaining_deviations(const Dump& dump) {
+  std::vector<std::string> found;
+  for (const DeviationInfo& d : deviation_catalogue()) {
+    if (d.kind != DeviationKind::modelled) continue;
+    Dump other = dump;
+    other.config.semantics = dump.config.semantics.with(d.id, !dump.config.semantics.has(d.id));
+    try {
+      if (compare_dump(other).pass())
+        found.push_back(std::string(other.config.semantics.has(d.id) ? "+" : "-") + std::string(d.name));
+    } catch (const std::exception&) {
+      // A semantics this dump cannot be compared under explains nothing.
+    }
+  }
+  return found;
+}
+
+}  // namespace moe::compare

@@ -1,0 +1,49 @@
+// Comparing a dump with the oracle (dump_oracle.hpp): per tensor, the largest error over the ranks that hold it,
+// the first failing element named by tensor, rank and index; what the oracle could compare but the dump lacks;
+// and, when it fails, which single Megatron deviation would explain the difference.
+#pragma once
+
+#include "compare/dump.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moe::compare {
+
+struct Mismatch {
+  int rank = 0;
+  std::int64_t index = 0;  // flat, C order
+  double got = 0, want = 0;
+};
+
+struct TensorResult {
+  std::string tensor;
+  std::vector<int> ranks;   // where it was compared (or, for sums, the ranks summed)
+  bool summed = false;      // the dump's values summed over `ranks` before comparing
+  std::int64_t elements = 0;
+  double max_abs = 0;       // max |dump − oracle|
+  double max_ratio = 0;     // max |dump − oracle| / (atol + rtol·|oracle|); exact tensors: 0 or ∞
+  bool exact = false;
+  std::optional<Mismatch> first;  // the first failing element (in rank, then index order)
+
+  bool pass() const { return !first.has_value(); }
+};
+
+struct Comparison {
+  std::vector<TensorResult> tensors;  // in comparison order: forward, then backward
+  std::vector<std::string> absent;    // compared if present: "name (ranks …)"
+  std::vector<std::string> ignored;   // dump tensors nothing is compared with (inputs and parameters excluded)
+  int replay_differences = -1;        // replayed capacity slots that differ from the oracle's rule (-1: none replayed)
+
+  bool pass() const;
+  const TensorResult* first_failure() const;
+};
+
+Comparison compare_dump(const Dump& dump);
+
+// For a failing dump: the single deviations (semantics spec changes like "+fused-swiglu-ignores-clamp") under which
+// the comparison passes — the names of what the dump's framework computes differently.
+std::vector<std::string> explaining_deviations(const Dump& dump);
+
+}  // namespace moe::compare

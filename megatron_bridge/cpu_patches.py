@@ -1,0 +1,115 @@
+"""What it takes to run Megatron-Core's MoE layer on a CPU, with no change to Megatron: three patches of torch.
+
+On a CPU every operation is synchronous, so streams and events have nothing to order and no-op stand-ins are exact.
+1. torch.cuda.Stream / Event / current_stream / stream: no-op fakes (the AlltoAll dispatcher creates a side stream
+   in __init__ and syncs its device-to-host copies on it).
+2. torch.cuda.current_device -> 'cpu' (the router allocates its buffers there and moves its weight there).
+3. torch.distributed.all_to_all_single with split sizes given as tensors -> lists (Megatron's
+   maybe_move_tensor_to_cpu only converts CUDA tensors; torch rejects tensor splits).
+Two more, only for tensor parallelism, where gloo lacks what NCCL has: reduce-scatter (sequence parallelism) is
+emulated by an all-reduce and the rank's slice (the same sum, in another order); an all-gather of blocks of
+different sizes (the AlltoAll dispatcher under ETP) by padding every block to the largest. apply() reports which
+patches are in place so every dump can say so.
+"""
+import contextlib
+
+import torch
+import torch.distributed as dist
+
+
+class _Stream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, other):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        return _Event()
+
+    def synchronize(self):
+        pass
+
+
+class _Event:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None):
+        pass
+
+    def wait(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+
+_STREAM = _Stream()
+
+
+def _as_list(splits):
+    return splits.tolist() if isinstance(splits, torch.Tensor) else splits
+
+
+def _all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
+                       async_op=False, _original=dist.all_to_all_single):
+    return _original(output, input, _as_list(output_split_sizes), _as_list(input_split_sizes), group=group,
+                     async_op=async_op)
+
+
+class _Done:
+    """The handle of an operation that has already completed (the emulations below are synchronous)."""
+
+    def wait(self):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+def _reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    # gloo lacks reduce_scatter: all-reduce a copy, keep this rank's block along dim 0.
+    assert op == dist.ReduceOp.SUM, "the emulation covers SUM only"
+    full = input.clone()
+    dist.all_reduce(full, op=op, group=group)
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    output.copy_(full.chunk(size, dim=0)[rank])
+    return _Done() if async_op else None
+
+
+def _all_gather(tensor_list, tensor, group=None, async_op=False, _original=dist.all_gather):
+    # gloo's all_gather needs equal sizes; the ETP dispatcher gathers uneven row counts (NCCL allows it). Pad every
+    # block to the largest along dim 0, gather, trim: the same values.
+    rows = [t.shape[0] for t in tensor_list]
+    if len(set(rows)) <= 1:
+        return _original(tensor_list, tensor, group=group, async_op=async_op)
+    longest = max(rows)
+    padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype)
+    padded[: tensor.shape[0]] = tensor
+    blocks = [torch.empty_like(padded) for _ in tensor_list]
+    _original(blocks, padded, group=group)
+    for out, block, n in zip(tensor_list, blocks, rows):
+        out.copy_(block[:n])
+    return _Done() if async_op else None
+
+
+def apply():
+    """Installs the patches; returns their names."""
+    torch.cuda.Stream = _Stream
+    torch.cuda.Event = _Event
+    torch.cuda.current_stream = lambda device=None: _STREAM
+    torch.cuda.stream = lambda stream=None: contextlib.nullcontext()
+    torch.cuda.current_device = lambda: "cpu"
+    dist.all_to_all_single = _all_to_all_single
+    dist.reduce_scatter_tensor = _reduce_scatter_tensor
+    dist._reduce_scatter_base = _reduce_scatter_tensor
+    dist.all_gather = _all_gather
+    return ["cuda streams/events as no-ops", "current_device=cpu", "all_to_all_single list splits",
+            "reduce_scatter_tensor as all_reduce + slice (gloo)", "all_gather of uneven blocks padded (gloo)"]

@@ -1,0 +1,271 @@
+"""Run Megatron-Core's real MoE layer on CPU over gloo and dump every rank's tensors for `moe-oracle compare`.
+
+    python driver.py CASE.json OUT_DIR [--bug NAME]
+
+CASE.json: {"config": {golden config keys}, "layout": {"tp", "ep", "etp"}, "dispatcher": "alltoall"|"allgather",
+            "seq": S, "batch": B, "seed": n, "bias_activation_fusion": bool, "semantics": "megatron-core-0.19"}
+The world is tp·ep·…: world = tp · dp where dp = world / tp is the number of data-parallel replicas, each with its
+own B sequences of S tokens; under sequence parallelism TP rank j holds positions [j·S/tp, (j+1)·S/tp).
+
+Every rank builds the same global parameters from the seed (numpy, float64), loads its shards into Megatron's
+modules (an expert's fc1 shard under ETP is [gate_j; up_j], as Megatron's GLU expects), runs forward and backward
+of L = Σ⟨dy, y⟩ + aux + z (aux and z enter through MoEAuxLossAutoScaler with scale 1) and writes OUT_DIR/rank<r>/
+as the dump format (megatron_bridge/README.md): inputs, outputs, parameters and their gradients under Megatron's
+names, the router's probs and routing map, the aux and z values it attached, its expert-bias token counts.
+"""
+import argparse
+import json
+import os
+import pathlib
+import socket
+import sys
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import cpu_patches  # noqa: E402
+
+PATCHES = cpu_patches.apply()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import seeded_bugs  # noqa: E402
+
+LOAD_BALANCING = {None: "none", "aux": "aux_loss", "seq_aux": "seq_aux_loss", "global_aux": "global_aux_loss"}
+
+
+def transformer_config(case, world):
+    """Our config (golden keys) as Megatron's TransformerConfig; refuses what 0.19 does not have."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    c = case["config"]
+    for key, off in (("hash_routing", False), ("latent_size", 0)):
+        if c.get(key, off) not in (off, None):
+            raise SystemExit(f"driver: {key} is not in megatron-core 0.19; leave it out of the case")
+    if c.get("normalization", "megatron") != "megatron":
+        raise SystemExit("driver: megatron-core has only the megatron normalisation")
+    layout = case["layout"]
+    tp, ep, etp = layout.get("tp", 1), layout.get("ep", 1), layout.get("etp", 1)
+    return TransformerConfig(
+        num_layers=1, hidden_size=c["hidden"], num_attention_heads=tp, ffn_hidden_size=c["ffn_hidden"],
+        gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
+        bias_activation_fusion=case.get("bias_activation_fusion", False),
+        activation_func_clamp_value=c.get("swiglu_clamp"),
+        params_dtype=torch.float64, use_cpu_initialization=True, init_method_std=0.02,
+        tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
+        sequence_parallel=tp > 1,
+        num_moe_experts=c["num_experts"], moe_router_topk=c["topk"], moe_ffn_hidden_size=c["ffn_hidden"],
+        moe_router_score_function=c["score_function"], moe_router_pre_softmax=c.get("pre_softmax", False),
+        moe_router_topk_scaling_factor=c.get("topk_scaling_factor") if c.get("topk_scaling_factor", 1.0) != 1.0
+        else None,
+        moe_router_enable_expert_bias=c.get("expert_bias", False),
+        moe_router_bias_update_rate=c.get("bias_update_rate") or 1e-3,
+        moe_router_num_groups=c.get("num_groups") or None, moe_router_group_topk=c.get("group_topk") or None,
+        moe_router_load_balancing_type=LOAD_BALANCING[c.get("aux_loss_type")],
+        moe_aux_loss_coeff=c.get("aux_loss_coeff", 0.0),
+        moe_z_loss_coeff=c.get("z_loss_coeff") or None,
+        moe_expert_capacity_factor=c.get("capacity_factor"),
+        moe_token_drop_policy=c.get("drop_policy", "probs"),
+        moe_pad_expert_input_to_capacity=c.get("pad_to_capacity", False),
+        moe_shared_expert_intermediate_size=c.get("shared_expert_ffn_hidden") or None,
+        moe_shared_expert_gate=c.get("shared_expert_gate", False),
+        moe_apply_probs_on_input=c.get("apply_probs_on_input", False),
+        moe_token_dispatcher_type=case["dispatcher"], moe_router_dtype="fp64", moe_grouped_gemm=False,
+        moe_permute_fusion=False)
+
+
+def global_params(case):
+    """The whole layer's parameters, float64, the same on every rank (torch Linear layouts)."""
+    c = case["config"]
+    rng = np.random.default_rng(case["seed"])
+    h, E, d = c["hidden"], c["num_experts"], c["ffn_hidden"]
+    p = {"router_weight": rng.normal(0, 1 / np.sqrt(h), (E, h)),
+         "expert_fc1": rng.normal(0, 1 / np.sqrt(h), (E, 2 * d, h)),
+         "expert_fc2": rng.normal(0, 1 / np.sqrt(d), (E, h, d))}
+    if c.get("expert_bias"):
+        p["expert_bias"] = rng.integers(-8, 9, E) / 64.0  # exact in the float32 Megatron keeps the bias in
+    ds = c.get("shared_expert_ffn_hidden") or 0
+    if ds:
+        p["shared_fc1"] = rng.normal(0, 1 / np.sqrt(h), (2 * ds, h))
+        p["shared_fc2"] = rng.normal(0, 1 / np.sqrt(ds), (h, ds))
+        if c.get("shared_expert_gate"):
+            p["shared_gate"] = rng.normal(0, 1 / np.sqrt(h), (1, h))
+    return p
+
+
+def glu_shard(fc1, j, parts):
+    """Rows of fc1 [2d, h] = [gate; up] that shard j of `parts` holds: [gate_j; up_j]."""
+    gate, up = np.split(fc1, 2)
+    return np.concatenate([np.split(gate, parts)[j], np.split(up, parts)[j]])
+
+
+def replica_batch(case, replica):
+    """x and dy [S, B, h] of one data-parallel replica."""
+    c = case["config"]
+    rng = np.random.default_rng([case["seed"], 1000 + replica])
+    shape = (case["seq"], case["batch"], c["hidden"])
+    return rng.normal(0, 1, shape), rng.normal(0, 1, shape)
+
+
+def load_parameters(layer, params, ps):
+    """Copies this rank's shards of the global parameters into Megatron's modules."""
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
+    ep_rank = ps.get_expert_model_parallel_rank()
+    with torch.no_grad():
+        layer.router.weight.copy_(torch.from_numpy(params["router_weight"]))
+        if "expert_bias" in params:
+            layer.router.expert_bias.copy_(torch.from_numpy(params["expert_bias"]))
+        experts = layer.experts.local_experts
+        for i, expert in enumerate(experts):
+            e = ep_rank * len(experts) + i
+            expert.linear_fc1.weight.copy_(torch.from_numpy(glu_shard(params["expert_fc1"][e], etp_rank, etp)))
+            expert.linear_fc2.weight.copy_(torch.from_numpy(np.split(params["expert_fc2"][e], etp, axis=1)[etp_rank]))
+        if "shared_fc1" in params:
+            shared = layer.shared_experts
+            shared.linear_fc1.weight.copy_(torch.from_numpy(glu_shard(params["shared_fc1"], tp_rank, tp)))
+            shared.linear_fc2.weight.copy_(torch.from_numpy(np.split(params["shared_fc2"], tp, axis=1)[tp_rank]))
+            if "shared_gate" in params:
+                shared.gate_weight.copy_(torch.from_numpy(params["shared_gate"]))
+
+
+class Recorder:
+    """What the router hands out: its probs and routing map, and the aux and z values it attaches."""
+
+    def __init__(self):
+        self.router_out = None
+        self.attached = {}
+        self.tag = None
+
+    def install(self, layer):
+        from megatron.core.transformer.moe import router as router_module
+
+        layer.router.register_forward_hook(lambda module, args, out: setattr(self, "router_out", out))
+        original_apply = router_module.MoEAuxLossAutoScaler.apply
+        recorder = self
+
+        class Tapped(router_module.MoEAuxLossAutoScaler):
+            @staticmethod
+            def apply(activation, loss):
+                recorder.attached[recorder.tag] = recorder.attached.get(recorder.tag, 0.0) + float(loss.detach())
+                return original_apply(activation, loss)
+
+        router_module.MoEAuxLossAutoScaler = Tapped
+        cls = type(layer.router)
+        for method, tag in (("apply_z_loss", "z_loss"), ("attach_and_log_load_balancing_loss", "aux_loss")):
+            inner = getattr(cls, method)
+
+            def tagged(*args, _inner=inner, _tag=tag, **kwargs):
+                recorder.tag = _tag
+                return _inner(*args, **kwargs)
+
+            setattr(cls, method, tagged)
+
+
+def run_rank(rank, world, case, out, port, bug):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    layout = case["layout"]
+    ps.initialize_model_parallel(tensor_model_parallel_size=layout.get("tp", 1),
+                                 expert_model_parallel_size=layout.get("ep", 1),
+                                 expert_tensor_parallel_size=layout.get("etp", 1))
+    torch.manual_seed(0)
+    try:
+        model_parallel_cuda_manual_seed(0)
+    except Exception:  # noqa: BLE001 - the CUDA RNG tracker is optional on CPU; parameters are loaded below
+        pass
+    config = transformer_config(case, world)
+    spec = get_moe_module_spec(use_te=False, num_experts=config.num_moe_experts, moe_grouped_gemm=False)
+    layer = spec(config=config, layer_number=1)
+    layer.train()
+    params = global_params(case)
+    load_parameters(layer, params, ps)
+    recorder = Recorder()
+    recorder.install(layer)
+    seeded_bugs.inject(bug, layer)
+
+    tp, tp_rank, dp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank(), \
+        ps.get_data_parallel_rank()
+    x_full, dy_full = replica_batch(case, dp_rank)
+    x = torch.from_numpy(np.split(x_full, tp)[tp_rank].copy()).requires_grad_(True)
+    dy = torch.from_numpy(np.split(dy_full, tp)[tp_rank].copy())
+    y, _ = layer(x)
+    y.backward(dy)
+
+    rank_dir = pathlib.Path(out) / f"rank{rank}"
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    save = lambda name, t: np.save(rank_dir / f"{name}.npy", t.detach().cpu().numpy() if torch.is_tensor(t) else t)
+    save("hidden_states", x)
+    save("hidden_states.grad", x.grad)
+    save("output", y)
+    save("output.grad", dy)
+    for name, p in layer.named_parameters():
+        save(name, p)
+        if p.grad is not None:
+            save(name + ".grad", p.grad)
+    probs, routing_map = recorder.router_out
+    save("router.probs", probs)
+    save("router.routing_map", routing_map)
+    if layer.router.expert_bias is not None:
+        save("router.expert_bias", layer.router.expert_bias.double())
+        save("router.local_tokens_per_expert", layer.router.local_tokens_per_expert.long())
+    for tag, value in recorder.attached.items():
+        save(tag, np.float64(value))
+    groups = {"tp_rank": tp_rank, "dp_rank": dp_rank, "ep_rank": ps.get_expert_model_parallel_rank(),
+              "etp_rank": ps.get_expert_tensor_parallel_rank()}
+    (rank_dir / "rank.json").write_text(json.dumps(groups) + "\n")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("case")
+    parser.add_argument("out")
+    parser.add_argument("--bug", default=None, help="a seeded bug injected by monkeypatch (seeded_bugs.py)")
+    a = parser.parse_args()
+    case = json.loads(pathlib.Path(a.case).read_text())
+    layout = case["layout"]
+    world = layout["world"]
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import megatron.core.package_info as info
+    notes = {"bias_activation_fusion": case.get("bias_activation_fusion", False), "cpu_patches": PATCHES}
+    if a.bug:
+        notes["seeded_bug"] = a.bug
+    # Parameters and activations are float64, but Megatron computes the router's scores in float32 whatever the
+    # parameter dtype: the comparison uses float32's tolerance.
+    dump = {"format": "moe-dump/1", "producer": f"megatron-core {info.__version__} on CPU (megatron_bridge/driver.py)",
+            "config": case["config"], "semantics": case.get("semantics", "megatron-core-0.19"),
+            "layout": layout, "shape": {"seq": case["seq"], "batch": case["batch"]}, "dtype": "float64",
+            "precision": "float32", "dispatcher": case["dispatcher"],
+            "replay_capacity": case.get("replay_capacity", False),
+            "loss": "sum(output.grad * output) + aux_loss + z_loss", "notes": notes}
+    (out / "dump.json").write_text(json.dumps(dump, indent=2) + "\n")
+    run_case(case, out, a.bug)
+
+
+def run_case(case, out, bug=None):
+    """Forks the world's ranks from this process, which has imported torch and Megatron once (a spawn would pay
+    the imports again in every rank), and waits for them."""
+    import megatron.core.models.gpt.moe_module_specs  # noqa: F401 - imported before the fork
+    mp.start_processes(run_rank, args=(case["layout"]["world"], case, str(out), free_port(), bug),
+                       nprocs=case["layout"]["world"], join=True, start_method="fork")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+// `moe-oracle compare DIR`: another framework's per-rank dump of one MoE layer's forward and backward (format
+// moe-dump/1, compare/README.md) against the oracle. Exit 0 when every tensor present passes, 1 naming the first
+// mismatching tensor, rank and index (and the Megatron deviation that would explain it, if one does), 2 when the
+// dump is malformed.
+#include "compare/dump_compare.hpp"
+#include "tools/commands.hpp"
+#include "tools/layout_options.hpp"
+#include "tools/run_options.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+namespace moe::cli {
+namespace {
+
+struct CompareArgs {
+  std::string dir;
+  std::string semantics;  // empty: the dump's claim
+  bool explain = true;
+  bool json = false;
+};
+
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", v);
+  return buf;
+}
+
+std::string ranks_text(const compare::TensorResult& t) {
+  if (t.ranks.size() == 1) return "rank " + std::to_string(t.ranks[0]);
+  std::string s = t.summed ? "Σ ranks " : "ranks ";
+  const bool contiguous = t.ranks.back() - t.ranks.front() + 1 == static_cast<int>(t.ranks.size());
+  if (contiguous && t.ranks.size() > 2) return s + std::to_string(t.ranks.front()) + "-" + std::to_string(t.ranks.back());
+  for (size_t i = 0; i < t.ranks.size(); ++i) s += (i ? "," : "") + std::to_string(t.ranks[i]);
+  return s;
+}
+
+void run(const CompareArgs& a) {
+  const compare::Dump dump = compare::read_dump(a.dir, a.semantics);
+  const compare::Comparison c = compare::compare_dump(dump);
+  const std::vector<std::string> explaining =
+      c.pass() || !a.explain ? std::vector<std::string>() : compare::explaining_deviations(dump);
+  const compare::TensorResult* fail = c.first_failure();
+
+  if (a.json) {
+    nlohmann::json out{{"dump", a.dir},
+                       {"producer", dump.producer},
+                       {"semantics", dump.config.semantics.spec()},
+                       {"layout", layout_json(dump.layout)},
+                       {"precision", dump.precision},
+                       {"tolerance", {{"atol", dump.tolerance.atol}, {"rtol", dump.tolerance.rtol}}},
+                       {"pass", c.pass()},
+                       {"absent", c.absent},
+                       {"ignored", c.ignored},
+                       {"explained_by", explaining}};
+    if (c.replay_differences >= 0) out["replayed_capacity_slots_differing"] = c.replay_differences;
+    for (const auto& t : c.tensors)
+      out["tensors"].push_back({{"tensor", t.tensor}, {"where", ranks_text(t)}, {"elements", t.elements},
+                                {"max_abs", t.max_abs}, {"max_ratio", t.exact ? nlohmann::json(nullptr) : nlohmann::json(t.max_ratio)},
+                                {"exact", t.exact}, {"pass", t.pass()}});
+    if (fail)
+      out["first_mismatch"] = {{"tensor", fail->tensor}, {"rank", fail->first->rank}, {"index", fail->first->index},
+                               {"dump", fail->first->got}, {"oracle", fail->first->want}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << "moe-oracle compare " << a.dir << ": " << dump.producer << "\n"
+              << "layout " << layout_name(dump.layout) << ", S " << dump.seq << " × B " << dump.batch
+              << " per replica, dispatcher " << dump.dispatcher << ", semantics " << dump.config.semantics.spec()
+              << ", precision " << dump.precision << " (pass: |dump − oracle| ≤ " << sci(dump.tolerance.atol)
+              << " + " << sci(dump.tolerance.rtol) << "·|oracle|; maps and counts exact)\n\n";
+    TextTable table({"tensor", "where", "elements", "max |dump − oracle|", "of tolerance", "result"});
+    for (const auto& t : c.tensors)
+      table.add_row({t.tensor, ranks_text(t), std::to_string(t.elements), sci(t.max_abs),
+                     t.exact ? (t.pass() ? "exact" : "differs") : sci(t.max_ratio), t.pass() ? "PASS" : "FAIL"});
+    table.print(std::cout);
+    if (!c.absent.empty()) {
+      std::cout << "\nnot in the dump (not compared):";
+      for (const auto& name : c.absent) std::cout << "\n  " << name;
+      std::cout << "\n";
+    }
+    if (!c.ignored.empty()) {
+      std::cout << "\nin the dump, not compared (unknown names):";
+      for (const auto& name : c.ignored) std::cout << " " << name;
+      std::cout << "\n";
+    }
+    if (c.replay_differences >= 0)
+      std::cout << "\ncapacity decisions replayed from router.routing_map: " << c.replay_differences
+                << " slot(s) differ from the oracle's own rule (position-drop-tie-order, pad-filler-tie-order)\n";
+    if (fail)
+      std::cout << std::setprecision(17) << "\nFAIL: first mismatch in " << fail->tensor << " on rank "
+                << fail->first->rank << " at flat index " << fail->first->index << ": dump " << fail->first->got
+                << ", oracle " << fail->first->want << "\n";
+    for (const auto& spec : explaining) {
+      const std::string name = spec.substr(1);
+      std::cout << "explained by " << name << ": the dump matches the oracle under " << dump.config.semantics.spec()
+                << "," << spec << "\n  megatron: " << deviation_info(parse_deviation(name)).statement << "\n";
+    }
+    std::cout << "\n" << (c.pass() ? "PASS" : "FAIL") << ": " << c.tensors.size() << " tensors compared\n";
+  }
+  if (!c.pass()) throw CLI::RuntimeError(1);
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app) {
+  auto args = std::make_shared<CompareArgs>();
+  auto* cmd = app.add_subcommand(
+      "compare",
+      "Compare another framework's per-rank dump of one MoE layer (format moe-dump/1, e.g. from megatron_bridge/) "
+      "with the oracle: every tensor present, per rank, with the dump's precision's tolerance");
+  cmd->add_option("dir", args->dir, "the dump folder (dump.json, rank0/, rank1/, …)")->required();
+  cmd->add_option("--semantics", args->semantics,
+                  "compare under this semantics instead of the dump's claim (P,+deviation,-deviation)");
+  cmd->add_flag("!--no-explain", args->explain, "on a mismatch, do not search for a deviation that explains it");
+  cmd->add_flag("--json", args->json, "machine-readable output");
+  cmd->callback([args] {
+    try {
+      run(*args);
+    } catch (const compare::DumpError& e) {
+      throw std::invalid_argument(std::string("malformed dump: ") + e.what());
+    }
+  });
+}
+
+}  // namespace moe::cli
