@@ -2,10 +2,11 @@
 
     python driver.py CASE.json OUT_DIR [--bug NAME]
 
-CASE.json: {"config": {golden config keys}, "layout": {"tp", "ep", "etp"}, "dispatcher": "alltoall"|"allgather",
-            "seq": S, "batch": B, "seed": n, "bias_activation_fusion": bool, "semantics": "megatron-core-0.19"}
-The world is tp·ep·…: world = tp · dp where dp = world / tp is the number of data-parallel replicas, each with its
-own B sequences of S tokens; under sequence parallelism TP rank j holds positions [j·S/tp, (j+1)·S/tp).
+CASE.json: {"config": {golden config keys}, "layout": {"world", "tp", "ep", "etp"}, "dispatcher": "alltoall" |
+            "allgather", "seq": S, "batch": B, "seed": n, and optionally "bias_activation_fusion", "semantics" (what
+            the dump claims Megatron computes), "replay_capacity", "dump_dtype" ("float32" stores the arrays so)}
+The dense mesh is tp × dp (dp = world / tp data-parallel replicas, each with its own B sequences of S positions);
+under sequence parallelism TP rank j holds positions [j·S/tp, (j+1)·S/tp).
 
 Every rank builds the same global parameters from the seed (numpy, float64), loads its shards into Megatron's
 modules (an expert's fc1 shard under ETP is [gate_j; up_j], as Megatron's GLU expects), runs forward and backward
@@ -38,7 +39,7 @@ import seeded_bugs  # noqa: E402
 LOAD_BALANCING = {None: "none", "aux": "aux_loss", "seq_aux": "seq_aux_loss", "global_aux": "global_aux_loss"}
 
 
-def transformer_config(case, world):
+def transformer_config(case):
     """Our config (golden keys) as Megatron's TransformerConfig; refuses what 0.19 does not have."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -182,7 +183,7 @@ def run_rank(rank, world, case, out, port, bug):
         model_parallel_cuda_manual_seed(0)
     except Exception:  # noqa: BLE001 - the CUDA RNG tracker is optional on CPU; parameters are loaded below
         pass
-    config = transformer_config(case, world)
+    config = transformer_config(case)
     spec = get_moe_module_spec(use_te=False, num_experts=config.num_moe_experts, moe_grouped_gemm=False)
     layer = spec(config=config, layer_number=1)
     layer.train()
@@ -202,7 +203,12 @@ def run_rank(rank, world, case, out, port, bug):
 
     rank_dir = pathlib.Path(out) / f"rank{rank}"
     rank_dir.mkdir(parents=True, exist_ok=True)
-    save = lambda name, t: np.save(rank_dir / f"{name}.npy", t.detach().cpu().numpy() if torch.is_tensor(t) else t)
+    stored = np.float32 if case.get("dump_dtype") == "float32" else np.float64
+
+    def save(name, t):
+        a = t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t)
+        np.save(rank_dir / f"{name}.npy", a.astype(stored) if a.dtype.kind == "f" else a)
+
     save("hidden_states", x)
     save("hidden_states.grad", x.grad)
     save("output", y)
@@ -221,7 +227,7 @@ def run_rank(rank, world, case, out, port, bug):
         save(tag, np.float64(value))
     groups = {"tp_rank": tp_rank, "dp_rank": dp_rank, "ep_rank": ps.get_expert_model_parallel_rank(),
               "etp_rank": ps.get_expert_tensor_parallel_rank()}
-    (rank_dir / "rank.json").write_text(json.dumps(groups) + "\n")
+    (rank_dir / "rank.json").write_text(json.dumps(groups) + "\n")  # informational
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
@@ -232,6 +238,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+def write_dump_meta(case, out, bug=None):
+    """dump.json: what the dump holds and how it was made (compare/README.md)."""
+    import megatron.core.package_info as info
+
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    notes = {"bias_activation_fusion": case.get("bias_activation_fusion", False), "cpu_patches": PATCHES}
+    if bug:
+        notes["seeded_bug"] = bug
+    # Parameters and activations are float64 (or stored as float32), but Megatron computes the router's scores in
+    # float32 whatever the parameter dtype: the comparison uses float32's tolerance.
+    dump = {"format": "moe-dump/1", "producer": f"megatron-core {info.__version__} on CPU (megatron_bridge/driver.py)",
+            "config": case["config"], "semantics": case.get("semantics", "megatron-core-0.19"),
+            "layout": case["layout"], "shape": {"seq": case["seq"], "batch": case["batch"]},
+            "dtype": case.get("dump_dtype", "float64"), "precision": "float32", "dispatcher": case["dispatcher"],
+            "replay_capacity": case.get("replay_capacity", False),
+            "loss": "sum(output.grad * output) + aux_loss + z_loss", "notes": notes}
+    (out / "dump.json").write_text(json.dumps(dump, indent=2) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("case")
@@ -239,24 +265,8 @@ def main():
     parser.add_argument("--bug", default=None, help="a seeded bug injected by monkeypatch (seeded_bugs.py)")
     a = parser.parse_args()
     case = json.loads(pathlib.Path(a.case).read_text())
-    layout = case["layout"]
-    world = layout["world"]
-    out = pathlib.Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    import megatron.core.package_info as info
-    notes = {"bias_activation_fusion": case.get("bias_activation_fusion", False), "cpu_patches": PATCHES}
-    if a.bug:
-        notes["seeded_bug"] = a.bug
-    # Parameters and activations are float64, but Megatron computes the router's scores in float32 whatever the
-    # parameter dtype: the comparison uses float32's tolerance.
-    dump = {"format": "moe-dump/1", "producer": f"megatron-core {info.__version__} on CPU (megatron_bridge/driver.py)",
-            "config": case["config"], "semantics": case.get("semantics", "megatron-core-0.19"),
-            "layout": layout, "shape": {"seq": case["seq"], "batch": case["batch"]}, "dtype": "float64",
-            "precision": "float32", "dispatcher": case["dispatcher"],
-            "replay_capacity": case.get("replay_capacity", False),
-            "loss": "sum(output.grad * output) + aux_loss + z_loss", "notes": notes}
-    (out / "dump.json").write_text(json.dumps(dump, indent=2) + "\n")
-    run_case(case, out, a.bug)
+    write_dump_meta(case, a.out, a.bug)
+    run_case(case, pathlib.Path(a.out), a.bug)
 
 
 def run_case(case, out, bug=None):

@@ -1,0 +1,69 @@
+"""The Megatron-Core configurations × layouts megatron_check.py runs: every score function, expert bias, groups,
+aux / seq_aux / global_aux / z-loss, capacity with drop and pad (decisions replayed where torch's tie order picks),
+shared expert with gate, the SwiGLU clamp with bias_activation_fusion off and on, both dispatchers, EP 1/2/4 and
+TP with SP and ETP; and the seeded bugs, each of which must be caught and named.
+"""
+
+BASE = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_function": "softmax"}
+
+
+def layout(world, tp=1, ep=1, etp=1):
+    return {"world": world, "tp": tp, "ep": ep, "etp": etp}
+
+
+def case(name, config, lay, dispatcher="alltoall", seq=8, batch=2, seed=1, **extra):
+    c = {"name": name, "config": {**BASE, **config}, "layout": lay, "dispatcher": dispatcher, "seq": seq,
+         "batch": batch, "seed": seed}
+    c.update(extra)
+    return c
+
+
+def cases():
+    sigmoid_bias = {"num_experts": 8, "topk": 4, "score_function": "sigmoid", "expert_bias": True,
+                    "bias_update_rate": 1e-3, "num_groups": 4, "group_topk": 2, "topk_scaling_factor": 2.5}
+    sqrt_shared = {"num_experts": 8, "topk": 2, "score_function": "sqrtsoftplus", "expert_bias": True,
+                   "bias_update_rate": 1e-3, "shared_expert_ffn_hidden": 4, "shared_expert_gate": True}
+    clamp = {"swiglu_clamp": 0.05, "shared_expert_ffn_hidden": 4}
+    out = [
+        case("softmax_post", {}, layout(1)),
+        case("softmax_pre", {"pre_softmax": True}, layout(2, ep=2), "allgather"),
+        case("top1_probs_on_input", {"topk": 1, "pre_softmax": True, "apply_probs_on_input": True}, layout(2, ep=2)),
+        case("sigmoid_bias_groups", sigmoid_bias, layout(2, ep=2)),
+        case("sigmoid_bias_groups_ag", sigmoid_bias, layout(4, ep=4), "allgather"),
+        case("sqrtsoftplus_shared_gate", sqrt_shared, layout(4, ep=4)),
+        case("aux", {"aux_loss_type": "aux", "aux_loss_coeff": 0.1}, layout(2, ep=2)),
+        case("seq_aux_sp", {"score_function": "sigmoid", "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.1},
+             layout(2, tp=2)),
+        case("global_aux", {"score_function": "sqrtsoftplus", "aux_loss_type": "global_aux", "aux_loss_coeff": 0.1},
+             layout(4, ep=2), "allgather"),
+        case("z_loss_tp_ep", {"z_loss_coeff": 0.01, "aux_loss_type": "aux", "aux_loss_coeff": 0.1},
+             layout(4, tp=2, ep=2)),
+        case("capacity_probs", {"capacity_factor": 1.0}, layout(2, ep=2)),
+        # Padding fillers and position drops: Megatron keeps torch.topk's choice among ties. Replayed, the rest
+        # agrees; not replayed, the fillers differ only in the routing map (probability 0), the position drops in
+        # what the experts compute.
+        case("capacity_probs_pad", {"capacity_factor": 1.0, "pad_to_capacity": True}, layout(2, ep=2), "allgather",
+             replay_capacity=True),
+        case("capacity_probs_pad_unreplayed", {"capacity_factor": 1.0, "pad_to_capacity": True}, layout(2, ep=2),
+             "allgather", expect={"failing_only": ["router.routing_map"]}),
+        case("capacity_position_pad", {"capacity_factor": 1.0, "drop_policy": "position", "pad_to_capacity": True},
+             layout(2, ep=2), replay_capacity=True),
+        case("capacity_position_unreplayed", {"capacity_factor": 1.0, "drop_policy": "position"}, layout(2, ep=2),
+             expect={"first_mismatch": "router.probs"}),
+        case("clamp_unfused", clamp, layout(2, ep=2)),
+        case("clamp_fused", clamp, layout(1), bias_activation_fusion=True,
+             semantics="megatron-core-0.19,+fused-swiglu-ignores-clamp"),
+        case("clamp_fused_unclaimed", clamp, layout(1), bias_activation_fusion=True,
+             expect={"explained_by": "+fused-swiglu-ignores-clamp"}),
+        case("shared_clamp_as_intended", clamp, layout(1), semantics="intended",
+             expect={"explained_by": "+shared-expert-clamped"}),
+        case("tp2_ep2_etp2", sqrt_shared, layout(4, tp=2, ep=2, etp=2)),
+        case("tp2_ep2_etp2_ag", sqrt_shared, layout(4, tp=2, ep=2, etp=2), "allgather"),
+        case("etp2_ep2", {"aux_loss_type": "aux", "aux_loss_coeff": 0.1}, layout(4, ep=2, etp=2)),
+    ]
+    # A capacity factor that drops nothing makes Megatron size its buffers from the routing map, so a map that
+    # lost an expert's tokens still runs (dropless, it assumes k rows per token and would stop at the all-to-all).
+    bug_config = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "capacity_factor": 4.0}
+    for bug in ("aux_coeff_doubled", "expert_dropped", "fc1_grad_zeroed", "combine_unweighted"):
+        out.append(case("bug_" + bug, bug_config, layout(2, ep=2), bug=bug))
+    return out

@@ -1,0 +1,120 @@
+"""The Megatron-Core matrix: every case of matrix.py run through Megatron's real MoE layer on CPU (driver.py), each
+dump compared with the oracle by `moe-oracle compare`, and a table of the outcomes. Exit 0 only when every case ends
+as it must: a plain case passes; a case that runs a known Megatron deviation under semantics that leave it out
+fails *and* the comparison names that deviation; a seeded bug fails and names the expected tensor first.
+
+    python megatron_check.py --oracle PATH/moe-oracle [--work DIR] [--only SUBSTRING] [--keep]
+"""
+import argparse
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import driver  # noqa: E402  (imports torch and Megatron once; every case forks from here)
+import matrix  # noqa: E402
+import seeded_bugs  # noqa: E402
+
+
+def compare(oracle, dump_dir):
+    result = subprocess.run([oracle, "compare", str(dump_dir), "--json"], capture_output=True, text=True)
+    if result.returncode not in (0, 1):
+        return None, result.stdout + result.stderr
+    return json.loads(result.stdout), ""
+
+
+def verdict(case, report):
+    """(ok, what happened) for one case's comparison report."""
+    expect = case.get("expect", {})
+    replayed = report.get("replayed_capacity_slots_differing")
+    if report["pass"]:
+        if expect or "bug" in case:
+            return False, "passed, but it must fail"
+        return True, "pass" + (f" (replayed capacity: {replayed} slots differ from the oracle's rule)"
+                               if replayed is not None else "")
+    first = report.get("first_mismatch", {})
+    failing = [t["tensor"] for t in report["tensors"] if not t["pass"]]
+    if "failing_only" in expect:
+        ok = set(failing) <= set(expect["failing_only"])
+        return ok, f"fails in {', '.join(failing)} only" if ok else f"fails in {', '.join(failing)}"
+    if "first_mismatch" in expect:
+        ok = first.get("tensor") == expect["first_mismatch"]
+        return ok, f"fails first in {first.get('tensor')} (then {len(failing) - 1} more tensors)"
+    if "bug" in case:
+        want = seeded_bugs.BUGS[case["bug"]][1]
+        ok = first.get("tensor") == want
+        return ok, f"caught: first mismatch {first.get('tensor')} on rank {first.get('rank')}" + (
+            "" if ok else f" (expected {want}; failing: {', '.join(failing)})")
+    if "explained_by" in expect:
+        ok = expect["explained_by"] in report["explained_by"]
+        return ok, f"fails as Megatron does; explained by {', '.join(report['explained_by']) or 'nothing'}"
+    return False, f"FAIL: first mismatch {first.get('tensor')} on rank {first.get('rank')} index {first.get('index')}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--oracle", required=True, help="the moe-oracle binary")
+    parser.add_argument("--work", help="where the dumps go (default: a temporary folder, removed at the end)")
+    parser.add_argument("--only", help="run the cases whose name contains this")
+    parser.add_argument("--keep", action="store_true", help="keep the dumps")
+    parser.add_argument("--json", help="also write the results as JSON to this file")
+    a = parser.parse_args()
+    work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="megatron-check-"))
+    cases = [c for c in matrix.cases() if not a.only or a.only in c["name"]]
+    if not cases:
+        raise SystemExit(f"megatron-check: no case matches '{a.only}'")
+
+    rows, failures = [], 0
+    start_all = time.time()
+    for i, case in enumerate(cases):
+        out = work / case["name"]
+        shutil.rmtree(out, ignore_errors=True)
+        start = time.time()
+        print(f"[{i + 1}/{len(cases)}] {case['name']} ...", file=sys.stderr, flush=True)
+        driver.write_dump_meta(case, out, case.get("bug"))
+        try:
+            driver.run_case(case, out, case.get("bug"))
+            report, error = compare(a.oracle, out)
+        except Exception as e:  # noqa: BLE001 - a rank raised: the case is reported, the matrix goes on
+            report, error = None, f"Megatron raised {type(e).__name__}: {str(e).strip().splitlines()[-1]}"
+        seconds = time.time() - start
+        if report is None and error.startswith("Megatron raised"):
+            ok, what, worst = False, error, float("nan")
+        elif report is None:
+            ok, what, worst = False, "compare refused the dump: " + error.strip().splitlines()[-1], float("nan")
+        else:
+            ok, what = verdict(case, report)
+            worst = max((t["max_ratio"] or 0.0) for t in report["tensors"]) if report["tensors"] else 0.0
+        failures += not ok
+        layout = case["layout"]
+        rows.append({"case": case["name"], "layout": f"w{layout['world']} tp{layout.get('tp', 1)} "
+                     f"ep{layout.get('ep', 1)} etp{layout.get('etp', 1)}", "dispatcher": case["dispatcher"],
+                     "semantics": case.get("semantics", "megatron-core-0.19"), "worst": worst,
+                     "seconds": seconds, "ok": ok, "what": what})
+        if not a.keep and ok:
+            shutil.rmtree(out, ignore_errors=True)
+
+    widths = {"case": 30, "layout": 16, "dispatcher": 10, "semantics": 46}
+    print("megatron-check: megatron-core's MoE layer (CPU, gloo) against the oracle; 'worst' is the largest error "
+          "as a fraction of the tolerance")
+    print("  ".join(k.ljust(w) for k, w in widths.items()) + "  worst     seconds  result")
+    for r in rows:
+        print("  ".join(str(r[k]).ljust(w) for k, w in widths.items()) +
+              f"  {r['worst']:.1e}  {r['seconds']:7.1f}  {'OK  ' if r['ok'] else 'BAD '} {r['what']}")
+    print(f"\n{len(rows) - failures} of {len(rows)} cases as expected, {time.time() - start_all:.0f} s"
+          + ("" if not failures or a.keep else f"; dumps of the bad ones kept in {work}"))
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps(rows, indent=2) + "\n")
+    if not a.work and not a.keep and not failures:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
