@@ -13,7 +13,7 @@ namespace {
 // The dump tensors that are inputs or parameters: read by the oracle, never compared.
 bool is_input(const std::string& name) {
   const bool grad = name.ends_with(".grad");
-  return name == "hidden_states" || name == "output.grad" || name == "router.expert_bias" ||
+  return name == "hidden_states" || name == "output.grad" || name == "router.expert_bias" || name == "padding_mask" ||
          (!grad && name.find(".weight") != std::string::npos);
 }
 

@@ -196,6 +196,11 @@ OracleAnswer oracle_for(const Dump& dump) {
       in.capacity_decision = (map.array() != 0.0).matrix();
     }
     if (backward) grad_y[static_cast<size_t>(d)] = to_oracle_order(a.replica_rows(d, "output.grad", h, tensor3));
+    if (dump.ranks.front().has("padding_mask")) {  // [S/tp, B], true = padded: the rows' own order
+      const Matrix<double> mask = to_oracle_order(a.replica_rows(
+          d, "padding_mask", 1, [&](const RankDump& r, const std::string& n) { return r.values(n, {S / tp, B}); }));
+      for (Eigen::Index t = 0; t < mask.rows(); ++t) in.padding_mask.push_back(mask(t, 0) != 0.0);
+    }
   }
   // global_aux: the step's group is every replica (Megatron's tp_dp_cp), its counts the sum of theirs.
   if (c.aux_loss_type == AuxLossType::global_aux) {
@@ -204,7 +209,9 @@ OracleAnswer oracle_for(const Dump& dump) {
     for (const auto& in : inputs) {
       const auto counts = moe_forward(c, params, in).aux_counts;
       for (int e = 0; e < E; ++e) group.counts[static_cast<size_t>(e)] += static_cast<double>(counts[static_cast<size_t>(e)]);
-      group.tokens += static_cast<double>(in.x.rows());
+      group.tokens += static_cast<double>(in.padding_mask.empty() ? in.x.rows()
+                                                                  : std::count(in.padding_mask.begin(),
+                                                                               in.padding_mask.end(), false));
     }
     for (auto& in : inputs) in.global_aux_group = group;
   }
@@ -252,9 +259,12 @@ OracleAnswer oracle_for(const Dump& dump) {
     for (int r = 0; r < dump.layout.world; ++r) {
       const auto& routing = forwards[static_cast<size_t>(a.at(r).dp)].routing;
       const bool slots = c.semantics.has(Deviation::bias_counts_padded_slots);
+      const auto& padded = inputs[static_cast<size_t>(a.at(r).dp)].padding_mask;
       std::vector<double> counts(static_cast<size_t>(E), 0.0);
       for (int t : partition[static_cast<size_t>(a.at(r).tp)])
-        for (int e = 0; e < E; ++e) counts[static_cast<size_t>(e)] += routing.routing_map(t, e) && (slots || !routing.padded_slot(t, e));
+        for (int e = 0; e < E; ++e)
+          counts[static_cast<size_t>(e)] += routing.routing_map(t, e) && (slots || !routing.padded_slot(t, e)) &&
+                                            (padded.empty() || !padded[static_cast<size_t>(t)]);
       add("router.local_tokens_per_expert", r, {E}, counts, true, false);
     }
   if (!backward) return answer;

@@ -4,7 +4,9 @@
 
 CASE.json: {"config": {golden config keys}, "layout": {"world", "tp", "ep", "etp"}, "dispatcher": "alltoall" |
             "allgather", "seq": S, "batch": B, "seed": n, and optionally "bias_activation_fusion", "semantics" (what
-            the dump claims Megatron computes), "replay_capacity", "dump_dtype" ("float32" stores the arrays so)}
+            the dump claims Megatron computes), "replay_capacity", "dump_dtype" ("float32" stores the arrays so),
+            "padding" (trailing padded positions per sequence, cycled: the layer gets a padding_mask, as a training
+            loop that passes one does — pretrain_gpt.py passes none)}
 The dense mesh is tp × dp (dp = world / tp data-parallel replicas, each with its own B sequences of S positions);
 under sequence parallelism TP rank j holds positions [j·S/tp, (j+1)·S/tp).
 
@@ -112,6 +114,19 @@ def replica_batch(case, replica):
     return rng.normal(0, 1, shape), rng.normal(0, 1, shape)
 
 
+def replica_padding(case, replica):
+    """[S, B] bool, True = padded, from "padding": the trailing padded positions of each sequence, the pattern cycled
+    over the replicas' sequences; None without padding (the router then sees no mask, as in pretrain_gpt.py)."""
+    pattern = case.get("padding")
+    if not pattern:
+        return None
+    mask = np.zeros((case["seq"], case["batch"]), dtype=bool)
+    for b in range(case["batch"]):
+        n = pattern[(replica * case["batch"] + b) % len(pattern)]
+        mask[case["seq"] - n:, b] = n > 0
+    return mask
+
+
 def load_parameters(layer, params, ps):
     """Copies this rank's shards of the global parameters into Megatron's modules."""
     tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
@@ -198,7 +213,10 @@ def run_rank(rank, world, case, out, port, bug):
     x_full, dy_full = replica_batch(case, dp_rank)
     x = torch.from_numpy(np.split(x_full, tp)[tp_rank].copy()).requires_grad_(True)
     dy = torch.from_numpy(np.split(dy_full, tp)[tp_rank].copy())
-    y, _ = layer(x)
+    mask = replica_padding(case, dp_rank)  # [S, B], True = padded (Megatron 0.19's polarity)
+    local_mask = None if mask is None else np.split(mask, tp)[tp_rank]
+    # MoELayer takes the mask as [B, S_local] and transposes it to the rows' [S_local, B].
+    y, _ = layer(x, padding_mask=None if local_mask is None else torch.from_numpy(local_mask.T.copy()))
     y.backward(dy)
 
     rank_dir = pathlib.Path(out) / f"rank{rank}"
@@ -213,6 +231,8 @@ def run_rank(rank, world, case, out, port, bug):
     save("hidden_states.grad", x.grad)
     save("output", y)
     save("output.grad", dy)
+    if local_mask is not None:
+        save("padding_mask", local_mask)
     for name, p in layer.named_parameters():
         save(name, p)
         if p.grad is not None:

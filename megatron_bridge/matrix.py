@@ -63,6 +63,29 @@ def cases():
     ]
     # A capacity factor that drops nothing makes Megatron size its buffers from the routing map, so a map that
     # lost an expert's tokens still runs (dropless, it assumes k rows per token and would stop at the all-to-all).
+    # A training loop that hands the layer its padding mask (pretrain_gpt.py does not): the router's statistics then
+    # show 0.19's rules — z-loss's local means (tp 2, padding uneven over the SP halves), seq_aux's shared T
+    # (sequences of different valid lengths) — and an expert-bias update raises (bias-counts-mask-broadcast).
+    out += [
+        case("padding_z_loss_sp", {"z_loss_coeff": 0.01}, layout(2, tp=2), padding=[3, 0]),
+        case("padding_z_loss_sp_unclaimed", {"z_loss_coeff": 0.01}, layout(2, tp=2), padding=[3, 0],
+             semantics="megatron-core-0.19,-z-loss-local-mean", expect={"explained_by": "+z-loss-local-mean"}),
+        case("padding_seq_aux", {"score_function": "sigmoid", "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.1},
+             layout(2, ep=2), padding=[0, 5, 2, 0]),
+        case("padding_seq_aux_unclaimed", {"score_function": "sigmoid", "aux_loss_type": "seq_aux",
+                                           "aux_loss_coeff": 0.1}, layout(2, ep=2), padding=[0, 5, 2, 0],
+             semantics="megatron-core-0.19,-seq-aux-mean-length", expect={"explained_by": "+seq-aux-mean-length"}),
+        case("padding_bias_update", {"score_function": "sigmoid", "expert_bias": True, "bias_update_rate": 1e-3},
+             layout(1), padding=[1, 0], expect={"megatron_raises": "RuntimeError"}),
+        case("bias_counts_padded_slots", {"score_function": "sigmoid", "expert_bias": True, "bias_update_rate": 1e-3,
+                                          "capacity_factor": 1.0, "pad_to_capacity": True}, layout(2, ep=2),
+             replay_capacity=True),
+        case("bias_counts_padded_slots_unclaimed", {"score_function": "sigmoid", "expert_bias": True,
+                                                    "bias_update_rate": 1e-3, "capacity_factor": 1.0,
+                                                    "pad_to_capacity": True}, layout(2, ep=2), replay_capacity=True,
+             semantics="megatron-core-0.19,-bias-counts-padded-slots",
+             expect={"explained_by": "+bias-counts-padded-slots"}),
+    ]
     bug_config = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "capacity_factor": 4.0}
     for bug in ("aux_coeff_doubled", "expert_dropped", "fc1_grad_zeroed", "combine_unweighted"):
         out.append(case("bug_" + bug, bug_config, layout(2, ep=2), bug=bug))

@@ -1,5 +1,6 @@
 """The Megatron-Core matrix: every case of matrix.py run through Megatron's real MoE layer on CPU (driver.py), each
-dump compared with the oracle by `moe-oracle compare`, and a table of the outcomes. Exit 0 only when every case ends
+dump compared with the oracle by `moe-oracle compare`, the loss-side checks of loss_checks.py (Megatron's own
+schedule code against `explain` and `scaling`), and a table of the outcomes. Exit 0 only when every case ends
 as it must: a plain case passes; a case that runs a known Megatron deviation under semantics that leave it out
 fails *and* the comparison names that deviation; a seeded bug fails and names the expected tensor first.
 
@@ -18,6 +19,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import driver  # noqa: E402  (imports torch and Megatron once; every case forks from here)
+import loss_checks  # noqa: E402
 import matrix  # noqa: E402
 import seeded_bugs  # noqa: E402
 
@@ -61,17 +63,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--oracle", required=True, help="the moe-oracle binary")
     parser.add_argument("--work", help="where the dumps go (default: a temporary folder, removed at the end)")
-    parser.add_argument("--only", help="run the cases whose name contains this")
+    parser.add_argument("--only", help="run the cases whose name contains this ('loss_checks': only those)")
     parser.add_argument("--keep", action="store_true", help="keep the dumps")
     parser.add_argument("--json", help="also write the results as JSON to this file")
     a = parser.parse_args()
     work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="megatron-check-"))
     cases = [c for c in matrix.cases() if not a.only or a.only in c["name"]]
-    if not cases:
+    if not cases and a.only != "loss_checks":
         raise SystemExit(f"megatron-check: no case matches '{a.only}'")
 
     rows, failures = [], 0
     start_all = time.time()
+    if not a.only or a.only == "loss_checks":
+        for name, ok, what in loss_checks.run(a.oracle):
+            failures += not ok
+            rows.append({"case": name, "layout": "-", "dispatcher": "-", "semantics": "megatron-core-0.19",
+                         "worst": 0.0, "seconds": 0.0, "ok": ok, "what": what})
     for i, case in enumerate(cases):
         out = work / case["name"]
         shutil.rmtree(out, ignore_errors=True)
@@ -84,8 +91,12 @@ def main():
         except Exception as e:  # noqa: BLE001 - a rank raised: the case is reported, the matrix goes on
             report, error = None, f"Megatron raised {type(e).__name__}: {str(e).strip().splitlines()[-1]}"
         seconds = time.time() - start
+        raises = case.get("expect", {}).get("megatron_raises")
         if report is None and error.startswith("Megatron raised"):
-            ok, what, worst = False, error, float("nan")
+            ok = raises is not None and raises in error
+            what, worst = error + (" (as 0.19.2 does; the oracle refuses it too)" if ok else ""), float("nan")
+        elif raises:
+            ok, what, worst = False, f"Megatron was expected to raise {raises}", float("nan")
         elif report is None:
             ok, what, worst = False, "compare refused the dump: " + error.strip().splitlines()[-1], float("nan")
         else:
