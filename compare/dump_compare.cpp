@@ -58,7 +58,7 @@ Comparison compare_dump(const Dump& dump) {
       index[e.tensor] = out.tensors.size();
       TensorResult t;
       t.tensor = e.tensor;
-      t.summed = !e.summed_ranks.empty();
+      t.summed = e.summed_ranks.size() > 1;
       t.exact = e.exact;
       out.tensors.push_back(t);
     }

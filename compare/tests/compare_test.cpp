@@ -1,0 +1,148 @@
+// Comparing dumps with the oracle: a real float32 dump of megatron-core 0.19.2's MoE layer (world 2, EP 2, written
+// by megatron_bridge/driver.py) passes; a changed value fails naming the tensor, rank and index; a missing tensor is
+// listed, not failed; every malformed dump is refused with one line naming the file and the problem.
+#include "compare/dump_compare.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "golden/npy.hpp"
+
+namespace moe::compare {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kMegatronDump = fs::path(COMPARE_DATA_DIR) / "megatron_ep2_float32";
+
+// A scratch copy of the committed dump that a test may change.
+class DumpCopy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("moe-compare-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::copy(kMegatronDump, dir_, fs::copy_options::recursive);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / "dump.json")); }
+  void write_meta(const nlohmann::json& j) const { std::ofstream(dir_ / "dump.json") << j.dump(2); }
+
+  // Refused with a DumpError whose one-line message holds `fragment`.
+  void expect_refused(const std::string& fragment) const {
+    try {
+      compare_dump(read_dump(dir_));
+      ADD_FAILURE() << "accepted a dump that should fail with: " << fragment;
+    } catch (const DumpError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(fragment), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST(CompareMegatron, Float32DumpOfMegatronCorePasses) {
+  const Dump dump = read_dump(kMegatronDump);
+  EXPECT_EQ(dump.precision, "float32");
+  EXPECT_EQ(dump.layout.ep, 2);
+  const Comparison c = compare_dump(dump);
+  EXPECT_TRUE(c.pass());
+  EXPECT_TRUE(c.absent.empty());
+  std::set<std::string> names;
+  for (const auto& t : c.tensors) names.insert(t.tensor);
+  for (const char* must : {"output", "hidden_states.grad", "router.probs", "router.routing_map", "aux_loss",
+                           "router.local_tokens_per_expert", "router.weight.grad",
+                           "experts.local_experts.1.linear_fc1.weight.grad", "shared_experts.linear_fc2.weight.grad"})
+    EXPECT_TRUE(names.count(must)) << must;
+  // Its errors are float32's, not zero: the comparison is not vacuous.
+  double worst = 0;
+  for (const auto& t : c.tensors) worst = std::max(worst, t.max_abs);
+  EXPECT_GT(worst, 1e-9);
+}
+
+TEST_F(DumpCopy, ChangedValueFailsNamingTensorRankAndIndex) {
+  auto out = golden::read_npy_widened(dir_ / "rank1" / "output.npy");
+  out.dtype = golden::NpyDtype::f8;  // written back as float64: any dtype the reader takes
+  out.reals[5] += 1e-2;
+  golden::write_npy(dir_ / "rank1" / "output.npy", out);
+  const Comparison c = compare_dump(read_dump(dir_));
+  ASSERT_FALSE(c.pass());
+  const TensorResult* first = c.first_failure();
+  EXPECT_EQ(first->tensor, "output");
+  EXPECT_EQ(first->first->rank, 1);
+  EXPECT_EQ(first->first->index, 5);
+}
+
+TEST_F(DumpCopy, ClaimedSemanticsMatter) {
+  // The layer has no shared-expert clamp and no padding: every profile computes the same numbers, so a wrong
+  // semantics claim is not detectable here — but an unknown one is refused.
+  auto j = meta();
+  j["semantics"] = "megatron-core-0.20";
+  write_meta(j);
+  expect_refused("unknown semantics profile 'megatron-core-0.20'");
+}
+
+TEST_F(DumpCopy, MissingTensorIsListedNotFailed) {
+  fs::remove(dir_ / "rank1" / "hidden_states.grad.npy");
+  const Comparison c = compare_dump(read_dump(dir_));
+  EXPECT_TRUE(c.pass());
+  ASSERT_EQ(c.absent.size(), 1u);
+  EXPECT_EQ(c.absent[0], "hidden_states.grad (rank 1)");
+}
+
+TEST_F(DumpCopy, RefusesAnUnknownFormat) {
+  auto j = meta();
+  j["format"] = "moe-dump/2";
+  write_meta(j);
+  expect_refused("format \"moe-dump/2\" is not moe-dump/1");
+}
+
+TEST_F(DumpCopy, RefusesUnknownKeys) {
+  auto j = meta();
+  j["fusion"] = true;
+  write_meta(j);
+  expect_refused("unknown key 'fusion'");
+}
+
+TEST_F(DumpCopy, RefusesAMissingRank) {
+  fs::remove_all(dir_ / "rank1");
+  expect_refused("rank1: missing (the layout has 2 ranks)");
+}
+
+TEST_F(DumpCopy, RefusesAWrongShape) {
+  golden::write_npy(dir_ / "rank0" / "router.weight.npy", golden::NpyArray::of_reals({3, 4}, std::vector<double>(12)));
+  expect_refused("shape [3, 4], expected [4, 4]");
+}
+
+TEST_F(DumpCopy, RefusesATruncatedFile) {
+  fs::resize_file(dir_ / "rank0" / "output.npy", 100);
+  expect_refused("rank0/output.npy");
+}
+
+TEST_F(DumpCopy, RefusesParametersThatDifferBetweenRanks) {
+  auto w = golden::read_npy_widened(dir_ / "rank1" / "router.weight.npy");
+  w.dtype = golden::NpyDtype::f8;
+  w.reals[0] += 1;
+  golden::write_npy(dir_ / "rank1" / "router.weight.npy", w);
+  expect_refused("router.weight differs from rank 0's");
+}
+
+TEST_F(DumpCopy, RefusesABadConfigAndLayout) {
+  auto j = meta();
+  j["config"]["topk"] = 9;
+  write_meta(j);
+  expect_refused("config: invalid MoE config: topk must be in [1, num_experts]");
+  j = meta();
+  j["config"]["topk"] = 2;
+  j["layout"]["ep"] = 3;
+  write_meta(j);
+  expect_refused("layout:");
+}
+
+}  // namespace
+}  // namespace moe::compare
