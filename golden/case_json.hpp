@@ -48,7 +48,7 @@ struct CaseHeader {
 // the key "semantics" is read (Semantics::parse; a bad spec is a CaseFormatError naming the key); without it, it is
 // an unknown key (format 1).
 MoeConfig config_from_json(const nlohmann::json& config, bool semantics_key = true);
-// Every key of format 1 in the order of the §5 example, unset options as null ("semantics" is not among them).
+// Every key of format 1 in the order of the README example, unset options as null ("semantics" is not among them).
 nlohmann::ordered_json config_to_json(const MoeConfig& config);
 
 // `origin` names the file in error messages. Accepts formats 1 and 2 (header.padding_mask stays false).

@@ -26,7 +26,7 @@ std::vector<std::string> input_tensor_names(const MoeConfig& config);
 std::vector<std::string> input_tensor_names(const CaseHeader& header);
 std::vector<std::string> output_tensor_names(const MoeConfig& config);
 
-// Throws CaseFormatError when `name` does not have the dtype and shape §5 gives it for this case.
+// Throws CaseFormatError when `name` does not have the dtype and shape the format (README.md) gives it for this case.
 void check_tensor(const CaseHeader& header, const std::string& name, const NpyArray& array);
 
 GoldenCase read_case(const std::filesystem::path& directory);

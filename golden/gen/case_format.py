@@ -52,7 +52,7 @@ def format_of(cfg, padding_mask):
 
 
 def tensor_names(cfg, padding_mask=False):
-    """The fixed set of tensors a case holds (DESIGN.md §5; padding_mask: format 2)."""
+    """The fixed set of tensors a case holds (golden/README.md; padding_mask: format 2)."""
     names = ["x", "router_weight", "expert_fc1", "expert_fc2", "grad_y", "y", "probs", "routing_map",
              "tokens_per_expert", "grad_x", "grad_router_weight", "grad_expert_fc1", "grad_expert_fc2"]
     if cfg["hash_routing"]:

@@ -1,6 +1,6 @@
 """The committed golden cases: one entry per behaviour the format must pin down.
 
-Each case has a config (the §5 keys it sets; the rest default), a shape, and optionally:
+Each case has a config (the format keys it sets; the rest default), a shape, and optionally:
   prepare(t, cfg)            shapes the seeded inputs to provoke the behaviour (ties, an idle expert, ...)
   expect(cfg, out, cache, t) True when the inputs really show the behaviour; else the generator tries the next seed
   auto_clamp                 swiglu_clamp is chosen in a gap of the pre-activations so the clamp is active

@@ -15,7 +15,7 @@ def dyadic(rng, shape, scale, denominator=64):
 
 
 def random_tensors(cfg, seq, batch, rng):
-    """Every input tensor the config uses (names and shapes of DESIGN.md §5)."""
+    """Every input tensor the config uses (names and shapes of golden/README.md)."""
     tokens, h, experts, k, d = seq * batch, cfg["hidden"], cfg["num_experts"], cfg["topk"], cfg["ffn_hidden"]
     w = cfg["latent_size"] if cfg["latent_size"] > 0 else h
     t = {

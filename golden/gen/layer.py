@@ -1,4 +1,4 @@
-"""The MoE layer, forward and backward, on the tensors of a golden case (names and shapes: DESIGN.md §5).
+"""The MoE layer, forward and backward, on the tensors of a golden case (names and shapes: golden/README.md).
 
     logits = x · W_gᵀ                                   [T, E]
     u      = latent_down · x  (latent MoE; else x)      [T, w]
