@@ -130,6 +130,19 @@ MODEL_SEEDED_BUGS = [
 ]
 
 
+def check_visibility():
+    """The pins check can refuse: z-loss-local-mean cannot show in a layer case (one part, both means agree), while
+    the aux_z_padding case's mask and the Megatron twin's deviation do show."""
+    case = next(c for c in CASES if c.name == "aux_z_padding")
+    cfg, t, _, _, _ = write_cases.build(case)
+    assert not write_cases.shows(case, cfg, t, "z-loss-local-mean"), "a deviation that cannot show was seen"
+    assert write_cases.shows(case, cfg, t, "padding_mask")
+    twin = next(c for c in MODEL_CASES if c.name == "cp2_uneven_padding_megatron")
+    params, batch, _, tensors, _ = write_model_cases.build_group([twin])[twin.name]
+    assert not write_model_cases.shows(twin.spec, params, batch, tensors, "seq-aux-mean-length"), "no seq_aux here"
+    print("ok: the pins check refuses deviations a case cannot show")
+
+
 def check_seeded_bugs():
     for what, case_name, module, attribute, replacement in SEEDED_BUGS:
         if not caught(case_name, module, attribute, replacement):
@@ -204,6 +217,7 @@ def main():
     parser.add_argument("--full", action="store_true", help="check every element (minutes)")
     args = parser.parse_args()
     check_semantics()
+    check_visibility()
     check_seeded_bugs()
     check_all_cases(quick=not args.full)
 
