@@ -5,14 +5,15 @@
 
 namespace moe::golden {
 
-std::vector<TensorComparison> compare_outputs(const GoldenCase& expected,
-                                              const std::map<std::string, NpyArray>& computed) {
-  const Tolerance& tol = expected.header.tolerance;
+std::vector<TensorComparison> compare_tensors(const std::vector<std::string>& names,
+                                              const std::map<std::string, NpyArray>& expected,
+                                              const std::map<std::string, NpyArray>& computed,
+                                              const Tolerance& tol) {
   std::vector<TensorComparison> result;
-  for (const auto& name : output_tensor_names(expected.header.config)) {
+  for (const auto& name : names) {
     const auto it = computed.find(name);
     if (it == computed.end()) throw CaseFormatError("the oracle produced no '" + name + "'");
-    const NpyArray& ref = expected.tensors.at(name);
+    const NpyArray& ref = expected.at(name);
     if (it->second.shape != ref.shape) {
       throw CaseFormatError("'" + name + "': computed shape " + it->second.shape_string() + " vs case " +
                             ref.shape_string());
@@ -32,6 +33,12 @@ std::vector<TensorComparison> compare_outputs(const GoldenCase& expected,
     result.push_back(cmp);
   }
   return result;
+}
+
+std::vector<TensorComparison> compare_outputs(const GoldenCase& expected,
+                                              const std::map<std::string, NpyArray>& computed) {
+  return compare_tensors(output_tensor_names(expected.header.config), expected.tensors, computed,
+                         expected.header.tolerance);
 }
 
 }  // namespace moe::golden

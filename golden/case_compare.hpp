@@ -20,8 +20,14 @@ struct TensorComparison {
   bool pass() const { return failing == 0; }
 };
 
-// One entry per output tensor of the case, in output_tensor_names order. A computed tensor that is missing or
-// has another shape is an error (CaseFormatError), not a failure to report.
+// One entry per name, in order. A computed tensor that is missing or has another shape is an error
+// (CaseFormatError), not a failure to report.
+std::vector<TensorComparison> compare_tensors(const std::vector<std::string>& names,
+                                              const std::map<std::string, NpyArray>& expected,
+                                              const std::map<std::string, NpyArray>& computed,
+                                              const Tolerance& tolerance);
+
+// A layer case: one entry per output tensor, in output_tensor_names order.
 std::vector<TensorComparison> compare_outputs(const GoldenCase& expected,
                                               const std::map<std::string, NpyArray>& computed);
 

@@ -1,89 +1,13 @@
 #include "golden/case_json.hpp"
 
-#include <nlohmann/json.hpp>
+#include "golden/strict_json.hpp"
 
-#include <cmath>
-#include <limits>
-#include <optional>
-#include <set>
+#include <nlohmann/json.hpp>
 
 namespace moe::golden {
 namespace {
 
 using nlohmann::json;
-
-// Reads the keys of one JSON object, remembering which were consumed so the rest can be reported as unknown.
-class StrictObject {
- public:
-  StrictObject(const json& object, std::string where) : object_(object), where_(std::move(where)) {
-    if (!object_.is_object()) throw CaseFormatError(where_ + " must be a JSON object");
-  }
-
-  // nullptr when the key is absent or null.
-  const json* find(const std::string& key) {
-    known_.insert(key);
-    const auto it = object_.find(key);
-    return it == object_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  const json& required(const std::string& key) {
-    const json* v = find(key);
-    if (!v) throw CaseFormatError(where_ + ": required key '" + key + "' is missing");
-    return *v;
-  }
-
-  int integer(const std::string& key, const json& v) {
-    if (!v.is_number_integer() || v.get<std::int64_t>() < std::numeric_limits<int>::min() ||
-        v.get<std::int64_t>() > std::numeric_limits<int>::max()) {
-      throw CaseFormatError(where_ + ": '" + key + "' must be an integer");
-    }
-    return v.get<int>();
-  }
-  int integer(const std::string& key, int fallback) {
-    const json* v = find(key);
-    return v ? integer(key, *v) : fallback;
-  }
-  double number(const std::string& key, const json& v) {
-    if (!v.is_number() || !std::isfinite(v.get<double>())) {
-      throw CaseFormatError(where_ + ": '" + key + "' must be a finite number");
-    }
-    return v.get<double>();
-  }
-  double number(const std::string& key, double fallback) {
-    const json* v = find(key);
-    return v ? number(key, *v) : fallback;
-  }
-  std::optional<double> optional_number(const std::string& key) {
-    const json* v = find(key);
-    return v ? std::optional<double>(number(key, *v)) : std::nullopt;
-  }
-  bool boolean(const std::string& key, bool fallback) {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) throw CaseFormatError(where_ + ": '" + key + "' must be true or false");
-    return v->get<bool>();
-  }
-  std::string string(const std::string& key, const json& v) {
-    if (!v.is_string()) throw CaseFormatError(where_ + ": '" + key + "' must be a string");
-    return v.get<std::string>();
-  }
-  std::optional<std::string> optional_string(const std::string& key) {
-    const json* v = find(key);
-    return v ? std::optional<std::string>(string(key, *v)) : std::nullopt;
-  }
-
-  // Call after every key was read: any key not asked for is an error.
-  void reject_unknown() const {
-    for (const auto& [key, value] : object_.items()) {
-      if (!known_.count(key)) throw CaseFormatError(where_ + ": unknown key '" + key + "'");
-    }
-  }
-
- private:
-  const json& object_;
-  std::string where_;
-  std::set<std::string> known_;
-};
 
 nlohmann::ordered_json optional_to_json(const std::optional<double>& v) {
   return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
@@ -91,7 +15,7 @@ nlohmann::ordered_json optional_to_json(const std::optional<double>& v) {
 
 }  // namespace
 
-MoeConfig config_from_json(const json& object) {
+MoeConfig config_from_json(const json& object, bool semantics_key) {
   StrictObject o(object, "config");
   MoeConfig c;
   c.hidden = o.integer("hidden", o.required("hidden"));
@@ -122,6 +46,15 @@ MoeConfig config_from_json(const json& object) {
   c.aux_loss_coeff = o.number("aux_loss_coeff", 0.0);
   c.z_loss_coeff = o.number("z_loss_coeff", 0.0);
   c.bias_update_rate = o.optional_number("bias_update_rate");
+  if (semantics_key) {
+    if (const auto spec = o.optional_string("semantics")) {
+      try {
+        c.semantics = Semantics::parse(*spec);
+      } catch (const std::invalid_argument& e) {
+        throw CaseFormatError(std::string("config: 'semantics': ") + e.what());
+      }
+    }
+  }
   o.reject_unknown();
   c.validate();
   return c;
@@ -161,20 +94,32 @@ nlohmann::ordered_json config_to_json(const MoeConfig& c) {
   return j;
 }
 
+std::string_view CaseHeader::format() const {
+  return config.semantics.intended() && !padding_mask ? kCaseFormat : kCaseFormatV2;
+}
+
+std::string case_format_of(const json& root, const std::string& origin) {
+  if (!root.is_object()) throw CaseFormatError(origin + " must be a JSON object");
+  const auto it = root.find("format");
+  if (it == root.end() || it->is_null())
+    throw CaseFormatError(origin + ": no 'format' (expected \"" + std::string(kCaseFormat) + "\")");
+  if (!it->is_string()) throw CaseFormatError(origin + ": 'format' must be a string");
+  return it->get<std::string>();
+}
+
 CaseHeader case_header_from_json(const json& root, const std::string& origin) {
-  StrictObject top(root, origin);
-  const json* format = top.find("format");
-  if (!format) throw CaseFormatError(origin + ": no 'format' (expected \"" + std::string(kCaseFormat) + "\")");
-  const std::string version = top.string("format", *format);
-  if (version != kCaseFormat) {
-    throw CaseFormatError(origin + ": case format '" + version + "' is not supported; this build reads only '" +
-                          std::string(kCaseFormat) + "'" +
-                          (version.rfind("moe-golden/", 0) == 0 ? " (written by a newer or older release?)" : ""));
+  const std::string version = case_format_of(root, origin);
+  if (version != kCaseFormat && version != kCaseFormatV2) {
+    throw CaseFormatError(origin + ": case format '" + version + "' is not supported; this build reads '" +
+                          std::string(kCaseFormat) + "' and '" + std::string(kCaseFormatV2) + "'" +
+                          (version.rfind("moe-golden/", 0) == 0 ? " (written by a newer release?)" : ""));
   }
+  StrictObject top(root, origin);
+  top.find("format");
   CaseHeader h;
   h.description = top.optional_string("description").value_or("");
   try {
-    h.config = config_from_json(top.required("config"));
+    h.config = config_from_json(top.required("config"), version == kCaseFormatV2);
   } catch (const std::invalid_argument& e) {  // MoeConfig::validate and the enum parsers
     throw CaseFormatError(origin + ": " + e.what());
   } catch (const CaseFormatError& e) {
@@ -196,9 +141,10 @@ CaseHeader case_header_from_json(const json& root, const std::string& origin) {
 
 nlohmann::ordered_json case_header_to_json(const CaseHeader& h) {
   nlohmann::ordered_json j;
-  j["format"] = std::string(kCaseFormat);
+  j["format"] = std::string(h.format());
   j["description"] = h.description;
   j["config"] = config_to_json(h.config);
+  if (h.format() == kCaseFormatV2) j["config"]["semantics"] = h.config.semantics.spec();
   j["shape"]["seq"] = h.seq;
   j["shape"]["batch"] = h.batch;
   j["tolerance"]["rtol"] = h.tolerance.rtol;

@@ -1,6 +1,9 @@
-// case.json of the golden case format, version 1 (DESIGN.md §5): its top level, and the `config` object <->
-// moe::MoeConfig. Reading is strict: an unknown key at any level, a wrong JSON type or a missing required key is
-// a CaseFormatError naming it, and a `format` other than "moe-golden/1" is refused naming the version found.
+// case.json of the golden layer-case format (golden/README.md), versions 1 and 2: its top level, and the `config`
+// object <-> moe::MoeConfig. Version 2 adds the config key "semantics" (a spec string, absent = "intended") and the
+// optional input padding_mask [T]. Reading is strict: an unknown key at any level (in version 1: "semantics" too),
+// a wrong JSON type or a missing required key is a CaseFormatError naming it, and a `format` other than these two
+// is refused naming the version found. Writing picks version 2 only when the case uses a version-2 feature, so a
+// version-1 case is written exactly as before.
 #pragma once
 
 #include "reference/config.hpp"
@@ -14,6 +17,7 @@
 namespace moe::golden {
 
 inline constexpr std::string_view kCaseFormat = "moe-golden/1";
+inline constexpr std::string_view kCaseFormatV2 = "moe-golden/2";
 
 class CaseFormatError : public std::runtime_error {
  public:
@@ -29,19 +33,29 @@ struct Tolerance {
 // case.json without the tensors.
 struct CaseHeader {
   std::string description;
-  MoeConfig config;
+  MoeConfig config;  // config.semantics: format 2's "semantics"
   int seq = 0;
   int batch = 0;
   Tolerance tolerance;
+  // Format 2: the case holds the input padding_mask [T]. Not a key of case.json: read_case sets it from the files.
+  bool padding_mask = false;
+
+  // The version a writer gives the case: 2 only when it uses semantics other than intended or a padding mask.
+  std::string_view format() const;
 };
 
-// Absent or null keys take their defaults; the result is validated (MoeConfig::validate).
-MoeConfig config_from_json(const nlohmann::json& config);
-// Every key in the order of the §5 example, unset options as null.
+// Absent or null keys take their defaults; the result is validated (MoeConfig::validate). With `semantics_key`
+// the key "semantics" is read (Semantics::parse; a bad spec is a CaseFormatError naming the key); without it, it is
+// an unknown key (format 1).
+MoeConfig config_from_json(const nlohmann::json& config, bool semantics_key = true);
+// Every key of format 1 in the order of the README example, unset options as null ("semantics" is not among them).
 nlohmann::ordered_json config_to_json(const MoeConfig& config);
 
-// `origin` names the file in error messages.
+// `origin` names the file in error messages. Accepts formats 1 and 2 (header.padding_mask stays false).
 CaseHeader case_header_from_json(const nlohmann::json& root, const std::string& origin);
+// The format named by a case.json's "format" key, checked to be a string (CaseFormatError naming the file if not).
+std::string case_format_of(const nlohmann::json& root, const std::string& origin);
+// Format header.format(); in format 2 the config ends with "semantics": header.config.semantics.spec().
 nlohmann::ordered_json case_header_to_json(const CaseHeader& header);
 
 }  // namespace moe::golden

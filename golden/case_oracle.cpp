@@ -1,5 +1,6 @@
 #include "golden/case_oracle.hpp"
 
+#include "golden/npy_eigen.hpp"
 #include "reference/random_init.hpp"
 
 #include <algorithm>
@@ -7,52 +8,6 @@
 
 namespace moe::golden {
 namespace {
-
-// Row-major Eigen matrix <-> a 2-D array (both C order, so the data is copied as is).
-NpyArray from_matrix(const Matrix<double>& m) {
-  return NpyArray::of_reals({m.rows(), m.cols()}, {m.data(), m.data() + m.size()});
-}
-
-NpyArray from_index_matrix(const IndexMatrix& m) {
-  return NpyArray::of_integers({m.rows(), m.cols()}, {m.data(), m.data() + m.size()});
-}
-
-NpyArray from_vector(const Vector<double>& v) {
-  return NpyArray::of_reals({v.size()}, {v.data(), v.data() + v.size()});
-}
-
-NpyArray from_scalar(double value) { return NpyArray::of_reals({}, {value}); }
-
-// E × [r, c] -> [E, r, c]
-NpyArray from_stack(const std::vector<Matrix<double>>& ms) {
-  std::vector<double> values;
-  for (const auto& m : ms) values.insert(values.end(), m.data(), m.data() + m.size());
-  const auto r = ms.empty() ? 0 : ms.front().rows(), c = ms.empty() ? 0 : ms.front().cols();
-  return NpyArray::of_reals({static_cast<std::int64_t>(ms.size()), r, c}, std::move(values));
-}
-
-Matrix<double> to_matrix(const NpyArray& a) {
-  Matrix<double> m(a.shape[0], a.shape[1]);
-  std::copy(a.reals.begin(), a.reals.end(), m.data());
-  return m;
-}
-
-IndexMatrix to_index_matrix(const NpyArray& a) {
-  IndexMatrix m(a.shape[0], a.shape[1]);
-  std::copy(a.integers.begin(), a.integers.end(), m.data());
-  return m;
-}
-
-std::vector<Matrix<double>> to_stack(const NpyArray& a) {
-  std::vector<Matrix<double>> ms;
-  const auto per = a.shape[1] * a.shape[2];
-  for (std::int64_t e = 0; e < a.shape[0]; ++e) {
-    Matrix<double> m(a.shape[1], a.shape[2]);
-    std::copy(a.reals.begin() + e * per, a.reals.begin() + (e + 1) * per, m.data());
-    ms.push_back(std::move(m));
-  }
-  return ms;
-}
 
 const NpyArray& tensor(const GoldenCase& c, const std::string& name) { return c.tensors.at(name); }
 
@@ -71,10 +26,7 @@ OracleInputs oracle_inputs(const GoldenCase& c) {
     in.inputs.input_ids = to_index_matrix(tensor(c, "input_ids"));
     in.params.tid2eid = to_index_matrix(tensor(c, "tid2eid"));
   }
-  if (config.expert_bias) {
-    const auto& b = tensor(c, "expert_bias").reals;
-    in.params.expert_bias = Eigen::Map<const Vector<double>>(b.data(), static_cast<Eigen::Index>(b.size()));
-  }
+  if (config.expert_bias) in.params.expert_bias = to_vector(tensor(c, "expert_bias"));
   if (config.has_shared_expert()) {
     in.params.shared_fc1 = to_matrix(tensor(c, "shared_fc1"));
     in.params.shared_fc2 = to_matrix(tensor(c, "shared_fc2"));
@@ -83,6 +35,10 @@ OracleInputs oracle_inputs(const GoldenCase& c) {
   if (config.latent_size > 0) {
     in.params.latent_down = to_matrix(tensor(c, "latent_down"));
     in.params.latent_up = to_matrix(tensor(c, "latent_up"));
+  }
+  if (c.header.padding_mask) {
+    const auto& mask = tensor(c, "padding_mask").booleans;
+    in.inputs.padding_mask.assign(mask.begin(), mask.end());
   }
   in.grad_y = to_matrix(tensor(c, "grad_y"));
   return in;

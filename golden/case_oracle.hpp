@@ -1,6 +1,7 @@
 // The bridge between a golden case and the oracle: the case's input tensors become MoeParams/MoeInputs/grad_y,
-// the oracle's forward and backward become the output tensors (names and shapes of DESIGN.md §5).
-// A case holds one layer on one token partition (all rows in order), no padding mask, no global-aux history.
+// the oracle's forward and backward become the output tensors (names and shapes of golden/README.md).
+// A case holds one layer on one token partition (all rows in order), no global-aux history; the semantics travel
+// in the config, a format-2 padding_mask in MoeInputs::padding_mask.
 #pragma once
 
 #include "golden/golden_case.hpp"

@@ -1,5 +1,7 @@
 #include "golden/golden_case.hpp"
 
+#include "golden/case_files.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -8,13 +10,10 @@
 namespace moe::golden {
 namespace {
 
-constexpr const char* kCaseJson = "case.json";
-
 struct TensorSpec {
   NpyDtype dtype;
   std::vector<std::int64_t> shape;  // kAnyRows in the first dimension: any size (tid2eid's vocabulary)
 };
-constexpr std::int64_t kAnyRows = -1;
 
 TensorSpec spec_of(const CaseHeader& h, const std::string& name) {
   const MoeConfig& c = h.config;
@@ -35,6 +34,7 @@ TensorSpec spec_of(const CaseHeader& h, const std::string& name) {
       {"latent_down", real({lat, H})},
       {"latent_up", real({H, lat})},
       {"grad_y", real({T, H})},
+      {"padding_mask", {NpyDtype::b1, {T}}},
       {"y", real({T, H})},
       {"probs", real({T, E})},
       {"routing_map", {NpyDtype::b1, {T, E}}},
@@ -57,21 +57,13 @@ TensorSpec spec_of(const CaseHeader& h, const std::string& name) {
   return it->second;
 }
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    s += (i ? ", " : "") + (shape[i] == kAnyRows ? std::string("V") : std::to_string(shape[i]));
-  }
-  return s + "]";
-}
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw CaseFormatError(path.string() + ": cannot open");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 }  // namespace
+
+std::vector<std::string> input_tensor_names(const CaseHeader& h) {
+  std::vector<std::string> names = input_tensor_names(h.config);
+  if (h.padding_mask) names.push_back("padding_mask");
+  return names;
+}
 
 std::vector<std::string> input_tensor_names(const MoeConfig& c) {
   std::vector<std::string> names{"x", "router_weight", "expert_fc1", "expert_fc2", "grad_y"};
@@ -97,18 +89,7 @@ std::vector<std::string> output_tensor_names(const MoeConfig& c) {
 
 void check_tensor(const CaseHeader& header, const std::string& name, const NpyArray& array) {
   const TensorSpec spec = spec_of(header, name);
-  if (array.dtype != spec.dtype) {
-    throw CaseFormatError("tensor '" + name + "' has dtype " + std::string(npy_descr(array.dtype)) + ", expected " +
-                          std::string(npy_descr(spec.dtype)));
-  }
-  bool fits = array.shape.size() == spec.shape.size();
-  for (std::size_t i = 0; fits && i < spec.shape.size(); ++i) {
-    fits = spec.shape[i] == kAnyRows ? array.shape[i] > 0 : array.shape[i] == spec.shape[i];
-  }
-  if (!fits) {
-    throw CaseFormatError("tensor '" + name + "' has shape " + array.shape_string() + ", expected " +
-                          shape_string(spec.shape));
-  }
+  check_dtype_and_shape(name, array, spec.dtype, spec.shape);
 }
 
 bool is_case_directory(const std::filesystem::path& directory) {
@@ -116,45 +97,20 @@ bool is_case_directory(const std::filesystem::path& directory) {
 }
 
 GoldenCase read_case(const std::filesystem::path& directory) {
-  const auto json_path = directory / kCaseJson;
-  if (!std::filesystem::is_regular_file(json_path)) {
-    throw CaseFormatError(directory.string() + ": not a golden case (no " + kCaseJson + ")");
-  }
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(read_text(json_path));
-  } catch (const nlohmann::json::parse_error& e) {
-    throw CaseFormatError(json_path.string() + ": invalid JSON: " + e.what());
-  }
+  const nlohmann::json root = read_case_json(directory);
+  const std::string origin = (directory / kCaseJson).string();
   GoldenCase result;
-  result.header = case_header_from_json(root, json_path.string());
+  result.header = case_header_from_json(root, origin);
+  // Format 2's optional input: present or not, as the files say (in format 1 it is an extra tensor).
+  result.header.padding_mask = case_format_of(root, origin) == kCaseFormatV2 &&
+                               std::filesystem::is_regular_file(directory / "padding_mask.npy");
 
   std::set<std::string> expected;
-  for (const auto& n : input_tensor_names(result.header.config)) expected.insert(n);
+  for (const auto& n : input_tensor_names(result.header)) expected.insert(n);
   for (const auto& n : output_tensor_names(result.header.config)) expected.insert(n);
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-    const auto file = entry.path().filename();
-    if (file == kCaseJson) continue;
-    const std::string stem = file.stem().string();
-    if (file.extension() != ".npy" || !entry.is_regular_file()) {
-      throw CaseFormatError(directory.string() + ": unexpected file '" + file.string() + "' in a case");
-    }
-    if (!expected.count(stem)) {
-      throw CaseFormatError(directory.string() + ": extra tensor '" + stem + "' (not part of a case with this config)");
-    }
-    NpyArray array = read_npy(entry.path());
-    try {
-      check_tensor(result.header, stem, array);
-    } catch (const CaseFormatError& e) {
-      throw CaseFormatError(directory.string() + ": " + e.what());
-    }
-    result.tensors.emplace(stem, std::move(array));
-  }
-  for (const auto& name : expected) {
-    if (!result.tensors.count(name)) {
-      throw CaseFormatError(directory.string() + ": missing tensor '" + name + "' (" + name + ".npy)");
-    }
-  }
+  result.tensors = read_case_tensors(directory, expected, [&](const std::string& name, const NpyArray& array) {
+    check_tensor(result.header, name, array);
+  });
   return result;
 }
 
@@ -162,7 +118,7 @@ void write_case(const std::filesystem::path& directory, const GoldenCase& golden
   const CaseHeader& h = golden_case.header;
   h.config.validate();
   std::set<std::string> expected;
-  for (const auto& n : input_tensor_names(h.config)) expected.insert(n);
+  for (const auto& n : input_tensor_names(h)) expected.insert(n);
   for (const auto& n : output_tensor_names(h.config)) expected.insert(n);
   for (const auto& [name, array] : golden_case.tensors) {
     if (!expected.count(name)) throw CaseFormatError("write_case: extra tensor '" + name + "'");
@@ -171,15 +127,7 @@ void write_case(const std::filesystem::path& directory, const GoldenCase& golden
   for (const auto& name : expected) {
     if (!golden_case.tensors.count(name)) throw CaseFormatError("write_case: missing tensor '" + name + "'");
   }
-  std::filesystem::create_directories(directory);
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-    const auto file = entry.path().filename();
-    if (file != kCaseJson && file.extension() != ".npy") {
-      throw CaseFormatError(directory.string() + ": refusing to write a case into a folder holding '" +
-                            file.string() + "'");
-    }
-  }
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) std::filesystem::remove(entry.path());
+  prepare_case_directory(directory);
   std::ofstream out(directory / kCaseJson);
   out << case_header_to_json(h).dump(2) << "\n";
   if (!out) throw CaseFormatError((directory / kCaseJson).string() + ": cannot write");

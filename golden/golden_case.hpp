@@ -1,6 +1,7 @@
-// A golden case on disk (DESIGN.md §5): a directory with case.json and one .npy per tensor, where the set of
-// tensors, their dtypes and shapes follow from the config and shape. Reading checks all of it: a missing or
-// extra tensor, a stray file, a wrong dtype or shape is a CaseFormatError naming the tensor.
+// A golden layer case on disk (golden/README.md): a directory with case.json and one .npy per tensor, where the set
+// of tensors, their dtypes and shapes follow from the config and shape (and, in format 2, whether the optional
+// padding_mask is there). Reading checks all of it: a missing or extra tensor, a stray file, a wrong dtype or shape
+// is a CaseFormatError naming the tensor.
 #pragma once
 
 #include "golden/case_json.hpp"
@@ -19,11 +20,13 @@ struct GoldenCase {
 };
 
 // The input tensors of the layer (x, ids, parameters, grad_y) and the expected outputs, as the config selects
-// them. Together they are exactly the tensors a case holds.
+// them; the header's version adds padding_mask when the case has one. Together they are exactly the tensors a case
+// holds.
 std::vector<std::string> input_tensor_names(const MoeConfig& config);
+std::vector<std::string> input_tensor_names(const CaseHeader& header);
 std::vector<std::string> output_tensor_names(const MoeConfig& config);
 
-// Throws CaseFormatError when `name` does not have the dtype and shape §5 gives it for this case.
+// Throws CaseFormatError when `name` does not have the dtype and shape the format (README.md) gives it for this case.
 void check_tensor(const CaseHeader& header, const std::string& name, const NpyArray& array);
 
 GoldenCase read_case(const std::filesystem::path& directory);

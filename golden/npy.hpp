@@ -1,4 +1,4 @@
-// NumPy `.npy` files, format version 1.0 only, the three dtypes of the golden format (DESIGN.md §5):
+// NumPy `.npy` files, format version 1.0 only, the three dtypes of the golden format (README.md, "Files"):
 // `<f8` (double), `<i8` (int64), `|b1` (bool), C order, little-endian.
 //
 // File layout: "\x93NUMPY" | major=1 | minor=0 | uint16 LE header length | header | data.

@@ -1,10 +1,14 @@
-// `moe-oracle golden verify|write`: golden cases (DESIGN.md §5) against the oracle.
+// `moe-oracle golden verify|write`: golden cases (golden/README.md) against the oracle.
 //   verify DIR...  runs the oracle on each case (a DIR holding case.json, or a folder of such DIRs) and prints per
 //                  tensor the max abs / max rel error and PASS/FAIL; exit status 0 only if every tensor passes.
-//   write          writes a new case from a config file, seeded inputs and the oracle.
+//                  Layer cases (moe-golden/1, /2) run the layer oracle, model cases (moe-golden-model/1) one
+//                  global step; each case says which semantics it ran under.
+//   write          writes a new layer case from a config file, seeded inputs and the oracle.
 #include "golden/case_compare.hpp"
+#include "golden/case_files.hpp"
 #include "golden/case_oracle.hpp"
 #include "golden/golden_case.hpp"
+#include "golden/model_case_oracle.hpp"
 #include "tools/commands.hpp"
 
 #include <nlohmann/json.hpp>
@@ -61,19 +65,40 @@ std::vector<fs::path> case_directories(const std::vector<std::string>& paths) {
 
 struct CaseResult {
   std::string path;
-  std::string error;  // reading or running the case failed
+  std::string kind;       // "layer" or "model" (empty when case.json could not be read)
+  std::string semantics;  // the spec the case ran under
+  std::string error;      // reading or running the case failed
   std::vector<TensorComparison> tensors;
   bool pass() const {
     return error.empty() && std::all_of(tensors.begin(), tensors.end(), [](const auto& t) { return t.pass(); });
   }
 };
 
+// The kind of case follows from its "format" key.
+bool is_model_case(const fs::path& dir) {
+  const std::string format = golden::case_format_of(golden::read_case_json(dir), (dir / golden::kCaseJson).string());
+  return format.rfind("moe-golden-model/", 0) == 0;
+}
+
 CaseResult verify_case(const fs::path& dir) {
   CaseResult r;
   r.path = dir.string();
   try {
-    const golden::GoldenCase c = golden::read_case(dir);
-    r.tensors = golden::compare_outputs(c, golden::oracle_outputs(c.header.config, golden::oracle_inputs(c)));
+    if (is_model_case(dir)) {
+      r.kind = "model";
+      const golden::ModelCase c = golden::read_model_case(dir);
+      r.semantics = c.header.model.semantics().spec();
+      std::vector<std::string> names;
+      for (const auto& s : golden::model_output_specs(c.header)) names.push_back(s.stem);
+      r.tensors = golden::compare_tensors(names, c.tensors,
+                                          golden::model_oracle_outputs(c.header, golden::model_oracle_inputs(c)),
+                                          c.header.tolerance);
+    } else {
+      r.kind = "layer";
+      const golden::GoldenCase c = golden::read_case(dir);
+      r.semantics = c.header.config.semantics.spec();
+      r.tensors = golden::compare_outputs(c, golden::oracle_outputs(c.header.config, golden::oracle_inputs(c)));
+    }
   } catch (const std::exception& e) {
     r.error = e.what();
   }
@@ -81,14 +106,16 @@ CaseResult verify_case(const fs::path& dir) {
 }
 
 void print_table(const CaseResult& r) {
-  std::cout << "case " << r.path << "\n";
+  std::cout << "case " << r.path;
+  if (!r.kind.empty()) std::cout << "  (" << r.kind << " case, semantics " << (r.semantics.empty() ? "?" : r.semantics) << ")";
+  std::cout << "\n";
   if (!r.error.empty()) {
     std::cout << "  ERROR " << r.error << "\n";
     return;
   }
   for (const auto& t : r.tensors) {
-    char line[160];
-    std::snprintf(line, sizeof line, "  %-22s max_abs %10.3e  max_rel %10.3e  %s", t.name.c_str(), t.max_abs,
+    char line[200];
+    std::snprintf(line, sizeof line, "  %-30s max_abs %10.3e  max_rel %10.3e  %s", t.name.c_str(), t.max_abs,
                   t.max_rel, t.pass() ? "PASS" : "FAIL");
     std::cout << line;
     if (!t.pass()) std::cout << " (" << t.failing << " elements outside tolerance)";
@@ -100,6 +127,8 @@ void print_table(const CaseResult& r) {
 // max_rel is +inf when a zero reference was missed; JSON has no infinity, so it appears as null.
 nlohmann::json to_json(const CaseResult& r) {
   nlohmann::json j{{"case", r.path}, {"pass", r.pass()}};
+  if (!r.kind.empty()) j["kind"] = r.kind;
+  if (!r.semantics.empty()) j["semantics"] = r.semantics;
   if (!r.error.empty()) j["error"] = r.error;
   for (const auto& t : r.tensors) {
     j["tensors"].push_back({{"name", t.name}, {"max_abs", t.max_abs}, {"max_rel", t.max_rel},
@@ -132,6 +161,9 @@ void run_write(const WriteOptions& opt) {
   } catch (const nlohmann::json::parse_error& e) {
     throw std::invalid_argument(opt.config_file + ": invalid JSON: " + e.what());
   }
+  // A case.json (or any {"config": {...}} wrapper) gives its config object; a bare config object is used as is.
+  if (config_json.is_object() && config_json.contains("config") && !config_json.contains("hidden"))
+    config_json = nlohmann::json(config_json["config"]);
   const MoeConfig config = golden::config_from_json(config_json);
   const std::string description = "written by moe-oracle golden write from " +
                                   fs::path(opt.config_file).filename().string() + ", seed " +
@@ -148,7 +180,8 @@ void run_write(const WriteOptions& opt) {
 }  // namespace
 
 void add_golden_command(CLI::App& app) {
-  auto* golden = app.add_subcommand("golden", "Golden cases (format moe-golden/1): verify them, write new ones");
+  auto* golden = app.add_subcommand(
+      "golden", "Golden cases (layer cases moe-golden/1 and /2, model cases moe-golden-model/1): verify, write");
   golden->require_subcommand(1);
 
   auto verify = std::make_shared<VerifyOptions>();
@@ -163,7 +196,9 @@ void add_golden_command(CLI::App& app) {
   auto write = std::make_shared<WriteOptions>();
   auto* w = golden->add_subcommand(
       "write", "Write a case: seeded inputs (moe::random_params/inputs/grad_y) and the oracle's outputs");
-  w->add_option("--config", write->config_file, "JSON file holding a case's \"config\" object (DESIGN.md §5)")
+  w->add_option("--config", write->config_file,
+                "JSON file holding a layer case's \"config\" object, or a case.json (its \"config\" is taken); "
+                "\"semantics\" makes a moe-golden/2 case")
       ->required()
       ->check(CLI::ExistingFile);
   w->add_option("--out", write->out, "case folder to create (an existing one may hold only a previous case)")

@@ -1,7 +1,9 @@
-"""The golden case format, version 1 (DESIGN.md §5): config keys and defaults, the fixed tensor set, writing.
+"""The golden layer-case formats (golden/README.md): config keys and defaults, the fixed tensor set, writing.
 
 A case is a directory with case.json and one .npy per tensor (format 1.0, little-endian, C order; reals <f8,
-integers <i8, booleans |b1).
+integers <i8, booleans |b1). Version 2 is version 1 plus an optional config key "semantics" (a spec string,
+absent = "intended") and an optional input padding_mask [T]; a case is written as version 2 only when it uses one
+of them, so a version-1 case is written exactly as before.
 """
 import json
 import os
@@ -9,6 +11,7 @@ import os
 import numpy as np
 
 FORMAT = "moe-golden/1"
+FORMAT_V2 = "moe-golden/2"
 
 # Every config key of the format with its default ("off"). The first five have no default: they are required.
 REQUIRED_KEYS = ("hidden", "num_experts", "topk", "ffn_hidden", "score_function")
@@ -21,29 +24,35 @@ DEFAULTS = {
     "aux_loss_type": None, "aux_loss_coeff": 0.0, "z_loss_coeff": 0.0, "bias_update_rate": None,
 }
 KEY_ORDER = REQUIRED_KEYS + tuple(DEFAULTS)
+INTENDED = "intended"
 
 INPUTS = ("x", "input_ids", "router_weight", "expert_bias", "tid2eid", "expert_fc1", "expert_fc2", "shared_fc1",
-          "shared_fc2", "shared_gate", "latent_down", "latent_up", "grad_y")
+          "shared_fc2", "shared_gate", "latent_down", "latent_up", "grad_y", "padding_mask")
 # The tensors finite differences perturb: x and every trained parameter (not the bias, table, ids or grad_y).
 DIFFERENTIABLE = ("x", "router_weight", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2", "shared_gate",
                   "latent_down", "latent_up")
 
 
 def full_config(overrides):
-    """The config with every key present, defaults filled in; unknown keys are an error."""
-    unknown = set(overrides) - set(REQUIRED_KEYS) - set(DEFAULTS)
+    """The config with every key present, defaults filled in (semantics: intended); unknown keys are an error."""
+    unknown = set(overrides) - set(REQUIRED_KEYS) - set(DEFAULTS) - {"semantics"}
     if unknown:
         raise ValueError(f"unknown config keys {sorted(unknown)}")
     missing = [k for k in REQUIRED_KEYS if k not in overrides]
     if missing:
         raise ValueError(f"missing required config keys {missing}")
-    cfg = dict(DEFAULTS)
+    cfg = dict(DEFAULTS, semantics=INTENDED)
     cfg.update(overrides)
     return cfg
 
 
-def tensor_names(cfg):
-    """The fixed set of tensors a case holds (DESIGN.md §5)."""
+def format_of(cfg, padding_mask):
+    """Version 2 only for a case that uses a version-2 feature."""
+    return FORMAT_V2 if cfg["semantics"] != INTENDED or padding_mask else FORMAT
+
+
+def tensor_names(cfg, padding_mask=False):
+    """The fixed set of tensors a case holds (golden/README.md; padding_mask: format 2)."""
     names = ["x", "router_weight", "expert_fc1", "expert_fc2", "grad_y", "y", "probs", "routing_map",
              "tokens_per_expert", "grad_x", "grad_router_weight", "grad_expert_fc1", "grad_expert_fc2"]
     if cfg["hash_routing"]:
@@ -60,6 +69,8 @@ def tensor_names(cfg):
         names += ["shared_gate", "grad_shared_gate"]
     if cfg["latent_size"] > 0:
         names += ["latent_down", "latent_up", "grad_latent_down", "grad_latent_up"]
+    if padding_mask:
+        names += ["padding_mask"]
     return names
 
 
@@ -71,20 +82,37 @@ def npy_dtype(array):
     return np.dtype("<f8")
 
 
-def write_case(directory, description, cfg, seq, batch, tolerance, tensors):
-    """Writes case.json and exactly the tensors of tensor_names(cfg) (a missing or extra one is an error)."""
-    expected = set(tensor_names(cfg))
-    if set(tensors) != expected:
-        raise ValueError(f"tensor set mismatch: missing {sorted(expected - set(tensors))}, "
-                         f"extra {sorted(set(tensors) - expected)}")
+def save_npy(path, array):
+    array = np.array(array, order="C")  # (ascontiguousarray would make a scalar 1-d)
+    np.save(path, array.astype(npy_dtype(array)), allow_pickle=False)
+
+
+def replace_directory(directory):
     os.makedirs(directory, exist_ok=True)
     for stale in os.listdir(directory):
         os.remove(os.path.join(directory, stale))
-    case = {"format": FORMAT, "description": description, "config": {k: cfg[k] for k in KEY_ORDER},
-            "shape": {"seq": seq, "batch": batch}, "tolerance": tolerance}
-    with open(os.path.join(directory, "case.json"), "w") as f:
-        json.dump(case, f, indent=2)
+
+
+def write_json(path, content):
+    with open(path, "w") as f:
+        json.dump(content, f, indent=2)
         f.write("\n")
+
+
+def write_case(directory, description, cfg, seq, batch, tolerance, tensors):
+    """Writes case.json and exactly the tensors of tensor_names(cfg) (a missing or extra one is an error)."""
+    padding_mask = "padding_mask" in tensors
+    expected = set(tensor_names(cfg, padding_mask))
+    if set(tensors) != expected:
+        raise ValueError(f"tensor set mismatch: missing {sorted(expected - set(tensors))}, "
+                         f"extra {sorted(set(tensors) - expected)}")
+    replace_directory(directory)
+    version = format_of(cfg, padding_mask)
+    config = {k: cfg[k] for k in KEY_ORDER}
+    if version == FORMAT_V2:
+        config["semantics"] = cfg["semantics"]
+    case = {"format": version, "description": description, "config": config,
+            "shape": {"seq": seq, "batch": batch}, "tolerance": tolerance}
+    write_json(os.path.join(directory, "case.json"), case)
     for name in sorted(expected):
-        array = np.array(tensors[name], order="C")  # (ascontiguousarray would make a scalar 1-d)
-        np.save(os.path.join(directory, name + ".npy"), array.astype(npy_dtype(array)), allow_pickle=False)
+        save_npy(os.path.join(directory, name + ".npy"), tensors[name])

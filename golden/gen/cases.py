@@ -1,9 +1,12 @@
 """The committed golden cases: one entry per behaviour the format must pin down.
 
-Each case has a config (the §5 keys it sets; the rest default), a shape, and optionally:
+Each case has a config (the format keys it sets; the rest default), a shape, and optionally:
   prepare(t, cfg)            shapes the seeded inputs to provoke the behaviour (ties, an idle expert, ...)
   expect(cfg, out, cache, t) True when the inputs really show the behaviour; else the generator tries the next seed
   auto_clamp                 swiglu_clamp is chosen in a gap of the pre-activations so the clamp is active
+  pins                       what the case must make visible: deviations (the same case with the deviation toggled
+                             must differ in some output or gradient) or "padding_mask" (dropping the mask must)
+A config with "semantics" or inputs with a padding_mask make a format-2 case.
 """
 import numpy as np
 
@@ -12,10 +15,11 @@ from moe_math import stable_topk
 
 
 class Case:
-    def __init__(self, name, description, config, seq=8, batch=2, prepare=None, expect=None, auto_clamp=False):
+    def __init__(self, name, description, config, seq=8, batch=2, prepare=None, expect=None, auto_clamp=False,
+                 pins=()):
         self.name, self.description, self.config = name, description, config
         self.seq, self.batch = seq, batch
-        self.prepare, self.expect, self.auto_clamp = prepare, expect, auto_clamp
+        self.prepare, self.expect, self.auto_clamp, self.pins = prepare, expect, auto_clamp, tuple(pins)
 
 
 def base(score_function, **extra):
@@ -42,6 +46,18 @@ def idle_expert_5(t, cfg):
     t["router_weight"][5, 0] = -4.0
 
 
+def pad_tails(*lengths):
+    """padding_mask [T]: the last lengths[b] positions of sequence b are padding (row s·batch + b)."""
+    def prepare(t, cfg):
+        batch = len(lengths)
+        seq = t["x"].shape[0] // batch
+        mask = np.zeros((seq, batch), dtype=bool)
+        for b, n in enumerate(lengths):
+            mask[seq - n:, b] = True
+        t["padding_mask"] = mask.reshape(-1)
+    return prepare
+
+
 # ---- expect: the behaviour is really there ---------------------------------------------------------------------
 
 def margins_named(cache, what):
@@ -57,7 +73,7 @@ def has_capacity_tie(cfg, out, cache, t):
 
 
 def drops(cfg, out, cache, t):
-    return int(cache["routed"]["bias_counts"].sum()) < out["y"].shape[0] * cfg["topk"]
+    return int(cache["routed"]["decisions"]["kept"].sum()) < out["y"].shape[0] * cfg["topk"]
 
 
 def drops_and_pads(cfg, out, cache, t):
@@ -180,4 +196,33 @@ CASES = [
     Case("tiny_v4", "the tiny-v4 preset (reference/presets.cpp) at seq 8, batch 2", V4),
     Case("tiny_v3", "the tiny-v3 preset (reference/presets.cpp) at seq 8, batch 2", V3,
          expect=groups_change_selection),
+    # ---- format 2: padding masks and semantics profiles --------------------------------------------------------
+    Case("seq_aux_padding", "seq_aux over 2 sequences of valid lengths 5 and 8: each sequence's own T",
+         base("sigmoid", aux_loss_type="seq_aux", aux_loss_coeff=0.01), prepare=pad_tails(3, 0),
+         pins=("padding_mask", "seq-aux-mean-length")),
+    Case("seq_aux_padding_megatron", "seq_aux over valid lengths 5 and 8 under megatron-core-0.19: T = 6.5 for both",
+         base("sigmoid", aux_loss_type="seq_aux", aux_loss_coeff=0.01, semantics="megatron-core-0.19"),
+         prepare=pad_tails(3, 0), pins=("seq-aux-mean-length",)),
+    Case("aux_z_padding", "aux and z-loss over the 11 valid of 16 tokens (padded tokens are routed, not counted)",
+         base("softmax", aux_loss_type="aux", aux_loss_coeff=0.01, z_loss_coeff=0.01), prepare=pad_tails(2, 3),
+         pins=("padding_mask",)),
+    Case("global_aux_padding", "global_aux on one microbatch with padding: counts and T over valid tokens",
+         base("sqrtsoftplus", aux_loss_type="global_aux", aux_loss_coeff=0.01), prepare=pad_tails(4, 1),
+         pins=("padding_mask",)),
+    Case("capacity_pad_bias_padding", "capacity 1.25 padded to capacity, bias update counting real assignments of "
+         "valid tokens only", base("sigmoid", expert_bias=True, bias_update_rate=1e-3, capacity_factor=1.25,
+                                   pad_to_capacity=True), prepare=pad_tails(2, 1), expect=drops_and_pads,
+         pins=("padding_mask", "bias-counts-padded-slots")),
+    Case("capacity_pad_bias_megatron", "as capacity_pad_bias_padding under megatron-main: bias counts include the "
+         "padded capacity slots", base("sigmoid", expert_bias=True, bias_update_rate=1e-3, capacity_factor=1.25,
+                                       pad_to_capacity=True, semantics="megatron-main"),
+         prepare=pad_tails(2, 1), expect=drops_and_pads, pins=("bias-counts-padded-slots",)),
+    Case("shared_clamped_megatron", "megatron-core-0.19 clamps the shared expert too (shared_expert_clamp off)",
+         base("softmax", pre_softmax=True, shared_expert_ffn_hidden=8, swiglu_clamp=1.0,
+              semantics="megatron-core-0.19"),
+         expect=shared_exceeds_clamp, auto_clamp=True, pins=("shared-expert-clamped",)),
+    Case("fused_swiglu_megatron", "megatron-core-0.19 with bias_activation_fusion: no clamp anywhere",
+         base("softmax", pre_softmax=True, shared_expert_ffn_hidden=8, swiglu_clamp=1.0,
+              semantics="megatron-core-0.19,+fused-swiglu-ignores-clamp"),
+         auto_clamp=True, pins=("fused-swiglu-ignores-clamp",)),
 ]

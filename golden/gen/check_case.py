@@ -18,8 +18,9 @@ import layer
 def check(directory):
     with open(os.path.join(directory, "case.json")) as f:
         meta = json.load(f)
-    if meta["format"] != case_format.FORMAT:
-        raise ValueError(f"{directory}: format {meta['format']!r} is not {case_format.FORMAT!r}")
+    if meta["format"] not in (case_format.FORMAT, case_format.FORMAT_V2):
+        raise ValueError(f"{directory}: format {meta['format']!r} is not {case_format.FORMAT!r} or "
+                         f"{case_format.FORMAT_V2!r}")
     cfg = case_format.full_config(meta["config"])
     seq, batch = meta["shape"]["seq"], meta["shape"]["batch"]
     rtol, atol = meta["tolerance"]["rtol"], meta["tolerance"]["atol"]
@@ -29,7 +30,7 @@ def check(directory):
     computed = dict(out)
     computed.update(layer.backward(cfg, seq, batch, t, cache, t["grad_y"]))
     ok = True
-    for name in case_format.tensor_names(cfg):
+    for name in case_format.tensor_names(cfg, "padding_mask" in t):
         if name in case_format.INPUTS:
             continue
         ref = np.load(os.path.join(directory, name + ".npy"), allow_pickle=False).astype(np.float64)

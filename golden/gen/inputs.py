@@ -4,6 +4,7 @@
 import numpy as np
 
 import layer
+import semantics
 
 VOCAB = 16
 
@@ -14,7 +15,7 @@ def dyadic(rng, shape, scale, denominator=64):
 
 
 def random_tensors(cfg, seq, batch, rng):
-    """Every input tensor the config uses (names and shapes of DESIGN.md §5)."""
+    """Every input tensor the config uses (names and shapes of golden/README.md)."""
     tokens, h, experts, k, d = seq * batch, cfg["hidden"], cfg["num_experts"], cfg["topk"], cfg["ffn_hidden"]
     w = cfg["latent_size"] if cfg["latent_size"] > 0 else h
     t = {
@@ -44,11 +45,13 @@ def random_tensors(cfg, seq, batch, rng):
 def clamp_in_a_gap(cfg, seq, batch, tensors, quantiles=(0.6, 0.9)):
     """A swiglu_clamp L that some pre-activations exceed, placed mid-way in the widest gap of the values that
     meet the kink (gate values and |up| values) between the given quantiles, so every value is far from it.
-    The routing does not depend on L, so one forward without the clamp sees the same pre-activations."""
+    The routing does not depend on L, so one forward without the clamp sees the same pre-activations. The shared
+    expert's values count when it is clamped with the fusion off (a case may pin fused-swiglu-ignores-clamp: its
+    twin without the deviation clamps)."""
     unclamped = dict(cfg, swiglu_clamp=None)
     _, cache = layer.forward(unclamped, seq, batch, tensors)
     blocks = [c["a"] for rows, c in cache["expert_caches"] if rows.size]
-    if cfg["shared_expert_clamp"]:
+    if cfg["shared_expert_clamp"] or "shared-expert-clamped" in semantics.active(cfg):
         blocks.append(cache["shared"]["cache"]["a"])
     d_values = []
     for a in blocks:

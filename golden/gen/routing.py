@@ -1,6 +1,9 @@
 """The router: scores, top-k selection (with groups or hash table), weights, capacity dropping and padding.
 
 Shapes: logits, scores, probs, routing_map [T, E]; selected, weights, kept [T, k] in selection order.
+Capacity works per part of the token partition (one part = one source rank's local rows, in local order; a layer
+case has one part of all rows). Bias counts are real assignments of unpadded tokens (DESIGN §4); under the
+deviation bias-counts-padded-slots Megatron's column sums of the final map, padded capacity slots included.
 
 The discrete decisions (which experts, which assignments survive capacity, which slots are padded) are returned
 in `decisions`. Passing them back in freezes them, so that finite differences see the smooth function of one
@@ -12,6 +15,7 @@ import math
 
 import numpy as np
 
+import semantics
 from moe_math import renormalise, renormalise_backward, score, score_backward, softmax, softmax_backward, stable_topk
 
 MEGATRON_EPS = 1e-20
@@ -100,41 +104,51 @@ def capacity(cfg, tokens):
     return math.ceil(tokens * cfg["topk"] / cfg["num_experts"] * cfg["capacity_factor"])
 
 
-def drop_over_capacity(cfg, probs, routing_map, margins):
-    """kept [T, E]: the assignments that survive the per-expert capacity (one partition of all rows)."""
+def all_rows(tokens):
+    """The partition of a layer case: one part holding every row in order."""
+    return [np.arange(tokens)]
+
+
+def drop_over_capacity(cfg, probs, routing_map, margins, parts=None):
+    """kept [T, E]: the assignments that survive the per-expert capacity of each part."""
     tokens, experts = probs.shape
-    cap = capacity(cfg, tokens)
     kept = routing_map.copy()
-    for e in range(experts):
-        rows = np.nonzero(routing_map[:, e])[0]
-        if rows.shape[0] <= cap:
-            continue
-        if cfg["drop_policy"] == "probs":
-            order = np.lexsort((rows, -probs[rows, e]))  # highest probability first, the lower row on ties
-            margins.append(("capacity (probs)", boundary_gap(probs[rows, e], cap)))
-            survivors = rows[order[:cap]]
-        else:
-            survivors = rows[:cap]
-        kept[:, e] = False
-        kept[survivors, e] = True
+    for part in all_rows(tokens) if parts is None else parts:
+        cap = capacity(cfg, part.shape[0])
+        for e in range(experts):
+            rows = part[routing_map[part, e]]  # routed rows of the part, in local order
+            if rows.shape[0] <= cap:
+                continue
+            if cfg["drop_policy"] == "probs":
+                local = np.arange(rows.shape[0])
+                order = np.lexsort((local, -probs[rows, e]))  # highest probability first, the earlier row on ties
+                margins.append(("capacity (probs)", boundary_gap(probs[rows, e], cap)))
+                survivors = rows[order[:cap]]
+            else:
+                survivors = rows[:cap]
+            kept[rows, e] = False
+            kept[survivors, e] = True
     return kept
 
 
-def pad_to_capacity(cfg, routing_map):
-    """padded [T, E]: for an expert with fewer than min(cap, T) rows, the earliest rows not routed to it."""
+def pad_to_capacity(cfg, routing_map, parts=None):
+    """padded [T, E]: per part, an expert with fewer than min(cap, T_local) rows gets the earliest local rows not
+    routed to it."""
     tokens, experts = routing_map.shape
-    target = min(capacity(cfg, tokens), tokens)
     padded = np.zeros_like(routing_map)
-    for e in range(experts):
-        missing = target - int(routing_map[:, e].sum())
-        if missing > 0:
-            free_rows = np.nonzero(~routing_map[:, e])[0]
-            padded[free_rows[:missing], e] = True
+    for part in all_rows(tokens) if parts is None else parts:
+        target = min(capacity(cfg, part.shape[0]), part.shape[0])
+        for e in range(experts):
+            missing = target - int(routing_map[part, e].sum())
+            if missing > 0:
+                free_rows = part[~routing_map[part, e]]
+                padded[free_rows[:missing], e] = True
     return padded
 
 
-def route(cfg, logits, bias, row_ids, tid2eid, decisions=None):
-    """Forward of the router. row_ids [T] are the token ids of the rows (hash routing only)."""
+def route(cfg, logits, bias, row_ids, tid2eid, decisions=None, parts=None, padding=None):
+    """Forward of the router. row_ids [T] are the token ids of the rows (hash routing only); parts the capacity
+    partition (None: one part); padding [T] the padded tokens the router sees (None: none)."""
     margins = []
     scores = score(cfg["score_function"], logits)
     if decisions is None:
@@ -153,16 +167,19 @@ def route(cfg, logits, bias, row_ids, tid2eid, decisions=None):
     padded = np.zeros_like(routing_map)
     if cfg["capacity_factor"] is not None:
         if decisions is None:
-            kept = drop_over_capacity(cfg, probs, routing_map, margins)
-            padded = pad_to_capacity(cfg, kept) if cfg["pad_to_capacity"] else padded
+            kept = drop_over_capacity(cfg, probs, routing_map, margins, parts)
+            padded = pad_to_capacity(cfg, kept, parts) if cfg["pad_to_capacity"] else padded
         else:
             kept, padded = decisions["kept"], decisions["padded"]
         probs = np.where(kept, probs, 0.0)
         routing_map = kept | padded
     kept_map = routing_map & ~padded
+    counted = routing_map if "bias-counts-padded-slots" in semantics.active(cfg) else kept_map
+    if padding is not None:
+        counted = counted & ~padding[:, None]
     return dict(scores=scores, selected=selected, probs=probs, routing_map=routing_map, padded=padded,
                 tokens_per_expert=routing_map.sum(axis=0).astype(np.int64),
-                bias_counts=kept_map.sum(axis=0).astype(np.int64), margins=margins,
+                bias_counts=counted.sum(axis=0).astype(np.int64), margins=margins,
                 decisions=dict(selected=selected, kept=kept_map, padded=padded))
 
 

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Self-check of the numpy generator (run by ctest as golden.generator_selfcheck):
 
-1. every case builds and its backward agrees with finite differences (quick mode: a random direction per tensor
-   and a few elements; `--full` checks every element);
-2. the finite-difference check is shown to fail on seeded backward bugs, so a pass means something;
-3. a few hand-computed facts of the semantics (stable ties, capacity, hash row order).
+1. every case, layer and model, builds (clean margins, every pinned deviation visible) and its backward agrees with
+   finite differences (quick mode: a random direction per tensor and a few elements; `--full` checks every element);
+2. the finite-difference checks are shown to fail on seeded backward bugs, so a pass means something;
+3. a few hand-computed facts of the semantics (stable ties, capacity, hash row order, the data split, the
+   deviations' formulas).
 Exit status 0 only if all hold.
 """
 import argparse
@@ -13,20 +14,31 @@ import sys
 import numpy as np
 
 import fdcheck
+import global_step
 import layer
 import losses
+import model
+import model_fdcheck
 import moe_math
 import routing
 import swiglu
 import write_cases
+import write_model_cases
 from cases import CASES
+from model_cases import MODEL_CASES
 
 
 def check_all_cases(quick):
     for case in CASES:
         cfg, t, _, _, seed = write_cases.build(case)
         fdcheck.check_gradients(cfg, case.seq, case.batch, t, quick, np.random.default_rng(seed))
-    print(f"ok: {len(CASES)} cases agree with finite differences ({'quick' if quick else 'full'})")
+    print(f"ok: {len(CASES)} layer cases agree with finite differences ({'quick' if quick else 'full'})")
+    for group in write_model_cases.groups(MODEL_CASES):
+        built = write_model_cases.build_group(group)
+        for case in group:
+            params, batch, _, _, seed = built[case.name]
+            model_fdcheck.check_gradients(case.spec, params, batch, quick, np.random.default_rng(seed))
+    print(f"ok: {len(MODEL_CASES)} model cases agree with finite differences ({'quick' if quick else 'full'})")
 
 
 def caught(case_name, module, attribute, replacement):
@@ -76,11 +88,69 @@ SEEDED_BUGS = [
 ]
 
 
+def caught_in_model(case_name, module, attribute, replacement):
+    """True when the model's finite-difference check rejects the backward with `module.attribute` replaced."""
+    case = next(c for c in MODEL_CASES if c.name == case_name)
+    params, batch, _, _, seed = write_model_cases.build_group([case])[case.name]
+    original = getattr(module, attribute)
+    setattr(module, attribute, replacement(original))
+    try:
+        model_fdcheck.check_gradients(case.spec, params, batch, True, np.random.default_rng(seed))
+        return False
+    except fdcheck.GradientMismatch:
+        return True
+    finally:
+        setattr(module, attribute, original)
+
+
+def rms_norm_without_projection(original):
+    def bugged(x, w, r, dy):
+        return r * dy * w[None, :], np.sum(dy * x * r, axis=0)
+    return bugged
+
+
+def layer_backward_with(aux=None, z=None):
+    """layer.backward with its aux weights (a function of them) or z weight replaced."""
+    def wrap(original):
+        def bugged(cfg, seq, batch, t, cache, grad_y, aux_scale=1.0, z_scale=1.0):
+            return original(cfg, seq, batch, t, cache, grad_y, aux(aux_scale) if aux else aux_scale,
+                            z(z_scale) if z else z_scale)
+        return bugged
+    return wrap
+
+
+MODEL_SEEDED_BUGS = [
+    ("RMSNorm backward without its projection term", "cp2_uneven_padding", model, "rms_norm_backward",
+     rms_norm_without_projection),
+    ("per-row aux weights averaged in the backward", "per_token_aux_tp2_cp2_megatron", layer, "backward",
+     layer_backward_with(aux=lambda w: np.mean(w))),
+    ("z-loss weight doubled in the backward", "tp2_cp2_z_loss", layer, "backward",
+     layer_backward_with(z=lambda w: 2.0 * w)),
+    ("CE gradient 1% off", "hash_layer", model, "softmax", scaled_output(1.01)),
+]
+
+
+def check_visibility():
+    """The pins check can refuse: z-loss-local-mean cannot show in a layer case (one part, both means agree), while
+    the aux_z_padding case's mask and the Megatron twin's deviation do show."""
+    case = next(c for c in CASES if c.name == "aux_z_padding")
+    cfg, t, _, _, _ = write_cases.build(case)
+    assert not write_cases.shows(case, cfg, t, "z-loss-local-mean"), "a deviation that cannot show was seen"
+    assert write_cases.shows(case, cfg, t, "padding_mask")
+    twin = next(c for c in MODEL_CASES if c.name == "cp2_uneven_padding_megatron")
+    params, batch, _, tensors, _ = write_model_cases.build_group([twin])[twin.name]
+    assert not write_model_cases.shows(twin.spec, params, batch, tensors, "seq-aux-mean-length"), "no seq_aux here"
+    print("ok: the pins check refuses deviations a case cannot show")
+
+
 def check_seeded_bugs():
     for what, case_name, module, attribute, replacement in SEEDED_BUGS:
         if not caught(case_name, module, attribute, replacement):
             raise AssertionError(f"the finite-difference check missed a seeded bug: {what} ({case_name})")
-    print(f"ok: {len(SEEDED_BUGS)} seeded backward bugs are each caught")
+    for what, case_name, module, attribute, replacement in MODEL_SEEDED_BUGS:
+        if not caught_in_model(case_name, module, attribute, replacement):
+            raise AssertionError(f"the model's finite-difference check missed a seeded bug: {what} ({case_name})")
+    print(f"ok: {len(SEEDED_BUGS)} seeded layer and {len(MODEL_SEEDED_BUGS)} model backward bugs are each caught")
 
 
 def check_semantics():
@@ -110,7 +180,36 @@ def check_semantics():
     z_cfg = {"z_loss_coeff": 0.5}
     assert np.isclose(losses.z_loss(z_cfg, logits), 0.5 * (np.log(2.0) ** 2 + np.log(4.0) ** 2) / 2), "z-loss"
     assert moe_math.softplus(np.array([25.0]))[0] == 25.0, "softplus is the identity above 20"
+    check_deviation_facts()
     print("ok: semantics facts")
+
+
+def check_deviation_facts():
+    """The data split and the deviations' formulas on numbers worked out by hand."""
+    # S = 4 on CP2: chunks of one position, rank 0 holds {0, 3}, rank 1 {1, 2}; micro-batch 2 interleaves rows s·2 + b.
+    assert global_step.cp_positions(4, 2, 0) == [0, 3] and global_step.cp_positions(4, 2, 1) == [1, 2]
+    assert [list(p) for p in global_step.source_parts(4, 2, 2, 1)] == [[0, 1, 6, 7], [2, 3, 4, 5]]
+    assert [list(p) for p in global_step.source_parts(4, 1, 1, 2)] == [[0, 1], [2, 3]], "SP slices"
+    assert global_step.microbatch_sequences(2, 2, 1, 1) == [6, 7], "step i, replica r: i·b·dp + r·b + [0, b)"
+    # The CE weights of issue #7452's example: S = 4, CP2, position 3 padded (one microbatch, dp 1).
+    case = dict(dp=1, cp=2, tp=1, loss_mode="sum", mcfg=dict(layer=dict(aux_loss_type=None)))
+    mb = dict(valid=np.array([True, True, True, False]), parts=global_step.source_parts(4, 1, 2, 1),
+              router_padding=np.array([False, False, False, True]))
+    ce, _, _ = global_step.weights(case, mb, frozenset(), 1, 3, 3)
+    assert np.allclose(ce, 1.0 / 3), "intended: the microbatch's mean"
+    ce, _, _ = global_step.weights(case, mb, frozenset({"ce-per-cp-rank"}), 1, 3, 3)
+    assert np.allclose(ce[:3], [0.5, 0.25, 0.25]), "ce-per-cp-rank: rank 0 divides by 1, rank 1 by 2, then by cp"
+    # z-loss-local-mean over parts {0, 1} and {2, 3} with row 1 padded: lse² = [1, ·, 4, 9] (logits of one column).
+    z_cfg = {"z_loss_coeff": 0.3, "semantics": "intended,+z-loss-local-mean"}
+    logits = np.array([[1.0], [5.0], [2.0], [3.0]])
+    padding, parts = np.array([False, True, False, False]), [np.array([0, 1]), np.array([2, 3])]
+    assert np.isclose(losses.z_loss(z_cfg, logits, padding, parts), 0.3 / 2 * 1.0 + 0.3 / 2 * (4.0 + 9.0) / 2)
+    assert np.isclose(losses.z_loss(dict(z_cfg, semantics="intended"), logits, padding, parts), 0.3 * 14.0 / 3)
+    # seq-aux-mean-length: valid lengths 1 and 3 of seq 3, batch 2: both sequences use T = 2.
+    seq_cfg = {"aux_loss_type": "seq_aux", "semantics": "intended,+seq-aux-mean-length"}
+    padding = np.array([False, False, True, False, True, False])  # rows s·2 + b
+    assert [t for _, t, _ in losses.sequences(seq_cfg, 3, 2, padding)] == [2.0, 2.0]
+    assert [t for _, t, _ in losses.sequences(dict(seq_cfg, semantics="intended"), 3, 2, padding)] == [1, 3]
 
 
 def main():
@@ -118,6 +217,7 @@ def main():
     parser.add_argument("--full", action="store_true", help="check every element (minutes)")
     args = parser.parse_args()
     check_semantics()
+    check_visibility()
     check_seeded_bugs()
     check_all_cases(quick=not args.full)
 

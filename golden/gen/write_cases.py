@@ -22,6 +22,8 @@ import case_format
 import fdcheck
 import inputs
 import layer
+import semantics
+import visibility
 from cases import CASES
 
 MIN_MARGIN = 1e-8        # exact ties (margin 0) are deliberate and allowed
@@ -40,6 +42,23 @@ def margins_ok(cache):
     return True
 
 
+def expected_tensors(cfg, seq, batch, t):
+    """Every output and gradient of the case."""
+    out, cache = layer.forward(cfg, seq, batch, t)
+    out.update(layer.backward(cfg, seq, batch, t, cache, t["grad_y"]))
+    return out
+
+
+def shows(case, cfg, t, pin):
+    """True when the case's numbers change with `pin` toggled (a deviation) or dropped (the padding mask)."""
+    if pin == "padding_mask":
+        other_cfg, other_t = cfg, {k: v for k, v in t.items() if k != "padding_mask"}
+    else:
+        other_cfg, other_t = dict(cfg, semantics=semantics.toggled(cfg["semantics"], pin)), t
+    return bool(visibility.changed(expected_tensors(cfg, case.seq, case.batch, t),
+                                   expected_tensors(other_cfg, case.seq, case.batch, other_t)))
+
+
 def build(case):
     """(cfg, tensors, out, cache) for the first seed that passes the margin and behaviour checks."""
     cfg = case_format.full_config(case.config)
@@ -52,7 +71,8 @@ def build(case):
         if case.auto_clamp:
             cfg = dict(cfg, swiglu_clamp=inputs.clamp_in_a_gap(cfg, case.seq, case.batch, t))
         out, cache = layer.forward(cfg, case.seq, case.batch, t)
-        if margins_ok(cache) and (case.expect is None or case.expect(cfg, out, cache, t)):
+        if (margins_ok(cache) and (case.expect is None or case.expect(cfg, out, cache, t))
+                and all(shows(case, cfg, t, pin) for pin in case.pins)):
             return cfg, t, out, cache, seed
     raise RuntimeError(f"case {case.name}: no seed in {MAX_SEEDS} gives clean margins and the wanted behaviour")
 

@@ -120,9 +120,9 @@ TEST(CaseJson, RejectsInvalidCombinationNamingTheRule) {
 
 TEST(CaseJson, RefusesOtherFormatVersionsNamingThem) {
   json root = case_json(minimal_config());
-  root["format"] = "moe-golden/2";
-  expect_error([&] { case_header_from_json(root, "case.json"); }, "case format 'moe-golden/2' is not supported");
-  expect_error([&] { case_header_from_json(root, "case.json"); }, "reads only 'moe-golden/1'");
+  root["format"] = "moe-golden/3";
+  expect_error([&] { case_header_from_json(root, "case.json"); }, "case format 'moe-golden/3' is not supported");
+  expect_error([&] { case_header_from_json(root, "case.json"); }, "reads 'moe-golden/1' and 'moe-golden/2'");
   root.erase("format");
   expect_error([&] { case_header_from_json(root, "case.json"); }, "no 'format'");
 }
@@ -198,9 +198,9 @@ TEST(GoldenCase, NewerVersionOnDiskIsRefused) {
   const CaseCopy copy("softmax_post", "version");
   const fs::path& dir = copy.path;
   json root = json::parse(std::ifstream(dir / "case.json"));
-  root["format"] = "moe-golden/2";
+  root["format"] = "moe-golden/3";
   std::ofstream(dir / "case.json") << root.dump(2);
-  expect_error([&] { read_case(dir); }, "case format 'moe-golden/2' is not supported");
+  expect_error([&] { read_case(dir); }, "case format 'moe-golden/3' is not supported");
 }
 
 TEST(GoldenCase, WriteThenReadGivesTheSameCase) {

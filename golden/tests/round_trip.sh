@@ -2,7 +2,8 @@
 # Round trip of `moe-oracle golden write` (ctest golden.round_trip):
 #   for each config: write a case, load every tensor with plain numpy (np.load) and check it against case.json,
 #   verify it again with the oracle, recompute it with the independent numpy layer (golden/gen/check_case.py),
-#   then show that verify fails on a perturbed output and refuses a newer format.
+#   then show that verify fails on a perturbed output and refuses a newer format. A config file may be a bare config
+#   object or a {"config": {...}} wrapper (as case.json holds it); a "semantics" key makes a moe-golden/2 case.
 # Usage: round_trip.sh MOE_ORACLE PYTHON_WITH_NUMPY CONFIG.json...
 set -euo pipefail
 oracle="$1" python="$2"
@@ -21,8 +22,9 @@ import json, os, sys
 import numpy as np
 case = sys.argv[1]
 meta = json.load(open(os.path.join(case, "case.json")))
-assert meta["format"] == "moe-golden/1", meta["format"]
 cfg, shape = meta["config"], meta["shape"]
+want = "moe-golden/2" if cfg.get("semantics", "intended") != "intended" else "moe-golden/1"
+assert meta["format"] == want, (meta["format"], want)
 tokens = shape["seq"] * shape["batch"]
 t = {f[:-4]: np.load(os.path.join(case, f), allow_pickle=False) for f in os.listdir(case) if f.endswith(".npy")}
 for name, a in t.items():
@@ -54,13 +56,13 @@ PY
   grep -q "y .*FAIL" <<<"$out" || { echo "verify did not report y as FAIL:"; echo "$out"; exit 1; }
 
   # A case written by a newer format version is refused with a message naming the version.
-  sed -i 's|"moe-golden/1"|"moe-golden/2"|' "$tmp/perturbed/case.json"
+  sed -i 's|"moe-golden/[12]"|"moe-golden/3"|' "$tmp/perturbed/case.json"
   set +e
   out="$("$oracle" golden verify "$tmp/perturbed" 2>&1)"
   status=$?
   set -e
-  [[ $status -ne 0 ]] || { echo "verify accepted format moe-golden/2"; exit 1; }
-  grep -q "moe-golden/2' is not supported" <<<"$out" || { echo "no clear refusal:"; echo "$out"; exit 1; }
+  [[ $status -ne 0 ]] || { echo "verify accepted format moe-golden/3"; exit 1; }
+  grep -q "moe-golden/3' is not supported" <<<"$out" || { echo "no clear refusal:"; echo "$out"; exit 1; }
   rm -rf "$tmp/perturbed"
 done
 echo "round trip ok: $#"

@@ -1,0 +1,97 @@
+#include "golden/case_files.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iterator>
+
+namespace moe::golden {
+namespace {
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw CaseFormatError(path.string() + ": cannot open");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? ", " : "") + (shape[i] == kAnyRows ? std::string("V") : std::to_string(shape[i]));
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+nlohmann::json read_case_json(const std::filesystem::path& directory) {
+  const auto json_path = directory / kCaseJson;
+  if (!std::filesystem::is_regular_file(json_path)) {
+    throw CaseFormatError(directory.string() + ": not a golden case (no " + kCaseJson + ")");
+  }
+  try {
+    return nlohmann::json::parse(read_text(json_path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw CaseFormatError(json_path.string() + ": invalid JSON: " + e.what());
+  }
+}
+
+std::map<std::string, NpyArray> read_case_tensors(
+    const std::filesystem::path& directory, const std::set<std::string>& expected,
+    const std::function<void(const std::string& name, const NpyArray& array)>& check) {
+  std::map<std::string, NpyArray> tensors;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    const auto file = entry.path().filename();
+    if (file == kCaseJson) continue;
+    const std::string stem = file.stem().string();
+    if (file.extension() != ".npy" || !entry.is_regular_file()) {
+      throw CaseFormatError(directory.string() + ": unexpected file '" + file.string() + "' in a case");
+    }
+    if (!expected.count(stem)) {
+      throw CaseFormatError(directory.string() + ": extra tensor '" + stem + "' (not part of a case with this config)");
+    }
+    NpyArray array = read_npy(entry.path());
+    try {
+      check(stem, array);
+    } catch (const CaseFormatError& e) {
+      throw CaseFormatError(directory.string() + ": " + e.what());
+    }
+    tensors.emplace(stem, std::move(array));
+  }
+  for (const auto& name : expected) {
+    if (!tensors.count(name)) {
+      throw CaseFormatError(directory.string() + ": missing tensor '" + name + "' (" + name + ".npy)");
+    }
+  }
+  return tensors;
+}
+
+void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDtype dtype,
+                           const std::vector<std::int64_t>& shape) {
+  if (array.dtype != dtype) {
+    throw CaseFormatError("tensor '" + name + "' has dtype " + std::string(npy_descr(array.dtype)) + ", expected " +
+                          std::string(npy_descr(dtype)));
+  }
+  bool fits = array.shape.size() == shape.size();
+  for (std::size_t i = 0; fits && i < shape.size(); ++i) {
+    fits = shape[i] == kAnyRows ? array.shape[i] > 0 : array.shape[i] == shape[i];
+  }
+  if (!fits) {
+    throw CaseFormatError("tensor '" + name + "' has shape " + array.shape_string() + ", expected " +
+                          shape_string(shape));
+  }
+}
+
+void prepare_case_directory(const std::filesystem::path& directory) {
+  std::filesystem::create_directories(directory);
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    const auto file = entry.path().filename();
+    if (file != kCaseJson && file.extension() != ".npy") {
+      throw CaseFormatError(directory.string() + ": refusing to write a case into a folder holding '" +
+                            file.string() + "'");
+    }
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) std::filesystem::remove(entry.path());
+}
+
+}  // namespace moe::golden

@@ -1,0 +1,41 @@
+// The files of a case directory, whatever its kind (layer or model case): case.json and one .npy per tensor,
+// nothing else. Shared by the readers so that both refuse a stray file, an extra or a missing tensor, a wrong dtype
+// or shape in the same words.
+#pragma once
+
+#include "golden/case_json.hpp"
+#include "golden/npy.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace moe::golden {
+
+inline constexpr const char* kCaseJson = "case.json";
+// In a shape: any size > 0 in this dimension (tid2eid's vocabulary rows).
+inline constexpr std::int64_t kAnyRows = -1;
+
+// The parsed case.json of a case directory (CaseFormatError: no case.json, invalid JSON).
+nlohmann::json read_case_json(const std::filesystem::path& directory);
+
+// Reads exactly the tensors named in `expected` (file stems); `check` runs on each one read (its CaseFormatError is
+// prefixed with the directory).
+std::map<std::string, NpyArray> read_case_tensors(
+    const std::filesystem::path& directory, const std::set<std::string>& expected,
+    const std::function<void(const std::string& name, const NpyArray& array)>& check);
+
+// Throws CaseFormatError "tensor 'name' has dtype …, expected …" or "… has shape […], expected […]".
+void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDtype dtype,
+                           const std::vector<std::int64_t>& shape);
+
+// Empties a case folder to write into (creating it), refusing one that holds anything but case files.
+void prepare_case_directory(const std::filesystem::path& directory);
+
+}  // namespace moe::golden
