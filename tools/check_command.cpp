@@ -10,7 +10,11 @@
 // than N runs on the first ranks while the others wait.
 // --steps N runs N whole training steps (optimizer and bias update included) against the oracle's trajectory;
 // --resume-as saves after N/2 steps and continues under another layout from the checkpoint.
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <span>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -39,7 +43,7 @@ struct CheckOptions {
   std::string resume_as;  // "world=4,ep=2,etp=2" (steps ≥ 2)
   std::string optimizer = "adam";
   bool distributed_optimizer = false;
-  std::string checkpoint_dir = "moe-oracle-checkpoint";
+  std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   std::string dtype = "double";
   double atol = -1, rtol = -1;  // < 0: the dtype's default (DESIGN §3)
   bool json = false;
@@ -280,8 +284,8 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--resume-as", o->resume_as,
                   "with --steps: save after N/2 steps and resume under this layout, "
                   "e.g. world=4,ep=2,etp=2");
-  cmd->add_option("--checkpoint-dir", o->checkpoint_dir, "where --resume-as writes its checkpoint")
-      ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
+                  "where resumed runs write their checkpoint (default: a fresh temporary folder, removed after)");
   cmd->add_option("--optimizer", o->optimizer, "adam or sgd (with --steps)")->capture_default_str();
   cmd->add_flag("--distributed-optimizer", o->distributed_optimizer,
                 "shard optimizer state; reduce-scatter gradients, all-gather parameters");
@@ -326,8 +330,26 @@ void add_check_command(CLI::App& app) {
       world = std::make_unique<MpiCommunicator>(*mpi);
       print = world->rank() == 0;
     }
+    // A checkpoint folder of this run's own (two checks running at once must not share one): named after the
+    // process id of rank 0, which every MPI rank learns, under the temporary directory, removed at the end.
+    const bool own_checkpoint_dir = o->checkpoint_dir.empty();
+    if (own_checkpoint_dir) {
+      std::int64_t pid = static_cast<std::int64_t>(::getpid());
+      if (world) world->broadcast<std::int64_t>(std::span<std::int64_t>(&pid, 1), 0);
+      o->checkpoint_dir = (std::filesystem::temp_directory_path() / ("moe-oracle-checkpoint-" + std::to_string(pid))).string();
+    }
+    const auto remove_own = [&] {
+      if (own_checkpoint_dir && (!world || world->rank() == 0)) std::filesystem::remove_all(o->checkpoint_dir);
+    };
     const KernelChoice kernels(o->kernels);
-    const std::vector<Run> runs = run_all(*o, rows, kernels.backend(), world.get());
+    std::vector<Run> runs;
+    try {
+      runs = run_all(*o, rows, kernels.backend(), world.get());
+    } catch (...) {
+      remove_own();
+      throw;
+    }
+    remove_own();
     bool pass = true;
     for (const Run& r : runs) pass = pass && r.result.pass();
     if (print) {
