@@ -54,9 +54,8 @@ MoeConfig layer_config_from_json(nlohmann::json config) {
     if (s.is_string()) semantics = s.get<std::string>();
     config.erase("semantics");
   }
-  MoeConfig c = golden::config_from_json(config);
+  MoeConfig c = golden::config_from_json(config);  // validated there (the rules do not depend on the semantics)
   if (semantics) c.semantics = Semantics::parse(*semantics);
-  c.validate();
   return c;
 }
 
