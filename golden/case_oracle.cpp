@@ -1,6 +1,7 @@
 #include "golden/case_oracle.hpp"
 
 #include "golden/npy_eigen.hpp"
+
 #include "reference/random_init.hpp"
 
 #include <algorithm>
@@ -9,46 +10,89 @@
 namespace moe::golden {
 namespace {
 
-const NpyArray& tensor(const GoldenCase& c, const std::string& name) { return c.tensors.at(name); }
+const NpyArray& tensor(const TensorMap& tensors, const std::string& name) {
+  const auto it = tensors.find(name);
+  if (it == tensors.end()) throw CaseFormatError("missing tensor '" + name + "'");
+  return it->second;
+}
 
 }  // namespace
 
-OracleInputs oracle_inputs(const GoldenCase& c) {
-  const MoeConfig& config = c.header.config;
-  OracleInputs in;
-  in.inputs.seq = c.header.seq;
-  in.inputs.batch = c.header.batch;
-  in.inputs.x = to_matrix(tensor(c, "x"));
-  in.params.router_weight = to_matrix(tensor(c, "router_weight"));
-  in.params.expert_fc1 = to_stack(tensor(c, "expert_fc1"));
-  in.params.expert_fc2 = to_stack(tensor(c, "expert_fc2"));
-  if (config.hash_routing) {
-    in.inputs.input_ids = to_index_matrix(tensor(c, "input_ids"));
-    in.params.tid2eid = to_index_matrix(tensor(c, "tid2eid"));
-  }
-  if (config.expert_bias) in.params.expert_bias = to_vector(tensor(c, "expert_bias"));
+template <typename T>
+Matrix<T> matrix_from_tensor(const NpyArray& array) {
+  return to_matrix<T>(array);
+}
+
+template <typename T>
+MoeParams<T> params_from_tensors(const MoeConfig& config, const TensorMap& t) {
+  MoeParams<T> p;
+  p.router_weight = to_matrix<T>(tensor(t, "router_weight"));
+  p.expert_fc1 = to_stack<T>(tensor(t, "expert_fc1"));
+  p.expert_fc2 = to_stack<T>(tensor(t, "expert_fc2"));
+  if (config.hash_routing) p.tid2eid = to_index_matrix(tensor(t, "tid2eid"));
+  if (config.expert_bias) p.expert_bias = to_vector<T>(tensor(t, "expert_bias"));
   if (config.has_shared_expert()) {
-    in.params.shared_fc1 = to_matrix(tensor(c, "shared_fc1"));
-    in.params.shared_fc2 = to_matrix(tensor(c, "shared_fc2"));
+    p.shared_fc1 = to_matrix<T>(tensor(t, "shared_fc1"));
+    p.shared_fc2 = to_matrix<T>(tensor(t, "shared_fc2"));
   }
-  if (config.shared_expert_gate) in.params.shared_gate = to_matrix(tensor(c, "shared_gate"));
+  if (config.shared_expert_gate) p.shared_gate = to_matrix<T>(tensor(t, "shared_gate"));
   if (config.latent_size > 0) {
-    in.params.latent_down = to_matrix(tensor(c, "latent_down"));
-    in.params.latent_up = to_matrix(tensor(c, "latent_up"));
+    p.latent_down = to_matrix<T>(tensor(t, "latent_down"));
+    p.latent_up = to_matrix<T>(tensor(t, "latent_up"));
   }
-  if (c.header.padding_mask) {
-    const auto& mask = tensor(c, "padding_mask").booleans;
-    in.inputs.padding_mask.assign(mask.begin(), mask.end());
-  }
-  in.grad_y = to_matrix(tensor(c, "grad_y"));
+  return p;
+}
+
+template <typename T>
+MoeInputs<T> inputs_from_tensors(const MoeConfig& config, int seq, int batch, const TensorMap& t) {
+  MoeInputs<T> in;
+  in.seq = seq;
+  in.batch = batch;
+  in.x = to_matrix<T>(tensor(t, "x"));
+  if (config.hash_routing) in.input_ids = to_index_matrix(tensor(t, "input_ids"));
+  if (const auto mask = t.find("padding_mask"); mask != t.end())  // format 2 (golden/README.md)
+    in.padding_mask.assign(mask->second.booleans.begin(), mask->second.booleans.end());
   return in;
 }
 
-std::map<std::string, NpyArray> oracle_outputs(const MoeConfig& config, const OracleInputs& in) {
-  const auto fwd = moe_forward(config, in.params, in.inputs);
-  const auto grads = moe_backward(config, in.params, in.inputs, fwd, in.grad_y);
+OracleInputs oracle_inputs(const GoldenCase& c) {
+  const CaseHeader& h = c.header;
+  return {params_from_tensors<double>(h.config, c.tensors),
+          inputs_from_tensors<double>(h.config, h.seq, h.batch, c.tensors), to_matrix<double>(tensor(c.tensors, "grad_y"))};
+}
+
+TensorMap input_tensors(const MoeConfig& config, const OracleInputs& in) {
+  const auto& p = in.params;
+  TensorMap t;
+  t.emplace("x", from_matrix(in.inputs.x));
+  t.emplace("router_weight", from_matrix(p.router_weight));
+  t.emplace("expert_fc1", from_stack(p.expert_fc1));
+  t.emplace("expert_fc2", from_stack(p.expert_fc2));
+  t.emplace("grad_y", from_matrix(in.grad_y));
+  if (config.hash_routing) {
+    t.emplace("input_ids", from_index_matrix(in.inputs.input_ids));
+    t.emplace("tid2eid", from_index_matrix(p.tid2eid));
+  }
+  if (config.expert_bias) t.emplace("expert_bias", from_vector(p.expert_bias));
+  if (!in.inputs.padding_mask.empty())
+    t.emplace("padding_mask", NpyArray::of_booleans({static_cast<std::int64_t>(in.inputs.padding_mask.size())},
+                                                    {in.inputs.padding_mask.begin(), in.inputs.padding_mask.end()}));
+  if (config.has_shared_expert()) {
+    t.emplace("shared_fc1", from_matrix(p.shared_fc1));
+    t.emplace("shared_fc2", from_matrix(p.shared_fc2));
+  }
+  if (config.shared_expert_gate) t.emplace("shared_gate", from_matrix(p.shared_gate));
+  if (config.latent_size > 0) {
+    t.emplace("latent_down", from_matrix(p.latent_down));
+    t.emplace("latent_up", from_matrix(p.latent_up));
+  }
+  return t;
+}
+
+template <typename T>
+TensorMap forward_tensors(const MoeConfig& config, const MoeForward<T>& fwd) {
   const auto& r = fwd.routing;
-  std::map<std::string, NpyArray> out;
+  TensorMap out;
   out.emplace("y", from_matrix(fwd.y));
   out.emplace("probs", from_matrix(r.probs));
   out.emplace("routing_map", NpyArray::of_booleans({r.routing_map.rows(), r.routing_map.cols()},
@@ -58,6 +102,12 @@ std::map<std::string, NpyArray> oracle_outputs(const MoeConfig& config, const Or
   if (config.expert_bias && config.bias_update_rate) out.emplace("expert_bias_updated", from_vector(fwd.expert_bias_updated));
   if (config.aux_loss_type != AuxLossType::none) out.emplace("aux_loss", from_scalar(fwd.aux_loss));
   if (config.z_loss_coeff > 0) out.emplace("z_loss", from_scalar(fwd.z_loss));
+  return out;
+}
+
+template <typename T>
+TensorMap gradient_tensors(const MoeConfig& config, const MoeGradients<T>& grads) {
+  TensorMap out;
   out.emplace("grad_x", from_matrix(grads.x));
   out.emplace("grad_router_weight", from_matrix(grads.params.router_weight));
   out.emplace("grad_expert_fc1", from_stack(grads.params.expert_fc1));
@@ -74,6 +124,13 @@ std::map<std::string, NpyArray> oracle_outputs(const MoeConfig& config, const Or
   return out;
 }
 
+TensorMap oracle_outputs(const MoeConfig& config, const OracleInputs& in) {
+  const auto fwd = moe_forward(config, in.params, in.inputs);
+  TensorMap out = forward_tensors(config, fwd);
+  out.merge(gradient_tensors(config, moe_backward(config, in.params, in.inputs, fwd, in.grad_y)));
+  return out;
+}
+
 GoldenCase oracle_case(const MoeConfig& config, int seq, int batch, int vocab, std::uint64_t seed,
                        const Tolerance& tolerance, const std::string& description) {
   config.validate();
@@ -84,28 +141,20 @@ GoldenCase oracle_case(const MoeConfig& config, int seq, int batch, int vocab, s
 
   GoldenCase c;
   c.header = {description, config, seq, batch, tolerance};
-  const auto& p = in.params;
-  c.tensors.emplace("x", from_matrix(in.inputs.x));
-  c.tensors.emplace("router_weight", from_matrix(p.router_weight));
-  c.tensors.emplace("expert_fc1", from_stack(p.expert_fc1));
-  c.tensors.emplace("expert_fc2", from_stack(p.expert_fc2));
-  c.tensors.emplace("grad_y", from_matrix(in.grad_y));
-  if (config.hash_routing) {
-    c.tensors.emplace("input_ids", from_index_matrix(in.inputs.input_ids));
-    c.tensors.emplace("tid2eid", from_index_matrix(p.tid2eid));
-  }
-  if (config.expert_bias) c.tensors.emplace("expert_bias", from_vector(p.expert_bias));
-  if (config.has_shared_expert()) {
-    c.tensors.emplace("shared_fc1", from_matrix(p.shared_fc1));
-    c.tensors.emplace("shared_fc2", from_matrix(p.shared_fc2));
-  }
-  if (config.shared_expert_gate) c.tensors.emplace("shared_gate", from_matrix(p.shared_gate));
-  if (config.latent_size > 0) {
-    c.tensors.emplace("latent_down", from_matrix(p.latent_down));
-    c.tensors.emplace("latent_up", from_matrix(p.latent_up));
-  }
+  c.tensors = input_tensors(config, in);
   c.tensors.merge(oracle_outputs(config, in));
   return c;
 }
+
+template MoeParams<double> params_from_tensors<double>(const MoeConfig&, const TensorMap&);
+template MoeParams<float> params_from_tensors<float>(const MoeConfig&, const TensorMap&);
+template MoeInputs<double> inputs_from_tensors<double>(const MoeConfig&, int, int, const TensorMap&);
+template MoeInputs<float> inputs_from_tensors<float>(const MoeConfig&, int, int, const TensorMap&);
+template Matrix<double> matrix_from_tensor<double>(const NpyArray&);
+template Matrix<float> matrix_from_tensor<float>(const NpyArray&);
+template TensorMap forward_tensors<double>(const MoeConfig&, const MoeForward<double>&);
+template TensorMap forward_tensors<float>(const MoeConfig&, const MoeForward<float>&);
+template TensorMap gradient_tensors<double>(const MoeConfig&, const MoeGradients<double>&);
+template TensorMap gradient_tensors<float>(const MoeConfig&, const MoeGradients<float>&);
 
 }  // namespace moe::golden

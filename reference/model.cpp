@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace moe {
 namespace {
@@ -187,7 +188,10 @@ template <typename T>
 std::vector<TensorView<T>> trained_tensors(const ModelConfig& config, ModelParams<T>& p) {
   std::vector<TensorView<T>> views;
   auto add = [&views](std::string name, auto& m) {
-    if (m.size() > 0) views.push_back({std::move(name), m.data(), m.size()});
+    if (m.size() == 0) return;
+    std::vector<Eigen::Index> shape{m.rows(), m.cols()};
+    if constexpr (std::remove_reference_t<decltype(m)>::ColsAtCompileTime == 1) shape = {m.size()};
+    views.push_back({std::move(name), m.data(), m.size(), std::move(shape)});
   };
   add("embedding", p.embedding);
   for (int l = 0; l < config.num_layers; ++l) {

@@ -102,6 +102,7 @@ struct TensorView {
   std::string name;
   T* data;
   Eigen::Index size;
+  std::vector<Eigen::Index> shape;  // [rows, cols] of a matrix, [n] of a vector (what numpy calls the shape)
 };
 template <typename T>
 std::vector<TensorView<T>> trained_tensors(const ModelConfig& config, ModelParams<T>& params);

@@ -8,8 +8,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MOE_BUILD_DIR:-$root/build}"
 jobs="${MOE_BUILD_JOBS:-$(nproc)}"
 
+# pybind11-dev, python3-dev: the moe_oracle extension (python/); python3-pytest, python3-venv: its ctests.
 packages=(build-essential cmake libeigen3-dev libgtest-dev librapidcheck-dev libopenmpi-dev openmpi-bin
-          nlohmann-json3-dev libcli11-dev python3-numpy chromium)
+          nlohmann-json3-dev libcli11-dev python3-numpy chromium pybind11-dev python3-dev python3-pytest python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,158 @@
+#include "python/src/arrays.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+
+namespace moe::python {
+namespace {
+
+py::array as_array(py::handle value, const std::string& name) {
+  py::array a = py::array::ensure(value);
+  if (!a) {
+    PyErr_Clear();
+    throw std::invalid_argument(name + ": not convertible to a numpy array");
+  }
+  return a;
+}
+
+std::string dtype_text(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+std::vector<std::int64_t> shape_of(const py::array& a) {
+  std::vector<std::int64_t> shape;
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) shape.push_back(a.shape(i));
+  return shape;
+}
+
+// A C-ordered copy of `a` as Scalar (forcecast only within the kind already checked).
+template <typename Scalar>
+std::vector<Scalar> values_of(const py::array& a) {
+  const auto c = py::array_t<Scalar, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (!c) throw py::error_already_set();
+  return std::vector<Scalar>(c.data(), c.data() + c.size());
+}
+
+template <typename Json>
+py::object to_python(const Json& v) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::null: return py::none();
+    case nlohmann::json::value_t::boolean: return py::bool_(v.template get<bool>());
+    case nlohmann::json::value_t::number_integer: return py::int_(v.template get<std::int64_t>());
+    case nlohmann::json::value_t::number_unsigned: return py::int_(v.template get<std::uint64_t>());
+    case nlohmann::json::value_t::number_float: return py::float_(v.template get<double>());
+    case nlohmann::json::value_t::string: return py::str(v.template get<std::string>());
+    case nlohmann::json::value_t::array: {
+      py::list list;
+      for (const auto& item : v) list.append(to_python(item));
+      return py::object(std::move(list));
+    }
+    case nlohmann::json::value_t::object: {
+      py::dict dict;  // insertion order is kept, so an ordered_json object reads in its order
+      for (const auto& [key, item] : v.items()) dict[py::str(key)] = to_python(item);
+      return py::object(std::move(dict));
+    }
+    default: throw std::logic_error("python_from_json: unexpected JSON value");
+  }
+}
+
+}  // namespace
+
+Precision precision_of(py::handle value, const std::string& name) {
+  const py::array a = as_array(value, name);
+  if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 8) return Precision::f64;
+  if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 4) return Precision::f32;
+  throw std::invalid_argument(name + ": expected a float64 or float32 array, got " + dtype_text(a));
+}
+
+golden::NpyDtype npy_dtype_of(py::handle value, const std::string& name) {
+  const py::array a = as_array(value, name);
+  switch (a.dtype().kind()) {
+    case 'f': return golden::NpyDtype::f8;
+    case 'i':
+    case 'u': return golden::NpyDtype::i8;
+    case 'b': return golden::NpyDtype::b1;
+    default: throw std::invalid_argument(name + ": arrays of " + dtype_text(a) + " have no golden dtype");
+  }
+}
+
+golden::NpyArray npy_from_numpy(py::handle value, golden::NpyDtype dtype, const std::string& name) {
+  const py::array a = as_array(value, name);
+  const char kind = a.dtype().kind();
+  const auto shape = shape_of(a);
+  switch (dtype) {
+    case golden::NpyDtype::f8:
+      precision_of(a, name);
+      return golden::NpyArray::of_reals(shape, values_of<double>(a));
+    case golden::NpyDtype::i8:
+      if (kind != 'i' && kind != 'u') throw std::invalid_argument(name + ": expected an integer array, got " + dtype_text(a));
+      return golden::NpyArray::of_integers(shape, values_of<std::int64_t>(a));
+    case golden::NpyDtype::b1: {
+      if (kind != 'b') throw std::invalid_argument(name + ": expected a bool array, got " + dtype_text(a));
+      const auto flags = values_of<bool>(a);
+      return golden::NpyArray::of_booleans(shape, std::vector<std::uint8_t>(flags.begin(), flags.end()));
+    }
+    case golden::NpyDtype::f4:
+    case golden::NpyDtype::i4:
+    case golden::NpyDtype::u2: break;  // dump-only dtypes (compare/): never a golden tensor's
+  }
+  throw std::logic_error("npy_from_numpy: unknown dtype");
+}
+
+py::array numpy_from_npy(const golden::NpyArray& array, Precision precision) {
+  const std::vector<py::ssize_t> shape(array.shape.begin(), array.shape.end());
+  switch (array.dtype) {
+    case golden::NpyDtype::f8:
+      if (precision == Precision::f64) return numpy_copy(array.reals.data(), shape);
+      {
+        const std::vector<float> narrowed(array.reals.begin(), array.reals.end());
+        return numpy_copy(narrowed.data(), shape);
+      }
+    case golden::NpyDtype::i8: return numpy_copy(array.integers.data(), shape);
+    case golden::NpyDtype::b1: {
+      py::array_t<bool> flags(shape);
+      std::transform(array.booleans.begin(), array.booleans.end(), flags.mutable_data(),
+                     [](std::uint8_t b) { return b != 0; });
+      return py::array(std::move(flags));
+    }
+    case golden::NpyDtype::f4:
+    case golden::NpyDtype::i4:
+    case golden::NpyDtype::u2: break;  // read_npy never returns these
+  }
+  throw std::logic_error("numpy_from_npy: unknown dtype");
+}
+
+nlohmann::json json_from_python(py::handle value, const std::string& where) {
+  PyObject* p = value.ptr();
+  if (value.is_none()) return nullptr;
+  const py::module_ numpy = py::module_::import("numpy");
+  if (PyBool_Check(p) || py::isinstance(value, numpy.attr("bool_"))) return value.cast<bool>();
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  if (py::isinstance<py::dict>(value)) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& [key, item] : value.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(key)) throw std::invalid_argument(where + ": dict keys must be strings");
+      const auto k = key.cast<std::string>();
+      object[k] = json_from_python(item, where + "." + k);
+    }
+    return object;
+  }
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    nlohmann::json array = nlohmann::json::array();
+    for (const auto& item : value) array.push_back(json_from_python(item, where));
+    return array;
+  }
+  if (PyLong_Check(p) || py::isinstance(value, numpy.attr("integer"))) return value.cast<std::int64_t>();
+  if (PyFloat_Check(p) || py::isinstance(value, numpy.attr("floating"))) return value.cast<double>();
+  throw std::invalid_argument(where + ": unsupported value of type " +
+                              py::str(py::type::of(value).attr("__name__")).cast<std::string>());
+}
+
+py::object python_from_json(const nlohmann::json& value) { return to_python(value); }
+py::object python_from_json(const nlohmann::ordered_json& value) { return to_python(value); }
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace moe::python

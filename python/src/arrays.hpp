@@ -1,0 +1,67 @@
+// The two conversions every binding uses: numpy arrays <-> the golden format's NpyArray (so the binding reaches the
+// oracle through golden/'s tensor mapping, as `moe-oracle golden verify` does), and Python values <-> JSON (so
+// config dicts go through golden/'s strict case.json reader).
+#pragma once
+
+#include "golden/npy.hpp"
+#include "reference/tensor.hpp"
+
+#include <nlohmann/json.hpp>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace moe::python {
+
+namespace py = pybind11;
+
+// The precision a layer call runs in: float64 (the oracle's ground truth) or float32 (its float instantiation).
+enum class Precision { f64, f32 };
+
+// float64 or float32; any other dtype is a ValueError naming `name`.
+Precision precision_of(py::handle array, const std::string& name);
+
+// A numpy array (or anything np.asarray accepts) as an NpyArray of `dtype`, copied in C order. Reals: float64 or
+// float32 (widened exactly); integers: any integer dtype (as int64); booleans: bool only. Any other kind of
+// array is a ValueError naming `name`; nothing is converted across kinds.
+golden::NpyArray npy_from_numpy(py::handle array, golden::NpyDtype dtype, const std::string& name);
+// The golden dtype a numpy array's kind maps to (floating -> f8, integer -> i8, bool -> b1).
+golden::NpyDtype npy_dtype_of(py::handle array, const std::string& name);
+
+// A new numpy array (C order): reals as float64, or float32 under Precision::f32 (the values came from a float
+// computation, so the narrowing is exact).
+py::array numpy_from_npy(const golden::NpyArray& array, Precision precision = Precision::f64);
+
+// A copy of `size` values as a numpy array of the given shape (an Eigen row-major matrix is C order).
+template <typename Scalar>
+py::array numpy_copy(const Scalar* data, const std::vector<py::ssize_t>& shape) {
+  py::array_t<Scalar> a(shape);
+  std::copy(data, data + a.size(), a.mutable_data());
+  return py::array(std::move(a));
+}
+template <typename M>
+py::array numpy_from_matrix(const M& m) {
+  return numpy_copy(m.data(), {static_cast<py::ssize_t>(m.rows()), static_cast<py::ssize_t>(m.cols())});
+}
+template <typename Scalar>
+py::array numpy_from_vector(const std::vector<Scalar>& v) {
+  return numpy_copy(v.data(), {static_cast<py::ssize_t>(v.size())});
+}
+template <typename T>
+py::array numpy_from_vector(const Vector<T>& v) {
+  return numpy_copy(v.data(), {static_cast<py::ssize_t>(v.size())});
+}
+
+// Python dict/list/tuple/str/bool/int/float/None (numpy scalars too) -> JSON; dict keys must be strings. `where`
+// names the value in error messages.
+nlohmann::json json_from_python(py::handle value, const std::string& where);
+py::object python_from_json(const nlohmann::json& value);
+py::object python_from_json(const nlohmann::ordered_json& value);
+
+// "[3, 4]"
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
+}  // namespace moe::python
