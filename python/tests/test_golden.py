@@ -11,13 +11,19 @@ import pytest
 import moe_oracle
 from conftest import GOLDEN_CASES, close
 
-CASES = sorted(p.name for p in GOLDEN_CASES.iterdir() if (p / "case.json").is_file())
+import json
+
+# Layer cases (formats 1 and 2); model cases (moe-golden-model/1) are one global step, verified by
+# `moe-oracle golden verify`, not by the layer calls.
+CASES = sorted(p.name for p in GOLDEN_CASES.iterdir()
+               if (p / "case.json").is_file()
+               and json.loads((p / "case.json").read_text())["format"].startswith("moe-golden/"))
 
 
 def split_inputs(config, tensors):
     """A case's tensors as layer call arguments: the parameters, then x, grad_y and input_ids."""
     names = moe_oracle.case_tensor_names(config)["inputs"]
-    params = {n: tensors[n] for n in names if n not in ("x", "grad_y", "input_ids")}
+    params = {n: tensors[n] for n in names if n not in ("x", "grad_y", "input_ids", "padding_mask")}
     return params, tensors["x"], tensors["grad_y"], tensors.get("input_ids")
 
 
@@ -30,7 +36,7 @@ def test_committed_case_is_reproduced(case):
     header, tensors = moe_oracle.read_case(GOLDEN_CASES / case)
     config, shape, tol = header["config"], header["shape"], header["tolerance"]
     params, x, grad_y, input_ids = split_inputs(config, tensors)
-    kwargs = {"input_ids": input_ids, "batch": shape["batch"]}
+    kwargs = {"input_ids": input_ids, "batch": shape["batch"], "padding_mask": tensors.get("padding_mask")}
     computed = moe_oracle.layer_forward(config, params, x, **kwargs)
     computed.update({"grad_" + k: v for k, v in moe_oracle.layer_backward(config, params, x, grad_y, **kwargs).items()})
     outputs = moe_oracle.case_tensor_names(config)["outputs"]
