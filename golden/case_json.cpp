@@ -130,11 +130,7 @@ CaseHeader case_header_from_json(const json& root, const std::string& origin) {
   h.batch = shape.integer("batch", shape.required("batch"));
   shape.reject_unknown();
   if (h.seq <= 0 || h.batch <= 0) throw CaseFormatError(origin + ": shape seq and batch must be > 0");
-  StrictObject tol(top.required("tolerance"), origin + ": tolerance");
-  h.tolerance.rtol = tol.number("rtol", tol.required("rtol"));
-  h.tolerance.atol = tol.number("atol", tol.required("atol"));
-  tol.reject_unknown();
-  if (h.tolerance.rtol < 0 || h.tolerance.atol < 0) throw CaseFormatError(origin + ": tolerances must be >= 0");
+  h.tolerance = tolerance_from(top, origin);
   top.reject_unknown();
   return h;
 }

@@ -41,11 +41,7 @@ ModelCaseHeader parse_header(const json& root, const std::string& origin) {
 
   h.loss_mode = parse_loss_mode(top.string("loss_mode", top.required("loss_mode")));
 
-  StrictObject tol(top.required("tolerance"), origin + ": tolerance");
-  h.tolerance.rtol = tol.number("rtol", tol.required("rtol"));
-  h.tolerance.atol = tol.number("atol", tol.required("atol"));
-  tol.reject_unknown();
-  if (h.tolerance.rtol < 0 || h.tolerance.atol < 0) throw CaseFormatError(origin + ": tolerances must be >= 0");
+  h.tolerance = tolerance_from(top, origin);
   top.reject_unknown();
   return h;
 }

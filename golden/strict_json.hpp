@@ -88,4 +88,15 @@ class StrictObject {
   std::set<std::string> known_;
 };
 
+// A case's "tolerance": {"rtol": …, "atol": …}, both required and >= 0, nothing else.
+inline Tolerance tolerance_from(StrictObject& top, const std::string& origin) {
+  StrictObject tol(top.required("tolerance"), origin + ": tolerance");
+  Tolerance t;
+  t.rtol = tol.number("rtol", tol.required("rtol"));
+  t.atol = tol.number("atol", tol.required("atol"));
+  tol.reject_unknown();
+  if (t.rtol < 0 || t.atol < 0) throw CaseFormatError(origin + ": tolerances must be >= 0");
+  return t;
+}
+
 }  // namespace moe::golden

@@ -53,4 +53,32 @@ int num_microbatches(const ParallelLayout& layout, int global_batch, int micro_b
   return static_cast<int>(global_batch / per_step);
 }
 
+ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const std::string& where,
+                                 const std::string& order) {
+  for (const auto& [key, value] : sizes) {
+    if (key != "world" && key != "tp" && key != "cp" && key != "pp" && key != "ep" && key != "etp" && key != "dp")
+      throw std::invalid_argument(where + ": unknown size '" + key + "' (world, tp, cp, pp, ep, etp, dp)");
+    if (value < 1) throw std::invalid_argument(where + ": " + key + " must be >= 1, got " + std::to_string(value));
+  }
+  const auto get = [&](const char* key) {
+    const auto it = sizes.find(key);
+    return it == sizes.end() ? 1 : it->second;
+  };
+  ParallelLayout l;
+  l.tp = get("tp");
+  l.cp = get("cp");
+  l.pp = get("pp");
+  l.ep = get("ep");
+  l.etp = get("etp");
+  l.order = order;
+  const long long dense = 1LL * l.tp * l.cp * l.pp * get("dp");
+  if (dense > (1LL << 30)) throw std::invalid_argument(where + ": tp·cp·pp·dp is too large");
+  l.world = sizes.count("world") ? sizes.at("world") : static_cast<int>(dense);
+  if (sizes.count("world") && sizes.count("dp") && dense != l.world)
+    throw std::invalid_argument(where + ": world " + std::to_string(l.world) + " is not tp·cp·pp·dp = " +
+                                std::to_string(dense));
+  l.validate();
+  return l;
+}
+
 }  // namespace moe

@@ -11,6 +11,7 @@
 
 #include "reference/rank_generator.hpp"
 
+#include <map>
 #include <string>
 
 namespace moe {
@@ -38,6 +39,13 @@ struct ParallelLayout {
   RankGenerator dense_mesh() const;
   RankGenerator expert_mesh() const;
 };
+
+// A layout from named sizes, as a user writes one ("cp=2,ep=4", a Python dict): keys world, tp, cp, pp, ep, etp,
+// and dp (only to derive world when it is not given: world = tp·cp·pp·dp); missing sizes are 1. Throws
+// std::invalid_argument, `where` first, for an unknown key, a size < 1, a world that is not tp·cp·pp·dp when both
+// are given, and whatever validate() refuses.
+ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const std::string& where,
+                                 const std::string& order = ParallelLayout().order);
 
 // Number of microbatches per global batch on each pipeline: m = B / (b · dp). CP, EP and ETP split the work of
 // a sample, not the samples, so they do not enter (seed 000, "CP 与 PP"). Throws std::invalid_argument when

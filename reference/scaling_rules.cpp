@@ -123,6 +123,18 @@ std::string_view to_string(ParamClass param_class) {
   throw std::logic_error("unknown ParamClass");
 }
 
+std::string_view to_string(TokenFactor factor) {
+  switch (factor) {
+    case TokenFactor::none: return "none";
+    case TokenFactor::inv_microbatch: return "1/N_mb";
+    case TokenFactor::inv_cp_rank: return "1/N_c";
+    case TokenFactor::microbatch: return "N_mb";
+    case TokenFactor::local_times_tp_cp: return "num_local_tokens";
+    case TokenFactor::step: return "N_step";
+  }
+  throw std::logic_error("unknown TokenFactor");
+}
+
 std::string_view to_string(SyncOp op) { return op == SyncOp::sum ? "SUM" : "AVG"; }
 
 std::string_view to_string(LossTerm term) {

@@ -97,6 +97,8 @@ enum class TokenFactor {
   local_times_tp_cp,  // n_local·|tp_cp|: this rank's own valid tokens times the group size
   step,               // N_step: the valid tokens of the step's microbatches over tp×dp×cp
 };
+// "none", "1/N_mb", "1/N_c", "N_mb", "num_local_tokens", "N_step"
+std::string_view to_string(TokenFactor factor);
 struct LossScaleRule {
   LossTerm term;
   bool per_token;               // the per-token family, or sum/avg

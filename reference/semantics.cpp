@@ -144,6 +144,16 @@ std::string known_names() {
 
 }  // namespace
 
+std::string_view to_string(DeviationKind kind) {
+  switch (kind) {
+    case DeviationKind::modelled: return "modelled";
+    case DeviationKind::replayed: return "replayed";
+    case DeviationKind::scaling: return "scaling";
+    case DeviationKind::refused: return "refused";
+  }
+  throw std::logic_error("unknown DeviationKind");
+}
+
 const std::vector<DeviationInfo>& deviation_catalogue() { return catalogue(); }
 
 const DeviationInfo& deviation_info(Deviation d) { return catalogue().at(static_cast<size_t>(d)); }

@@ -43,6 +43,7 @@ enum class Deviation {
 constexpr int kDeviations = 13;
 
 enum class DeviationKind { modelled, replayed, scaling, refused };
+std::string_view to_string(DeviationKind kind);  // "modelled", "replayed", "scaling", "refused"
 
 struct DeviationInfo {
   Deviation id;

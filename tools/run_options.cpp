@@ -104,27 +104,11 @@ ParallelLayout parse_layout(const std::string& text, const std::string& option) 
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw std::invalid_argument(option + ": '" + item + "' is not name=size");
     const std::string key = item.substr(0, eq);
-    if (key != "world" && key != "tp" && key != "cp" && key != "pp" && key != "ep" && key != "etp" && key != "dp")
-      throw std::invalid_argument(option + ": unknown size '" + key + "' (world, tp, cp, pp, ep, etp, dp)");
     if (sizes.count(key)) throw std::invalid_argument(option + ": '" + key + "' given twice");
     sizes[key] = positive_integer(item.substr(eq + 1), option + " " + key);
   }
   if (sizes.empty()) throw std::invalid_argument(option + ": empty layout (e.g. world=4,ep=2)");
-  const auto get = [&](const char* key) { return sizes.count(key) ? sizes[key] : 1; };
-  ParallelLayout l;
-  l.tp = get("tp");
-  l.cp = get("cp");
-  l.pp = get("pp");
-  l.ep = get("ep");
-  l.etp = get("etp");
-  const long long dense = 1LL * l.tp * l.cp * l.pp * get("dp");
-  if (dense > (1 << 30)) throw std::invalid_argument(option + ": tp·cp·pp·dp is too large");
-  l.world = sizes.count("world") ? sizes["world"] : static_cast<int>(dense);
-  if (sizes.count("dp") && sizes.count("world") && dense != l.world)
-    throw std::invalid_argument(option + ": world " + std::to_string(l.world) + " is not tp·cp·pp·dp = " +
-                                std::to_string(dense));
-  l.validate();
-  return l;
+  return layout_from_sizes(sizes, option);
 }
 
 std::string layout_name(const ParallelLayout& l) {

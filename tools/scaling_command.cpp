@@ -15,20 +15,9 @@
 namespace moe::cli {
 namespace {
 
-// The run-time count a loss weight is multiplied by, as a name (JSON) and as a suffix of the value (table).
-std::string_view token_count_text(TokenFactor f) {
-  switch (f) {
-    case TokenFactor::none: return "none";
-    case TokenFactor::inv_microbatch: return "1/N_mb";
-    case TokenFactor::inv_cp_rank: return "1/N_c";
-    case TokenFactor::microbatch: return "N_mb";
-    case TokenFactor::local_times_tp_cp: return "num_local_tokens";
-    case TokenFactor::step: return "N_step";
-  }
-  return "?";
-}
+// The run-time count a loss weight is multiplied by, as a suffix of the value (table).
 std::string token_count_suffix(TokenFactor f) {
-  return f == TokenFactor::none ? "" : " × " + std::string(token_count_text(f));
+  return f == TokenFactor::none ? "" : " × " + std::string(to_string(f));
 }
 
 struct ScalingArgs {
@@ -84,7 +73,7 @@ void run(const ScalingArgs& a) {
                                     {"formula", r.rule.formula},
                                     {"values", r.values},
                                     {"factor", r.factor},
-                                    {"token_count", token_count_text(r.rule.tokens)},
+                                    {"token_count", to_string(r.rule.tokens)},
                                     {"deviations", deviation_names(r.rule.when)},
                                     {"divide_by_global_tokens", mode == LossMode::per_token},
                                     {"source", r.rule.source}});

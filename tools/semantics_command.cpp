@@ -13,23 +13,13 @@
 namespace moe::cli {
 namespace {
 
-std::string_view kind_name(DeviationKind k) {
-  switch (k) {
-    case DeviationKind::modelled: return "modelled";
-    case DeviationKind::replayed: return "replayed";
-    case DeviationKind::scaling: return "scaling";
-    case DeviationKind::refused: return "refused";
-  }
-  return "?";
-}
-
 std::string modes(const DeviationInfo& d) {
   if (d.mean_modes && d.per_token_mode) return "sum, avg, per-token";
   return d.mean_modes ? "sum, avg" : "per-token";
 }
 
 nlohmann::json to_json(const DeviationInfo& d, const Semantics& semantics) {
-  return {{"id", d.name},         {"kind", kind_name(d.kind)},    {"on", semantics.has(d.id)},
+  return {{"id", d.name},         {"kind", to_string(d.kind)},    {"on", semantics.has(d.id)},
           {"megatron", d.statement}, {"intended", d.intended},    {"source", d.megatron},
           {"upstream", d.upstream}, {"visible_when", d.visible},   {"loss_modes", modes(d)},
           {"changes_with_tp_cp", d.tp_cp_dependent}};
@@ -65,7 +55,7 @@ void run(const SemanticsArgs& a) {
   if (!a.profile.empty()) std::cout << "\nsemantics " << chosen.spec() << ":\n";
   for (const auto& d : deviation_catalogue()) {
     if (!a.profile.empty() && !chosen.has(d.id)) continue;
-    std::cout << "\n" << d.name << "  [" << kind_name(d.kind) << "; " << modes(d) << "]\n"
+    std::cout << "\n" << d.name << "  [" << to_string(d.kind) << "; " << modes(d) << "]\n"
               << "  megatron:  " << d.statement << "\n"
               << "  intended:  " << d.intended << "\n"
               << "  source:    " << d.megatron << "\n"

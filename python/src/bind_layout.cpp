@@ -30,19 +30,6 @@ py::dict layout_to_dict(const ParallelLayout& l) {
   return d;
 }
 
-// The run-time count a loss weight is multiplied by, as the scaling command names it.
-const char* token_count_name(TokenFactor f) {
-  switch (f) {
-    case TokenFactor::none: return "none";
-    case TokenFactor::inv_microbatch: return "1/N_mb";
-    case TokenFactor::inv_cp_rank: return "1/N_c";
-    case TokenFactor::microbatch: return "N_mb";
-    case TokenFactor::local_times_tp_cp: return "num_local_tokens";
-    case TokenFactor::step: return "N_step";
-  }
-  return "?";
-}
-
 py::dict grad_sync_dict(const GradSync& r) {
   py::dict d;
   d["param_class"] = std::string(to_string(r.rule.param_class));
@@ -71,7 +58,7 @@ py::dict loss_scale_dict(const LossScale& r, LossMode mode) {
   d["formula"] = std::string(r.rule.formula);
   d["values"] = r.values;
   d["factor"] = r.factor;
-  d["token_count"] = token_count_name(r.rule.tokens);
+  d["token_count"] = std::string(to_string(r.rule.tokens));
   d["deviations"] = when;
   d["divide_by_global_tokens"] = mode == LossMode::per_token;
   d["source"] = std::string(r.rule.source);
@@ -85,12 +72,12 @@ ParallelLayout layout_from_dict(py::handle layout) {
   const auto d = py::reinterpret_borrow<py::dict>(layout);
   static const std::set<std::string> sizes{"world", "tp", "cp", "pp", "ep", "etp", "dp"};
   std::map<std::string, int> given;
-  ParallelLayout l;
+  std::string order = ParallelLayout().order;
   for (const auto& [key, value] : d) {
     const auto name = py::str(key).cast<std::string>();
     if (name == "order") {
       if (!py::isinstance<py::str>(value)) throw std::invalid_argument("layout: 'order' must be a string");
-      l.order = value.cast<std::string>();
+      order = value.cast<std::string>();
     } else if (sizes.count(name)) {
       if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value))
         throw std::invalid_argument("layout: '" + name + "' must be an integer");
@@ -99,19 +86,7 @@ ParallelLayout layout_from_dict(py::handle layout) {
       throw std::invalid_argument("layout: unknown key '" + name + "' (known: world, tp, cp, pp, ep, etp, dp, order)");
     }
   }
-  const auto get = [&given](const char* key) { return given.count(key) ? given[key] : 1; };
-  l.tp = get("tp");
-  l.cp = get("cp");
-  l.pp = get("pp");
-  l.ep = get("ep");
-  l.etp = get("etp");
-  const long long dense = 1LL * l.tp * l.cp * l.pp * get("dp");
-  l.world = given.count("world") ? given["world"] : static_cast<int>(dense);
-  if (given.count("world") && given.count("dp") && dense != l.world)
-    throw std::invalid_argument("layout: world " + std::to_string(l.world) + " is not tp·cp·pp·dp = " +
-                                std::to_string(dense));
-  l.validate();
-  return l;
+  return layout_from_sizes(given, "layout", order);
 }
 
 void bind_layout(py::module_& m) {

@@ -11,16 +11,6 @@
 namespace moe::python {
 namespace {
 
-std::string kind_name(DeviationKind kind) {
-  switch (kind) {
-    case DeviationKind::modelled: return "modelled";
-    case DeviationKind::replayed: return "replayed";
-    case DeviationKind::scaling: return "scaling";
-    case DeviationKind::refused: return "refused";
-  }
-  return "?";
-}
-
 std::vector<std::string> names(const std::vector<Deviation>& deviations) {
   std::vector<std::string> out;
   for (Deviation d : deviations) out.emplace_back(deviation_info(d).name);
@@ -30,7 +20,7 @@ std::vector<std::string> names(const std::vector<Deviation>& deviations) {
 py::dict deviation_dict(const DeviationInfo& d) {
   py::dict out;
   out["name"] = std::string(d.name);
-  out["kind"] = kind_name(d.kind);
+  out["kind"] = std::string(to_string(d.kind));
   out["statement"] = std::string(d.statement);
   out["intended"] = std::string(d.intended);
   out["megatron"] = std::string(d.megatron);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "reference/tests/model_diff.hpp"
+
 #include <cmath>
 #include <vector>
 
@@ -31,14 +33,7 @@ ModelConfig small_model(AuxLossType aux) {
   return m;
 }
 
-double max_grad_diff(const ModelConfig& c, ModelParams<double> a, ModelParams<double> b) {
-  const auto ta = trained_tensors(c, a);
-  const auto tb = trained_tensors(c, b);
-  double d = 0;
-  for (size_t i = 0; i < ta.size(); ++i)
-    for (Eigen::Index j = 0; j < ta[i].size; ++j) d = std::max(d, std::abs(ta[i].data[j] - tb[i].data[j]));
-  return d;
-}
+using test::max_grad_diff;
 
 TEST(GlobalStep, SplitsFollowMegatron) {
   // Sampler: microbatch i of replica r holds i·b·dp + r·b + [0, b): dp 2, b 2, r 1, i 1 → 6, 7.

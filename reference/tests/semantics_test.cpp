@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "reference/tests/model_diff.hpp"
+
 #include <cmath>
 #include <set>
 
@@ -214,14 +216,7 @@ TEST(SemanticsOracle, GlobalAuxAveragedOverReplicas) {
 }
 
 
-double max_grad_diff(const ModelConfig& c, ModelParams<double> a, ModelParams<double> b) {
-  const auto ta = trained_tensors(c, a);
-  const auto tb = trained_tensors(c, b);
-  double d = 0;
-  for (size_t i = 0; i < ta.size(); ++i)
-    for (Eigen::Index j = 0; j < ta[i].size; ++j) d = std::max(d, std::abs(ta[i].data[j] - tb[i].data[j]));
-  return d;
-}
+using test::max_grad_diff;
 
 // The largest difference in objective or gradient between a one-rank step and the same step split over tp and cp
 // (dp and micro-batch fixed, dropless), under `semantics`.
