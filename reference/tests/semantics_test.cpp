@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "reference/capacity.hpp"
 #include "reference/global_step.hpp"
 #include "reference/router_losses.hpp"
 #include "reference/tests/expect_error.hpp"
@@ -299,5 +300,49 @@ TEST(SemanticsOracle, RefusesWhatMegatronRaisesOn) {
   EXPECT_NO_THROW(global_step(c, params, batch, ParallelLayout{.world = 1}, 1, LossMode::sum));
 }
 
+
+// position-drop-tie-order / pad-filler-tie-order are replayed: the oracle takes the framework's final routing map as
+// its capacity decision — kept = routed ∧ map, padded = map ∧ ¬routed — after checking it is a decision the rules
+// allow. Here expert columns are chosen by hand: 4 tokens, top-1 by a hash table, capacity 1 per expert.
+TEST(SemanticsOracle, ReplayedCapacityDecisionsAreTakenAndChecked) {
+  MoeConfig c;
+  c.hidden = 2;
+  c.num_experts = 4;
+  c.topk = 1;
+  c.ffn_hidden = 2;
+  c.score_function = ScoreFunction::sigmoid;
+  c.capacity_factor = 1.0;  // cap = ceil(4·1/4·1) = 1
+  BoolMatrix routed = BoolMatrix::Constant(4, 4, false);
+  routed(0, 0) = routed(1, 0) = routed(2, 0) = routed(3, 1) = true;  // expert 0 over-full, 2 and 3 empty
+  const std::vector<std::vector<int>> one_part{{0, 1, 2, 3}};
+  BoolMatrix map = routed;
+  map(0, 0) = map(1, 0) = false;  // keep token 2, not the earliest: what torch's tie order may pick
+  const CapacityResult r = replay_capacity(c, routed, map, one_part);
+  EXPECT_TRUE(r.keep(2, 0));
+  EXPECT_FALSE(r.keep(0, 0));
+  EXPECT_TRUE(r.keep(3, 1));
+  test::expect_error("keeps 2 of its 3 routed tokens", [&] {
+    BoolMatrix two = routed;
+    two(0, 0) = false;
+    replay_capacity(c, routed, two, one_part);
+  });
+  test::expect_error("holds a token not routed to it, without pad_to_capacity", [&] {
+    BoolMatrix extra = map;
+    extra(0, 2) = true;
+    replay_capacity(c, routed, extra, one_part);
+  });
+  test::expect_error("drops a routed token although the expert is within capacity", [&] {
+    BoolMatrix lost = map;
+    lost(3, 1) = false;
+    replay_capacity(c, routed, lost, one_part);
+  });
+  c.pad_to_capacity = true;
+  BoolMatrix padded = map;
+  padded(1, 2) = padded(0, 3) = true;  // fillers of the empty experts
+  const CapacityResult p = replay_capacity(c, routed, padded, one_part);
+  EXPECT_TRUE(p.padded(1, 2));
+  EXPECT_FALSE(p.keep(1, 2));
+  test::expect_error("is padded to 0 rows, not 1", [&] { replay_capacity(c, routed, map, one_part); });
+}
 }  // namespace
 }  // namespace moe
