@@ -1,6 +1,7 @@
 """The Megatron-Core matrix: every case of matrix.py run through Megatron's real MoE layer on CPU (driver.py), each
 dump compared with the oracle by `moe-oracle compare`, the loss-side checks of loss_checks.py (Megatron's own
-schedule code against `explain` and `scaling`), and a table of the outcomes. Exit 0 only when every case ends
+schedule code against `explain` and `scaling`), an independent PyTorch layer (torch_example.py) compared the same
+way, and a table of the outcomes. Exit 0 only when every case ends
 as it must: a plain case passes; a case that runs a known Megatron deviation under semantics that leave it out
 fails *and* the comparison names that deviation; a seeded bug fails and names the expected tensor first.
 
@@ -63,17 +64,32 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--oracle", required=True, help="the moe-oracle binary")
     parser.add_argument("--work", help="where the dumps go (default: a temporary folder, removed at the end)")
-    parser.add_argument("--only", help="run the cases whose name contains this ('loss_checks': only those)")
+    parser.add_argument("--only", help="run the cases whose name contains this ('loss_checks', 'torch_example': "
+                                       "only those)")
     parser.add_argument("--keep", action="store_true", help="keep the dumps")
     parser.add_argument("--json", help="also write the results as JSON to this file")
     a = parser.parse_args()
     work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="megatron-check-"))
     cases = [c for c in matrix.cases() if not a.only or a.only in c["name"]]
-    if not cases and a.only != "loss_checks":
+    if not cases and a.only not in ("loss_checks", "torch_example"):
         raise SystemExit(f"megatron-check: no case matches '{a.only}'")
 
     rows, failures = [], 0
     start_all = time.time()
+    if not a.only or a.only == "torch_example":
+        # An independent PyTorch layer (not Megatron) judged the same way, at float64's tolerance; and with a bug.
+        for name, extra, want in (("torch_example", [], None), ("torch_example_bug", ["--bug"], "router.probs")):
+            out = work / name
+            shutil.rmtree(out, ignore_errors=True)
+            subprocess.run([sys.executable, "-W", "ignore", str(HERE / "torch_example.py"), str(out), *extra], check=True)
+            report, error = compare(a.oracle, out)
+            first = (report or {}).get("first_mismatch", {}).get("tensor")
+            ok = report is not None and (report["pass"] if want is None else first == want)
+            what = error or ("pass" if report["pass"] else f"fails first in {first}")
+            failures += not ok
+            rows.append({"case": name, "layout": "w1 (PyTorch)", "dispatcher": "-", "semantics": "intended",
+                         "worst": max(t["max_ratio"] or 0.0 for t in report["tensors"]) if report else float("nan"),
+                         "seconds": 0.0, "ok": ok, "what": what})
     if not a.only or a.only == "loss_checks":
         for name, ok, what in loss_checks.run(a.oracle):
             failures += not ok
