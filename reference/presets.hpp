@@ -19,6 +19,7 @@ struct LayerPreset {
   // Model depth, for per-stage accounting (`volume`); 0 where unknown. MTP layers are not counted.
   int num_layers = 0;
   int num_dense_layers = 0;  // leading blocks with a dense FFN instead of an MoE layer
+  int n_hash_layers = 0;     // of the MoE layers, the first n route by tid2eid (DeepSeek-V4: 3)
 };
 
 // Throws std::invalid_argument listing the known names.
