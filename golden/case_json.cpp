@@ -95,7 +95,7 @@ nlohmann::ordered_json config_to_json(const MoeConfig& c) {
 }
 
 std::string_view CaseHeader::format() const {
-  return config.semantics.intended() && !padding_mask ? kCaseFormat : kCaseFormatV2;
+  return config.semantics.intended() && !padding_mask && written_by.empty() ? kCaseFormat : kCaseFormatV2;
 }
 
 std::string case_format_of(const json& root, const std::string& origin) {
@@ -118,6 +118,7 @@ CaseHeader case_header_from_json(const json& root, const std::string& origin) {
   top.find("format");
   CaseHeader h;
   h.description = top.optional_string("description").value_or("");
+  if (version == kCaseFormatV2) h.written_by = top.optional_string("written_by").value_or("");
   try {
     h.config = config_from_json(top.required("config"), version == kCaseFormatV2);
   } catch (const std::invalid_argument& e) {  // MoeConfig::validate and the enum parsers
@@ -139,6 +140,7 @@ nlohmann::ordered_json case_header_to_json(const CaseHeader& h) {
   nlohmann::ordered_json j;
   j["format"] = std::string(h.format());
   j["description"] = h.description;
+  if (!h.written_by.empty()) j["written_by"] = h.written_by;
   j["config"] = config_to_json(h.config);
   if (h.format() == kCaseFormatV2) j["config"]["semantics"] = h.config.semantics.spec();
   j["shape"]["seq"] = h.seq;

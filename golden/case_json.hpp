@@ -39,8 +39,12 @@ struct CaseHeader {
   Tolerance tolerance;
   // Format 2: the case holds the input padding_mask [T]. Not a key of case.json: read_case sets it from the files.
   bool padding_mask = false;
+  // Format 2's optional "written_by": the release (or generator) that wrote the case, e.g. "moe-oracle 0.4.0", so
+  // that a regression across releases can say which one changed what. Empty: not recorded (every format-1 case).
+  std::string written_by{};
 
-  // The version a writer gives the case: 2 only when it uses semantics other than intended or a padding mask.
+  // The version a writer gives the case: 2 only when it uses semantics other than intended, a padding mask or
+  // records its writer.
   std::string_view format() const;
 };
 

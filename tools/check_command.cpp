@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <numeric>
 #include <span>
 #include <cstdio>
 #include <iomanip>
@@ -23,6 +25,7 @@
 #include <sstream>
 
 #include "distributed/differential_check.hpp"
+#include "golden/case_json.hpp"
 #include "distributed/mpi_communicator.hpp"
 #include "distributed/mpi_runtime.hpp"
 #include "tools/check_suite.hpp"
@@ -47,16 +50,52 @@ struct CheckOptions {
   std::string dtype = "double";
   double atol = -1, rtol = -1;  // < 0: the dtype's default (DESIGN §3)
   bool json = false;
-  bool custom_model = false;    // a model, batch or scaling flag was given: run it instead of the default rows
+  std::string junit;                 // write JUnit XML here
+  std::vector<std::string> filters;  // run only the runs whose name holds one of these
+  bool custom_model = false;         // a model, batch or scaling flag was given: run it instead of the default rows
   bool custom_semantics = false;
+  bool seq_given = false, global_batch_given = false;
+  std::vector<std::string> notes;    // what was chosen for the user (defaults that fit the layout, shrinking)
 };
 
+// The smallest multiple of `unit` that is at least `at_least`.
+int fit(int at_least, int unit) { return (at_least + unit - 1) / unit * unit; }
+
 // The rows to run: the embedded default, or the user's one configuration over the first row's layouts or --world.
-std::vector<CheckRow> rows_of(const CheckOptions& o) {
+// For the user's configuration, a sequence length and global batch that the layouts' CP, SP and DP rules allow
+// when they were not given, and the EP sizes --shrink must respect.
+std::vector<CheckRow> rows_of(CheckOptions& o) {
   std::vector<CheckRow> rows;
   if (o.custom_model || o.layout.world > 0) {
-    CheckRow row{o.run.preset, o.run, default_rows().front().layouts};
+    CheckRow row{o.run.source.source(), o.run, default_rows().front().layouts};
     if (o.layout.world > 0) row.layouts = {o.layout};
+    std::vector<ParallelLayout> all = row.layouts;
+    if (!o.resume_as.empty()) all.push_back(parse_layout(o.resume_as, "--resume-as"));
+    int seq_unit = 1, batch_unit = 1, ep = 1;
+    for (const ParallelLayout& l : all) {
+      seq_unit = std::lcm(seq_unit, l.cp > 1 ? std::lcm(2 * l.cp, l.cp * l.tp) : l.tp);
+      batch_unit = std::lcm(batch_unit, row.run.micro_batch * l.dp());
+      ep = std::lcm(ep, l.ep);
+    }
+    if (!o.seq_given && row.run.seq % seq_unit != 0) {
+      row.run.seq = fit(row.run.seq, seq_unit);
+      o.notes.push_back("seq " + std::to_string(row.run.seq) + ": the smallest ≥ 16 that the layout's tp and cp "
+                        "divide as sequence and load-balanced context parallelism need (a multiple of " +
+                        std::to_string(seq_unit) + ")");
+    }
+    if (!o.global_batch_given && row.run.global_batch % batch_unit != 0) {
+      row.run.global_batch = fit(row.run.global_batch, batch_unit);
+      o.notes.push_back("global batch " + std::to_string(row.run.global_batch) +
+                        ": the smallest ≥ 8 that micro-batch · dp divides (" + std::to_string(batch_unit) + ")");
+    }
+    row.run.ep_multiple = ep;
+    if (row.run.shrink) {
+      const ModelConfig m = row.run.model();
+      o.notes.push_back("--shrink: " + o.run.source.source() + " checked as h " + std::to_string(m.layer.hidden) +
+                        ", E " + std::to_string(m.layer.num_experts) + ", k " + std::to_string(m.layer.topk) +
+                        ", d " + std::to_string(m.layer.ffn_hidden) + ", " + std::to_string(m.num_layers) +
+                        " layers (" + std::to_string(m.n_hash_layers) + " hash), vocab " + std::to_string(m.vocab));
+    }
     rows.push_back(row);
   } else {
     rows = default_rows();
@@ -71,12 +110,29 @@ std::vector<CheckRow> rows_of(const CheckOptions& o) {
   return rows;
 }
 
+// What a check of `row` on `layout` holds at once: the oracle's parameters and gradients, every in-process rank's
+// shards (at worst a full copy each) and, with steps, Adam's moments; and the activations of a step's microbatches.
+MemoryEstimate check_memory(const ModelConfig& m, const RunOptions& run, const ParallelLayout& layout, int steps) {
+  const MoeConfig& c = m.layer;
+  const double h = c.hidden, E = c.num_experts, d = c.ffn_hidden, k = c.topk, V = m.vocab, L = m.num_layers;
+  const double w = c.expert_width();
+  const double per_layer = E * h + E * 3 * w * d + 3 * h * c.shared_expert_ffn_hidden + 2 * h * c.latent_size + 4 * h;
+  const double params = 2 * V * h + L * per_layer;
+  const double copies = 3 + layout.world + (steps > 0 ? 3 : 0);
+  const double tokens = static_cast<double>(run.global_batch) * run.seq;
+  MemoryEstimate e;
+  e.parameters = 8 * params * copies;
+  e.activations = 8 * 2 * tokens * (L * (10 * h + 4 * E + 6 * k * d) + 2 * V);
+  return e;
+}
+
 struct Run {
   const CheckRow* row;
   ParallelLayout layout;
   dist::DispatcherKind dispatcher;
-  dist::RankComparison result;
+  dist::RankComparison result;             // merged over the steps
   double seconds = 0;
+  std::vector<dist::RankComparison> steps{};  // one per training step (rows with steps)
 };
 
 std::string row_label(const CheckRow& r) {
@@ -85,6 +141,19 @@ std::string row_label(const CheckRow& r) {
     label += " " + std::to_string(r.steps) + " steps" + (r.distributed_optimizer ? " dist-opt" : "") +
              (r.resume_as.empty() ? "" : " resume " + r.resume_as);
   return label;
+}
+
+// The name a run is filtered and reported by: "tiny-v4 sum b1 [intended] w4 tp1 … alltoall".
+std::string run_name(const CheckRow& row, const ParallelLayout& layout, dist::DispatcherKind kind) {
+  return row_label(row) + " [" + Semantics::parse(row.run.semantics).spec() + "] " + layout_name(layout) + " " +
+         std::string(to_string(kind));
+}
+
+bool selected(const CheckOptions& o, const std::string& name) {
+  if (o.filters.empty()) return true;
+  for (const auto& f : o.filters)
+    if (name.find(f) != std::string::npos) return true;
+  return false;
 }
 
 std::string fmt(double v) {
@@ -103,18 +172,37 @@ std::set<std::string> covered(const std::vector<Run>& runs) {
 }
 
 void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostream& out) {
-  out << "moe-oracle check: " << runs.size() << " runs, backend " << o.backend << ", kernels " << o.kernels << ", "
-      << o.dtype << "; each cell: max |parallel − oracle| over every rank and element (pass: ≤ " << fmt(o.atol)
-      << " + " << fmt(o.rtol) << "·|oracle|); with steps, the maximum over the steps\n";
+  out << "moe-oracle " << MOE_ORACLE_VERSION << " check: " << runs.size() << " runs, backend " << o.backend
+      << ", kernels " << o.kernels << ", " << o.dtype << "; each cell: max |parallel − oracle| over every rank and "
+      << "element (pass: ≤ " << fmt(o.atol) << " + " << fmt(o.rtol) << "·|oracle|); with steps, the maximum over the "
+      << "steps\n";
+  for (const auto& note : o.notes) out << "chose " << note << "\n";
   const CheckRow* last = nullptr;
   std::unique_ptr<TextTable> table;
   std::vector<std::string> header{"layout", "dispatcher"};
   for (int q = 0; q < dist::kQuantities; ++q) header.emplace_back(to_string(static_cast<dist::Quantity>(q)));
   header.emplace_back("seconds");
   header.emplace_back("result");
+  // A row with training steps ends with each run's trajectory: the errors of every step.
+  const auto print_trajectories = [&](const CheckRow* row) {
+    for (const Run& r : runs) {
+      if (r.row != row || r.steps.empty()) continue;
+      out << "  trajectory " << layout_name(r.layout) << " " << to_string(r.dispatcher) << ":";
+      for (size_t i = 0; i < r.steps.size(); ++i) {
+        out << (i ? ";" : "") << " step " << i + 1;
+        for (int q = 0; q < dist::kQuantities; ++q) {
+          const auto& e = r.steps[i].errors[static_cast<size_t>(q)];
+          if (e.compared) out << " " << to_string(static_cast<dist::Quantity>(q)) << " " << fmt(e.max_abs);
+        }
+        if (!r.steps[i].pass()) out << " FAIL";
+      }
+      out << "\n";
+    }
+  };
   for (const Run& r : runs) {
     if (r.row != last) {
       if (table) table->print(out);
+      if (last) print_trajectories(last);
       last = r.row;
       out << "\n" << row_label(*r.row) << ": " << r.row->run.describe() << "\n";
       table = std::make_unique<TextTable>(header);
@@ -126,6 +214,7 @@ void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostre
     table->add_row(row);
   }
   if (table) table->print(out);
+  if (last) print_trajectories(last);
   int failed = 0;
   for (const Run& r : runs) {
     if (r.result.pass()) continue;
@@ -146,22 +235,45 @@ void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostre
   out << runs.size() - static_cast<size_t>(failed) << " passed, " << failed << " failed\n";
 }
 
-nlohmann::json to_json(const std::vector<Run>& runs) {
-  nlohmann::json out;
+nlohmann::json errors_json(const dist::RankComparison& c) {
+  nlohmann::json j;
+  for (int q = 0; q < dist::kQuantities; ++q) {
+    const auto& err = c.errors[static_cast<size_t>(q)];
+    j[std::string(to_string(static_cast<dist::Quantity>(q)))] =
+        err.compared ? nlohmann::json(err.max_abs) : nlohmann::json(nullptr);  // null: not measured
+  }
+  return j;
+}
+
+nlohmann::json to_json(const std::vector<Run>& runs, const CheckOptions& o) {
+  nlohmann::json out{{"moe_oracle", MOE_ORACLE_VERSION},
+                     {"backend", o.backend},
+                     {"kernels", o.kernels},
+                     {"dtype", o.dtype},
+                     {"tolerance", {{"atol", o.atol}, {"rtol", o.rtol}}},
+                     {"chosen", o.notes}};
   nlohmann::json j = nlohmann::json::array();
   for (const Run& r : runs) {
-    nlohmann::json e{{"row", row_label(*r.row)},
-                     {"model", r.row->run.describe()},
-                     {"semantics", Semantics::parse(r.row->run.semantics).spec()},
+    const ModelConfig m = r.row->run.model();
+    nlohmann::json e{{"name", run_name(*r.row, r.layout, r.dispatcher)},
+                     {"row", row_label(*r.row)},
+                     {"model", {{"source", r.row->run.source.source()},
+                                {"config", nlohmann::json::parse(golden::config_to_json(m.layer).dump())},
+                                {"num_layers", m.num_layers},
+                                {"n_hash_layers", m.n_hash_layers},
+                                {"vocab", m.vocab},
+                                {"seq", r.row->run.seq},
+                                {"global_batch", r.row->run.global_batch},
+                                {"micro_batch", r.row->run.micro_batch},
+                                {"padding", r.row->run.padding},
+                                {"scaling", r.row->run.scaling}}},
+                     {"semantics", m.semantics().spec()},
                      {"layout", layout_json(r.layout)},
                      {"dispatcher", to_string(r.dispatcher)},
                      {"pass", r.result.pass()},
-                     {"seconds", r.seconds}};
-    for (int q = 0; q < dist::kQuantities; ++q) {
-      const auto& err = r.result.errors[static_cast<size_t>(q)];
-      const std::string name(to_string(static_cast<dist::Quantity>(q)));
-      e["max_abs"][name] = err.compared ? nlohmann::json(err.max_abs) : nlohmann::json(nullptr);
-    }
+                     {"seconds", r.seconds},
+                     {"max_abs", errors_json(r.result)}};
+    for (const auto& step : r.steps) e["steps"].push_back(errors_json(step));
     if (!r.result.pass())
       e["first_mismatch"] = {{"tensor", r.result.first.tensor},
                              {"rank", r.result.first.rank},
@@ -180,10 +292,55 @@ nlohmann::json to_json(const std::vector<Run>& runs) {
   return out;
 }
 
-// N whole training steps of one (layout, dispatcher), optionally resumed under another layout: the comparisons
-// of all steps merged into one.
-dist::RankComparison run_steps(const CheckOptions& o, const CheckRow& row, const dist::CheckProblem& base,
-                               Communicator* world) {
+// JUnit XML: one testcase per run (classname the row, name the layout and dispatcher), the first mismatch as the
+// failure's message.
+void write_junit(const std::vector<Run>& runs, const std::string& path) {
+  const auto escape = [](const std::string& text) {
+    std::string out;
+    for (char ch : text) {
+      switch (ch) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '"': out += "&quot;"; break;
+        default: out += ch;
+      }
+    }
+    return out;
+  };
+  int failures = 0;
+  double seconds = 0;
+  for (const Run& r : runs) {
+    failures += !r.result.pass();
+    seconds += r.seconds;
+  }
+  std::ostringstream x;
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"moe-oracle check\" tests=\"" << runs.size()
+    << "\" failures=\"" << failures << "\" errors=\"0\" time=\"" << seconds << "\">\n";
+  for (const Run& r : runs) {
+    x << "  <testcase classname=\"" << escape(row_label(*r.row) + " [" + r.row->run.semantics + "]") << "\" name=\""
+      << escape(layout_name(r.layout) + " " + std::string(to_string(r.dispatcher))) << "\" time=\"" << r.seconds
+      << "\"";
+    if (r.result.pass()) {
+      x << "/>\n";
+      continue;
+    }
+    std::ostringstream why;
+    why << std::setprecision(17) << "first mismatch in " << r.result.first.tensor << " on rank " << r.result.first.rank
+        << " at flat index " << r.result.first.index << ": parallel " << r.result.first.got << ", oracle "
+        << r.result.first.want;
+    x << ">\n    <failure message=\"" << escape(why.str()) << "\"/>\n  </testcase>\n";
+  }
+  x << "</testsuite>\n";
+  std::ofstream file(path);
+  file << x.str();
+  if (!file) throw std::invalid_argument("--junit: cannot write " + path);
+}
+
+// N whole training steps of one (layout, dispatcher), optionally resumed under another layout: one comparison per
+// step.
+std::vector<dist::RankComparison> run_steps(const CheckOptions& o, const CheckRow& row, const dist::CheckProblem& base,
+                                            Communicator* world) {
   dist::RunProblem run;
   run.config = base.config;
   run.params = base.params;
@@ -198,11 +355,9 @@ dist::RankComparison run_steps(const CheckOptions& o, const CheckRow& row, const
     run.checkpoint_dir = o.checkpoint_dir;
   }
   const auto oracle = dist::oracle_trajectory(run);
-  const auto steps = world ? dist::check_run_on_world(*world, run, oracle) : dist::check_run_inproc(run, oracle);
-  dist::RankComparison merged;
-  for (const auto& s : steps) merged.merge(s);
-  return merged;
+  return world ? dist::check_run_on_world(*world, run, oracle) : dist::check_run_inproc(run, oracle);
 }
+
 
 // Runs every (row, layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr).
 std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dist::KernelBackend& kernels,
@@ -213,12 +368,17 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
   else
     kinds = {dist::parse_dispatcher(o.dispatcher)};
 
-  // Every error before any work: models, layouts, batch splits.
+  // Every error before any work: models, layouts, batch splits, runs that would not fit in memory.
+  int chosen = 0;
   for (const CheckRow& row : rows) {
-    row.run.model();
+    const ModelConfig model = row.run.model();
     for (const ParallelLayout& layout : row.layouts) {
       layout.validate();
       num_microbatches(layout, row.run.global_batch, row.run.micro_batch);
+      require_fits(check_memory(model, row.run, layout, row.steps),
+                   "checking " + row.run.source.source() + " on " + layout_name(layout),
+                   "check its structure at test size with --shrink, or give a smaller --seq / --global-batch");
+      for (auto kind : kinds) chosen += selected(o, run_name(row, layout, kind));
       if (world && layout.world > world->size())
         throw std::invalid_argument("layout " + layout_name(layout) + " needs " + std::to_string(layout.world) +
                                     " ranks; mpirun started " + std::to_string(world->size()));
@@ -226,6 +386,9 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
     if (!row.resume_as.empty()) parse_layout(row.resume_as, "--resume-as");
     row.run.padded(row.run.global_batch);
   }
+  if (chosen == 0)
+    throw std::invalid_argument("--filter matches no run (names look like \"" +
+                                run_name(rows.front(), rows.front().layouts.front(), kinds.front()) + "\")");
   std::vector<Run> runs;
   for (const CheckRow& row : rows) {
     const ModelConfig model = row.run.model();
@@ -234,13 +397,16 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
     for (const ParallelLayout& layout : row.layouts) {
       dist::CheckProblem problem{model, params, batch, layout, {}, {o.atol, o.rtol}};
       for (auto kind : kinds) {
+        if (!selected(o, run_name(row, layout, kind))) continue;
         problem.options = {kind, row.run.mode(), row.run.micro_batch};
         problem.options.kernels = &kernels;
         problem.options.precision = o.dtype == "float" ? dist::Precision::float32 : dist::Precision::float64;
         const auto start = std::chrono::steady_clock::now();
         dist::RankComparison result;
+        std::vector<dist::RankComparison> steps;
         if (row.steps > 0) {
-          result = run_steps(o, row, problem, world);
+          steps = run_steps(o, row, problem, world);
+          for (const auto& s : steps) result.merge(s);
         } else if (world) {
           const GlobalStep oracle = dist::oracle_step(problem);
           // The first layout.world ranks run it; the rest sit it out in their own color.
@@ -250,10 +416,10 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
           result = dist::check_inproc(problem, dist::oracle_step(problem));
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        runs.push_back({&row, layout, kind, result, seconds});
+        runs.push_back({&row, layout, kind, result, seconds, steps});
         if (!o.json && (!world || world->rank() == 0))
-          std::cerr << "  " << row_label(row) << " [" << row.run.semantics << "] " << layout_name(layout) << " "
-                    << to_string(kind) << ": " << (result.pass() ? "pass" : "FAIL") << "\n";
+          std::cerr << "  [" << runs.size() << "/" << chosen << "] " << run_name(row, layout, kind) << ": "
+                    << (result.pass() ? "pass" : "FAIL") << "\n";
       }
     }
   }
@@ -270,13 +436,7 @@ void add_check_command(CLI::App& app) {
       "Run the parallel MoE system and compare every rank with the oracle (default: the embedded set of models "
       "with padding × layouts × 3 dispatchers × semantics profiles, printing the features it covered)");
   add_run_options(*cmd, o->run);
-  cmd->add_option("--world", o->layout.world, "run this one layout instead of the built-in ones");
-  cmd->add_option("--tp", o->layout.tp, "tensor (and sequence) parallel size")->capture_default_str();
-  cmd->add_option("--cp", o->layout.cp, "context parallel size")->capture_default_str();
-  cmd->add_option("--ep", o->layout.ep, "expert parallel size")->capture_default_str();
-  cmd->add_option("--etp", o->layout.etp, "expert tensor parallel size")->capture_default_str();
-  cmd->add_option("--pp", o->layout.pp, "pipeline parallel size")->capture_default_str();
-  cmd->add_option("--order", o->layout.order, "rank order, fastest-varying axis first")->capture_default_str();
+  add_layout_flags(*cmd, o->layout, false);  // with --world: run this one layout instead of the built-in ones
   cmd->add_option("--steps", o->steps,
                   "run N whole training steps (optimizer, bias update) against the oracle's "
                   "trajectory")
@@ -289,7 +449,8 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--optimizer", o->optimizer, "adam or sgd (with --steps)")->capture_default_str();
   cmd->add_flag("--distributed-optimizer", o->distributed_optimizer,
                 "shard optimizer state; reduce-scatter gradients, all-gather parameters");
-  cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
+  cmd->add_option("--dispatcher,--moe-token-dispatcher-type", o->dispatcher, "alltoall, allgather, flex or all")
+      ->capture_default_str();
   cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
   cmd->add_option("--kernels", o->kernels,
                   std::string("what does the data work (row moves, grouped SwiGLU): ") + kKernelNames)
@@ -298,12 +459,23 @@ void add_check_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--atol", o->atol, "absolute tolerance (default: 1e-13 double, 5e-8 float)");
   cmd->add_option("--rtol", o->rtol, "relative tolerance (default: 1e-9 double, 1e-4 float)");
-  cmd->add_flag("--json", o->json, "machine-readable output");
+  cmd->add_flag("--json", o->json, "machine-readable output (with the version, each run's model and semantics)");
+  cmd->add_option("--junit", o->junit, "also write JUnit XML here: one testcase per run");
+  cmd->add_option("--filter", o->filters,
+                  "run only the runs whose name holds this text (e.g. cp2, flex, megatron); repeatable: any of them");
   cmd->callback([o, cmd] {
-    for (const char* flag : {"--preset", "--layers", "--hash-layers", "--seq", "--micro-batch", "--global-batch",
-                             "--padding", "--scaling", "--seed"})
-      o->custom_model = o->custom_model || cmd->count(flag) > 0;
+    std::vector<std::string> custom = model_option_names();
+    for (const char* flag : {"--hash-layers", "--shrink", "--seq", "--micro-batch", "--global-batch", "--padding",
+                             "--scaling", "--calculate-per-token-loss", "--seed"})
+      custom.emplace_back(flag);
+    for (const auto& flag : custom) o->custom_model = o->custom_model || cmd->count(flag) > 0;
     o->custom_semantics = cmd->count("--semantics") > 0;
+    o->seq_given = cmd->count("--seq") > 0;
+    o->global_batch_given = cmd->count("--global-batch") > 0;
+    for (const char* flag : {"--tp", "--cp", "--pp", "--ep", "--etp", "--order"})
+      if (cmd->count(flag) > 0 && o->layout.world == 0)
+        throw std::invalid_argument(std::string(flag) + " needs --world (without it check runs its built-in layouts)");
+    finish_layout(*cmd, o->layout);
     if (o->backend != "inproc" && o->backend != "mpi")
       throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
     if (o->optimizer != "adam" && o->optimizer != "sgd")
@@ -354,9 +526,10 @@ void add_check_command(CLI::App& app) {
     for (const Run& r : runs) pass = pass && r.result.pass();
     if (print) {
       if (o->json)
-        std::cout << to_json(runs).dump(2) << "\n";
+        std::cout << to_json(runs, *o).dump(2) << "\n";
       else
         print_table(runs, *o, std::cout);
+      if (!o->junit.empty()) write_junit(runs, o->junit);
     }
     world.reset();
     mpi.reset();

@@ -8,7 +8,7 @@ namespace {
 RunOptions run_of(const std::string& preset, int micro_batch, const std::string& scaling,
                   const std::string& semantics = "intended") {
   RunOptions r;
-  r.preset = preset;
+  r.source.preset = preset;
   r.micro_batch = micro_batch;
   r.scaling = scaling;
   r.semantics = semantics;

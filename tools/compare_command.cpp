@@ -48,7 +48,8 @@ void run(const CompareArgs& a) {
   const compare::TensorResult* fail = c.first_failure();
 
   if (a.json) {
-    nlohmann::json out{{"dump", a.dir},
+    nlohmann::json out{{"moe_oracle", MOE_ORACLE_VERSION},
+                       {"dump", a.dir},
                        {"producer", dump.producer},
                        {"semantics", dump.config.semantics.spec()},
                        {"layout", layout_json(dump.layout)},

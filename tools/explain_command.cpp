@@ -163,7 +163,8 @@ void run(const ExplainArgs& a) {
   }
 
   if (a.json) {
-    nlohmann::json out{{"semantics", model.semantics().spec()},
+    nlohmann::json out{{"moe_oracle", MOE_ORACLE_VERSION},
+                       {"semantics", model.semantics().spec()},
                        {"scaling", o.scaling},
                        {"layouts", {layout_json(la), layout_json(lb)}},
                        {"objective", {a_full.step.objective, b_full.step.objective}},

@@ -67,6 +67,7 @@ struct CaseResult {
   std::string path;
   std::string kind;       // "layer" or "model" (empty when case.json could not be read)
   std::string semantics;  // the spec the case ran under
+  std::string written_by; // the release that wrote it (format 2's written_by; empty: not recorded)
   std::string error;      // reading or running the case failed
   std::vector<TensorComparison> tensors;
   bool pass() const {
@@ -97,6 +98,7 @@ CaseResult verify_case(const fs::path& dir) {
       r.kind = "layer";
       const golden::GoldenCase c = golden::read_case(dir);
       r.semantics = c.header.config.semantics.spec();
+      r.written_by = c.header.written_by;
       r.tensors = golden::compare_outputs(c, golden::oracle_outputs(c.header.config, golden::oracle_inputs(c)));
     }
   } catch (const std::exception& e) {
@@ -107,7 +109,11 @@ CaseResult verify_case(const fs::path& dir) {
 
 void print_table(const CaseResult& r) {
   std::cout << "case " << r.path;
-  if (!r.kind.empty()) std::cout << "  (" << r.kind << " case, semantics " << (r.semantics.empty() ? "?" : r.semantics) << ")";
+  if (!r.kind.empty())
+    std::cout << "  (" << r.kind << " case, semantics " << (r.semantics.empty() ? "?" : r.semantics) << ", written by "
+              << (r.written_by.empty() ? "a release that did not record itself (before 0.4.0, or the numpy generator)"
+                                       : r.written_by)
+              << ")";
   std::cout << "\n";
   if (!r.error.empty()) {
     std::cout << "  ERROR " << r.error << "\n";
@@ -128,6 +134,7 @@ void print_table(const CaseResult& r) {
 nlohmann::json to_json(const CaseResult& r) {
   nlohmann::json j{{"case", r.path}, {"pass", r.pass()}};
   if (!r.kind.empty()) j["kind"] = r.kind;
+  j["written_by"] = r.written_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.written_by);
   if (!r.semantics.empty()) j["semantics"] = r.semantics;
   if (!r.error.empty()) j["error"] = r.error;
   for (const auto& t : r.tensors) {
@@ -142,7 +149,10 @@ void run_verify(const VerifyOptions& opt) {
   for (const auto& dir : case_directories(opt.paths)) results.push_back(verify_case(dir));
   const auto passed = std::count_if(results.begin(), results.end(), [](const auto& r) { return r.pass(); });
   if (opt.json) {
-    nlohmann::json j{{"cases", nlohmann::json::array()}, {"passed", passed}, {"total", results.size()}};
+    nlohmann::json j{{"moe_oracle", MOE_ORACLE_VERSION},
+                     {"cases", nlohmann::json::array()},
+                     {"passed", passed},
+                     {"total", results.size()}};
     for (const auto& r : results) j["cases"].push_back(to_json(r));
     std::cout << j.dump(2) << "\n";
   } else {
@@ -168,8 +178,10 @@ void run_write(const WriteOptions& opt) {
   const std::string description = "written by moe-oracle golden write from " +
                                   fs::path(opt.config_file).filename().string() + ", seed " +
                                   std::to_string(opt.seed);
-  golden::write_case(opt.out, golden::oracle_case(config, opt.seq, opt.batch, opt.vocab, opt.seed,
-                                                  golden::Tolerance{}, description));
+  golden::GoldenCase written =
+      golden::oracle_case(config, opt.seq, opt.batch, opt.vocab, opt.seed, golden::Tolerance{}, description);
+  written.header.written_by = std::string("moe-oracle ") + MOE_ORACLE_VERSION;
+  golden::write_case(opt.out, written);
   if (opt.json) {
     std::cout << nlohmann::json{{"wrote", opt.out}, {"description", description}}.dump(2) << "\n";
   } else {

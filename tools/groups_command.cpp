@@ -4,6 +4,7 @@
 #include "reference/process_groups.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
+#include "tools/model_options.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -18,7 +19,7 @@ namespace {
 
 struct GroupsArgs {
   ParallelLayout layout;
-  std::string preset = "v4-pro";
+  ModelOptions model;
   int rank = 0;
   bool grid = false;
   bool json = false;
@@ -59,7 +60,7 @@ std::vector<int> stage_ranks(const ProcessGroups& g, int rank) {
 
 void run(const GroupsArgs& a) {
   const ProcessGroups g(a.layout);
-  const auto& preset = layer_preset(a.preset);
+  const LayerPreset preset = a.model.resolve();
   const int num_experts = preset.config.num_experts;
   if (a.rank < 0 || a.rank >= a.layout.world)
     throw std::invalid_argument("rank rule: --rank " + std::to_string(a.rank) + " is outside [0, " +
@@ -69,7 +70,8 @@ void run(const GroupsArgs& a) {
 
   if (a.json) {
     nlohmann::json out = {{"layout", layout_json(a.layout)},
-                          {"preset", preset.name},
+                          {"moe_oracle", MOE_ORACLE_VERSION},
+                          {"model", a.model.source()},
                           {"num_experts", num_experts},
                           {"rank", a.rank},
                           {"stage", stage},
@@ -128,12 +130,16 @@ void add_groups_command(CLI::App& app) {
   auto args = std::make_shared<GroupsArgs>();
   auto* cmd = app.add_subcommand("groups", "Process groups of a rank and the routed experts it holds (Megatron's "
                                            "RankGenerator; dense mesh ep = 1, expert mesh cp = 1)");
-  add_layout_options(*cmd, args->layout);
-  cmd->add_option("--preset", args->preset, "model preset giving the number of routed experts")->capture_default_str();
+  add_layout_flags(*cmd, args->layout, true);
+  args->model.default_preset = "v4-pro";
+  add_model_options(*cmd, args->model);  // the model gives the number of routed experts
   cmd->add_option("--rank", args->rank, "global rank to describe")->capture_default_str();
   cmd->add_flag("--grid", args->grid, "print every rank of the rank's pipeline stage as a table");
   cmd->add_flag("--json", args->json, "machine-readable output");
-  cmd->callback([args] { run(*args); });
+  cmd->callback([args, cmd] {
+    finish_layout(*cmd, args->layout);
+    run(*args);
+  });
 }
 
 }  // namespace moe::cli

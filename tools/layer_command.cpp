@@ -4,6 +4,7 @@
 #include "reference/presets.hpp"
 #include "reference/random_init.hpp"
 #include "tools/commands.hpp"
+#include "tools/model_options.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -18,7 +19,7 @@ namespace moe::cli {
 namespace {
 
 struct CheckOptions {
-  std::string preset = "tiny-v4";
+  ModelOptions model;
   std::string semantics = "intended";
   int seq = 0;    // 0 = the preset's
   int batch = 0;  // 0 = the preset's
@@ -83,10 +84,11 @@ std::string describe(const MoeConfig& c) {
 
 void print_human(const LayerPreset& p, const MoeConfig& c, const CheckOptions& o, const MoeParams<double>& params,
                  const MoeForward<double>& f, const std::vector<TensorNorm>& grads) {
+  for (const auto& note : o.model.notes()) std::printf("note: %s\n", note.c_str());
   std::printf("moe-oracle layer: one MoE layer through the oracle (double precision, one process)\n\n");
-  std::printf("preset   %s: %s\nconfig   %s\nsemantics %s\nbatch    seq %d × batch %d = %lld tokens, seed %llu, "
+  std::printf("model    %s: %s\nconfig   %s\nsemantics %s\nbatch    seq %d × batch %d = %lld tokens, seed %llu, "
               "double\n\n",
-              p.name.c_str(), p.description.c_str(), describe(c).c_str(), c.semantics.spec().c_str(), o.seq, o.batch,
+              o.model.source().c_str(), p.description.c_str(), describe(c).c_str(), c.semantics.spec().c_str(), o.seq, o.batch,
               static_cast<long long>(f.y.rows()), static_cast<unsigned long long>(o.seed));
 
   std::printf("routing  %-8s", "expert");
@@ -116,9 +118,9 @@ void print_human(const LayerPreset& p, const MoeConfig& c, const CheckOptions& o
 void add_layer_command(CLI::App& app) {
   auto o = std::make_shared<CheckOptions>();
   auto* cmd = app.add_subcommand("layer", "Run one MoE layer through the oracle and print its outputs and gradients");
-  cmd->add_option("--preset", o->preset, "layer preset (tiny-v4, tiny-v3, ...)")->capture_default_str();
-  cmd->add_option("--seq", o->seq, "sequence length (default: the preset's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--micro-batch", o->batch, "sequences per micro-batch (default: the preset's)")
+  add_model_options(*cmd, o->model);
+  cmd->add_option("--seq,--seq-length", o->seq, "sequence length (default: the model's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--micro-batch,--micro-batch-size", o->batch, "sequences per micro-batch (default: the model's)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "seed of parameters, inputs and grad_y")->capture_default_str();
   cmd->add_option("--semantics", o->semantics,
@@ -126,15 +128,22 @@ void add_layer_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
-    const LayerPreset& p = layer_preset(o->preset);
+    const LayerPreset p = o->model.resolve();
     MoeConfig config = p.config;
     config.semantics = Semantics::parse(o->semantics);
     CheckOptions opt = *o;
     if (opt.seq == 0) opt.seq = p.seq;
     if (opt.batch == 0) opt.batch = p.batch;
-    const long long tokens = static_cast<long long>(opt.seq) * opt.batch;
-    if (static_cast<long long>(p.config.hidden) * p.config.num_experts * p.config.ffn_hidden * tokens > (1LL << 34))
-      throw std::invalid_argument("preset '" + p.name + "' is too large for the CPU oracle (use it with volume/groups)");
+    // The layer's parameters, gradients and a copy, and what the forward keeps per token.
+    const double tokens = static_cast<double>(opt.seq) * opt.batch;
+    MemoryEstimate memory;
+    memory.parameters = 8.0 * 3 * (config.num_experts * 3.0 * config.expert_width() * config.ffn_hidden +
+                                   config.num_experts * 1.0 * config.hidden + 3.0 * config.hidden *
+                                   config.shared_expert_ffn_hidden);
+    memory.activations = 8.0 * tokens * (10.0 * config.hidden + 6.0 * config.num_experts +
+                                         6.0 * config.topk * config.ffn_hidden);
+    require_fits(memory, "the layer of " + o->model.source(),
+                 "run a test-size model, or give smaller --hidden-size / --num-experts / --moe-ffn-hidden-size");
 
     const auto params = random_params<double>(config, p.vocab, opt.seed);
     const auto inputs = random_inputs<double>(config, opt.seq, opt.batch, p.vocab, opt.seed + 1);
@@ -148,7 +157,8 @@ void add_layer_command(CLI::App& app) {
       return;
     }
     nlohmann::json j;
-    j["preset"] = p.name;
+    j["moe_oracle"] = MOE_ORACLE_VERSION;
+    j["model"] = o->model.source();
     j["semantics"] = config.semantics.spec();
     j["seq"] = opt.seq;
     j["batch"] = opt.batch;

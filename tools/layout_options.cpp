@@ -8,16 +8,6 @@
 
 namespace moe::cli {
 
-void add_layout_options(CLI::App& cmd, ParallelLayout& layout) {
-  cmd.add_option("--world", layout.world, "number of ranks (GPUs)")->required();
-  cmd.add_option("--tp", layout.tp, "tensor parallel size (attention, shared expert)")->capture_default_str();
-  cmd.add_option("--cp", layout.cp, "context parallel size")->capture_default_str();
-  cmd.add_option("--pp", layout.pp, "pipeline parallel size")->capture_default_str();
-  cmd.add_option("--ep", layout.ep, "expert parallel size")->capture_default_str();
-  cmd.add_option("--etp", layout.etp, "expert tensor parallel size")->capture_default_str();
-  cmd.add_option("--order", layout.order, "rank order, fastest-varying axis first")->capture_default_str();
-}
-
 std::string describe(const ParallelLayout& l) {
   std::ostringstream s;
   s << "world " << l.world << " = tp " << l.tp << " · cp " << l.cp << " · dp " << l.dp() << " · pp " << l.pp

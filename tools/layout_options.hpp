@@ -14,9 +14,6 @@
 
 namespace moe::cli {
 
-// --world (required) --tp --cp --pp --ep --etp --order, bound to `layout`.
-void add_layout_options(CLI::App& cmd, ParallelLayout& layout);
-
 // "world 1024 = tp 1 · cp 2 · dp 64 · pp 8 (dense) = etp 1 · ep 64 · edp 2 · pp 8 (expert), order tp-cp-ep-dp-pp"
 std::string describe(const ParallelLayout& layout);
 

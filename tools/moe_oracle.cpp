@@ -7,6 +7,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"moe-oracle: differential testing of parallel Mixture-of-Experts layers against a CPU oracle"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("moe-oracle ") + MOE_ORACLE_VERSION);
   moe::cli::add_check_command(app);
   moe::cli::add_compare_command(app);
   moe::cli::add_bench_command(app);

@@ -2,7 +2,9 @@
 
 #include "reference/presets.hpp"
 
+#include <algorithm>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 
@@ -35,15 +37,43 @@ std::vector<std::string> split_items(const std::string& text) {
 }  // namespace
 
 ModelConfig RunOptions::model() const {
-  const LayerPreset& p = layer_preset(preset);
+  LayerPreset p = source.resolve();
+  if (shrink) p = shrink_model(p, ep_multiple);
   ModelConfig m;
   m.layer = p.config;
   m.layer.semantics = Semantics::parse(semantics);
-  m.num_layers = layers;
-  m.n_hash_layers = hash_layers;
+  m.num_layers = p.num_layers > 0 ? p.num_layers : 4;
+  m.n_hash_layers = hash_layers.value_or(p.n_hash_layers);
   m.vocab = p.vocab;
   m.validate();
   return m;
+}
+
+LayerPreset shrink_model(const LayerPreset& model, int ep_multiple) {
+  LayerPreset s = model;
+  MoeConfig& c = s.config;
+  const auto lower = [](int& v, int to) { v = std::min(v, to); };
+  lower(c.hidden, 32);
+  lower(c.ffn_hidden, 16);
+  if (c.shared_expert_ffn_hidden > 0) lower(c.shared_expert_ffn_hidden, 16);
+  if (c.latent_size > 0) lower(c.latent_size, 16);
+  const int groups = c.num_groups > 0 ? c.num_groups : 1;
+  const int per_group = c.num_groups > 0 ? c.topk / c.group_topk : 1;
+  const int unit = std::lcm(groups, std::max(ep_multiple, 1));
+  int experts = unit;
+  while (experts < 2 * c.topk || experts / groups < per_group) experts += unit;
+  c.num_experts = std::min(c.num_experts, experts);
+  s.num_layers = std::min(s.num_layers > 0 ? s.num_layers : 4, 4);
+  s.n_hash_layers = std::min(s.n_hash_layers, 1);
+  s.num_dense_layers = 0;
+  s.vocab = 64;
+  s.name += " (shrunk)";
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--shrink: the shrunk model is not valid: ") + e.what());
+  }
+  return s;
 }
 
 std::vector<int> RunOptions::padded(int size) const {
@@ -67,30 +97,38 @@ GlobalBatch RunOptions::batch(const ModelConfig& m, std::uint64_t batch_seed) co
 }
 
 std::string RunOptions::describe() const {
+  const ModelConfig m = model();
   std::ostringstream s;
-  s << preset << " model (" << layers << " layers, " << hash_layers << " hash), global batch " << global_batch
-    << " × seq " << seq << ", micro-batch " << micro_batch << ", padding "
+  s << source.source() << (shrink ? " shrunk" : "") << " (" << m.num_layers << " layers, " << m.n_hash_layers
+    << " hash; h " << m.layer.hidden << ", E " << m.layer.num_experts << ", k " << m.layer.topk << "), global batch "
+    << global_batch << " × seq " << seq << ", micro-batch " << micro_batch << ", padding "
     << (padding.empty() ? std::string("none") : "[" + padding + "]") << ", scaling " << scaling << ", semantics "
-    << Semantics::parse(semantics).spec();
+    << m.semantics().spec();
   return s.str();
 }
 
 void add_run_options(CLI::App& cmd, RunOptions& o) {
-  cmd.add_option("--preset", o.preset, "layer preset of every MoE layer (tiny-v4, tiny-v3)")->capture_default_str();
-  cmd.add_option("--layers", o.layers, "MoE layers in the model")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--hash-layers", o.hash_layers, "of which the first n route by tid2eid")->capture_default_str();
-  cmd.add_option("--seq", o.seq, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--micro-batch", o.micro_batch, "sequences per microbatch")
+  add_model_options(cmd, o.source);
+  cmd.add_option("--hash-layers", o.hash_layers, "of the MoE layers, the first n route by tid2eid (default: the "
+                                                 "model's)");
+  cmd.add_flag("--shrink", o.shrink,
+               "check the model's structure at test size: same top-k, groups, score function and options; h 32, "
+               "widths 16, ≤ 4 layers, fewer experts (README: --shrink)");
+  cmd.add_option("--seq,--seq-length", o.seq, "sequence length (default 16, or the smallest that fits the layout)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--micro-batch,--micro-batch-size", o.micro_batch, "sequences per microbatch")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd.add_option("--global-batch", o.global_batch, "sequences per step")
-      ->capture_default_str()
+  cmd.add_option("--global-batch,--global-batch-size", o.global_batch,
+                 "sequences per step (default 8, or the smallest that fits the layout)")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--padding", o.padding,
                  "padded positions at the end of each sequence, e.g. 3,0,1 (cycled over the batch; default none)");
   cmd.add_option("--scaling", o.scaling, "sum, avg or per-token")
       ->capture_default_str()
       ->check(CLI::IsMember({"sum", "avg", "per-token"}));
+  cmd.add_flag_callback("--calculate-per-token-loss", [&o] { o.scaling = "per-token"; },
+                        "Megatron's name for --scaling per-token");
   cmd.add_option("--semantics", o.semantics,
                  "intended, megatron-core-0.19 or megatron-main, optionally with ,+deviation / ,-deviation "
                  "(moe-oracle semantics lists them)")

@@ -4,25 +4,29 @@
 #pragma once
 
 #include "reference/global_step.hpp"
+#include "tools/model_options.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace moe::cli {
 
 struct RunOptions {
-  std::string preset = "tiny-v4";
-  int layers = 4, hash_layers = 1;
+  ModelOptions source;                // --preset / --model / Megatron's model flags
+  std::optional<int> hash_layers;     // default: the model's
+  bool shrink = false;                // --shrink: the model's structure at test size (shrink_model)
+  int ep_multiple = 1;                // with shrink: the EP sizes the run uses (the shrunk E divides by them)
   int seq = 16, micro_batch = 1, global_batch = 8;
   std::string padding;  // padded positions at the end of each sequence, "3,0,1" (cycled over the batch)
   std::string scaling = "sum";
   std::string semantics = "intended";
   std::uint64_t seed = 1;
 
-  ModelConfig model() const;  // the preset's layer, the depth, the semantics; validated
+  ModelConfig model() const;  // the model's layer, its depth (4 MoE layers when unknown), the semantics; validated
   // Padded positions per sequence of a batch of `size` sequences: the pattern cycled (empty: none).
   std::vector<int> padded(int size) const;
   GlobalBatch batch(const ModelConfig& model, std::uint64_t seed) const;
@@ -32,6 +36,14 @@ struct RunOptions {
 
 // The model, batch, scaling and semantics options, bound to `o`.
 void add_run_options(CLI::App& cmd, RunOptions& o);
+
+// --shrink: a model's structure at a size a CPU checks in seconds. Kept: top-k, score function, normalisation, α,
+// groups (num_groups, group_topk), expert bias and its update, the aux type and coefficients, z-loss, capacity
+// (factor, policy, padding), the clamp, the shared expert and its gate, latent MoE, probs on the input, the
+// semantics. Scaled: hidden → 32, routed and shared widths → 16, latent → 16, MoE layers → at most 4 (hash layers
+// at most 1), vocab → 64, and E → the smallest multiple of lcm(num_groups, ep_multiple) that is ≥ 2k and gives each
+// group at least k/group_topk experts (never more than E).
+LayerPreset shrink_model(const LayerPreset& model, int ep_multiple);
 
 // "world=4,cp=2,ep=2" (commas or spaces; unnamed sizes 1; world defaults to tp·cp·pp·dp with dp=… allowed).
 // Every value a whole number ≥ 1, every key known and given once; the layout validated. `option` names the flag in

@@ -4,6 +4,7 @@
 #include "reference/scaling_rules.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
+#include "tools/model_options.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -46,7 +47,8 @@ void run(const ScalingArgs& a) {
   };
 
   if (a.json) {
-    nlohmann::json out = {{"layout", layout_json(a.layout)},
+    nlohmann::json out = {{"moe_oracle", MOE_ORACLE_VERSION},
+                          {"layout", layout_json(a.layout)},
                           {"loss_mode", to_string(mode)},
                           {"semantics", semantics.spec()},
                           {"group_sizes",
@@ -124,7 +126,7 @@ void add_scaling_command(CLI::App& app) {
   auto args = std::make_shared<ScalingArgs>();
   auto* cmd = app.add_subcommand("scaling", "Gradient-scaling rules for a layout and loss mode: pre-scale, "
                                             "collective, group, token division; aux/z-loss backward scales");
-  add_layout_options(*cmd, args->layout);
+  add_layout_flags(*cmd, args->layout, true);
   cmd->add_option("--scaling", args->scaling, "loss mode")
       ->check(CLI::IsMember({"sum", "avg", "per-token"}))
       ->capture_default_str();
@@ -132,12 +134,19 @@ void add_scaling_command(CLI::App& app) {
                   "semantics profile whose rules to print (intended, megatron-core-0.19, megatron-main; "
                   "P,+deviation,-deviation; see `moe-oracle semantics`)")
       ->capture_default_str();
-  cmd->add_option("--micro-batch", args->micro_batch, "samples per microbatch (b)")->capture_default_str();
-  cmd->add_option("--global-batch", args->global_batch, "samples per global batch (B); default b·dp, one microbatch");
+  cmd->add_option("--micro-batch,--micro-batch-size", args->micro_batch, "samples per microbatch (b)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch,--global-batch-size", args->global_batch,
+                  "samples per global batch (B); default b·dp, one microbatch")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--distributed-optimizer", args->distributed_optimizer,
                 "gradients are reduce-scattered (distributed optimizer) instead of all-reduced");
   cmd->add_flag("--json", args->json, "machine-readable output");
-  cmd->callback([args] { run(*args); });
+  cmd->callback([args, cmd] {
+    finish_layout(*cmd, args->layout);
+    run(*args);
+  });
 }
 
 }  // namespace moe::cli

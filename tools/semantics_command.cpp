@@ -33,7 +33,7 @@ struct SemanticsArgs {
 void run(const SemanticsArgs& a) {
   const Semantics chosen = a.profile.empty() ? Semantics() : Semantics::parse(a.profile);
   if (a.json) {
-    nlohmann::json out;
+    nlohmann::json out{{"moe_oracle", MOE_ORACLE_VERSION}};
     for (const auto& p : semantics_profiles()) {
       nlohmann::json ids = nlohmann::json::array();
       for (Deviation d : p.deviations) ids.push_back(deviation_info(d).name);

@@ -5,6 +5,7 @@
 //
 // Default: seed 000's 4-token EP2 example. --preset tiny-v4 (with --world/--ep/--etp/--tokens) steps a preset layer.
 #include "tools/commands.hpp"
+#include "tools/model_options.hpp"
 #include "tools/step/html_view.hpp"
 #include "tools/step/json_view.hpp"
 #include "tools/step/stepper.hpp"
@@ -22,7 +23,8 @@ namespace {
 
 struct StepOptions {
   std::string dispatcher = "alltoall";
-  std::string preset;  // empty = the seed example
+  ModelOptions model;   // none given: the seed example
+  bool use_model = false;
   int world = 4, ep = 2, etp = 1, tokens = 3;
   std::uint64_t seed = 7;
   std::string stage;
@@ -54,9 +56,20 @@ bool next_stage(std::istream& in, std::ostream& out) {
 
 void run(const StepOptions& o) {
   const auto kind = dist::parse_dispatcher(o.dispatcher);
-  const step::StepProblem problem = o.preset.empty()
-                                        ? step::seed_example(o.seed)
-                                        : step::preset_example(o.preset, o.world, o.ep, o.etp, o.tokens, o.seed);
+  step::StepProblem problem;
+  if (o.use_model) {
+    const LayerPreset m = o.model.resolve();
+    // The stepped layer on every rank: experts, their shards and gradients, and each stage's rows.
+    const MoeConfig& c = m.config;
+    MemoryEstimate e;
+    e.parameters = 8.0 * c.num_experts * 3 * c.expert_width() * c.ffn_hidden * (o.world + 3);
+    e.activations = 8.0 * o.tokens * o.world * (20.0 * c.hidden + 4.0 * c.num_experts + 6.0 * c.topk * c.ffn_hidden);
+    require_fits(e, "stepping " + o.model.source(), "step a test-size model (tiny-v4, or --model with smaller "
+                                                     "--hidden-size / --num-experts / --moe-ffn-hidden-size)");
+    problem = step::preset_example(m, o.world, o.ep, o.etp, o.tokens, o.seed);
+  } else {
+    problem = step::seed_example(o.seed);
+  }
   if (o.rank && (*o.rank < 0 || *o.rank >= problem.layout.world))
     throw std::invalid_argument("--rank " + std::to_string(*o.rank) + " is not a rank of a world of " +
                                 std::to_string(problem.layout.world));
@@ -95,11 +108,12 @@ void add_step_command(CLI::App& app) {
       "step", "Walk a small batch through a dispatcher stage by stage on in-process ranks, every row labelled with "
               "its token, source rank and expert (default: seed 000's 4-token EP2 example)");
   cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather or flex")->capture_default_str();
-  cmd->add_option("--preset", o->preset, "step a preset layer (tiny-v4, tiny-v3) instead of the seed example");
-  cmd->add_option("--world", o->world, "with --preset: ranks")->capture_default_str();
-  cmd->add_option("--ep", o->ep, "with --preset: expert parallel size")->capture_default_str();
-  cmd->add_option("--etp", o->etp, "with --preset: expert tensor parallel size")->capture_default_str();
-  cmd->add_option("--tokens", o->tokens, "with --preset: tokens per rank")->capture_default_str();
+  add_model_options(*cmd, o->model);  // a model (routed branch) instead of the seed example
+  cmd->add_option("--world", o->world, "with a model: ranks")->capture_default_str();
+  cmd->add_option("--ep,--expert-model-parallel-size", o->ep, "with a model: expert parallel size")->capture_default_str();
+  cmd->add_option("--etp,--expert-tensor-parallel-size", o->etp, "with a model: expert tensor parallel size")
+      ->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "with a model: tokens per rank")->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of parameters and tokens")->capture_default_str();
   cmd->add_option("--stage", o->stage, "print only this stage: an id (dispatch.permute) or a name (permute)");
   cmd->add_option("--rank", o->rank, "follow one rank");
@@ -107,9 +121,11 @@ void add_step_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_option("--html", o->html, "write a self-contained page drawing the stages to this file");
   cmd->callback([o, cmd] {
+    for (const auto& flag : model_option_names()) o->use_model = o->use_model || cmd->count(flag) > 0;
     for (const auto* flag : {"--world", "--ep", "--etp", "--tokens"})
-      if (o->preset.empty() && cmd->count(flag) > 0)
-        throw std::invalid_argument(std::string(flag) + " needs --preset (the seed example's layout is fixed: world 2, ep 2)");
+      if (!o->use_model && cmd->count(flag) > 0)
+        throw std::invalid_argument(std::string(flag) + " needs --preset or --model (the seed example's layout is "
+                                                        "fixed: world 2, ep 2)");
     run(*o);
   });
 }

@@ -3,6 +3,7 @@
 #include "reference/ep_volume.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
+#include "tools/model_options.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +17,7 @@ namespace {
 
 struct VolumeArgs {
   ParallelLayout layout;
-  std::string preset = "v4-pro";
+  ModelOptions model;
   std::optional<int> seq;          // default: the preset's
   std::optional<int> micro_batch;  // default: the preset's
   std::optional<int> moe_layers_per_stage;
@@ -24,14 +25,16 @@ struct VolumeArgs {
 };
 
 void run(const VolumeArgs& a) {
-  const auto& preset = layer_preset(a.preset);
+  const LayerPreset preset = a.model.resolve();
   const int seq = a.seq.value_or(preset.seq);
   const int micro_batch = a.micro_batch.value_or(preset.batch);
   const auto v = ep_volume(preset, a.layout, seq, micro_batch, a.moe_layers_per_stage);
 
   if (a.json) {
     const nlohmann::json out = {
-        {"preset", preset.name},
+        {"moe_oracle", MOE_ORACLE_VERSION},
+        {"model", a.model.source()},
+        {"notes", a.model.notes()},
         {"layout", layout_json(a.layout)},
         {"seq", seq},
         {"micro_batch", micro_batch},
@@ -64,7 +67,8 @@ void run(const VolumeArgs& a) {
     return;
   }
 
-  std::cout << "preset " << preset.name << ": h " << v.width << ", E " << v.num_experts << ", k " << v.topk << ", d "
+  for (const auto& note : a.model.notes()) std::cout << "note: " << note << "\n";
+  std::cout << "model " << a.model.source() << ": h " << v.width << ", E " << v.num_experts << ", k " << v.topk << ", d "
             << v.ffn_hidden << "\n";
   std::cout << "layout: " << describe(a.layout) << "\n";
   std::cout << "microbatch: " << micro_batch << " × " << seq << " tokens; per MoE layer, per rank unless stated\n";
@@ -102,14 +106,21 @@ void add_volume_command(CLI::App& app) {
   auto args = std::make_shared<VolumeArgs>();
   auto* cmd = app.add_subcommand("volume", "EP communication and routed-expert memory of one MoE layer for a preset, "
                                            "layout and microbatch (uniform routing, bf16, dropless)");
-  add_layout_options(*cmd, args->layout);
-  cmd->add_option("--preset", args->preset, "model preset")->capture_default_str();
-  cmd->add_option("--seq", args->seq, "tokens per sample (packed sequence length); default: the preset's");
-  cmd->add_option("--micro-batch", args->micro_batch, "samples per microbatch (b); default: the preset's");
+  add_layout_flags(*cmd, args->layout, true);
+  args->model.default_preset = "v4-pro";
+  add_model_options(*cmd, args->model);
+  cmd->add_option("--seq,--seq-length", args->seq, "tokens per sample (packed sequence length); default: the model's")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--micro-batch,--micro-batch-size", args->micro_batch,
+                  "samples per microbatch (b); default: the model's")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--moe-layers-per-stage", args->moe_layers_per_stage,
                   "MoE layers on a stage; default: the fullest stage of an even split of the preset's depth");
   cmd->add_flag("--json", args->json, "machine-readable output");
-  cmd->callback([args] { run(*args); });
+  cmd->callback([args, cmd] {
+    finish_layout(*cmd, args->layout);
+    run(*args);
+  });
 }
 
 }  // namespace moe::cli

@@ -3,7 +3,8 @@
 #   for each config: write a case, load every tensor with plain numpy (np.load) and check it against case.json,
 #   verify it again with the oracle, recompute it with the independent numpy layer (golden/gen/check_case.py),
 #   then show that verify fails on a perturbed output and refuses a newer format. A config file may be a bare config
-#   object or a {"config": {...}} wrapper (as case.json holds it); a "semantics" key makes a moe-golden/2 case.
+#   object or a {"config": {...}} wrapper (as case.json holds it). Written cases are moe-golden/2: they record the
+#   release that wrote them ("written_by").
 # Usage: round_trip.sh MOE_ORACLE PYTHON_WITH_NUMPY CONFIG.json...
 set -euo pipefail
 oracle="$1" python="$2"
@@ -23,8 +24,9 @@ import numpy as np
 case = sys.argv[1]
 meta = json.load(open(os.path.join(case, "case.json")))
 cfg, shape = meta["config"], meta["shape"]
-want = "moe-golden/2" if cfg.get("semantics", "intended") != "intended" else "moe-golden/1"
-assert meta["format"] == want, (meta["format"], want)
+# golden write records the release that wrote the case (written_by), which only format 2 has.
+assert meta["format"] == "moe-golden/2", meta["format"]
+assert meta["written_by"].startswith("moe-oracle "), meta.get("written_by")
 tokens = shape["seq"] * shape["batch"]
 t = {f[:-4]: np.load(os.path.join(case, f), allow_pickle=False) for f in os.listdir(case) if f.endswith(".npy")}
 for name, a in t.items():

@@ -112,8 +112,10 @@ TEST(EpVolume, RejectsShapesThatDoNotDivide) {
   five.etp = 5;
   expect_rule("ffn_hidden (3072) must be divisible by etp (5)", [&] { ep_volume(layer_preset("v4-pro"), five, 4096, 1); });
   ParallelLayout one;
-  expect_rule("preset tiny-v4 has no model depth", [&] { ep_volume(layer_preset("tiny-v4"), one, 16, 2); });
-  EXPECT_NO_THROW(ep_volume(layer_preset("tiny-v4"), one, 16, 2, 2));
+  LayerPreset no_depth = layer_preset("tiny-v4");
+  no_depth.num_layers = 0;
+  expect_rule("preset tiny-v4 has no model depth", [&] { ep_volume(no_depth, one, 16, 2); });
+  EXPECT_NO_THROW(ep_volume(no_depth, one, 16, 2, 2));
 }
 
 }  // namespace

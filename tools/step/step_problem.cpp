@@ -55,12 +55,11 @@ StepProblem seed_example(std::uint64_t seed) {
   return p;
 }
 
-StepProblem preset_example(const std::string& preset, int world, int ep, int etp, int tokens_per_rank,
+StepProblem preset_example(const LayerPreset& lp, int world, int ep, int etp, int tokens_per_rank,
                            std::uint64_t seed) {
   if (tokens_per_rank < 1) throw std::invalid_argument("step: --tokens must be at least 1 per rank");
-  const LayerPreset& lp = layer_preset(preset);
   StepProblem p;
-  p.name = preset;
+  p.name = lp.name;
   p.config = lp.config;
   // The routed branch only, so that the stepped output is the whole layer's output.
   p.config.shared_expert_ffn_hidden = 0;

@@ -8,6 +8,8 @@
 // A preset example runs a tiny-* layer (routed branch only) on random tokens instead.
 #pragma once
 
+#include "reference/presets.hpp"
+
 #include "reference/moe_layer.hpp"
 #include "reference/parallel_layout.hpp"
 
@@ -34,7 +36,7 @@ struct StepProblem {
 StepProblem seed_example(std::uint64_t seed);
 
 // Throws std::invalid_argument naming the rule when the layout or sizes do not fit.
-StepProblem preset_example(const std::string& preset, int world, int ep, int etp, int tokens_per_rank,
+StepProblem preset_example(const LayerPreset& preset, int world, int ep, int etp, int tokens_per_rank,
                            std::uint64_t seed);
 
 }  // namespace moe::step

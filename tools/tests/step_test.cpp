@@ -76,7 +76,7 @@ TEST(StepSeedExample, ForwardEqualsTheOracle) {
 // On a layout with ETP and a real router: every expert row sits on a rank holding its expert, every received
 // row's data is its token's input row, and the output still equals the oracle.
 TEST(StepPreset, ProvenanceMatchesTheData) {
-  const StepProblem p = preset_example("tiny-v4", 4, 2, 2, 3, 11);
+  const StepProblem p = preset_example(layer_preset("tiny-v4"), 4, 2, 2, 3, 11);
   for (auto kind : kAll) {
     const Trace t = run_step(p, kind);
     EXPECT_TRUE(t.oracle.pass()) << to_string(kind);
@@ -103,7 +103,7 @@ TEST(StepPreset, ProvenanceMatchesTheData) {
 
 // Each token's k results meet in its output row, whatever the dispatcher.
 TEST(StepPreset, OutputRowsSumTheirTopK) {
-  const StepProblem p = preset_example("tiny-v3", 4, 4, 1, 2, 3);
+  const StepProblem p = preset_example(layer_preset("tiny-v3"), 4, 4, 1, 2, 3);
   for (auto kind : kAll) {
     const Trace t = run_step(p, kind);
     for (const RankStage& rs : stage(t, "combine.output").ranks)

@@ -1,0 +1,174 @@
+#include "tools/model_options.hpp"
+
+#include "tools/model_file.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace moe::cli {
+namespace {
+
+AuxLossType megatron_balancing(const std::string& name) {
+  if (name == "aux_loss") return AuxLossType::aux;
+  if (name == "seq_aux_loss") return AuxLossType::seq_aux;
+  if (name == "global_aux_loss") return AuxLossType::global_aux;
+  if (name == "none") return AuxLossType::none;
+  throw std::invalid_argument("--moe-router-load-balancing-type: '" + name +
+                              "' is not modelled (aux_loss, seq_aux_loss, global_aux_loss, none)");
+}
+
+// The Megatron-named overrides on one layer config; aux_loss_coeff follows the balancing type when only one is set.
+void apply(const MegatronFlags& f, LayerPreset& m) {
+  MoeConfig& c = m.config;
+  if (f.num_experts) c.num_experts = *f.num_experts;
+  if (f.topk) c.topk = *f.topk;
+  if (f.hidden) c.hidden = *f.hidden;
+  if (f.ffn_hidden) c.ffn_hidden = *f.ffn_hidden;
+  if (f.score_function) c.score_function = parse_score_function(*f.score_function);
+  if (f.pre_softmax) c.pre_softmax = true;
+  if (f.topk_scaling_factor) c.topk_scaling_factor = *f.topk_scaling_factor;
+  if (f.expert_bias) c.expert_bias = true;
+  if (f.bias_update_rate) c.bias_update_rate = *f.bias_update_rate;
+  if (f.num_groups) c.num_groups = *f.num_groups;
+  if (f.group_topk) c.group_topk = *f.group_topk;
+  if (f.load_balancing_type) {
+    c.aux_loss_type = megatron_balancing(*f.load_balancing_type);
+    if (c.aux_loss_type == AuxLossType::none) c.aux_loss_coeff = 0;
+    else if (c.aux_loss_coeff == 0 && !f.aux_loss_coeff) c.aux_loss_coeff = 1e-2;  // Megatron's default coefficient
+  }
+  if (f.aux_loss_coeff) c.aux_loss_coeff = *f.aux_loss_coeff;
+  if (f.z_loss_coeff) c.z_loss_coeff = *f.z_loss_coeff;
+  if (f.capacity_factor) c.capacity_factor = *f.capacity_factor;
+  if (f.drop_policy) c.drop_policy = parse_drop_policy(*f.drop_policy);
+  if (f.pad_to_capacity) c.pad_to_capacity = true;
+  if (f.shared_ffn_hidden) c.shared_expert_ffn_hidden = *f.shared_ffn_hidden;
+  if (f.num_layers) m.num_layers = *f.num_layers;
+}
+
+}  // namespace
+
+LayerPreset ModelOptions::resolve() const {
+  if (!preset.empty() && !model_file.empty()) throw std::invalid_argument("--preset and --model: give one");
+  LayerPreset m = model_file.empty() ? layer_preset(preset.empty() ? default_preset : preset)
+                                     : read_model_file(model_file).model;
+  apply(flags, m);
+  try {
+    m.config.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source() + ": " + e.what());
+  }
+  return m;
+}
+
+std::string ModelOptions::source() const {
+  if (model_file.empty()) return preset.empty() ? default_preset : preset;
+  return model_file + " (" + read_model_file(model_file).source + ")";
+}
+
+std::vector<std::string> ModelOptions::notes() const {
+  if (model_file.empty()) return {};
+  const ModelFile f = read_model_file(model_file);
+  std::vector<std::string> out;
+  for (const auto& a : f.assumptions) out.push_back("assumed: " + a);
+  if (!f.ignored.empty()) {
+    std::string keys;
+    for (const auto& k : f.ignored) keys += (keys.empty() ? "" : ", ") + k;
+    out.push_back("no effect on the MoE layer: " + keys);
+  }
+  return out;
+}
+
+const std::vector<std::string>& model_option_names() {
+  static const std::vector<std::string> names{
+      "--preset", "--model", "--num-experts", "--moe-router-topk", "--hidden-size", "--moe-ffn-hidden-size",
+      "--moe-router-score-function", "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor",
+      "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-num-groups",
+      "--moe-router-group-topk", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff",
+      "--moe-expert-capacity-factor", "--moe-token-drop-policy", "--moe-pad-expert-input-to-capacity",
+      "--moe-shared-expert-intermediate-size", "--layers"};
+  return names;
+}
+
+void add_model_options(CLI::App& cmd, ModelOptions& o) {
+  cmd.add_option("--preset", o.preset, "a named model (tiny-v4, tiny-v3, tiny-capacity, tiny-softmax, tiny-top1, "
+                                       "v4-flash, v4-pro, v3; default " + o.default_preset + ")");
+  cmd.add_option("--model", o.model_file,
+                 "a model file: ours (moe-model/1), a golden case.json, or a Hugging Face config.json (DeepSeek-V3, "
+                 "Qwen3-MoE, Qwen2-MoE, Mixtral); models/ has examples")
+      ->check(CLI::ExistingFile);
+  MegatronFlags& f = o.flags;
+  cmd.add_option("--num-experts", f.num_experts, "routed experts E (Megatron's --num-experts)")->check(CLI::PositiveNumber);
+  cmd.add_option("--moe-router-topk", f.topk, "experts per token k")->check(CLI::PositiveNumber);
+  cmd.add_option("--hidden-size", f.hidden, "hidden width h")->check(CLI::PositiveNumber);
+  cmd.add_option("--moe-ffn-hidden-size", f.ffn_hidden, "routed expert width d")->check(CLI::PositiveNumber);
+  cmd.add_option("--moe-router-score-function", f.score_function, "softmax, sigmoid or sqrtsoftplus")
+      ->check(CLI::IsMember({"softmax", "sigmoid", "sqrtsoftplus"}));
+  cmd.add_flag("--moe-router-pre-softmax", f.pre_softmax, "top-k of the softmax, not renormalised");
+  cmd.add_option("--moe-router-topk-scaling-factor", f.topk_scaling_factor, "α, the routed weights' scale");
+  cmd.add_flag("--moe-router-enable-expert-bias", f.expert_bias, "expert bias β (selection only)");
+  cmd.add_option("--moe-router-bias-update-rate", f.bias_update_rate, "rate of the expert-bias update");
+  cmd.add_option("--moe-router-num-groups", f.num_groups, "expert groups (group-limited routing)");
+  cmd.add_option("--moe-router-group-topk", f.group_topk, "groups kept per token");
+  cmd.add_option("--moe-router-load-balancing-type", f.load_balancing_type,
+                 "aux_loss, seq_aux_loss, global_aux_loss or none");
+  cmd.add_option("--moe-aux-loss-coeff", f.aux_loss_coeff, "coefficient of the load-balancing loss");
+  cmd.add_option("--moe-z-loss-coeff", f.z_loss_coeff, "coefficient of the z-loss");
+  cmd.add_option("--moe-expert-capacity-factor", f.capacity_factor, "capacity factor (unset: dropless)");
+  cmd.add_option("--moe-token-drop-policy", f.drop_policy, "probs or position")
+      ->check(CLI::IsMember({"probs", "position"}));
+  cmd.add_flag("--moe-pad-expert-input-to-capacity", f.pad_to_capacity, "pad every expert to its capacity");
+  cmd.add_option("--moe-shared-expert-intermediate-size", f.shared_ffn_hidden, "shared expert width (0: none)");
+  cmd.add_option("--layers,--num-layers", f.num_layers, "MoE layers of the model (default: the model's)")
+      ->check(CLI::PositiveNumber);
+}
+
+void add_layout_flags(CLI::App& cmd, ParallelLayout& layout, bool world_required) {
+  auto* world = cmd.add_option("--world", layout.world, "number of ranks (GPUs)");
+  if (world_required) world->required();
+  cmd.add_option("--tp,--tensor-model-parallel-size", layout.tp, "tensor (and sequence) parallel size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--cp,--context-parallel-size", layout.cp, "context parallel size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--pp,--pipeline-model-parallel-size", layout.pp, "pipeline parallel size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--ep,--expert-model-parallel-size", layout.ep, "expert parallel size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--etp,--expert-tensor-parallel-size", layout.etp,
+                 "expert tensor parallel size (default: the tensor parallel size, as in Megatron)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--order", layout.order, "rank order, fastest-varying axis first")->capture_default_str();
+}
+
+void finish_layout(const CLI::App& cmd, ParallelLayout& layout) {
+  if (cmd.count("--etp") == 0) layout.etp = layout.tp;  // Megatron: expert_tensor_parallel_size defaults to TP
+}
+
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+void require_fits(const MemoryEstimate& e, const std::string& what, const std::string& remedy) {
+  const double available = available_memory();
+  if (available <= 0 || e.total() <= 0.8 * available) return;
+  const auto gib = [](double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / (1024.0 * 1024 * 1024));
+    return std::string(buf);
+  };
+  throw std::invalid_argument(what + " needs about " + gib(e.total()) + " (parameters and their copies " +
+                              gib(e.parameters) + ", activations " + gib(e.activations) + "), more than 80% of the " +
+                              gib(available) + " available; " + remedy);
+}
+
+}  // namespace moe::cli

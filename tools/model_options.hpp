@@ -1,0 +1,63 @@
+// The model every command takes, from one option set: a preset or a file (ours, a golden case, a Hugging Face
+// config.json: model_file.hpp), then Megatron's flag names overriding single fields, validated once. The layout
+// flags under Megatron's names too (ETP defaulting to TP, as Megatron's does). And the guards a real size needs: a
+// memory estimate before anything large is allocated, and --shrink's rules for checking a model's structure at
+// test size.
+#pragma once
+
+#include "reference/parallel_layout.hpp"
+#include "reference/presets.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moe::cli {
+
+// Megatron-Core's names for the fields of one MoE layer (unset: keep the model's).
+struct MegatronFlags {
+  std::optional<int> num_experts, topk, hidden, ffn_hidden, num_groups, group_topk, shared_ffn_hidden, num_layers;
+  std::optional<std::string> score_function, load_balancing_type, drop_policy;
+  std::optional<double> topk_scaling_factor, bias_update_rate, aux_loss_coeff, z_loss_coeff, capacity_factor;
+  bool pre_softmax = false, expert_bias = false, pad_to_capacity = false;
+};
+
+struct ModelOptions {
+  std::string preset;      // empty: the command's default preset
+  std::string model_file;  // --model FILE
+  MegatronFlags flags;
+  std::string default_preset = "tiny-v4";
+
+  // The model: preset or file, then the flags; validated. Throws std::invalid_argument naming the rule.
+  LayerPreset resolve() const;
+  // What the model came from, for headers: "tiny-v4", "models/qwen3-30b-a3b.json (Hugging Face qwen3_moe)".
+  std::string source() const;
+  // Notes from reading the file: assumptions made, keys with no effect on the MoE layer.
+  std::vector<std::string> notes() const;
+};
+
+// --preset, --model, and the Megatron-named model flags (--num-experts, --moe-router-topk, …), bound to `o`.
+void add_model_options(CLI::App& cmd, ModelOptions& o);
+// Their names, for "was any model flag given?"
+const std::vector<std::string>& model_option_names();
+
+// The layout flags, each under our short name and Megatron's (--tp / --tensor-model-parallel-size, …), bound to
+// `layout`; `world_required` for the accounting commands. After parsing, call finish_layout: ETP defaults to TP.
+void add_layout_flags(CLI::App& cmd, ParallelLayout& layout, bool world_required);
+void finish_layout(const CLI::App& cmd, ParallelLayout& layout);
+
+// Memory a run would need, estimated before it allocates: every byte counted is a double the run holds.
+struct MemoryEstimate {
+  double parameters = 0;   // bytes: the model's parameters and their copies (gradients, shards, optimizer)
+  double activations = 0;  // bytes: what a microbatch's forward keeps for its backward
+  double total() const { return parameters + activations; }
+};
+// The machine's available memory in bytes (/proc/meminfo MemAvailable; 0 when unknown).
+double available_memory();
+// Throws std::invalid_argument with the estimate, what is available and `remedy` when the estimate exceeds 80% of
+// the available memory.
+void require_fits(const MemoryEstimate& estimate, const std::string& what, const std::string& remedy);
+
+}  // namespace moe::cli
