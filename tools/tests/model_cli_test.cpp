@@ -1,0 +1,146 @@
+// End-to-end tests of "your own model and layout": model files (ours and Hugging Face config.json), Megatron's flag
+// names, --shrink, the memory guard, defaults that fit the layout, and the output for scripts (versions, nulls for
+// what was not measured, JUnit, filters, strict parsing, exit codes). Each test runs the built moe-oracle binary.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tools/tests/cli_run.hpp"
+
+namespace {
+
+using moe::test::run;
+using moe::test::run_json;
+
+const std::string kModels = std::string(MOE_SOURCE_DIR) + "/models/";
+
+// Refused with exit status 2 and a message holding every fragment.
+void expect_refused(const std::string& args, std::initializer_list<std::string> fragments) {
+  const auto r = run(args);
+  EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+  for (const auto& f : fragments) EXPECT_NE(r.output.find(f), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(CliModel, FullSizeModelsAreRefusedWithAnEstimateNotKilled) {
+  expect_refused("check --preset v4-pro --world 1", {"needs about", "GiB", "--shrink"});
+  expect_refused("layer --preset v4-flash --seq 1", {"needs about", "GiB"});
+  expect_refused("step --preset v4-pro", {"needs about", "GiB"});
+}
+
+TEST(CliModel, ShrinkChecksTheStructureOfAFullSizeModel) {
+  const auto j = run_json("check --preset v3 --shrink --world 8 --tp 2 --ep 4");
+  ASSERT_EQ(j["runs"].size(), 3u);
+  for (const auto& r : j["runs"]) {
+    EXPECT_TRUE(r["pass"].get<bool>()) << r["name"];
+    const auto& c = r["model"]["config"];
+    EXPECT_EQ(c["topk"], 8);  // kept: top-k, groups, score function
+    EXPECT_EQ(c["num_groups"], 8);
+    EXPECT_EQ(c["group_topk"], 4);
+    EXPECT_EQ(c["score_function"], "sigmoid");
+    EXPECT_EQ(c["hidden"], 32);  // scaled
+    EXPECT_EQ(c["num_experts"], 16);
+    EXPECT_EQ(r["layout"]["etp"], 2);  // ETP follows TP when not given, as in Megatron
+  }
+  EXPECT_NE(j["chosen"][0].get<std::string>().find("--shrink"), std::string::npos);
+}
+
+TEST(CliModel, MegatronFlagNamesGiveTheSameRunAsOurs) {
+  const auto ours = run_json("check --world 8 --tp 2 --ep 4 --num-experts 8 --moe-router-topk 2");
+  const auto megatron = run_json(
+      "check --world 8 --tensor-model-parallel-size 2 --expert-model-parallel-size 4 --num-experts 8 "
+      "--moe-router-topk 2");
+  ASSERT_EQ(ours["runs"].size(), megatron["runs"].size());
+  for (size_t i = 0; i < ours["runs"].size(); ++i) {
+    EXPECT_EQ(ours["runs"][i]["layout"], megatron["runs"][i]["layout"]);
+    EXPECT_EQ(ours["runs"][i]["model"], megatron["runs"][i]["model"]);
+    EXPECT_EQ(megatron["runs"][i]["layout"]["etp"], 2);
+  }
+  // An explicit --expert-tensor-parallel-size wins over the default.
+  const auto etp1 = run_json("check --world 8 --tp 2 --ep 4 --expert-tensor-parallel-size 1 --dispatcher flex");
+  EXPECT_EQ(etp1["runs"][0]["layout"]["etp"], 1);
+  // Megatron's model flags reach the model.
+  const auto flags = run_json(
+      "check --preset tiny-softmax --world 2 --ep 2 --moe-router-load-balancing-type seq_aux_loss "
+      "--moe-aux-loss-coeff 0.05 --moe-expert-capacity-factor 1.5 --moe-token-drop-policy position "
+      "--moe-pad-expert-input-to-capacity --calculate-per-token-loss --moe-token-dispatcher-type allgather");
+  ASSERT_EQ(flags["runs"].size(), 1u);
+  const auto& c = flags["runs"][0]["model"]["config"];
+  EXPECT_EQ(c["score_function"], "softmax");
+  EXPECT_EQ(c["aux_loss_type"], "seq_aux");
+  EXPECT_DOUBLE_EQ(c["aux_loss_coeff"].get<double>(), 0.05);
+  EXPECT_DOUBLE_EQ(c["capacity_factor"].get<double>(), 1.5);
+  EXPECT_EQ(c["drop_policy"], "position");
+  EXPECT_TRUE(c["pad_to_capacity"].get<bool>());
+  EXPECT_EQ(flags["runs"][0]["model"]["scaling"], "per-token");
+  EXPECT_EQ(flags["runs"][0]["dispatcher"], "allgather");
+  EXPECT_TRUE(flags["runs"][0]["pass"].get<bool>());
+}
+
+TEST(CliModel, DefaultsFitTheLayout) {
+  // seq 16 does not divide into CP 3's six chunks: seq 18 is chosen and said.
+  const auto j = run_json("check --world 12 --cp 3 --ep 4");
+  EXPECT_EQ(j["runs"][0]["model"]["seq"], 18);
+  EXPECT_TRUE(j["runs"][0]["pass"].get<bool>());
+  EXPECT_NE(j["chosen"][0].get<std::string>().find("seq 18"), std::string::npos);
+  // Given values are kept, and refused when they do not fit.
+  expect_refused("check --world 12 --cp 3 --ep 4 --seq 16", {"seq must divide by 2·cp"});
+}
+
+TEST(CliModel, StrictLayoutSpecsAndExitCodes) {
+  expect_refused("check --steps 2 --world 2 --ep 2 --resume-as world=4,ep=2.5", {"not a whole number"});
+  expect_refused("check --steps 2 --world 2 --ep 2 --resume-as world=4,ep=abc", {"not a whole number"});
+  expect_refused("check --steps 2 --world 2 --ep 2 --resume-as 'world=4 xp=4'", {"unknown size 'xp'"});
+  expect_refused("check --bogus", {"bogus"});                 // CLI11's own parse error: 2, not 109
+  expect_refused("check --world 3 --ep 2", {"ep"});           // a broken layout rule
+  expect_refused("check --tp 2", {"--tp needs --world"});     // a layout flag without its layout
+  expect_refused("check --filter no-such-run", {"--filter matches no run"});
+  EXPECT_EQ(run("check --world 2 --ep 2 --atol 0 --rtol 0 --dispatcher flex").status, 1);  // a mismatch: 1
+  const auto version = run("--version");
+  EXPECT_EQ(version.status, 0);
+  EXPECT_EQ(version.output.rfind("moe-oracle ", 0), 0u) << version.output;
+}
+
+TEST(CliModel, JsonSaysWhatWasMeasuredAndCarriesTheVersion) {
+  const auto j = run_json("check --steps 2 --world 2 --ep 2 --dispatcher alltoall");
+  EXPECT_EQ(j["moe_oracle"].get<std::string>().find('.'), 1u);  // "0.4.0"-like
+  const auto& r = j["runs"][0];
+  EXPECT_TRUE(r["max_abs"]["grad dense (TP)"].is_null());  // not measured by a multi-step run
+  EXPECT_TRUE(r["max_abs"]["parameters"].is_number());
+  ASSERT_EQ(r["steps"].size(), 2u);  // the trajectory, step by step
+  EXPECT_TRUE(r["steps"][1]["objective"].is_number());
+  EXPECT_EQ(r["semantics"], "intended");
+  for (const char* command : {"semantics", "scaling --world 2 --ep 2", "groups --world 2 --ep 2 --preset tiny-v4",
+                              "layer", "volume --world 64 --ep 64"})
+    EXPECT_FALSE(run_json(command)["moe_oracle"].get<std::string>().empty()) << command;
+}
+
+TEST(CliModel, JunitAndFilter) {
+  const std::string xml = std::filesystem::temp_directory_path() / "moe-oracle-junit-test.xml";
+  const auto ok = run("check --filter flex --junit " + xml);
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  std::ifstream in(xml);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  std::size_t cases = 0;
+  for (std::size_t at = s.find("<testcase"); at != std::string::npos; at = s.find("<testcase", at + 1)) ++cases;
+  EXPECT_GT(cases, 10u);
+  EXPECT_NE(s.find("failures=\"0\""), std::string::npos);
+  EXPECT_EQ(s.find(" allgather\""), std::string::npos) << "--filter let an allgather run through";
+  // Several filters: any of them.
+  const auto both = run_json("check --filter 'tiny-top1 sum b2 [intended] w1 ' --filter 'tiny-capacity avg b2 [intended] w1 '");
+  EXPECT_EQ(both["runs"].size(), 6u);
+  // A failing run is a <failure> with its first mismatch.
+  EXPECT_EQ(run("check --world 2 --ep 2 --atol 0 --rtol 0 --dispatcher flex --junit " + xml).status, 1);
+  std::ifstream failed(xml);
+  std::stringstream failed_text;
+  failed_text << failed.rdbuf();
+  EXPECT_NE(failed_text.str().find("<failure message=\"first mismatch in "), std::string::npos) << failed_text.str();
+  std::filesystem::remove(xml);
+}
+
+}  // namespace
