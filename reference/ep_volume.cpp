@@ -17,8 +17,9 @@ int stage_moe_layers(const LayerPreset& preset, int pp, std::optional<int> overr
     return *override_layers;
   }
   require(preset.num_layers > 0, "preset " + preset.name + " has no model depth; give the MoE layers per stage");
-  const int fullest_stage = (preset.num_layers + pp - 1) / pp;
-  return std::min(fullest_stage, preset.num_layers - preset.num_dense_layers);
+  const int blocks = preset.num_layers + preset.num_dense_layers;  // the dense blocks come first
+  const int fullest_stage = (blocks + pp - 1) / pp;
+  return std::min(fullest_stage, preset.num_layers);
 }
 
 }  // namespace

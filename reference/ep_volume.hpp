@@ -66,7 +66,7 @@ struct EpVolume {
 };
 
 // moe_layers_per_stage overrides the preset's depth (the fullest stage of an even split: at most
-// ceil(num_layers/pp) blocks, of which at most num_layers − num_dense_layers are MoE). Throws
+// ceil((num_dense_layers + num_layers)/pp) blocks, of which at most num_layers are MoE). Throws
 // std::invalid_argument naming the rule when the shapes do not divide or the depth is unknown.
 EpVolume ep_volume(const LayerPreset& preset, const ParallelLayout& layout, int seq, int micro_batch,
                    std::optional<int> moe_layers_per_stage = std::nullopt);

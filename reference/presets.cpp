@@ -111,14 +111,14 @@ std::vector<LayerPreset> make_presets() {
                      v4_like(7168, 384, 6, 3072, 2.5), 4096, 1, 129280});
   presets.push_back({"v3", "DeepSeek-V3: h 7168, 256 experts in 8 groups keep 4, top-8, ffn 2048",
                      v3_like(7168, 256, 8, 2048, 8, 4), 4096, 1, 129280});
-  // Depth: the test-size models run 4 MoE layers, the first a hash layer. The full-size ones (DeepSeek's
-  // configs): V3 61 blocks, the first 3 dense; V4 all MoE, the first 3 hash-routed (moe_n_hash_layers: 3).
+  // Depth in MoE blocks: the test-size models run 4, the first a hash layer. The full-size ones (DeepSeek's
+  // configs): V3 61 blocks, the first 3 dense, so 58 MoE; V4 all MoE, the first 3 hash-routed (moe_n_hash_layers: 3).
   const struct {
     std::string_view name;
     int layers;
     int dense_layers;
     int hash_layers;
-  } depths[] = {{"v4-flash", 43, 0, 3}, {"v4-pro", 61, 0, 3}, {"v3", 61, 3, 0}};
+  } depths[] = {{"v4-flash", 43, 0, 3}, {"v4-pro", 61, 0, 3}, {"v3", 58, 3, 0}};
   for (auto& p : presets) {
     if (p.name.starts_with("tiny-")) {
       p.num_layers = 4;

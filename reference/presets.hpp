@@ -16,9 +16,10 @@ struct LayerPreset {
   int seq = 0;    // default sequence length of a run
   int batch = 0;  // default micro-batch
   int vocab = 0;  // vocabulary size for hash routing
-  // Model depth, for per-stage accounting (`volume`); 0 where unknown. MTP layers are not counted.
+  // Model depth: the MoE blocks, for the runs and for per-stage accounting (`volume`); 0 where unknown. MTP layers
+  // are not counted.
   int num_layers = 0;
-  int num_dense_layers = 0;  // leading blocks with a dense FFN instead of an MoE layer
+  int num_dense_layers = 0;  // leading blocks with a dense FFN, before the MoE blocks (accounting only)
   int n_hash_layers = 0;     // of the MoE layers, the first n route by tid2eid (DeepSeek-V4: 3)
 };
 

@@ -71,11 +71,13 @@ std::vector<std::string> ModelOptions::notes() const {
   const ModelFile f = read_model_file(model_file);
   std::vector<std::string> out;
   for (const auto& a : f.assumptions) out.push_back("assumed: " + a);
-  if (!f.ignored.empty()) {
-    std::string keys;
-    for (const auto& k : f.ignored) keys += (keys.empty() ? "" : ", ") + k;
-    out.push_back("no effect on the MoE layer: " + keys);
+  // Keys with no effect are named (their reasons are in model_file's notes); unknown keys are shown in full.
+  std::string keys;
+  for (const auto& k : f.ignored) {
+    if (k.starts_with("unknown")) out.push_back(k);
+    else keys += (keys.empty() ? "" : ", ") + k.substr(0, k.find(" = "));
   }
+  if (!keys.empty()) out.push_back("no effect on the MoE layer: " + keys);
   return out;
 }
 

@@ -143,4 +143,32 @@ TEST(CliModel, JunitAndFilter) {
   std::filesystem::remove(xml);
 }
 
+
+// Hugging Face config.json files of real models (models/): volume gives their numbers at full size; check refuses
+// them at full size and passes their structure with --shrink.
+TEST(CliModel, HuggingFaceModelsFromTheirConfigFiles) {
+  const auto qwen = run_json("volume --model " + kModels + "qwen3-30b-a3b.json --world 64 --ep 8");
+  EXPECT_EQ(qwen["num_experts"], 128);
+  EXPECT_EQ(qwen["topk"], 8);
+  EXPECT_EQ(qwen["hidden"], 2048);
+  EXPECT_EQ(qwen["ffn_hidden"], 768);
+  EXPECT_EQ(qwen["local_experts"], 16);
+  EXPECT_EQ(qwen["rows_per_rank"], 4096);  // b·S/(tp·cp) = 1·4096
+  EXPECT_EQ(qwen["params_per_expert"], 3 * 2048 * 768);
+  const auto v3 = run_json("volume --model " + kModels + "deepseek-v3.json --world 64 --ep 64");
+  EXPECT_EQ(v3["num_experts"], 256);
+  EXPECT_EQ(v3["topk"], 8);
+  EXPECT_EQ(v3["moe_layers_per_stage"], 58);  // 61 blocks, the first 3 dense
+  EXPECT_FALSE(v3["notes"].empty());          // what the mapping assumed is said
+  for (const std::string model : {"qwen3-30b-a3b.json", "deepseek-v3.json"}) {
+    expect_refused("check --model " + kModels + model + " --world 8 --tp 2 --ep 4", {"needs about", "--shrink"});
+    const auto j = run_json("check --model " + kModels + model + " --shrink --world 8 --tp 2 --ep 4");
+    ASSERT_EQ(j["runs"].size(), 3u) << model;
+    for (const auto& r : j["runs"]) EXPECT_TRUE(r["pass"].get<bool>()) << model << " " << r["name"];
+    EXPECT_EQ(j["runs"][0]["model"]["config"]["topk"], 8) << model;
+  }
+  const auto groups = run_json("groups --model " + kModels + "deepseek-v3.json --world 64 --ep 64 --rank 3");
+  EXPECT_EQ(groups["experts"]["count"], 4);  // 256 / 64
+  expect_refused("volume --model " + kModels + "no-such-model.json --world 8", {"no-such-model.json"});
+}
 }  // namespace

@@ -1,0 +1,451 @@
+#include "tools/hf_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace moe::cli {
+namespace {
+
+using nlohmann::json;
+
+// A value as it appears in the file, cut short for an `ignored` line (quantization_config is an object).
+std::string show(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// Keys of the Hugging Face configs that do not change the MoE layer, and why. A key a mapping reads is never
+// looked up here, so "intermediate_size" is Mixtral's expert width and everyone else's dense FFN.
+struct NotMoeKey {
+  std::string_view key;
+  std::string_view why;
+};
+constexpr NotMoeKey kNotMoe[] = {
+    {"_name_or_path", "where HF loaded the config from"},
+    {"architectures", "the HF model class"},
+    {"auto_map", "the HF code that loads the model"},
+    {"transformers_version", "the version that wrote the file"},
+    {"torch_dtype", "storage precision; the oracle computes in double"},
+    {"dtype", "storage precision; the oracle computes in double"},
+    {"quantization_config", "weight storage format; the oracle computes in double"},
+    {"bos_token_id", "tokenizer"},
+    {"eos_token_id", "tokenizer"},
+    {"pad_token_id", "tokenizer"},
+    {"use_cache", "inference KV cache"},
+    {"tie_word_embeddings", "embedding and head, outside the MoE layer"},
+    {"initializer_range", "initialisation, not the computation"},
+    {"output_router_logits",
+     "whether HF returns the router logits (and so computes its aux loss); router_aux_loss_coef is mapped whatever "
+     "it says"},
+    {"num_attention_heads", "attention"},
+    {"num_key_value_heads", "attention"},
+    {"head_dim", "attention"},
+    {"attention_bias", "attention"},
+    {"attention_dropout", "attention"},
+    {"sliding_window", "attention"},
+    {"use_sliding_window", "attention"},
+    {"max_window_layers", "attention"},
+    {"kv_lora_rank", "attention (MLA)"},
+    {"q_lora_rank", "attention (MLA)"},
+    {"qk_nope_head_dim", "attention (MLA)"},
+    {"qk_rope_head_dim", "attention (MLA)"},
+    {"v_head_dim", "attention (MLA)"},
+    {"rope_theta", "positions"},
+    {"rope_scaling", "positions"},
+    {"max_position_embeddings", "the context limit, not a training sequence (seq is taken as 4096)"},
+    {"rms_norm_eps", "the RMSNorm around the MoE layer, not in it"},
+    {"intermediate_size", "the dense FFN's width (dense blocks), not the MoE layer's"},
+    {"pretraining_tp", "tensor parallelism of the original training: a layout, not the numbers"},
+    {"ep_size", "expert parallelism of HF's inference code: a layout, not the numbers"},
+    {"num_nextn_predict_layers",
+     "multi-token-prediction modules: not modelled and not counted in num_layers (their MoE layer has this config)"},
+};
+
+// The keys of one config.json: typed reads that remember what was read, so that every key left over is reported
+// (ignored with its reason, or unknown). An absent key and a null one are the same (HF writes null for "unset").
+// Errors name the key; read_model_file adds the file.
+class HfKeys {
+ public:
+  HfKeys(const json& root, ModelFile& out) : root_(root), out_(out) {}
+
+  const json* find(const std::string& key) {
+    read_.insert(key);
+    const auto it = root_.find(key);
+    return it == root_.end() || it->is_null() ? nullptr : &*it;
+  }
+  const json& required(const std::string& key) {
+    const json* v = find(key);
+    if (!v) throw std::invalid_argument("required key '" + key + "' is missing");
+    return *v;
+  }
+
+  int integer(const std::string& key) { return as_integer(key, required(key)); }
+  std::optional<int> optional_integer(const std::string& key) {
+    const json* v = find(key);
+    return v ? std::optional<int>(as_integer(key, *v)) : std::nullopt;
+  }
+  bool boolean(const std::string& key) { return as_boolean(key, required(key)); }
+  std::string string(const std::string& key) { return as_string(key, required(key)); }
+
+  // An absent key takes `fallback`, and the assumption says so, with `why`.
+  int integer_or(const std::string& key, int fallback, const std::string& why) {
+    const json* v = find(key);
+    if (!v) assume(key, std::to_string(fallback), why);
+    return v ? as_integer(key, *v) : fallback;
+  }
+  double number_or(const std::string& key, double fallback, const std::string& why) {
+    const json* v = find(key);
+    if (!v) assume(key, show(json(fallback)), why);
+    return v ? as_number(key, *v) : fallback;
+  }
+  bool boolean_or(const std::string& key, bool fallback, const std::string& why) {
+    const json* v = find(key);
+    if (!v) assume(key, fallback ? "true" : "false", why);
+    return v ? as_boolean(key, *v) : fallback;
+  }
+  std::string string_or(const std::string& key, const std::string& fallback, const std::string& why) {
+    const json* v = find(key);
+    if (!v) assume(key, quoted(fallback), why);
+    return v ? as_string(key, *v) : fallback;
+  }
+  double number(const std::string& key, const json& v) { return as_number(key, v); }
+
+  // A key this model's mapping reads and does not use: listed in `ignored` when the file has it.
+  void ignore(const std::string& key, const std::string& why) {
+    if (const json* v = find(key)) out_.ignored.push_back(key + " = " + show(*v) + ": " + why);
+  }
+
+  // Every key not read: known not to touch the MoE layer, or unknown (flagged, never dropped silently).
+  void report_rest(const std::string& model_type) {
+    for (const auto& [key, value] : root_.items()) {
+      if (read_.count(key)) continue;
+      std::string_view why;
+      for (const auto& k : kNotMoe)
+        if (k.key == key) why = k.why;
+      if (!why.empty()) {
+        out_.ignored.push_back(key + " = " + show(value) + ": " + std::string(why));
+      } else {
+        out_.ignored.push_back("unknown: " + key + " = " + show(value) + " (not read by the " + model_type +
+                               " mapping; check that it does not change the MoE layer)");
+      }
+    }
+  }
+
+ private:
+  void assume(const std::string& key, const std::string& value, const std::string& why) {
+    out_.assumptions.push_back(key + " absent: taken as " + value + " (" + why + ")");
+  }
+  static int as_integer(const std::string& key, const json& v) {
+    if (!v.is_number_integer() || v.get<std::int64_t>() < std::numeric_limits<int>::min() ||
+        v.get<std::int64_t>() > std::numeric_limits<int>::max())
+      throw std::invalid_argument("'" + key + "' must be an integer, got " + show(v));
+    return v.get<int>();
+  }
+  static double as_number(const std::string& key, const json& v) {
+    if (!v.is_number()) throw std::invalid_argument("'" + key + "' must be a number, got " + show(v));
+    return v.get<double>();
+  }
+  static bool as_boolean(const std::string& key, const json& v) {
+    if (!v.is_boolean()) throw std::invalid_argument("'" + key + "' must be true or false, got " + show(v));
+    return v.get<bool>();
+  }
+  static std::string as_string(const std::string& key, const json& v) {
+    if (!v.is_string()) throw std::invalid_argument("'" + key + "' must be a string, got " + show(v));
+    return v.get<std::string>();
+  }
+
+  const json& root_;
+  ModelFile& out_;
+  std::set<std::string> read_;
+};
+
+constexpr const char* kClassDefault = "the HF config class's default";
+
+// Every model's experts are SwiGLU: down(silu(gate(x)) * up(x)), the oracle's expert.
+void check_activation(HfKeys& k) {
+  const std::string act = k.string_or("hidden_act", "silu", kClassDefault);
+  if (act != "silu")
+    throw std::invalid_argument("'hidden_act' is " + quoted(act) + ": the oracle's experts are SwiGLU (silu) only");
+}
+
+// Router jitter multiplies the router input by noise while training: not modelled (only Mixtral's class has it;
+// elsewhere the key is read the same way, so that a jitter is never ignored).
+void check_jitter(HfKeys& k, bool mixtral) {
+  const json* v = k.find("router_jitter_noise");
+  if (!v) {
+    if (mixtral) k.number_or("router_jitter_noise", 0.0, "MixtralConfig's default: no jitter");
+    return;
+  }
+  const double jitter = k.number("router_jitter_noise", *v);
+  if (jitter != 0.0)
+    throw std::invalid_argument("'router_jitter_noise' is " + show(*v) +
+                                ": noise on the router input is not modelled (only 0 maps)");
+  k.ignore("router_jitter_noise", "no jitter");
+}
+
+// Qwen and Mixtral: HF's load_balancing_loss_func, as Megatron's aux loss.
+void map_hf_aux(HfKeys& k, ModelFile& out, int layers) {
+  MoeConfig& c = out.model.config;
+  const double coef = k.number_or("router_aux_loss_coef", 0.001, kClassDefault);
+  if (coef < 0) throw std::invalid_argument("'router_aux_loss_coef' must be >= 0, got " + show(json(coef)));
+  if (coef == 0) return;
+  c.aux_loss_type = AuxLossType::aux;
+  c.aux_loss_coeff = coef;
+  out.assumptions.push_back(
+      "router_aux_loss_coef " + show(json(coef)) +
+      " -> aux with that coeff: HF's load_balancing_loss_func pools the router logits of all layers and the whole "
+      "batch into one statistic, E·Σ_e f_e·P_e (f_e the fraction of tokens routed to e); Megatron's aux, modelled "
+      "here, is per layer and micro-batch, E/k·Σ_e f_e·P_e, summed over the layers. The coefficient is taken as "
+      "is: with equal statistics in every layer the total is L/k = " +
+      std::to_string(layers) + "/" + std::to_string(c.topk) + " times HF's");
+}
+
+// What no Hugging Face config says because none of these models has it.
+void note_absent_options(ModelFile& out) {
+  out.assumptions.push_back(
+      "dropless (no capacity factor), no z-loss, no SwiGLU clamp, no latent projection, semantics intended: HF's "
+      "MoE blocks have none of these");
+  out.assumptions.push_back("seq " + std::to_string(kDefaultSeq) + ", micro-batch " +
+                            std::to_string(kDefaultMicroBatch) +
+                            ": a config.json has no training shape (max_position_embeddings is the context limit)");
+}
+
+// Qwen2-MoE and Qwen3-MoE (Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock): softmax over all experts, top-k, and
+// with norm_topk_prob the k probabilities divided by their sum.
+void map_qwen(HfKeys& k, ModelFile& out, bool qwen2) {
+  MoeConfig& c = out.model.config;
+  c.hidden = k.integer("hidden_size");
+  c.num_experts = k.integer("num_experts");
+  c.topk = k.integer("num_experts_per_tok");
+  c.ffn_hidden = k.integer("moe_intermediate_size");
+  check_activation(k);
+  // A block is an MoE block when (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers.
+  const int step = k.integer_or("decoder_sparse_step", 1, kClassDefault);
+  if (step != 1)
+    throw std::invalid_argument("'decoder_sparse_step' is " + std::to_string(step) +
+                                ": dense blocks between the MoE blocks are not modelled (only 1 maps)");
+  if (const json* dense = k.find("mlp_only_layers")) {
+    if (!dense->is_array()) throw std::invalid_argument("'mlp_only_layers' must be a list, got " + show(*dense));
+    if (!dense->empty())
+      throw std::invalid_argument("'mlp_only_layers' is " + show(*dense) +
+                                  ": dense blocks among the MoE blocks are not modelled (only [] maps)");
+  } else {
+    out.assumptions.push_back("mlp_only_layers absent: taken as [] (" + std::string(kClassDefault) + ")");
+  }
+  // Renormalised top-k of a softmax = the softmax over the chosen logits: Megatron's post-softmax, exactly (no
+  // epsilon). Without renormalisation the weights are the full softmax's: pre-softmax.
+  c.pre_softmax = !k.boolean("norm_topk_prob");
+  if (qwen2) {
+    // Qwen2-MoE adds sigmoid(shared_expert_gate(x)) · shared_expert(x), the gate a bias-free Linear(h, 1): the
+    // oracle's shared_expert_gate, y += σ(w_g·x)·F_s(x) with w_g [1, h].
+    const int shared = k.integer("shared_expert_intermediate_size");
+    if (shared < 0) throw std::invalid_argument("'shared_expert_intermediate_size' must be >= 0");
+    c.shared_expert_ffn_hidden = shared;
+    c.shared_expert_gate = shared > 0;
+  }
+  out.model.num_layers = k.integer("num_hidden_layers");
+  map_hf_aux(k, out, out.model.num_layers);
+  check_jitter(k, false);
+  out.model.vocab = k.integer("vocab_size");
+}
+
+// Mixtral (MixtralSparseMoeBlock): softmax over all experts, top-k, always renormalised: post-softmax.
+void map_mixtral(HfKeys& k, ModelFile& out) {
+  MoeConfig& c = out.model.config;
+  c.hidden = k.integer("hidden_size");
+  c.num_experts = k.integer("num_local_experts");
+  c.topk = k.integer("num_experts_per_tok");
+  c.ffn_hidden = k.integer("intermediate_size");
+  check_activation(k);
+  c.pre_softmax = false;
+  out.model.num_layers = k.integer("num_hidden_layers");
+  map_hf_aux(k, out, out.model.num_layers);
+  check_jitter(k, true);
+  out.model.vocab = k.integer("vocab_size");
+}
+
+// DeepSeek-V2 and -V3 (MoEGate of their modeling_deepseek.py). HF's V3 code implements only noaux_tc and no loss
+// (it is inference code); the other topk_methods follow V2's, which both types may name.
+void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
+  MoeConfig& c = out.model.config;
+  c.hidden = k.integer("hidden_size");
+  c.num_experts = k.integer("n_routed_experts");
+  c.topk = k.integer("num_experts_per_tok");
+  c.ffn_hidden = k.integer("moe_intermediate_size");
+  check_activation(k);
+  // Block l is an MoE block when l >= first_k_dense_replace and l % moe_layer_freq == 0.
+  const int freq = k.integer_or("moe_layer_freq", 1, kClassDefault);
+  if (freq != 1)
+    throw std::invalid_argument("'moe_layer_freq' is " + std::to_string(freq) +
+                                ": dense blocks between the MoE blocks are not modelled (only 1 maps)");
+
+  // The routing rule is never guessed: scoring_func, topk_method and norm_topk_prob are required.
+  const std::string scoring = k.string("scoring_func");
+  if (scoring != "softmax" && scoring != "sigmoid" && scoring != "sqrtsoftplus")
+    throw std::invalid_argument("'scoring_func' is " + quoted(scoring) + ": softmax, sigmoid or sqrtsoftplus map");
+  c.score_function = parse_score_function(scoring);
+  const std::string method = k.string("topk_method");
+  if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
+    throw std::invalid_argument("'topk_method' is " + quoted(method) +
+                                ": greedy, group_limited_greedy or noaux_tc map");
+  const bool norm = k.boolean("norm_topk_prob");
+  const double scale = k.number_or("routed_scaling_factor", 1.0, "the weights are not scaled");
+
+  // The gate renormalises only when top_k > 1 and norm_topk_prob, dividing by Σ + 1e-20.
+  const bool renormalised = norm && c.topk > 1;
+  if (c.score_function == ScoreFunction::softmax) {
+    // Renormalised softmax top-k = the softmax over the chosen logits (post-softmax); else the full softmax's values.
+    c.pre_softmax = !norm;
+    if (renormalised)
+      out.assumptions.push_back(
+          "norm_topk_prob true with softmax -> post-softmax (softmax over the chosen logits); "
+          "DeepSeek divides the top-k probabilities by their sum + 1e-20, a relative "
+          "difference below 1e-20");
+  } else {
+    // Megatron's normalisation is DeepSeek's HF gate's: s_I / (Σ s_I + 1e-20) when k > 1, s itself when k = 1.
+    if (!norm && c.topk > 1)
+      throw std::invalid_argument("'norm_topk_prob' is false with scoring_func " + quoted(scoring) + ": unnormalised " +
+                                  scoring +
+                                  " weights are not modelled (the oracle renormalises over the top-k when k > 1)");
+    c.normalization = Normalization::megatron;
+  }
+  // V2's gate scales only the weights it did not renormalise; V3's scales always ("must multiply the scaling
+  // factor").
+  if (!v3 && renormalised) {
+    c.topk_scaling_factor = 1.0;
+    if (scale != 1.0)
+      out.assumptions.push_back("routed_scaling_factor " + show(json(scale)) +
+                                " not applied: DeepSeek-V2's gate multiplies only the weights it does not "
+                                "renormalise (norm_topk_prob true, k > 1)");
+  } else {
+    c.topk_scaling_factor = scale;
+  }
+
+  // Groups. The oracle, as Megatron, scores a group by the sum of its top k/group_topk ranking scores; DeepSeek's
+  // noaux_tc by the sum of its top 2 (score + bias), group_limited_greedy by its best score. They agree only when
+  // k/topk_group is 2, respectively 1.
+  if (method == "greedy") {
+    k.ignore("n_group", "topk_method \"greedy\" selects among all experts");
+    k.ignore("topk_group", "topk_method \"greedy\" selects among all experts");
+  } else {
+    const std::optional<int> groups = k.optional_integer("n_group");
+    if (!groups || *groups <= 1) {
+      out.assumptions.push_back("n_group " + (groups ? std::to_string(*groups) : std::string("absent")) +
+                                ": one group, no group-limited routing");
+      k.ignore("topk_group", "one group");
+    } else {
+      const int kept = k.integer("topk_group");
+      const int counted = method == "noaux_tc" ? 2 : 1;
+      if (kept <= 0 || c.topk % kept != 0 || c.topk / kept != counted)
+        throw std::invalid_argument("'topk_group' is " + std::to_string(kept) + " with num_experts_per_tok " +
+                                    std::to_string(c.topk) + ": topk_method " + quoted(method) +
+                                    " scores a group by its top " + std::to_string(counted) +
+                                    " expert(s), the oracle (as Megatron) by its top k/topk_group; only topk_group = " +
+                                    std::to_string(c.topk / counted) + " maps");
+      c.num_groups = *groups;
+      c.group_topk = kept;
+    }
+  }
+  if (method == "noaux_tc") {
+    if (c.score_function == ScoreFunction::softmax)
+      throw std::invalid_argument(
+          "'topk_method' is \"noaux_tc\" with scoring_func \"softmax\": the bias-balanced "
+          "gate is modelled for sigmoid and sqrtsoftplus only");
+    c.expert_bias = true;
+    c.bias_update_rate = 1e-3;
+    out.assumptions.push_back(
+        "bias_update_rate 0.001: topk_method \"noaux_tc\" selects by score + "
+        "e_score_correction_bias, a bias trained at DeepSeek-V3's update speed 0.001 (the "
+        "paper's; config.json does not say)");
+  }
+
+  // DeepseekMLP(intermediate_size = moe_intermediate_size · n_shared_experts), added ungated. HF builds it only
+  // when the key is set.
+  const int shared = k.integer_or("n_shared_experts", 0, "no shared expert, as HF without the key");
+  if (shared < 0) throw std::invalid_argument("'n_shared_experts' must be >= 0");
+  c.shared_expert_ffn_hidden = shared * c.ffn_hidden;
+
+  // The balance loss: per layer, f_e = E/(k·T)·count_e, as Megatron's aux (seq_aux: per sequence, then the mean).
+  const double alpha = k.number_or("aux_loss_alpha", 0.0, "no balance loss");
+  if (alpha < 0) throw std::invalid_argument("'aux_loss_alpha' must be >= 0");
+  if (alpha > 0) {
+    const bool seq = k.boolean_or("seq_aux", true, kClassDefault);
+    c.aux_loss_type = seq ? AuxLossType::seq_aux : AuxLossType::aux;
+    c.aux_loss_coeff = alpha;
+    if (method != "greedy")
+      out.assumptions.push_back(
+          std::string("aux_loss_alpha -> ") + (seq ? "seq_aux" : "aux") +
+          ": DeepSeek counts each token's actual selection (with the groups" +
+          (method == "noaux_tc" ? " and the bias" : "") +
+          "); the oracle's aux map, as Megatron's, is the plain top-k of the normalised "
+          "scores" +
+          (v3 ? " (HF's V3 code computes no loss; this is the V3 paper's sequence-wise one)" : ""));
+  } else {
+    k.ignore("seq_aux", "no balance loss (aux_loss_alpha 0)");
+  }
+
+  const int layers = k.integer("num_hidden_layers");
+  const int dense = k.integer_or("first_k_dense_replace", 0, "every block an MoE block");
+  if (dense < 0 || dense >= layers)
+    throw std::invalid_argument("'first_k_dense_replace' is " + std::to_string(dense) + " with num_hidden_layers " +
+                                std::to_string(layers) + ": no MoE block left");
+  out.model.num_dense_layers = dense;
+  out.model.num_layers = layers - dense;
+  check_jitter(k, false);
+  out.model.vocab = k.integer("vocab_size");
+}
+
+std::string describe(const std::string& type, const std::string& name, const LayerPreset& m) {
+  const MoeConfig& c = m.config;
+  std::string s =
+      type + " from " + name + ": h " + std::to_string(c.hidden) + ", " + std::to_string(c.num_experts) + " experts";
+  if (c.num_groups > 0) s += " in " + std::to_string(c.num_groups) + " groups keep " + std::to_string(c.group_topk);
+  s += ", top-" + std::to_string(c.topk) + ", ffn " + std::to_string(c.ffn_hidden);
+  if (c.has_shared_expert()) s += ", shared " + std::to_string(c.shared_expert_ffn_hidden);
+  s += ", " + std::to_string(m.num_layers) + " MoE layers";
+  if (m.num_dense_layers > 0) s += " after " + std::to_string(m.num_dense_layers) + " dense";
+  return s;
+}
+
+}  // namespace
+
+ModelFile model_from_hf_config(const json& root, const std::string& name) {
+  ModelFile out;
+  HfKeys k(root, out);
+  const std::string type = k.string("model_type");
+  if (type == "qwen3_moe" || type == "qwen2_moe") {
+    map_qwen(k, out, type == "qwen2_moe");
+  } else if (type == "mixtral") {
+    map_mixtral(k, out);
+  } else if (type == "deepseek_v3" || type == "deepseek_v2") {
+    map_deepseek(k, out, type == "deepseek_v3");
+  } else {
+    throw std::invalid_argument("'model_type' is " + quoted(type) + ": not a model type this reader maps (" +
+                                kHfModelTypes + ")");
+  }
+  note_absent_options(out);
+  k.report_rest(type);
+  out.source = "Hugging Face config.json (" + type + ")";
+  out.model.name = name;
+  out.model.seq = kDefaultSeq;
+  out.model.batch = kDefaultMicroBatch;
+  out.model.description = describe(type, name, out.model);
+  try {
+    out.model.config.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("the mapped MoE layer is refused: ") + e.what());
+  }
+  return out;
+}
+
+}  // namespace moe::cli
