@@ -226,6 +226,7 @@ void save_checkpoint(const std::string& dir, Communicator& world, const ModelCon
       fs::remove(f);
     }
     const json meta{{"format", kFormat},
+                    {"written_by", std::string("moe-oracle ") + MOE_ORACLE_VERSION},  // informational
                     {"model", model_json(config)},
                     {"training_step", training_step},
                     {"optimizer_step", moments.step},

@@ -2,6 +2,7 @@
 // optimizer, SUM and AVG, Adam and SGD; checkpoints saved under one layout and resumed under another; corrupt
 // and mismatched checkpoints refused without touching the running model.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -112,6 +113,10 @@ TEST(TrainingRun, ResumesUnderAnotherLayout) {
     p.checkpoint_dir = dir.string();
     expect_all_steps_pass(check_run_inproc(p, oracle_trajectory(p)), 4);
     EXPECT_TRUE(fs::exists(dir / "checkpoint.json"));
+    // The checkpoint says which release wrote it, and the semantics its optimizer state belongs to.
+    const auto meta = nlohmann::json::parse(std::ifstream(dir / "checkpoint.json"));
+    EXPECT_EQ(meta.at("written_by").get<std::string>().rfind("moe-oracle ", 0), 0u);
+    EXPECT_EQ(meta.at("model").at("semantics"), "intended");
   }
   fs::remove_all(dir);
 }

@@ -99,6 +99,7 @@ TEST(CliModel, StrictLayoutSpecsAndExitCodes) {
   expect_refused("check --tp 2", {"--tp needs --world"});     // a layout flag without its layout
   expect_refused("check --filter no-such-run", {"--filter matches no run"});
   EXPECT_EQ(run("check --world 2 --ep 2 --atol 0 --rtol 0 --dispatcher flex").status, 1);  // a mismatch: 1
+  EXPECT_EQ(run("check --help").output.find("8 layouts"), std::string::npos);  // it ran 10 while saying 8
   const auto version = run("--version");
   EXPECT_EQ(version.status, 0);
   EXPECT_EQ(version.output.rfind("moe-oracle ", 0), 0u) << version.output;
