@@ -47,16 +47,7 @@ py::dict preset_to_dict(const LayerPreset& p) {
 }  // namespace
 
 MoeConfig layer_config_from_json(nlohmann::json config) {
-  std::optional<std::string> semantics;
-  if (config.is_object() && config.contains("semantics")) {
-    const auto& s = config["semantics"];
-    if (!s.is_null() && !s.is_string()) throw std::invalid_argument("config: 'semantics' must be a string");
-    if (s.is_string()) semantics = s.get<std::string>();
-    config.erase("semantics");
-  }
-  MoeConfig c = golden::config_from_json(config);  // validated there (the rules do not depend on the semantics)
-  if (semantics) c.semantics = Semantics::parse(*semantics);
-  return c;
+  return golden::config_from_json(config);  // the golden keys and "semantics" (Semantics::parse), validated there
 }
 
 MoeConfig layer_config_from_dict(py::handle config) {
