@@ -31,7 +31,7 @@ nlohmann::json read_case_json(const std::filesystem::path& directory) {
   }
   try {
     return nlohmann::json::parse(read_text(json_path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range (1e400)
     throw CaseFormatError(json_path.string() + ": invalid JSON: " + e.what());
   }
 }

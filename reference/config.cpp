@@ -17,6 +17,13 @@ void MoeConfig::validate() const {
   require(hidden > 0, "hidden must be > 0");
   require(num_experts > 0, "num_experts must be > 0");
   require(ffn_hidden > 0, "ffn_hidden must be > 0");
+  // Upper bounds far above any published model (hidden 7168, 384 experts, ffn 18432), so that every size derived
+  // from them (E·h, E·d·h) is computed without overflow and refused by a memory estimate rather than by the allocator.
+  constexpr int kMaxWidth = 1 << 20, kMaxExperts = 1 << 16;
+  require(hidden <= kMaxWidth && ffn_hidden <= kMaxWidth && shared_expert_ffn_hidden <= kMaxWidth &&
+              latent_size <= kMaxWidth,
+          "hidden, ffn_hidden, shared_expert_ffn_hidden and latent_size must be <= 2^20");
+  require(num_experts <= kMaxExperts, "num_experts must be <= 2^16");
   require(topk >= 1 && topk <= num_experts, "topk must be in [1, num_experts]");
   require(std::isfinite(topk_scaling_factor) && topk_scaling_factor > 0, "topk_scaling_factor must be finite and > 0");
 

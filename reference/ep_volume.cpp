@@ -48,6 +48,13 @@ EpVolume ep_volume(const LayerPreset& preset, const ParallelLayout& layout, int 
   v.moe_layers_per_stage = stage_moe_layers(preset, layout.pp, moe_layers_per_stage);
   const std::int64_t h = v.width, d = v.ffn_hidden, k = v.topk, ep = layout.ep, etp = layout.etp;
   const std::int64_t row_bytes = h * v.bytes_per_element;
+  // Every count below is a product of these; checked in floating point first so that none wraps in 64 bits.
+  const auto real = [](std::int64_t x) { return static_cast<double>(x); };
+  const double largest = real(etp) * real(ep) * real(tokens) * real(k) * real(row_bytes) +
+                         real(c.num_experts) * 3.0 * real(h) * real(d) * real(v.bytes_per_element) *
+                             std::max(v.moe_layers_per_stage, 1);
+  require(largest < 0x1p62, "seq·micro_batch (" + std::to_string(tokens) + ") with this model gives byte counts "
+                            "beyond 2^62: not a microbatch any machine holds");
 
   const std::int64_t n = tokens / (layout.tp * layout.cp);
   v.rows_per_rank = n;

@@ -16,12 +16,18 @@ std::string str(int v) { return std::to_string(v); }
 
 void ParallelLayout::validate() const {
   require(world >= 1, "world must be >= 1");
+  // The meshes list every rank: a world beyond this is an accounting question no rank table answers.
+  require(world <= kMaxWorld, "world (" + str(world) + ") must be <= " + str(kMaxWorld));
   require(tp >= 1 && cp >= 1 && pp >= 1 && ep >= 1 && etp >= 1, "tp, cp, pp, ep and etp must be >= 1");
   require(gtp == 1 && egtp == 1, "gtp and egtp must be 1 (GTP rematerialisation is not modelled)");
-  require(world % (tp * cp * pp) == 0, "world (" + str(world) + ") must be divisible by tp·cp·pp (" +
-                                           str(tp * cp * pp) + ") so that dp = world/(tp·cp·pp)");
-  require(world % (etp * ep * pp) == 0, "world (" + str(world) + ") must be divisible by etp·ep·pp (" +
-                                            str(etp * ep * pp) + ") so that edp = world/(etp·ep·pp)");
+  // Products in 64 bits, each factor at most world: tp·cp·pp cannot overflow before it is compared.
+  require(tp <= world && cp <= world && pp <= world && ep <= world && etp <= world,
+          "tp, cp, pp, ep and etp must each be <= world (" + str(world) + ")");
+  const long long dense = 1LL * tp * cp * pp, expert = 1LL * etp * ep * pp;
+  require(dense <= world && world % dense == 0, "world (" + str(world) + ") must be divisible by tp·cp·pp (" +
+                                                    std::to_string(dense) + ") so that dp = world/(tp·cp·pp)");
+  require(expert <= world && world % expert == 0, "world (" + str(world) + ") must be divisible by etp·ep·pp (" +
+                                                      std::to_string(expert) + ") so that edp = world/(etp·ep·pp)");
   // Order tokens: known, not repeated, and every axis of size > 1 in either mesh named (RankGenerator's rules).
   try {
     dense_mesh();

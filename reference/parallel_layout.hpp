@@ -16,6 +16,9 @@
 
 namespace moe {
 
+// The largest world a layout may have: every mesh lists its ranks (2^20, far beyond any run).
+inline constexpr int kMaxWorld = 1 << 20;
+
 struct ParallelLayout {
   int world = 1;
   int tp = 1;    // tensor parallel (attention, shared expert, dense MLP); sequence parallel uses the same group

@@ -175,16 +175,22 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--world", o->world, "ranks for the inproc backend (= ep)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--tokens", o->tokens, "tokens per rank")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--hidden", o->hidden, "hidden size")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--experts", o->experts, "routed experts (divisible by the world)")->capture_default_str();
+  cmd->add_option("--experts", o->experts, "routed experts (divisible by the world)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--topk", o->topk, "experts per token")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--repetitions", o->repetitions, "timed repetitions (one warm-up before)")->capture_default_str();
+  cmd->add_option("--repetitions", o->repetitions, "timed repetitions (one warm-up before)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
   cmd->add_flag("--fresh-memory", o->fresh_memory, "let freed buffers go back to the OS (page faults included)");
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_flag("--experts-gemm", o->experts_gemm,
                 "time one rank's grouped SwiGLU (forward, backward) against a dense Eigen GEMM instead; --experts "
                 "are then its local experts");
-  cmd->add_option("--ffn", o->ffn, "expert FFN width (with --experts-gemm)")->capture_default_str();
+  cmd->add_option("--ffn", o->ffn, "expert FFN width (with --experts-gemm)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--peak-gflops", o->peak_gflops,
                   "with --experts-gemm: the CPU's double-precision peak (GFLOP/s, all threads), the named limit");
   cmd->callback([o] {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <vector>
 
 namespace moe::cli {
@@ -12,6 +13,7 @@ inline double now() {
 }
 
 inline double median(std::vector<double> v) {
+  if (v.empty()) throw std::invalid_argument("median of no timings (repetitions must be >= 1)");
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }

@@ -48,7 +48,7 @@ struct CheckOptions {
   bool distributed_optimizer = false;
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   std::string dtype = "double";
-  double atol = -1, rtol = -1;  // < 0: the dtype's default (DESIGN §3)
+  double atol = 0, rtol = 0;  // unless given: the dtype's default (DESIGN §3)
   bool json = false;
   std::string junit;                 // write JUnit XML here
   std::vector<std::string> filters;  // run only the runs whose name holds one of these
@@ -58,8 +58,9 @@ struct CheckOptions {
   std::vector<std::string> notes;    // what was chosen for the user (defaults that fit the layout, shrinking)
 };
 
-// The smallest multiple of `unit` that is at least `at_least`.
-int fit(int at_least, int unit) { return (at_least + unit - 1) / unit * unit; }
+// The smallest multiple of `unit` that is at least `at_least`; units are at most kMaxUnit, so that it fits an int.
+constexpr long long kMaxUnit = 1 << 24;
+int fit(int at_least, long long unit) { return static_cast<int>((at_least + unit - 1) / unit * unit); }
 
 // The rows to run: the embedded default, or the user's one configuration over the first row's layouts or --world.
 // For the user's configuration, a sequence length and global batch that the layouts' CP, SP and DP rules allow
@@ -68,14 +69,22 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
   std::vector<CheckRow> rows;
   if (o.custom_model || o.layout.world > 0) {
     CheckRow row{o.run.source.source(), o.run, default_rows().front().layouts};
-    if (o.layout.world > 0) row.layouts = {o.layout};
+    if (o.layout.world > 0) {
+      o.layout.validate();
+      row.layouts = {o.layout};
+    }
     std::vector<ParallelLayout> all = row.layouts;
     if (!o.resume_as.empty()) all.push_back(parse_layout(o.resume_as, "--resume-as"));
-    int seq_unit = 1, batch_unit = 1, ep = 1;
+    // In 64 bits (validated layouts: each factor ≤ world ≤ 2^20), refused past what a sequence or batch can be.
+    long long seq_unit = 1, batch_unit = 1, ep = 1;
     for (const ParallelLayout& l : all) {
-      seq_unit = std::lcm(seq_unit, l.cp > 1 ? std::lcm(2 * l.cp, l.cp * l.tp) : l.tp);
-      batch_unit = std::lcm(batch_unit, row.run.micro_batch * l.dp());
-      ep = std::lcm(ep, l.ep);
+      seq_unit = std::lcm(seq_unit, l.cp > 1 ? std::lcm(2LL * l.cp, 1LL * l.cp * l.tp) : l.tp);
+      batch_unit = std::lcm(batch_unit, 1LL * row.run.micro_batch * l.dp());
+      ep = std::lcm(ep, 1LL * l.ep);
+      if (seq_unit > kMaxUnit || batch_unit > kMaxUnit)
+        throw std::invalid_argument("these layouts need a sequence length that is a multiple of " +
+                                    std::to_string(seq_unit) + " and a global batch that is a multiple of " +
+                                    std::to_string(batch_unit) + ": beyond 2^24; use smaller layouts or --micro-batch");
     }
     if (!o.seq_given && row.run.seq % seq_unit != 0) {
       row.run.seq = fit(row.run.seq, seq_unit);
@@ -88,7 +97,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
       o.notes.push_back("global batch " + std::to_string(row.run.global_batch) +
                         ": the smallest ≥ 8 that micro-batch · dp divides (" + std::to_string(batch_unit) + ")");
     }
-    row.run.ep_multiple = ep;
+    row.run.ep_multiple = static_cast<int>(ep);
     if (row.run.shrink) {
       const ModelConfig m = row.run.model();
       o.notes.push_back("--shrink: " + o.run.source.source() + " checked as h " + std::to_string(m.layer.hidden) +
@@ -441,8 +450,8 @@ void add_check_command(CLI::App& app) {
   add_layout_flags(*cmd, o->layout, false);  // with --world: run this one layout instead of the built-in ones
   cmd->add_option("--steps", o->steps,
                   "run N whole training steps (optimizer, bias update) against the oracle's "
-                  "trajectory")
-      ->check(CLI::NonNegativeNumber);
+                  "trajectory (at most 1000: each step is a whole forward and backward of every layer)")
+      ->check(CLI::Range(0, 1000));
   cmd->add_option("--resume-as", o->resume_as,
                   "with --steps: save after N/2 steps and resume under this layout, "
                   "e.g. world=4,ep=2,etp=2");
@@ -459,8 +468,13 @@ void add_check_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "double or float: the precision the parallel system runs in")
       ->capture_default_str();
-  cmd->add_option("--atol", o->atol, "absolute tolerance (default: 1e-13 double, 5e-8 float)");
-  cmd->add_option("--rtol", o->rtol, "relative tolerance (default: 1e-9 double, 1e-4 float)");
+  const CLI::Validator tolerance(
+      [](std::string& value) -> std::string {
+        return value.find_first_of('-') == 0 ? "a tolerance is >= 0, got " + value : std::string{};
+      },
+      "");  // finiteness: every real-valued option is checked for it (moe_oracle.cpp)
+  cmd->add_option("--atol", o->atol, "absolute tolerance (default: 1e-13 double, 5e-8 float)")->check(tolerance);
+  cmd->add_option("--rtol", o->rtol, "relative tolerance (default: 1e-9 double, 1e-4 float)")->check(tolerance);
   cmd->add_flag("--json", o->json, "machine-readable output (with the version, each run's model and semantics)");
   cmd->add_option("--junit", o->junit, "also write JUnit XML here: one testcase per run");
   cmd->add_option("--filter", o->filters,
@@ -486,8 +500,8 @@ void add_check_command(CLI::App& app) {
     if (o->dtype != "double" && o->dtype != "float")
       throw std::invalid_argument("unknown dtype '" + o->dtype + "' (double, float)");
     const bool single = o->dtype == "float";
-    if (o->atol < 0) o->atol = single ? 5e-8 : 1e-13;
-    if (o->rtol < 0) o->rtol = single ? 1e-4 : 1e-9;
+    if (cmd->count("--atol") == 0) o->atol = single ? 5e-8 : 1e-13;
+    if (cmd->count("--rtol") == 0) o->rtol = single ? 1e-4 : 1e-9;
     std::vector<CheckRow> rows = rows_of(*o);
     if (single) {
       // The optimizer state is double: multi-step rows run in double only.
@@ -515,23 +529,34 @@ void add_check_command(CLI::App& app) {
     const auto remove_own = [&] {
       if (own_checkpoint_dir && (!world || world->rank() == 0)) std::filesystem::remove_all(o->checkpoint_dir);
     };
-    const KernelChoice kernels(o->kernels);
-    std::vector<Run> runs;
-    try {
-      runs = run_all(*o, rows, kernels.backend(), world.get());
-    } catch (...) {
-      remove_own();
-      throw;
-    }
-    remove_own();
+    if (world && o->layout.world > 0 && o->layout.world < world->size() && world->rank() == 0)
+      std::cerr << "moe-oracle: note: the layout has " << o->layout.world << " ranks; ranks " << o->layout.world
+                << "-" << world->size() - 1 << " of the " << world->size() << " mpirun started sit it out\n";
     bool pass = true;
-    for (const Run& r : runs) pass = pass && r.result.pass();
-    if (print) {
-      if (o->json)
-        std::cout << to_json(runs, *o).dump(2) << "\n";
-      else
-        print_table(runs, *o, std::cout);
-      if (!o->junit.empty()) write_junit(runs, o->junit);
+    try {
+      const KernelChoice kernels(o->kernels);
+      const std::vector<Run> runs = run_all(*o, rows, kernels.backend(), world.get());
+      remove_own();
+      for (const Run& r : runs) pass = pass && r.result.pass();
+      if (print) {
+        if (o->json)
+          std::cout << to_json(runs, *o).dump(2) << "\n";
+        else
+          print_table(runs, *o, std::cout);
+        if (!o->junit.empty()) write_junit(runs, o->junit);
+      }
+    } catch (const std::exception& e) {
+      remove_own();
+      if (!world) throw;
+      // Under MPI the other ranks may wait in a collective this one will never join: only an abort ends the job,
+      // and it must not swallow the reason. Say it first, naming the rank (every rank that fails says it).
+      std::cerr << "moe-oracle: error on rank " + std::to_string(world->rank()) + " of " +
+                       std::to_string(world->size()) + ": " + e.what() + "\n"
+                << std::flush;
+      if (world->size() > 1) mpi->abort(2);
+      world.reset();  // alone (no mpirun): no one waits on this rank, so MPI ends normally
+      mpi.reset();
+      throw CLI::RuntimeError(2);
     }
     world.reset();
     mpi.reset();

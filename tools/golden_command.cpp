@@ -10,6 +10,7 @@
 #include "golden/golden_case.hpp"
 #include "golden/model_case_oracle.hpp"
 #include "tools/commands.hpp"
+#include "tools/model_options.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -168,13 +169,20 @@ void run_write(const WriteOptions& opt) {
   nlohmann::json config_json;
   try {
     config_json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range (1e400)
     throw std::invalid_argument(opt.config_file + ": invalid JSON: " + e.what());
   }
   // A case.json (or any {"config": {...}} wrapper) gives its config object; a bare config object is used as is.
   if (config_json.is_object() && config_json.contains("config") && !config_json.contains("hidden"))
     config_json = nlohmann::json(config_json["config"]);
-  const MoeConfig config = golden::config_from_json(config_json);
+  MoeConfig config;
+  try {
+    config = golden::config_from_json(config_json);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(opt.config_file + ": " + e.what());
+  }
+  require_fits(layer_memory(config, static_cast<double>(opt.seq) * opt.batch),
+               "writing a case of " + opt.config_file, "give smaller --seq / --batch, or a smaller config");
   const std::string description = "written by moe-oracle golden write from " +
                                   fs::path(opt.config_file).filename().string() + ", seed " +
                                   std::to_string(opt.seed);
@@ -220,7 +228,7 @@ void add_golden_command(CLI::App& app) {
   w->add_option("--batch", write->batch, "micro-batch size")->capture_default_str()->check(CLI::PositiveNumber);
   w->add_option("--vocab", write->vocab, "vocabulary size (hash routing's tid2eid rows)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 24));
   w->add_flag("--json", write->json, "machine-readable output");
   w->callback([write] { run_write(*write); });
 }

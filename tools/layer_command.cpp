@@ -134,16 +134,9 @@ void add_layer_command(CLI::App& app) {
     CheckOptions opt = *o;
     if (opt.seq == 0) opt.seq = p.seq;
     if (opt.batch == 0) opt.batch = p.batch;
-    // The layer's parameters, gradients and a copy, and what the forward keeps per token.
-    const double tokens = static_cast<double>(opt.seq) * opt.batch;
-    MemoryEstimate memory;
-    memory.parameters = 8.0 * 3 * (config.num_experts * 3.0 * config.expert_width() * config.ffn_hidden +
-                                   config.num_experts * 1.0 * config.hidden + 3.0 * config.hidden *
-                                   config.shared_expert_ffn_hidden);
-    memory.activations = 8.0 * tokens * (10.0 * config.hidden + 6.0 * config.num_experts +
-                                         6.0 * config.topk * config.ffn_hidden);
-    require_fits(memory, "the layer of " + o->model.source(),
+    require_fits(layer_memory(config, static_cast<double>(opt.seq) * opt.batch), "the layer of " + o->model.source(),
                  "run a test-size model, or give smaller --hidden-size / --num-experts / --moe-ffn-hidden-size");
+    note_long_work(layer_flops(config, static_cast<double>(opt.seq) * opt.batch));
 
     const auto params = random_params<double>(config, p.vocab, opt.seed);
     const auto inputs = random_inputs<double>(config, opt.seq, opt.batch, p.vocab, opt.seed + 1);

@@ -38,7 +38,7 @@ json parse_file(const fs::path& path) {
   text << in.rdbuf();
   try {
     return json::parse(text.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse errors, and numbers out of range (1e400)
     throw std::invalid_argument(std::string("not valid JSON: ") + e.what());
   }
 }

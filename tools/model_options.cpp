@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 namespace moe::cli {
@@ -171,6 +172,32 @@ void require_fits(const MemoryEstimate& e, const std::string& what, const std::s
   throw std::invalid_argument(what + " needs about " + gib(e.total()) + " (parameters and their copies " +
                               gib(e.parameters) + ", activations " + gib(e.activations) + "), more than 80% of the " +
                               gib(available) + " available; " + remedy);
+}
+
+MemoryEstimate layer_memory(const MoeConfig& c, double tokens) {
+  MemoryEstimate memory;
+  memory.parameters = 8.0 * 3 *
+                      (c.num_experts * 3.0 * c.expert_width() * c.ffn_hidden + c.num_experts * 1.0 * c.hidden +
+                       3.0 * c.hidden * c.shared_expert_ffn_hidden);
+  memory.activations = 8.0 * tokens * (10.0 * c.hidden + 6.0 * c.num_experts + 6.0 * c.topk * c.ffn_hidden);
+  return memory;
+}
+
+double layer_flops(const MoeConfig& c, double tokens) {
+  // A matrix product of m×k by k×n is 2mkn; the backward is about twice the forward.
+  const double per_token = 2.0 * (c.topk * 3.0 * c.expert_width() * c.ffn_hidden + 3.0 * c.hidden *
+                                  c.shared_expert_ffn_hidden + c.num_experts * 1.0 * c.hidden);
+  return 3.0 * per_token * tokens;
+}
+
+void note_long_work(double flops) {
+  constexpr double kOracleFlops = 1e9;  // the double oracle on one core: about a GFLOP/s (unblocked loops)
+  const double seconds = flops / kOracleFlops;
+  if (seconds < 10) return;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "moe-oracle: note: about %.3g GFLOP; at the oracle's ~1 GFLOP/s this takes about %.0f %s\n",
+                flops / 1e9, seconds < 600 ? seconds : seconds / 60, seconds < 600 ? "s" : "min");
+  std::cerr << buf << std::flush;
 }
 
 }  // namespace moe::cli

@@ -60,4 +60,12 @@ double available_memory();
 // the available memory.
 void require_fits(const MemoryEstimate& estimate, const std::string& what, const std::string& remedy);
 
+// One layer's parameters, gradients and a copy, and what its forward keeps for `tokens` tokens.
+MemoryEstimate layer_memory(const MoeConfig& config, double tokens);
+// Floating-point operations of one layer's forward and backward over `tokens` tokens (routed, shared, router).
+double layer_flops(const MoeConfig& config, double tokens);
+// Long work is announced before it starts: past about ten seconds of the oracle's double arithmetic, a line on stderr
+// with the estimate, so that a run that looks stuck is known to be working.
+void note_long_work(double flops);
+
 }  // namespace moe::cli

@@ -1,8 +1,38 @@
 // moe-oracle: does a parallel MoE system compute exactly what the single-device model computes?
 #include "tools/commands.hpp"
 
+#include <cmath>
 #include <exception>
 #include <iostream>
+#include <stdexcept>
+#include <string>
+
+namespace {
+
+// Every value given on the command line must say something: an empty string is not a seed, NaN or Inf is not a
+// tolerance, a size or a learning rate. One guard for every option of every command (flags take no value).
+void refuse_empty_and_non_finite(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size_max() == 0) continue;  // a flag
+    const bool real = opt->get_type_name().find("FLOAT") != std::string::npos;
+    opt->check(CLI::Validator(
+        [real](std::string& value) -> std::string {
+          if (value.empty()) return "an empty value";
+          if (!real) return {};
+          try {
+            if (!std::isfinite(std::stod(value))) return "'" + value + "' is not a finite number";
+          } catch (const std::out_of_range&) {
+            return "'" + value + "' is out of range";
+          } catch (const std::invalid_argument&) {
+          }  // not a number at all: the conversion says so
+          return {};
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_and_non_finite(*sub);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"moe-oracle: differential testing of parallel Mixture-of-Experts layers against a CPU oracle"};
@@ -19,6 +49,7 @@ int main(int argc, char** argv) {
   moe::cli::add_explain_command(app);
   moe::cli::add_step_command(app);
   moe::cli::add_volume_command(app);
+  refuse_empty_and_non_finite(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -26,7 +57,7 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code <= 1 ? code : 2;
   } catch (const std::exception& e) {
-    std::cerr << "moe-oracle: error: " << e.what() << "\n";
+    std::cerr << std::string("moe-oracle: error: ") + e.what() + "\n";  // one write: ranks of a job interleave
     return 2;
   }
   return 0;

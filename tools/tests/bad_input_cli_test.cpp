@@ -1,0 +1,75 @@
+// Bad numbers on the command line are refused with one line and exit status 2, before any work starts: the inputs
+// that crashed, hung or were silently accepted (layout products that overflowed, zero repetitions, byte counts past
+// 2^63, empty seeds, NaN and negative tolerances, unbounded step counts, configs with absurd sizes).
+#include "tools/tests/cli_run.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+namespace moe::test {
+namespace {
+
+// Exit status 2 (a usage error, not a crash: a signal gives -1 here), with `fragment` in what was printed.
+void expect_refused(const std::string& args, const std::string& fragment) {
+  const Result r = run(args);
+  EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(fragment), std::string::npos) << args << "\nexpected: " << fragment << "\n" << r.output;
+}
+
+TEST(BadInput, LayoutProductsThatOverflowAreRefused) {
+  expect_refused("groups --world 8 --tp 65536 --cp 65536", "must each be <= world");
+  expect_refused("groups --world 8 --tp 46341 --cp 46341", "must each be <= world");
+  expect_refused("volume --world 8 --ep 65536 --etp 65536", "must each be <= world");
+  expect_refused("check --world 8 --tp 4 --cp 4 --pp 268435456", "must each be <= world");
+  expect_refused("check --steps 2 --resume-as world=4,ep=65536,etp=65536 --world 2", "must each be <= world");
+  expect_refused("groups --world 1073741824", "world");
+}
+
+TEST(BadInput, CountsOutsideTheirRangeAreRefused) {
+  expect_refused("bench --repetitions 0 --tokens 8 --hidden 8", "--repetitions");
+  expect_refused("check --steps 2147483647", "--steps");
+  expect_refused("volume --world 8 --seq 2147483647 --micro-batch 2147483647", "2^62");
+}
+
+TEST(BadInput, EmptyNanAndNegativeValuesAreRefused) {
+  expect_refused("check --seed ''", "empty");
+  expect_refused("layer --seed ''", "empty");
+  expect_refused("check --atol -5", "--atol");
+  expect_refused("check --rtol nan", "finite");
+  expect_refused("check --rtol inf", "finite");
+  expect_refused("check --rtol 1e400", "range");
+  expect_refused("check --filter ''", "empty");
+}
+
+TEST(BadInput, ExplicitZeroToleranceIsUsedNotReplacedByTheDefault) {
+  // --atol 0 --rtol 0 is a request, not "unset": float rounding then fails it.
+  const Result r = run("check --dtype float --world 2 --ep 2 --dispatcher flex --atol 0 --rtol 0");
+  EXPECT_EQ(r.status, 1) << r.output;
+}
+
+TEST(BadInput, AbsurdConfigSizesAreRefusedBeforeAllocating) {
+  const auto dir = std::filesystem::temp_directory_path() / ("moe-bad-input-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string base = R"("hidden": 8, "ffn_hidden": 4, "topk": 2, "score_function": "softmax")";
+  expect_refused("golden write --out " + (dir / "a").string() + " --config " +
+                     write("experts.json", "{" + base + R"(, "num_experts": 1000000000})"),
+                 "num_experts must be <= 2^16");
+  expect_refused("golden write --out " + (dir / "b").string() + " --config " +
+                     write("overflow.json", "{" + base + R"(, "num_experts": 4, "hidden": 1e400})"),
+                 "overflow.json");
+  expect_refused("golden write --out " + (dir / "c").string() + " --seq 100000 --batch 100000 --config " +
+                     write("ok.json", "{" + base + R"(, "num_experts": 4})"),
+                 "available");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace moe::test
