@@ -29,6 +29,10 @@ InprocWorld::InprocWorld(int size) : size_(size) {
   if (size < 1) {
     throw std::invalid_argument("InprocWorld: size " + std::to_string(size) + " (a world has at least one rank)");
   }
+  if (size > kMaxRanks) {
+    throw std::invalid_argument("in-process ranks are threads: a world of " + std::to_string(size) +
+                                " is more than " + std::to_string(kMaxRanks) + "; run it under mpirun (--backend mpi)");
+  }
 }
 
 void InprocWorld::run(const std::function<void(Communicator&)>& fn) const {

@@ -23,7 +23,9 @@ class WorldAborted : public std::runtime_error {
 
 class InprocWorld {
  public:
-  explicit InprocWorld(int size);  // throws std::invalid_argument unless size >= 1
+  // One thread per rank: past this many, the machine thrashes long before the check says anything.
+  static constexpr int kMaxRanks = 1024;
+  explicit InprocWorld(int size);  // throws std::invalid_argument unless 1 <= size <= kMaxRanks
 
   int size() const { return size_; }
 

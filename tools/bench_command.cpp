@@ -15,6 +15,7 @@
 #include "reference/random_init.hpp"
 #include "tools/bench_timing.hpp"
 #include "tools/commands.hpp"
+#include "tools/model_options.hpp"
 #include "tools/expert_bench.hpp"
 #include "tools/layout_options.hpp"
 
@@ -194,6 +195,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--peak-gflops", o->peak_gflops,
                   "with --experts-gemm: the CPU's double-precision peak (GFLOP/s, all threads), the named limit");
   cmd->callback([o] {
+    // Per rank: the tokens, their k routed copies there and back and the dispatchers' staging (about 8 rows of h
+    // per routed token), or for --experts-gemm the local experts' weights and the SwiGLU activations.
+    MemoryEstimate memory;
+    const double routed = 1.0 * o->tokens * o->topk, ranks = o->backend == "inproc" ? o->world : 1;
+    memory.activations = 8.0 * ranks * routed * (8.0 * o->hidden + (o->experts_gemm ? 6.0 * o->ffn : 0));
+    if (o->experts_gemm) memory.parameters = 8.0 * 2 * 3.0 * o->experts * o->hidden * o->ffn;
+    require_fits(memory, "this benchmark", "give smaller --tokens / --hidden / --world");
     if (o->experts_gemm) {
       if (o->backend != "inproc") throw std::invalid_argument("--experts-gemm runs on one process; drop --backend");
       run_expert_bench({o->tokens, o->topk, o->experts, o->hidden, o->ffn, o->repetitions, o->json,

@@ -34,6 +34,10 @@ std::string message_of(int size, const std::function<void(Communicator&)>& fn) {
 }
 
 TEST(InprocWorld, RejectsAnEmptyWorld) { EXPECT_THROW(InprocWorld(0), std::invalid_argument); }
+TEST(InprocWorld, RejectsMoreRanksThanThreadsItCanRun) {
+  EXPECT_NO_THROW(InprocWorld(InprocWorld::kMaxRanks));
+  EXPECT_THROW(InprocWorld(InprocWorld::kMaxRanks + 1), std::invalid_argument);
+}
 
 TEST(InprocWorld, RethrowsTheFailingRanksExceptionWhileOthersWaitInACollective) {
   const std::string what = message_of<RankFailure>(4, [](Communicator& comm) {

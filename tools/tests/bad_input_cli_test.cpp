@@ -33,6 +33,8 @@ TEST(BadInput, CountsOutsideTheirRangeAreRefused) {
   expect_refused("bench --repetitions 0 --tokens 8 --hidden 8", "--repetitions");
   expect_refused("check --steps 2147483647", "--steps");
   expect_refused("volume --world 8 --seq 2147483647 --micro-batch 2147483647", "2^62");
+  expect_refused("bench --world 4096 --tokens 8 --hidden 8 --experts 4096", "mpirun");
+  expect_refused("bench --tokens 2000000000 --hidden 4096", "available");
 }
 
 TEST(BadInput, EmptyNanAndNegativeValuesAreRefused) {
