@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 
@@ -53,6 +54,7 @@ std::map<std::string, NpyArray> read_case_tensors(
     NpyArray array = read_npy(entry.path());
     try {
       check(stem, array);
+      check_finite(stem, array);
     } catch (const CaseFormatError& e) {
       throw CaseFormatError(directory.string() + ": " + e.what());
     }
@@ -64,6 +66,26 @@ std::map<std::string, NpyArray> read_case_tensors(
     }
   }
   return tensors;
+}
+
+void check_finite(const std::string& name, const NpyArray& array, const std::string& what) {
+  for (std::size_t i = 0; i < array.reals.size(); ++i) {
+    const double v = array.reals[i];
+    if (std::isfinite(v)) continue;
+    // The index as numpy prints it too: [row, col] of the C-order element i.
+    std::string index = "[";
+    std::size_t rest = i;
+    std::vector<std::size_t> digits(array.shape.size());
+    for (std::size_t d = array.shape.size(); d-- > 0;) {
+      const auto extent = static_cast<std::size_t>(array.shape[d]);
+      digits[d] = rest % extent;
+      rest /= extent;
+    }
+    for (std::size_t d = 0; d < digits.size(); ++d) index += (d ? ", " : "") + std::to_string(digits[d]);
+    throw CaseFormatError(what + " '" + name + "' has a non-finite value " +
+                          (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") + " at index " + std::to_string(i) + " " +
+                          index + "]");
+  }
 }
 
 void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDtype dtype,

@@ -130,7 +130,8 @@ void print_table(const CaseResult& r) {
   std::cout << "  " << (r.pass() ? "PASS" : "FAIL") << "\n";
 }
 
-// max_rel is +inf when a zero reference was missed; JSON has no infinity, so it appears as null.
+// max_abs and max_rel are NaN or inf when a computed value is (max_rel also inf when a zero reference was missed);
+// JSON has neither, so they appear as null. The table prints them as nan and inf.
 nlohmann::json to_json(const CaseResult& r) {
   nlohmann::json j{{"case", r.path}, {"pass", r.pass()}};
   if (!r.kind.empty()) j["kind"] = r.kind;
