@@ -36,8 +36,13 @@ void save_checkpoint(const std::string& dir, Communicator& world, const ModelCon
                      const ProcessGroups& groups, ModelShard<double>& params, const ShardMoments& moments,
                      int training_step);
 
-// Throws std::runtime_error naming the problem (missing or corrupt file, other model, other format version,
-// a tensor not fully covered) before anything is returned.
+// The folder is untrusted input. Refused, each with one std::runtime_error line "checkpoint: <file>: <rule>",
+// before anything is returned: checkpoint.json that is not a regular file or not valid JSON, another format or
+// model, a value of the wrong JSON type; training_step / optimizer_step that are not integers in [0, 2^31); a
+// piece file that is not a plain name in the folder (no '/', no '..'), not a regular file (FIFOs and devices are
+// never opened), or a symlink leading out of the folder; an offset or shape that is not two integers >= 0 or does
+// not fit its tensor (checked without sums that could overflow); a size or checksum mismatch; a NaN or ±inf value,
+// a negative second moment, a tid2eid entry that is not an expert id in [0, E); a tensor not covered exactly once.
 TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config);
 
 }  // namespace moe::dist
