@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -193,6 +192,45 @@ std::vector<Logical> catalogue(const ModelConfig& c, const ModelParams<double>& 
 }
 
 
+// What a folder may hold for save_checkpoint to replace it: a previous checkpoint's files (and a fragment list left
+// by a writer that did not finish), regular files only.
+bool is_checkpoint_file(const fs::directory_entry& entry) {
+  if (!fs::is_regular_file(entry.symlink_status())) return false;
+  const std::string name = entry.path().filename().string();
+  return name == "checkpoint.json" || entry.path().extension() == ".bin" ||
+         (name.rfind("pieces.rank", 0) == 0 && entry.path().extension() == ".json");
+}
+
+std::string_view bytes_of(const Matrix<double>& m) {
+  if (m.size() == 0) return {};
+  return {reinterpret_cast<const char*>(m.data()), static_cast<size_t>(m.size()) * sizeof(double)};
+}
+
+// Ends a phase of a collective write: every rank learns whether some rank failed, and the first failing rank's
+// message (it travels as int64 character codes), so that all throw the same line together and none is left waiting
+// in a later collective. `error` is empty on a rank that did not fail.
+void throw_if_any_failed(Communicator& world, const std::string& error) {
+  std::vector<std::int64_t> first{error.empty() ? world.size() : world.rank()};
+  world.allreduce<std::int64_t>(first, ReduceOp::min);
+  if (first[0] == world.size()) return;
+  const int root = static_cast<int>(first[0]);
+  std::vector<std::int64_t> length{static_cast<std::int64_t>(error.size())};
+  world.broadcast<std::int64_t>(length, root);
+  std::vector<std::int64_t> text(static_cast<size_t>(length[0]));
+  if (world.rank() == root)
+    for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<unsigned char>(error[i]);
+  world.broadcast<std::int64_t>(text, root);
+  std::string message;
+  for (const std::int64_t c : text) message += static_cast<char>(c);
+  fail(message);
+}
+
+// An exception's message, never empty (an empty one would read as success in throw_if_any_failed).
+std::string message_of(const std::exception& e) {
+  const std::string what = e.what();
+  return what.empty() ? "an error without a message" : what;
+}
+
 // The shortest text that reads back as `v` ("nan", "-inf", "1.5", "4").
 std::string number(double v) {
   char buf[32];
@@ -227,7 +265,8 @@ class MetaReader {
   // A JSON integer (not 3.7, not 5.0, not "5") in [0, max]; unsigned so that huge values cannot wrap.
   static bool integer_up_to(const json& v, std::uint64_t max, std::uint64_t& out) {
     if (v.is_number_unsigned()) out = v.get<std::uint64_t>();
-    else if (v.is_number_integer() && v.get<std::int64_t>() >= 0) out = static_cast<std::uint64_t>(v.get<std::int64_t>());
+    else if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
+      out = static_cast<std::uint64_t>(v.get<std::int64_t>());
     else return false;
     return out <= max;
   }
@@ -271,49 +310,74 @@ void check_values(const Matrix<double>& data, const std::string& tensor, const f
 void save_checkpoint(const std::string& dir, Communicator& world, const ModelConfig& config,
                      const ProcessGroups& groups, ModelShard<double>& params, const ShardMoments& moments,
                      int training_step) {
+  // The whole folder appears at once (storage/staged_directory.hpp): rank 0 makes a staging folder beside `dir`,
+  // every rank writes its pieces into it, rank 0 writes checkpoint.json and swaps the folder into place. Each
+  // phase ends in throw_if_any_failed, so that all ranks throw together (and rank 0's StagedDirectory removes the
+  // staging folder, leaving `dir` as it was) rather than some waiting forever.
   const int rank = world.rank();
-  if (rank == 0) fs::create_directories(dir);
-  world.barrier();
-  std::vector<Piece> pieces = pieces_to_write(config, groups, rank, params, "", true);
-  if (!moments.m.empty()) {
-    // Moments have the shard's trained-tensor shapes: lay them out as a shard and cut them the same way.
-    for (const auto* which : {&moments.m, &moments.v}) {
-      ModelShard<double> state = params;
-      auto tensors = shard_tensors(state, 0);
-      for (size_t i = 0; i < tensors.size(); ++i) std::copy((*which)[i].begin(), (*which)[i].end(), tensors[i].data);
-      auto more = pieces_to_write(config, groups, rank, state, which == &moments.m ? ".adam_m" : ".adam_v", false);
-      pieces.insert(pieces.end(), more.begin(), more.end());
-    }
-  }
-  json fragment = json::array();
-  for (const Piece& p : pieces) {
-    const std::string file = p.name + "." + std::to_string(p.row) + "_" + std::to_string(p.col) + ".bin";
-    std::ofstream out(fs::path(dir) / file, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(p.data.data()), static_cast<std::streamsize>(p.data.size() * 8));
-    if (!out) fail("cannot write " + (fs::path(dir) / file).string());
-    fragment.push_back({{"tensor", p.name}, {"file", file}, {"offset", {p.row, p.col}},
-                        {"shape", {p.data.rows(), p.data.cols()}}, {"fnv1a", fnv1a(p.data.data(), p.data.size())}});
-  }
-  std::ofstream(fs::path(dir) / ("pieces.rank" + std::to_string(rank) + ".json")) << fragment.dump();
-  world.barrier();
+  std::unique_ptr<storage::StagedDirectory> staged;
+  std::string error;
+  std::vector<std::int64_t> id{0, 0};  // the staging folder's StagedDirectory::Id, chosen by rank 0
   if (rank == 0) {
-    json all = json::array();
-    for (int r = 0; r < world.size(); ++r) {
-      const fs::path f = fs::path(dir) / ("pieces.rank" + std::to_string(r) + ".json");
-      json part = json::parse(std::ifstream(f));
-      for (auto& p : part) all.push_back(p);
-      fs::remove(f);
+    try {
+      staged = std::make_unique<storage::StagedDirectory>(dir, is_checkpoint_file, "checkpoint");
+      id = {staged->id().pid, staged->id().serial};
+    } catch (const std::exception& e) {
+      error = message_of(e);
     }
-    const json meta{{"format", kFormat},
-                    {"written_by", std::string("moe-oracle ") + MOE_ORACLE_VERSION},  // informational
-                    {"model", model_json(config)},
-                    {"training_step", training_step},
-                    {"optimizer_step", moments.step},
-                    {"has_moments", !moments.m.empty()},
-                    {"pieces", all}};
-    std::ofstream(fs::path(dir) / "checkpoint.json") << meta.dump(1);
   }
-  world.barrier();
+  throw_if_any_failed(world, error);
+  world.broadcast<std::int64_t>(id, 0);
+  const fs::path staging =
+      storage::StagedDirectory::staging_path(storage::StagedDirectory::resolve_target(dir), {id[0], id[1]});
+
+  try {
+    std::vector<Piece> pieces = pieces_to_write(config, groups, rank, params, "", true);
+    if (!moments.m.empty()) {
+      // Moments have the shard's trained-tensor shapes: lay them out as a shard and cut them the same way.
+      for (const auto* which : {&moments.m, &moments.v}) {
+        ModelShard<double> state = params;
+        auto tensors = shard_tensors(state, 0);
+        for (size_t i = 0; i < tensors.size(); ++i) std::copy((*which)[i].begin(), (*which)[i].end(), tensors[i].data);
+        auto more = pieces_to_write(config, groups, rank, state, which == &moments.m ? ".adam_m" : ".adam_v", false);
+        pieces.insert(pieces.end(), more.begin(), more.end());
+      }
+    }
+    json fragment = json::array();
+    for (const Piece& p : pieces) {
+      const std::string file = p.name + "." + std::to_string(p.row) + "_" + std::to_string(p.col) + ".bin";
+      storage::write_file_synced(staging / file, bytes_of(p.data));
+      fragment.push_back({{"tensor", p.name}, {"file", file}, {"offset", {p.row, p.col}},
+                          {"shape", {p.data.rows(), p.data.cols()}}, {"fnv1a", fnv1a(p.data.data(), p.data.size())}});
+    }
+    storage::write_file_synced(staging / ("pieces.rank" + std::to_string(rank) + ".json"), fragment.dump());
+  } catch (const std::exception& e) {
+    error = message_of(e);
+  }
+  throw_if_any_failed(world, error);
+
+  if (rank == 0) {
+    try {
+      json all = json::array();
+      for (int r = 0; r < world.size(); ++r) {
+        const fs::path f = staging / ("pieces.rank" + std::to_string(r) + ".json");
+        for (auto& p : json::parse(storage::RegularFile(f).read_all())) all.push_back(p);
+        fs::remove(f);
+      }
+      const json meta{{"format", kFormat},
+                      {"written_by", std::string("moe-oracle ") + MOE_ORACLE_VERSION},  // informational
+                      {"model", model_json(config)},
+                      {"training_step", training_step},
+                      {"optimizer_step", moments.step},
+                      {"has_moments", !moments.m.empty()},
+                      {"pieces", all}};
+      storage::write_file_synced(staging / "checkpoint.json", meta.dump(1));  // last: it lists the pieces
+      staged->commit();
+    } catch (const std::exception& e) {
+      error = message_of(e);
+    }
+  }
+  throw_if_any_failed(world, error);  // also the end of the write on every rank: the folder is in place
 }
 
 TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config) {
@@ -329,7 +393,8 @@ TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config)
       read.refuse(std::string("invalid JSON: ") + e.what());
     }
     if (!meta.is_object()) read.refuse("must hold a JSON object");
-    if (read.string(meta, "format") != kFormat) read.refuse("format '" + read.string(meta, "format") + "' is not " + kFormat);
+    if (const std::string format = read.string(meta, "format"); format != kFormat)
+      read.refuse("format '" + format + "' is not " + kFormat);
     if (read.at(meta, "model") != model_json(config))
       read.refuse("it was written for another model; differences: " +
                   json::diff(model_json(config), meta.at("model")).dump());

@@ -31,7 +31,12 @@ struct TrainingState {
 };
 
 // Collective over `world`: every rank writes the pieces it is the first holder of; rank 0 writes checkpoint.json
-// after all pieces are on disk. `moments` may be empty (SGD).
+// after all pieces are on disk. `moments` may be empty (SGD). The folder `dir` appears or is replaced as a whole
+// (storage/staged_directory.hpp): the ranks write into a staging folder beside it, every file fsynced, and rank 0
+// swaps it into place after a collective, so that a crash or a kill at any moment leaves the complete old
+// checkpoint or the complete new one at `dir`. An existing `dir` may hold only a checkpoint's files (checkpoint.json,
+// *.bin, pieces.rank*.json); anything else is refused and left as it was. A failure on any rank throws the same
+// one-line std::runtime_error on every rank and leaves `dir` untouched.
 void save_checkpoint(const std::string& dir, Communicator& world, const ModelConfig& config,
                      const ProcessGroups& groups, ModelShard<double>& params, const ShardMoments& moments,
                      int training_step);

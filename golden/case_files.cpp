@@ -1,5 +1,8 @@
 #include "golden/case_files.hpp"
 
+#include "storage/durable_files.hpp"
+#include "storage/staged_directory.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -104,16 +107,24 @@ void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDt
   }
 }
 
-void prepare_case_directory(const std::filesystem::path& directory) {
-  std::filesystem::create_directories(directory);
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+void write_case_directory(const std::filesystem::path& directory, const std::string& case_json,
+                          const std::map<std::string, NpyArray>& tensors) {
+  // What may be replaced: a previous case's files, regular files only (a symlink is not followed, a subfolder
+  // named foo.npy is not a tensor).
+  const auto case_file = [](const std::filesystem::directory_entry& entry) {
     const auto file = entry.path().filename();
-    if (file != kCaseJson && file.extension() != ".npy") {
-      throw CaseFormatError(directory.string() + ": refusing to write a case into a folder holding '" +
-                            file.string() + "'");
-    }
+    return std::filesystem::is_regular_file(entry.symlink_status()) &&
+           (file == kCaseJson || file.extension() == ".npy");
+  };
+  try {
+    storage::StagedDirectory staged(directory, case_file, "golden case");
+    for (const auto& [name, array] : tensors)
+      storage::write_file_synced(staged.path() / (name + ".npy"), serialize_npy(array));
+    storage::write_file_synced(staged.path() / kCaseJson, case_json);  // last: a folder without it is no case
+    staged.commit();
+  } catch (const storage::StorageError& e) {
+    throw CaseFormatError(e.what());
   }
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) std::filesystem::remove(entry.path());
 }
 
 }  // namespace moe::golden

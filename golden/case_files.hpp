@@ -41,7 +41,12 @@ void check_finite(const std::string& name, const NpyArray& array, const std::str
 void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDtype dtype,
                            const std::vector<std::int64_t>& shape);
 
-// Empties a case folder to write into (creating it), refusing one that holds anything but case files.
-void prepare_case_directory(const std::filesystem::path& directory);
+// Writes a case folder as a whole (storage/staged_directory.hpp): the .npy files and then case.json go into a
+// staging folder beside `directory`, each fsynced, and the folder takes the place of `directory` in one rename, so
+// that a crash or a kill leaves the complete previous case or the complete new one there. An existing
+// `directory` may hold only a previous case's files (case.json and .npy regular files): anything else — a
+// subfolder, even one named foo.npy, another file — is refused with a CaseFormatError and nothing is touched.
+void write_case_directory(const std::filesystem::path& directory, const std::string& case_json,
+                          const std::map<std::string, NpyArray>& tensors);
 
 }  // namespace moe::golden

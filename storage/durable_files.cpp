@@ -80,7 +80,8 @@ RegularFile::RegularFile(const fs::path& path) : path_(path) {
     if (errno == ENOENT) throw StorageError(path.string() + ": missing (no such file)");
     fail_errno(path, "cannot stat");
   }
-  if (!S_ISREG(st.st_mode)) throw StorageError(path.string() + ": is not a regular file (it is " + kind_of(st.st_mode) + ")");
+  if (!S_ISREG(st.st_mode))
+    throw StorageError(path.string() + ": is not a regular file (it is " + kind_of(st.st_mode) + ")");
   // O_NONBLOCK: should the path have become a FIFO since stat(), open() still returns at once.
   fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd_ < 0) fail_errno(path, "cannot open");
@@ -125,9 +126,10 @@ fs::path confined_file(const fs::path& folder, const std::string& name, const st
   if (!fs::is_symlink(fs::symlink_status(path, ec))) return path;
   // Where the link leads, with every link on the way resolved, must lie inside the folder (itself resolved: the
   // folder may be reached through a link, e.g. "latest" -> "step-100").
-  const fs::path inside = fs::weakly_canonical(folder, ec);
-  const fs::path resolved = fs::weakly_canonical(path, ec);
-  if (ec) throw StorageError(path.string() + ": cannot resolve the symbolic link: " + ec.message());
+  const fs::path resolved = fs::canonical(path, ec);
+  if (ec) throw StorageError(path.string() + ": the symbolic link leads nowhere (" + ec.message() + ")");
+  const fs::path inside = fs::canonical(folder, ec);
+  if (ec) throw StorageError(folder.string() + ": cannot resolve: " + ec.message());
   const auto [f, r] = std::mismatch(inside.begin(), inside.end(), resolved.begin(), resolved.end());
   if (f != inside.end() || r == resolved.end()) {
     throw StorageError(path.string() + ": the symbolic link leaves " + what + " (it resolves to " +

@@ -214,7 +214,8 @@ void add_golden_command(CLI::App& app) {
                 "\"semantics\" makes a moe-golden/2 case")
       ->required()
       ->check(CLI::ExistingFile);
-  w->add_option("--out", write->out, "case folder to create (an existing one may hold only a previous case)")
+  w->add_option("--out", write->out,
+                "case folder to create, or to replace as a whole (an existing one may hold only a previous case)")
       ->required();
   w->add_option("--seed", write->seed, "seed of the inputs")->capture_default_str();
   w->add_option("--seq", write->seq, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);

@@ -1,6 +1,7 @@
 // A checkpoint is untrusted input: checkpoint.json and the piece files may be edited, truncated or malicious. Each
 // test breaks one rule and expects a one-line refusal naming the file and the rule. The comment of each says what
-// the loader did before the rule existed.
+// the loader did before the rule existed. Saving replaces a checkpoint folder as a whole, or refuses a folder
+// holding anything else (what a kill at a random moment leaves is Checkpoint.KillAtRandom's test).
 #include "distributed/tests/checkpoint_fixture.hpp"
 #include "reference/tests/expect_error.hpp"
 
@@ -275,6 +276,41 @@ TEST(Checkpoint, MalformedMetadataIsOneLineNamingTheFile) {
   std::ofstream(w.dir / "checkpoint.json") << "{\"format\": ";
   const std::string what = moe::test::expect_error<std::runtime_error>("invalid JSON", [&] { w.load(); });
   EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+}
+
+// Leftovers of a write beside `dir`: its staging folder or the old version renamed aside.
+std::vector<std::string> beside(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.parent_path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(dir.filename().string() + ".tmp-", 0) == 0 || name.rfind(dir.filename().string() + ".old-", 0) == 0)
+      names.push_back(name);
+  }
+  return names;
+}
+
+// Before: the new pieces were written into the folder in place, over and next to the old ones (a kill in between
+// left a checkpoint.json whose checksums no longer matched).
+TEST(Checkpoint, SaveReplacesAnOlderCheckpointAsAWhole) {
+  const Written w("replace");
+  std::ofstream(w.dir / "stale.0_0.bin") << "a piece of an older model";
+  w.fixture.save(w.dir, 6);
+  EXPECT_TRUE(w.fixture.matches(load_checkpoint(w.dir.string(), w.fixture.config), 6));
+  EXPECT_FALSE(fs::exists(w.dir / "stale.0_0.bin")) << "nothing of the old checkpoint survives";
+  EXPECT_TRUE(beside(w.dir).empty());
+}
+
+// Before: the pieces were written into any folder, next to whatever it held.
+TEST(Checkpoint, SaveRefusesAFolderHoldingOtherFiles) {
+  const Written w("foreign");
+  std::ofstream(w.dir / "notes.txt") << "mine\n";
+  const std::string what = moe::test::expect_error<std::runtime_error>(
+      "refusing to replace " + w.dir.string() + ": it holds 'notes.txt' (a regular file), which is not a file of a "
+      "checkpoint", [&] { w.fixture.save(w.dir, 6); });
+  EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  EXPECT_TRUE(w.fixture.matches(load_checkpoint(w.dir.string(), w.fixture.config), 5)) << "the old one is intact";
+  EXPECT_TRUE(fs::exists(w.dir / "notes.txt"));
+  EXPECT_TRUE(beside(w.dir).empty());
 }
 
 }  // namespace
