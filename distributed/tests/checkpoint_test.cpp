@@ -300,6 +300,20 @@ TEST(Checkpoint, SaveReplacesAnOlderCheckpointAsAWhole) {
   EXPECT_TRUE(beside(w.dir).empty());
 }
 
+// Without RENAME_EXCHANGE, a writer stopped between its two renames leaves no folder and the previous checkpoint
+// complete beside it: the refusal says where.
+TEST(Checkpoint, AMissingFolderPointsToTheOldVersionSetAside) {
+  const Written w("aside");
+  const fs::path aside = w.dir.string() + ".old-123-4";
+  fs::remove_all(aside);
+  fs::rename(w.dir, aside);
+  expect_refused(w, "no checkpoint.json in " + w.dir.string() +
+                        " (a write replacing it was interrupted: the previous checkpoint is complete at " +
+                        aside.string() + ")");
+  EXPECT_TRUE(w.fixture.matches(load_checkpoint(aside.string(), w.fixture.config), 5));
+  fs::remove_all(aside);
+}
+
 // Before: the pieces were written into any folder, next to whatever it held.
 TEST(Checkpoint, SaveRefusesAFolderHoldingOtherFiles) {
   const Written w("foreign");
