@@ -1,14 +1,18 @@
 #include "distributed/checkpoint.hpp"
 
 #include "reference/process_groups.hpp"
+#include "storage/durable_files.hpp"
+#include "storage/staged_directory.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <stdexcept>
 
 namespace moe::dist {
@@ -187,72 +191,238 @@ std::vector<Logical> catalogue(const ModelConfig& c, const ModelParams<double>& 
   return out;
 }
 
+
+// What a folder may hold for save_checkpoint to replace it: a previous checkpoint's files (and a fragment list left
+// by a writer that did not finish), regular files only.
+bool is_checkpoint_file(const fs::directory_entry& entry) {
+  if (!fs::is_regular_file(entry.symlink_status())) return false;
+  const std::string name = entry.path().filename().string();
+  return name == "checkpoint.json" || entry.path().extension() == ".bin" ||
+         (name.rfind("pieces.rank", 0) == 0 && entry.path().extension() == ".json");
+}
+
+std::string_view bytes_of(const Matrix<double>& m) {
+  if (m.size() == 0) return {};
+  return {reinterpret_cast<const char*>(m.data()), static_cast<size_t>(m.size()) * sizeof(double)};
+}
+
+// Ends a phase of a collective write: every rank learns whether some rank failed, and the first failing rank's
+// message (it travels as int64 character codes), so that all throw the same line together and none is left waiting
+// in a later collective. `error` is empty on a rank that did not fail.
+void throw_if_any_failed(Communicator& world, const std::string& error) {
+  std::vector<std::int64_t> first{error.empty() ? world.size() : world.rank()};
+  world.allreduce<std::int64_t>(first, ReduceOp::min);
+  if (first[0] == world.size()) return;
+  const int root = static_cast<int>(first[0]);
+  std::vector<std::int64_t> length{static_cast<std::int64_t>(error.size())};
+  world.broadcast<std::int64_t>(length, root);
+  std::vector<std::int64_t> text(static_cast<size_t>(length[0]));
+  if (world.rank() == root)
+    for (size_t i = 0; i < text.size(); ++i) text[i] = static_cast<unsigned char>(error[i]);
+  world.broadcast<std::int64_t>(text, root);
+  std::string message;
+  for (const std::int64_t c : text) message += static_cast<char>(c);
+  fail(message);
+}
+
+// An exception's message, never empty (an empty one would read as success in throw_if_any_failed).
+std::string message_of(const std::exception& e) {
+  const std::string what = e.what();
+  return what.empty() ? "an error without a message" : what;
+}
+
+// Where the folder is missing because a writer without RENAME_EXCHANGE was stopped between its two renames
+// (storage/staged_directory.hpp), the complete previous checkpoint is beside it as <dir>.old-<pid>-<n>: say so.
+std::string interrupted_write(const fs::path& folder) {
+  std::error_code ec;
+  const fs::path dir = folder.lexically_normal().has_filename() ? folder.lexically_normal()
+                                                                : folder.lexically_normal().parent_path();
+  if (dir.filename().empty() || fs::exists(fs::symlink_status(dir, ec))) return "";
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(dir.filename().string() + ".old-", 0) == 0 &&
+        fs::is_regular_file(e.path() / "checkpoint.json", ec))
+      return " (a write replacing it was interrupted: the previous checkpoint is complete at " + e.path().string() +
+             ")";
+  }
+  return "";
+}
+
+// The shortest text that reads back as `v` ("nan", "-inf", "1.5", "4").
+std::string number(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return {buf, r.ptr};
+}
+
+// checkpoint.json is untrusted: every value is checked for its JSON type and range before it is used, and every
+// refusal is one line "checkpoint: <file>: <rule>".
+class MetaReader {
+ public:
+  explicit MetaReader(std::string origin) : origin_(std::move(origin)) {}
+
+  [[noreturn]] void refuse(const std::string& rule) const { fail(origin_ + ": " + rule); }
+
+  const json& at(const json& object, const std::string& key, const std::string& where = "") const {
+    if (!object.is_object()) refuse(where + "must be a JSON object");
+    const auto it = object.find(key);
+    if (it == object.end()) refuse(where + "'" + key + "' is missing");
+    return *it;
+  }
+  std::string string(const json& object, const std::string& key, const std::string& where = "") const {
+    const json& v = at(object, key, where);
+    if (!v.is_string()) refuse(where + "'" + key + "' must be a string");
+    return v.get<std::string>();
+  }
+  bool boolean(const json& object, const std::string& key) const {
+    const json& v = at(object, key);
+    if (!v.is_boolean()) refuse("'" + key + "' must be true or false");
+    return v.get<bool>();
+  }
+  // A JSON integer (not 3.7, not 5.0, not "5") in [0, max]; unsigned so that huge values cannot wrap.
+  static bool integer_up_to(const json& v, std::uint64_t max, std::uint64_t& out) {
+    if (v.is_number_unsigned()) out = v.get<std::uint64_t>();
+    else if (v.is_number_integer() && v.get<std::int64_t>() >= 0)
+      out = static_cast<std::uint64_t>(v.get<std::int64_t>());
+    else return false;
+    return out <= max;
+  }
+  int step(const json& meta, const std::string& key) const {
+    constexpr std::uint64_t kMax = 2147483647;  // the int of TrainingState, never negative
+    std::uint64_t v = 0;
+    if (!integer_up_to(at(meta, key), kMax, v))
+      refuse("'" + key + "' must be an integer in [0, 2147483647], not " + at(meta, key).dump());
+    return static_cast<int>(v);
+  }
+  // "offset" [row, col] or "shape" [rows, cols]: two integers >= 0 (their fit in the tensor is checked later).
+  std::pair<std::uint64_t, std::uint64_t> pair(const json& piece, const std::string& key, const std::string& names,
+                                               const std::string& where) const {
+    const json& v = at(piece, key, where);
+    std::uint64_t a = 0, b = 0;
+    if (!v.is_array() || v.size() != 2 || !integer_up_to(v[0], UINT64_MAX, a) || !integer_up_to(v[1], UINT64_MAX, b))
+      refuse(where + "'" + key + "' must be " + names + ", two integers >= 0, not " + v.dump());
+    return {a, b};
+  }
+
+ private:
+  std::string origin_;
+};
+
+// The values of one piece of `tensor`, read from `file`: finite, second moments >= 0, tid2eid entries expert ids.
+void check_values(const Matrix<double>& data, const std::string& tensor, const fs::path& file, int num_experts) {
+  const bool ids = tensor.size() >= 8 && tensor.compare(tensor.size() - 8, 8, ".tid2eid") == 0;
+  const bool second_moment = tensor.size() >= 7 && tensor.compare(tensor.size() - 7, 7, ".adam_v") == 0;
+  for (Eigen::Index k = 0; k < data.size(); ++k) {
+    const double v = data.data()[k];
+    const std::string element = file.string() + ": element " + std::to_string(k) + " of " + tensor + " is " + number(v);
+    if (ids && !(v >= 0 && v < num_experts && v == std::floor(v)))
+      fail(element + ", not an expert id in [0, " + std::to_string(num_experts) + ")");
+    if (!std::isfinite(v)) fail(element + " (values must be finite)");
+    if (second_moment && v < 0) fail(element + ", but second moments are >= 0");
+  }
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& dir, Communicator& world, const ModelConfig& config,
                      const ProcessGroups& groups, ModelShard<double>& params, const ShardMoments& moments,
                      int training_step) {
+  // The whole folder appears at once (storage/staged_directory.hpp): rank 0 makes a staging folder beside `dir`,
+  // every rank writes its pieces into it, rank 0 writes checkpoint.json and swaps the folder into place. Each
+  // phase ends in throw_if_any_failed, so that all ranks throw together (and rank 0's StagedDirectory removes the
+  // staging folder, leaving `dir` as it was) rather than some waiting forever.
   const int rank = world.rank();
-  if (rank == 0) fs::create_directories(dir);
-  world.barrier();
-  std::vector<Piece> pieces = pieces_to_write(config, groups, rank, params, "", true);
-  if (!moments.m.empty()) {
-    // Moments have the shard's trained-tensor shapes: lay them out as a shard and cut them the same way.
-    for (const auto* which : {&moments.m, &moments.v}) {
-      ModelShard<double> state = params;
-      auto tensors = shard_tensors(state, 0);
-      for (size_t i = 0; i < tensors.size(); ++i) std::copy((*which)[i].begin(), (*which)[i].end(), tensors[i].data);
-      auto more = pieces_to_write(config, groups, rank, state, which == &moments.m ? ".adam_m" : ".adam_v", false);
-      pieces.insert(pieces.end(), more.begin(), more.end());
-    }
-  }
-  json fragment = json::array();
-  for (const Piece& p : pieces) {
-    const std::string file = p.name + "." + std::to_string(p.row) + "_" + std::to_string(p.col) + ".bin";
-    std::ofstream out(fs::path(dir) / file, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(p.data.data()), static_cast<std::streamsize>(p.data.size() * 8));
-    if (!out) fail("cannot write " + (fs::path(dir) / file).string());
-    fragment.push_back({{"tensor", p.name}, {"file", file}, {"offset", {p.row, p.col}},
-                        {"shape", {p.data.rows(), p.data.cols()}}, {"fnv1a", fnv1a(p.data.data(), p.data.size())}});
-  }
-  std::ofstream(fs::path(dir) / ("pieces.rank" + std::to_string(rank) + ".json")) << fragment.dump();
-  world.barrier();
+  std::unique_ptr<storage::StagedDirectory> staged;
+  std::string error;
+  std::vector<std::int64_t> id{0, 0};  // the staging folder's StagedDirectory::Id, chosen by rank 0
   if (rank == 0) {
-    json all = json::array();
-    for (int r = 0; r < world.size(); ++r) {
-      const fs::path f = fs::path(dir) / ("pieces.rank" + std::to_string(r) + ".json");
-      json part = json::parse(std::ifstream(f));
-      for (auto& p : part) all.push_back(p);
-      fs::remove(f);
+    try {
+      staged = std::make_unique<storage::StagedDirectory>(dir, is_checkpoint_file, "checkpoint");
+      id = {staged->id().pid, staged->id().serial};
+    } catch (const std::exception& e) {
+      error = message_of(e);
     }
-    const json meta{{"format", kFormat},
-                    {"written_by", std::string("moe-oracle ") + MOE_ORACLE_VERSION},  // informational
-                    {"model", model_json(config)},
-                    {"training_step", training_step},
-                    {"optimizer_step", moments.step},
-                    {"has_moments", !moments.m.empty()},
-                    {"pieces", all}};
-    std::ofstream(fs::path(dir) / "checkpoint.json") << meta.dump(1);
   }
-  world.barrier();
+  throw_if_any_failed(world, error);
+  world.broadcast<std::int64_t>(id, 0);
+  const fs::path staging =
+      storage::StagedDirectory::staging_path(storage::StagedDirectory::resolve_target(dir), {id[0], id[1]});
+
+  try {
+    std::vector<Piece> pieces = pieces_to_write(config, groups, rank, params, "", true);
+    if (!moments.m.empty()) {
+      // Moments have the shard's trained-tensor shapes: lay them out as a shard and cut them the same way.
+      for (const auto* which : {&moments.m, &moments.v}) {
+        ModelShard<double> state = params;
+        auto tensors = shard_tensors(state, 0);
+        for (size_t i = 0; i < tensors.size(); ++i) std::copy((*which)[i].begin(), (*which)[i].end(), tensors[i].data);
+        auto more = pieces_to_write(config, groups, rank, state, which == &moments.m ? ".adam_m" : ".adam_v", false);
+        pieces.insert(pieces.end(), more.begin(), more.end());
+      }
+    }
+    json fragment = json::array();
+    for (const Piece& p : pieces) {
+      const std::string file = p.name + "." + std::to_string(p.row) + "_" + std::to_string(p.col) + ".bin";
+      storage::write_file_synced(staging / file, bytes_of(p.data));
+      fragment.push_back({{"tensor", p.name}, {"file", file}, {"offset", {p.row, p.col}},
+                          {"shape", {p.data.rows(), p.data.cols()}}, {"fnv1a", fnv1a(p.data.data(), p.data.size())}});
+    }
+    storage::write_file_synced(staging / ("pieces.rank" + std::to_string(rank) + ".json"), fragment.dump());
+  } catch (const std::exception& e) {
+    error = message_of(e);
+  }
+  throw_if_any_failed(world, error);
+
+  if (rank == 0) {
+    try {
+      json all = json::array();
+      for (int r = 0; r < world.size(); ++r) {
+        const fs::path f = staging / ("pieces.rank" + std::to_string(r) + ".json");
+        for (auto& p : json::parse(storage::RegularFile(f).read_all())) all.push_back(p);
+        fs::remove(f);
+      }
+      const json meta{{"format", kFormat},
+                      {"written_by", std::string("moe-oracle ") + MOE_ORACLE_VERSION},  // informational
+                      {"model", model_json(config)},
+                      {"training_step", training_step},
+                      {"optimizer_step", moments.step},
+                      {"has_moments", !moments.m.empty()},
+                      {"pieces", all}};
+      storage::write_file_synced(staging / "checkpoint.json", meta.dump(1));  // last: it lists the pieces
+      staged->commit();
+    } catch (const std::exception& e) {
+      error = message_of(e);
+    }
+  }
+  throw_if_any_failed(world, error);  // also the end of the write on every rank: the folder is in place
 }
 
 TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config) {
-  const fs::path meta_path = fs::path(dir) / "checkpoint.json";
-  if (!fs::exists(meta_path)) fail("no checkpoint.json in " + dir);
-  json meta;
+  const fs::path folder(dir);
+  const fs::path meta_path = folder / "checkpoint.json";
+  if (storage::file_kind(meta_path, false) == "missing")
+    fail("no checkpoint.json in " + dir + interrupted_write(folder));
+  const MetaReader read(meta_path.string());
   try {
-    meta = json::parse(std::ifstream(meta_path));
-    if (meta.value("format", std::string()) != kFormat)
-      fail("format '" + meta.value("format", std::string("?")) + "' is not " + kFormat);
-    if (meta.at("model") != model_json(config))
-      fail("it was written for another model; differences: " + json::diff(model_json(config), meta.at("model")).dump());
+    json meta;
+    try {
+      meta = json::parse(storage::RegularFile(meta_path).read_all());
+    } catch (const json::parse_error& e) {
+      read.refuse(std::string("invalid JSON: ") + e.what());
+    }
+    if (!meta.is_object()) read.refuse("must hold a JSON object");
+    if (const std::string format = read.string(meta, "format"); format != kFormat)
+      read.refuse("format '" + format + "' is not " + kFormat);
+    if (read.at(meta, "model") != model_json(config))
+      read.refuse("it was written for another model; differences: " +
+                  json::diff(model_json(config), meta.at("model")).dump());
 
     TrainingState state;
     state.params = random_model_params<double>(config, 0);  // the shapes; every value is overwritten below
-    state.has_moments = meta.at("has_moments").get<bool>();
-    state.optimizer_step = meta.at("optimizer_step").get<int>();
-    state.training_step = meta.at("training_step").get<int>();
+    state.has_moments = read.boolean(meta, "has_moments");
+    state.optimizer_step = read.step(meta, "optimizer_step");
+    state.training_step = read.step(meta, "training_step");
     if (state.has_moments) state.adam_m = state.adam_v = state.params;
 
     std::map<std::string, Logical> expected;
@@ -261,36 +431,58 @@ TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config)
     for (const auto& [name, l] : expected)
       assembled[name] = {Matrix<double>::Zero(l.rows, l.cols), Eigen::MatrixXi::Zero(l.rows, l.cols)};
 
-    for (const json& p : meta.at("pieces")) {
-      const std::string name = p.at("tensor"), file = p.at("file");
-      const Eigen::Index r0 = p.at("offset")[0], c0 = p.at("offset")[1];
-      const Eigen::Index rows = p.at("shape")[0], cols = p.at("shape")[1];
+    const json& pieces = read.at(meta, "pieces");
+    if (!pieces.is_array()) read.refuse("'pieces' must be an array");
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const json& p = pieces[i];
+      const std::string where = "piece " + std::to_string(i) + ": ";
+      const std::string name = read.string(p, "tensor", where), file = read.string(p, "file", where);
       auto it = assembled.find(name);
-      if (it == assembled.end()) fail("piece " + file + " belongs to '" + name + "', which this model does not have");
+      if (it == assembled.end()) read.refuse(where + "'" + name + "' is not a tensor of this model");
       auto& [value, cover] = it->second;
-      if (r0 < 0 || c0 < 0 || r0 + rows > value.rows() || c0 + cols > value.cols())
-        fail("piece " + file + " lies outside " + name);
-      std::ifstream in(fs::path(dir) / file, std::ios::binary | std::ios::ate);
-      if (!in) fail("missing piece file " + file);
-      if (in.tellg() != static_cast<std::streamoff>(rows * cols * 8))
-        fail("piece file " + file + " has " + std::to_string(static_cast<long long>(in.tellg())) +
-             " bytes, expected " + std::to_string(rows * cols * 8) + " (truncated or corrupt)");
+      // Both pairs are >= 0 and compared without sums, so that no value can overflow past the check.
+      const auto [r0, c0] = read.pair(p, "offset", "[row, col]", where);
+      const auto [rows_u, cols_u] = read.pair(p, "shape", "[rows, cols]", where);
+      const auto R = static_cast<std::uint64_t>(value.rows()), C = static_cast<std::uint64_t>(value.cols());
+      if (r0 > R || rows_u > R - r0 || c0 > C || cols_u > C - c0)
+        read.refuse(where + "offset [" + std::to_string(r0) + ", " + std::to_string(c0) + "] and shape [" +
+                    std::to_string(rows_u) + ", " + std::to_string(cols_u) + "] lie outside " + name + " [" +
+                    std::to_string(R) + ", " + std::to_string(C) + "]");
+      std::uint64_t checksum = 0;
+      if (!MetaReader::integer_up_to(read.at(p, "fnv1a", where), UINT64_MAX, checksum))
+        read.refuse(where + "'fnv1a' must be an unsigned integer");
+      const auto rows = static_cast<Eigen::Index>(rows_u), cols = static_cast<Eigen::Index>(cols_u);
+
       Matrix<double> data(rows, cols);
-      in.seekg(0);
-      in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(rows * cols * 8));
-      if (fnv1a(data.data(), data.size()) != p.at("fnv1a").get<std::uint64_t>())
-        fail("piece file " + file + " is corrupt (checksum mismatch)");
-      value.block(r0, c0, rows, cols) = data;
-      cover.block(r0, c0, rows, cols).array() += 1;
+      fs::path path;
+      try {
+        path = storage::confined_file(folder, file, "the checkpoint folder");
+        storage::RegularFile in(path);
+        const std::uint64_t need = rows_u * cols_u * sizeof(double);  // at most the tensor's size
+        if (in.size() != need)
+          fail(path.string() + ": has " + std::to_string(in.size()) + " bytes, expected " + std::to_string(need) +
+               " for shape [" + std::to_string(rows) + ", " + std::to_string(cols) + "] (truncated or corrupt)");
+        in.read(reinterpret_cast<char*>(data.data()), static_cast<size_t>(need));
+      } catch (const storage::StorageError& e) {
+        read.refuse(where + e.what());
+      }
+      if (fnv1a(data.data(), data.size()) != checksum) fail(path.string() + ": corrupt (checksum mismatch)");
+      check_values(data, name, path, config.layer.num_experts);
+      value.block(static_cast<Eigen::Index>(r0), static_cast<Eigen::Index>(c0), rows, cols) = data;
+      cover.block(static_cast<Eigen::Index>(r0), static_cast<Eigen::Index>(c0), rows, cols).array() += 1;
     }
     for (auto& [name, vc] : assembled) {
-      if (vc.second.minCoeff() < 1) fail("tensor " + name + " is not fully covered by its pieces");
-      if (vc.second.maxCoeff() > 1) fail("tensor " + name + " has overlapping pieces");
+      if (vc.second.minCoeff() < 1) read.refuse("tensor " + name + " is not fully covered by its pieces");
+      if (vc.second.maxCoeff() > 1) read.refuse("tensor " + name + " has overlapping pieces");
       expected.at(name).set(state, vc.first);
     }
     return state;
+  } catch (const storage::StorageError& e) {
+    fail(e.what());
   } catch (const json::exception& e) {
-    fail("checkpoint.json is malformed: " + std::string(e.what()));
+    read.refuse(std::string("malformed: ") + e.what());
+  } catch (const fs::filesystem_error& e) {
+    fail(e.what());
   }
 }
 

@@ -31,13 +31,23 @@ struct TrainingState {
 };
 
 // Collective over `world`: every rank writes the pieces it is the first holder of; rank 0 writes checkpoint.json
-// after all pieces are on disk. `moments` may be empty (SGD).
+// after all pieces are on disk. `moments` may be empty (SGD). The folder `dir` appears or is replaced as a whole
+// (storage/staged_directory.hpp): the ranks write into a staging folder beside it, every file fsynced, and rank 0
+// swaps it into place after a collective, so that a crash or a kill at any moment leaves the complete old
+// checkpoint or the complete new one at `dir`. An existing `dir` may hold only a checkpoint's files (checkpoint.json,
+// *.bin, pieces.rank*.json); anything else is refused and left as it was. A failure on any rank throws the same
+// one-line std::runtime_error on every rank and leaves `dir` untouched.
 void save_checkpoint(const std::string& dir, Communicator& world, const ModelConfig& config,
                      const ProcessGroups& groups, ModelShard<double>& params, const ShardMoments& moments,
                      int training_step);
 
-// Throws std::runtime_error naming the problem (missing or corrupt file, other model, other format version,
-// a tensor not fully covered) before anything is returned.
+// The folder is untrusted input. Refused, each with one std::runtime_error line "checkpoint: <file>: <rule>",
+// before anything is returned: checkpoint.json that is not a regular file or not valid JSON, another format or
+// model, a value of the wrong JSON type; training_step / optimizer_step that are not integers in [0, 2^31); a
+// piece file that is not a plain name in the folder (no '/', no '..'), not a regular file (FIFOs and devices are
+// never opened), or a symlink leading out of the folder; an offset or shape that is not two integers >= 0 or does
+// not fit its tensor (checked without sums that could overflow); a size or checksum mismatch; a NaN or ±inf value,
+// a negative second moment, a tid2eid entry that is not an expert id in [0, E); a tensor not covered exactly once.
 TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config);
 
 }  // namespace moe::dist

@@ -14,14 +14,14 @@ namespace moe::golden {
 
 struct TensorComparison {
   std::string name;
-  double max_abs = 0;
-  double max_rel = 0;        // over elements with ref ≠ 0; +inf when a zero reference is missed
+  double max_abs = 0;        // NaN when a computed value is NaN, inf when one is ±inf
+  double max_rel = 0;        // over elements with ref ≠ 0; +inf when a zero reference is missed (NaN as max_abs)
   std::int64_t failing = 0;  // elements outside the tolerance
   bool pass() const { return failing == 0; }
 };
 
-// One entry per name, in order. A computed tensor that is missing or has another shape is an error
-// (CaseFormatError), not a failure to report.
+// One entry per name, in order. A computed tensor that is missing or has another shape, and an expected tensor
+// holding a NaN or ±inf (check_finite), are errors (CaseFormatError), not failures to report.
 std::vector<TensorComparison> compare_tensors(const std::vector<std::string>& names,
                                               const std::map<std::string, NpyArray>& expected,
                                               const std::map<std::string, NpyArray>& computed,

@@ -1,7 +1,11 @@
 #include "golden/case_files.hpp"
 
+#include "storage/durable_files.hpp"
+#include "storage/staged_directory.hpp"
+
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 
@@ -53,6 +57,7 @@ std::map<std::string, NpyArray> read_case_tensors(
     NpyArray array = read_npy(entry.path());
     try {
       check(stem, array);
+      check_finite(stem, array);
     } catch (const CaseFormatError& e) {
       throw CaseFormatError(directory.string() + ": " + e.what());
     }
@@ -64,6 +69,26 @@ std::map<std::string, NpyArray> read_case_tensors(
     }
   }
   return tensors;
+}
+
+void check_finite(const std::string& name, const NpyArray& array, const std::string& what) {
+  for (std::size_t i = 0; i < array.reals.size(); ++i) {
+    const double v = array.reals[i];
+    if (std::isfinite(v)) continue;
+    // The index as numpy prints it too: [row, col] of the C-order element i.
+    std::string index = "[";
+    std::size_t rest = i;
+    std::vector<std::size_t> digits(array.shape.size());
+    for (std::size_t d = array.shape.size(); d-- > 0;) {
+      const auto extent = static_cast<std::size_t>(array.shape[d]);
+      digits[d] = rest % extent;
+      rest /= extent;
+    }
+    for (std::size_t d = 0; d < digits.size(); ++d) index += (d ? ", " : "") + std::to_string(digits[d]);
+    throw CaseFormatError(what + " '" + name + "' has a non-finite value " +
+                          (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") + " at index " + std::to_string(i) + " " +
+                          index + "]");
+  }
 }
 
 void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDtype dtype,
@@ -82,16 +107,24 @@ void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDt
   }
 }
 
-void prepare_case_directory(const std::filesystem::path& directory) {
-  std::filesystem::create_directories(directory);
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+void write_case_directory(const std::filesystem::path& directory, const std::string& case_json,
+                          const std::map<std::string, NpyArray>& tensors) {
+  // What may be replaced: a previous case's files, regular files only (a symlink is not followed, a subfolder
+  // named foo.npy is not a tensor).
+  const auto case_file = [](const std::filesystem::directory_entry& entry) {
     const auto file = entry.path().filename();
-    if (file != kCaseJson && file.extension() != ".npy") {
-      throw CaseFormatError(directory.string() + ": refusing to write a case into a folder holding '" +
-                            file.string() + "'");
-    }
+    return std::filesystem::is_regular_file(entry.symlink_status()) &&
+           (file == kCaseJson || file.extension() == ".npy");
+  };
+  try {
+    storage::StagedDirectory staged(directory, case_file, "golden case");
+    for (const auto& [name, array] : tensors)
+      storage::write_file_synced(staged.path() / (name + ".npy"), serialize_npy(array));
+    storage::write_file_synced(staged.path() / kCaseJson, case_json);  // last: a folder without it is no case
+    staged.commit();
+  } catch (const storage::StorageError& e) {
+    throw CaseFormatError(e.what());
   }
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) std::filesystem::remove(entry.path());
 }
 
 }  // namespace moe::golden

@@ -1,5 +1,6 @@
 #include "golden/case_oracle.hpp"
 
+#include "golden/case_files.hpp"
 #include "golden/npy_eigen.hpp"
 
 #include "reference/random_init.hpp"
@@ -57,6 +58,8 @@ MoeInputs<T> inputs_from_tensors(const MoeConfig& config, int seq, int batch, co
 
 OracleInputs oracle_inputs(const GoldenCase& c) {
   const CaseHeader& h = c.header;
+  // Before the oracle runs: a NaN weight of an expert that receives no token would reach no output.
+  for (const auto& name : input_tensor_names(h)) check_finite(name, tensor(c.tensors, name));
   return {params_from_tensors<double>(h.config, c.tensors),
           inputs_from_tensors<double>(h.config, h.seq, h.batch, c.tensors), to_matrix<double>(tensor(c.tensors, "grad_y"))};
 }

@@ -35,6 +35,7 @@ MoeInputs<T> inputs_from_tensors(const MoeConfig& config, int seq, int batch, co
 template <typename T>
 Matrix<T> matrix_from_tensor(const NpyArray& array);
 
+// Throws CaseFormatError naming the tensor and index when an input holds a NaN or ±inf (check_finite).
 OracleInputs oracle_inputs(const GoldenCase& golden_case);
 
 // The input tensors of a case (x, input_ids, parameters, grad_y) as the config selects them.

@@ -30,7 +30,8 @@ std::vector<std::string> output_tensor_names(const MoeConfig& config);
 void check_tensor(const CaseHeader& header, const std::string& name, const NpyArray& array);
 
 GoldenCase read_case(const std::filesystem::path& directory);
-// Creates the directory if needed; refuses to write into one that holds anything but a previous case's files.
+// Creates or replaces the directory as a whole (write_case_directory: a crash leaves the old case or the new one);
+// refuses one that holds anything but a previous case's files, and a case with a NaN or ±inf anywhere.
 void write_case(const std::filesystem::path& directory, const GoldenCase& golden_case);
 
 // True when the directory holds a case.json (for `verify` given a folder of cases).

@@ -1,5 +1,6 @@
 #include "golden/model_case_oracle.hpp"
 
+#include "golden/case_files.hpp"
 #include "golden/npy_eigen.hpp"
 
 #include <stdexcept>
@@ -24,6 +25,12 @@ NpyArray from_counts(const std::vector<std::int64_t>& counts) {
 ModelOracleInputs model_oracle_inputs(const ModelCase& c) {
   const ModelCaseHeader& h = c.header;
   const auto& t = c.tensors;
+  // Before global_step runs: a NaN weight of an expert that receives no token would reach no output.
+  for (const ModelTensorSpec& s : model_input_specs(h)) {
+    const auto it = t.find(s.stem);
+    if (it == t.end()) throw CaseFormatError("missing tensor '" + s.stem + "'");
+    check_finite(s.stem, it->second);
+  }
   ModelOracleInputs in;
   in.batch.seq = h.seq;
   in.batch.size = h.global_batch;

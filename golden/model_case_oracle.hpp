@@ -15,6 +15,7 @@ struct ModelOracleInputs {
   GlobalBatch batch;
 };
 
+// Throws CaseFormatError naming the tensor and index when an input holds a NaN or ±inf (check_finite).
 ModelOracleInputs model_oracle_inputs(const ModelCase& model_case);
 
 // Every output tensor of the case as the oracle computes it. Throws CaseFormatError when the oracle's list of

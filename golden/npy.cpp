@@ -262,14 +262,15 @@ NpyArray parse(std::string_view bytes, const std::string& origin, bool widened) 
   }
   if (data.size() > need) fail(origin, std::to_string(data.size() - need) + " bytes after the data");
   const auto count = static_cast<std::size_t>(n);
+  // An empty vector's data() may be null, and memcpy with a null pointer is undefined even for 0 bytes.
   switch (a.dtype) {
     case NpyDtype::f8:
       a.reals.resize(count);
-      std::memcpy(a.reals.data(), data.data(), need);
+      if (need > 0) std::memcpy(a.reals.data(), data.data(), need);
       break;
     case NpyDtype::i8:
       a.integers.resize(count);
-      std::memcpy(a.integers.data(), data.data(), need);
+      if (need > 0) std::memcpy(a.integers.data(), data.data(), need);
       break;
     case NpyDtype::b1:
       a.booleans.assign(data.begin(), data.end());
@@ -315,8 +316,12 @@ std::string serialize_npy(const NpyArray& a) {
   out += static_cast<char>(header.size() >> 8);
   out += header;
   switch (a.dtype) {
-    case NpyDtype::f8: out.append(reinterpret_cast<const char*>(a.reals.data()), a.reals.size() * 8); break;
-    case NpyDtype::i8: out.append(reinterpret_cast<const char*>(a.integers.data()), a.integers.size() * 8); break;
+    case NpyDtype::f8:
+      if (!a.reals.empty()) out.append(reinterpret_cast<const char*>(a.reals.data()), a.reals.size() * 8);
+      break;
+    case NpyDtype::i8:
+      if (!a.integers.empty()) out.append(reinterpret_cast<const char*>(a.integers.data()), a.integers.size() * 8);
+      break;
     case NpyDtype::f4:
     case NpyDtype::i4:
     case NpyDtype::u2: break;  // refused above

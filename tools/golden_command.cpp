@@ -131,7 +131,8 @@ void print_table(const CaseResult& r) {
   std::cout << "  " << (r.pass() ? "PASS" : "FAIL") << "\n";
 }
 
-// max_rel is +inf when a zero reference was missed; JSON has no infinity, so it appears as null.
+// max_abs and max_rel are NaN or inf when a computed value is (max_rel also inf when a zero reference was missed);
+// JSON has neither, so they appear as null. The table prints them as nan and inf.
 nlohmann::json to_json(const CaseResult& r) {
   nlohmann::json j{{"case", r.path}, {"pass", r.pass()}};
   if (!r.kind.empty()) j["kind"] = r.kind;
@@ -221,7 +222,8 @@ void add_golden_command(CLI::App& app) {
                 "\"semantics\" makes a moe-golden/2 case")
       ->required()
       ->check(CLI::ExistingFile);
-  w->add_option("--out", write->out, "case folder to create (an existing one may hold only a previous case)")
+  w->add_option("--out", write->out,
+                "case folder to create, or to replace as a whole (an existing one may hold only a previous case)")
       ->required();
   w->add_option("--seed", write->seed, "seed of the inputs")->capture_default_str();
   w->add_option("--seq", write->seq, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
