@@ -7,6 +7,7 @@
 
 #include <set>
 #include <stdexcept>
+#include <string>
 
 namespace moe::golden {
 namespace {
@@ -86,8 +87,15 @@ std::vector<ModelTensorSpec> trained_specs(const ModelCaseHeader& h) {
 }  // namespace
 
 ParallelLayout ModelCaseHeader::layout() const {
+  // tp·cp·dp in 64 bits: a case claiming sizes whose product overflows int is refused, not wrapped.
+  const auto fits = [](int size) { return size >= 1 && size <= kMaxWorld; };
+  const long long world = fits(tp) && fits(cp) && fits(dp) ? static_cast<long long>(tp) * cp * dp : -1;
+  if (world < 1 || world > kMaxWorld)
+    throw std::invalid_argument("layout: tp, cp, dp must be >= 1 with tp·cp·dp at most " + std::to_string(kMaxWorld) +
+                                " (got " + std::to_string(tp) + "·" + std::to_string(cp) + "·" + std::to_string(dp) +
+                                ")");
   ParallelLayout l;
-  l.world = tp * cp * dp;
+  l.world = static_cast<int>(world);
   l.tp = tp;
   l.cp = cp;
   return l;

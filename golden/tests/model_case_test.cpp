@@ -144,6 +144,12 @@ TEST(ModelCase, LayoutAndBatchRulesAreFormatErrors) {
   root["batch"]["micro_batch"] = 3;
   copy.write(root);
   test::expect_error<CaseFormatError>("must be divisible by micro_batch·dp", [&] { read_model_case(copy.path); });
+  // Before: tp·cp·dp was computed in int (65536·65536 wrapped; UBSan: signed integer overflow).
+  root["batch"]["micro_batch"] = 1;
+  root["layout"]["tp"] = 65536;
+  root["layout"]["cp"] = 65536;
+  copy.write(root);
+  test::expect_error<CaseFormatError>("tp·cp·dp at most 1048576 (got 65536·65536·", [&] { read_model_case(copy.path); });
 }
 
 TEST(ModelCase, TensorSetIsFixed) {
