@@ -21,8 +21,10 @@ constexpr const char* kLoss = "sum(output.grad * output) + aux_loss + z_loss";
   throw DumpError(where.string() + ": " + problem);
 }
 
-const json& member(const json& object, const std::string& key, const std::filesystem::path& where) {
-  if (!object.contains(key)) fail(where, "missing key '" + key + "'");
+// `key` as a plain C string: a std::string temporary in the call would make newer compilers warn that the returned
+// reference might dangle (-Wdangling-reference), which it does not (it points into `object`).
+const json& member(const json& object, const char* key, const std::filesystem::path& where) {
+  if (!object.contains(key)) fail(where, std::string("missing key '") + key + "'");
   return object.at(key);
 }
 
