@@ -10,8 +10,8 @@ ModelConfig checkpoint_model() {
   ModelConfig m;
   MoeConfig& c = m.layer;
   c.hidden = 4;
-  c.num_experts = 4;
-  c.topk = 2;
+  c.num_experts = 2;
+  c.topk = 1;
   c.ffn_hidden = 2;
   c.score_function = ScoreFunction::sqrtsoftplus;
   c.expert_bias = true;
@@ -31,10 +31,10 @@ void write_checkpoint(const std::filesystem::path& dir) {
   const ModelParams<double> params = random_model_params<double>(config, 7);
   const GlobalBatch batch = random_global_batch(config, 4, 4, 8, {});
   ParallelLayout layout;
-  layout.world = 4;
+  layout.world = 2;
   layout.tp = 2;
   layout.ep = 2;
-  layout.etp = 2;
+  layout.etp = 1;
   dist::StepOptions options;
   dist::OptimizerSettings optimizer;
   optimizer.config.kind = OptimizerKind::adam;
