@@ -43,7 +43,7 @@ double bfloat16_value(std::int64_t bits) {
 }  // namespace
 
 DumpTolerance tolerance_of(const std::string& precision) {
-  // |dump − oracle| ≤ atol + rtol·|oracle|. float64: reassociation only (DESIGN §3). float32: rounding of the
+  // |dump − oracle| ≤ atol + rtol·|oracle|. float64: reassociation only (docs/numerics.md). float32: rounding of the
   // router's scores and of every GEMM; bfloat16: 8 bits of mantissa.
   if (precision == "float64") return {1e-12, 1e-9};
   if (precision == "float32") return {1e-5, 1e-4};

@@ -1,4 +1,4 @@
-// Benchmark of the CUDA backend on one GPU (run by tools/gpu-check), reporting as DESIGN.md §9 asks: each figure
+// Benchmark of the CUDA backend on one GPU (run by tools/gpu-check), reporting as docs/performance.md asks: each figure
 // with its percentage of a named limit (H200: 4.8 TB/s HBM3e, 989 TFLOP/s dense bf16) and of a practical peak
 // measured in the same run (a device-to-device cudaMemcpy of the same bytes; one dense cuBLAS GEMM of the same
 // FLOPs). Shape: a DeepSeek-V4-Flash-like layer, hidden 4096, 256 experts, top-6, ffn 2048, 8192 tokens, bf16.

@@ -1,5 +1,5 @@
 // CUDA, cuBLAS and NCCL status codes turned into exceptions that name the failed call and the library's own error
-// string (DESIGN.md §8: errors are exceptions naming the rule). The macros exist only to stringify the call.
+// string (docs/architecture.md: errors are exceptions naming the rule). The macros exist only to stringify the call.
 #pragma once
 
 #include <cublas_v2.h>

@@ -1,7 +1,7 @@
 // The router of one rank on device, end to end: logits GEMM, scores, top-k and weights (router_kernels.hpp), and
 // the backward to x and W_g. The counterpart of dist::route_local without capacity: dropping and padding are
 // refused here (std::invalid_argument), the CPU router keeps them.
-// Router dtype T is double or float (DESIGN.md §4: the router runs in fp32/fp64 whatever the expert dtype).
+// Router dtype T is double or float (docs/layer.md: the router runs in fp32/fp64 whatever the expert dtype).
 #pragma once
 
 #include "cuda/device_buffer.hpp"

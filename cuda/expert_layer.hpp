@@ -1,6 +1,6 @@
 // One rank's routed-expert layer forward on device, every expert local (EP = 1): route → permute → grouped
 // SwiGLU → unpermute. Used by the batch-invariance test and the benchmark; the parallel layer composes the same
-// pieces through the dispatchers. The router runs in Acc<T> (fp32 for bf16 data, as DESIGN.md §4 asks).
+// pieces through the dispatchers. The router runs in Acc<T> (fp32 for bf16 data, as docs/layer.md asks).
 #pragma once
 
 #include "cuda/device_context.hpp"

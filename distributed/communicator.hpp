@@ -1,4 +1,4 @@
-// A group of ranks exchanging host buffers: the only way code in distributed/ communicates (DESIGN.md §2).
+// A group of ranks exchanging host buffers: the only way code in distributed/ communicates (docs/architecture.md).
 // Backends: InprocWorld (one thread per rank, inproc_world.hpp) and MpiCommunicator (Open MPI,
 // mpi_communicator.hpp). This header knows nothing of MPI.
 //

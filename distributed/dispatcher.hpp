@@ -1,7 +1,7 @@
 // A token dispatcher moves each rank's routed token rows to the ranks holding their experts and brings the
-// expert outputs back (DESIGN.md §2; research/megatron.md §2). Three exist: AlltoAll, AllGather, Flex. Each call
-// of dispatch starts one use (one layer, one microbatch): the object keeps the metadata (splits, row orders)
-// that combine and the two backward passes reuse, so create one per use.
+// expert outputs back (docs/architecture.md; Megatron-Core's transformer/moe/token_dispatcher.py). Three exist:
+// AlltoAll, AllGather, Flex. Each call of dispatch starts one use (one layer, one microbatch): the object keeps the
+// metadata (splits, row orders) that combine and the two backward passes reuse, so create one per use.
 //
 //   forward:   rows = dispatch(tokens, probs, map);  out = experts(rows);  y = combine(out)
 //   backward:  d_out = combine_backward(dy);  (d_rows, d_row_probs) = experts'(d_out);

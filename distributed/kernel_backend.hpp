@@ -1,4 +1,4 @@
-// KernelBackend: the data work of the parallel system behind one interface (DESIGN.md §2), so that the control
+// KernelBackend: the data work of the parallel system behind one interface (docs/architecture.md), so that the control
 // code (dispatchers, the layer, the step) exists once and runs its arithmetic on the CPU or on a GPU.
 //
 // The interface is what the dispatchers and the layer compute on token rows:

@@ -1,7 +1,7 @@
 // Comparing one rank's training step with the oracle: its shard of every synchronised gradient against the
 // oracle's gradient cut the same way, the objective, and the updated expert biases.
 //
-// A value passes when |got − want| ≤ atol + rtol·|want| (DESIGN.md §3). Errors are kept per class of quantity,
+// A value passes when |got − want| ≤ atol + rtol·|want| (docs/numerics.md). Errors are kept per class of quantity,
 // and the first failing element (tensor, rank, flat index) is named so a user can go straight to it.
 #pragma once
 

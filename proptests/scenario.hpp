@@ -33,7 +33,7 @@ struct Scenario {
   std::int64_t valid_tokens() const;
 };
 
-// The parameters, the batch and the layout as a differential-check problem (double, DESIGN.md §3 tolerances).
+// The parameters, the batch and the layout as a differential-check problem (double, docs/numerics.md tolerances).
 dist::CheckProblem make_problem(const Scenario& s);
 
 std::string describe(const ParallelLayout& l);

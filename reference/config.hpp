@@ -1,6 +1,7 @@
 // The configuration of one MoE layer: every option of the oracle, with the rules that make a combination valid.
 //
-// Names follow DESIGN.md §4 and the golden case format (§5); Megatron's flag names are given where they differ.
+// Names follow docs/layer.md and the golden case format (golden/README.md); Megatron's flag names are given where
+// they differ.
 // A default-constructed MoeConfig is not valid: hidden, num_experts, topk and ffn_hidden must be set.
 #pragma once
 
@@ -69,7 +70,7 @@ struct MoeConfig {
   // (then subject to fused-swiglu-ignores-clamp too); else none.
   std::optional<double> shared_clamp() const;
 
-  // Throws std::invalid_argument naming the first broken rule (DESIGN.md §4, "Invalid combinations").
+  // Throws std::invalid_argument naming the first broken rule (docs/layer.md, "Invalid combinations").
   void validate() const;
   // Throws when the semantics say Megatron raises on this layer with padded tokens reaching the router
   // (bias-counts-mask-broadcast).

@@ -1,6 +1,6 @@
 // Communication and memory accounting of one MoE layer under a parallel layout, for one microbatch.
 //
-// Shape arithmetic only, as in seed 000 ("一轮 V4 的数据量"): expected values under uniform routing, not a
+// Shape arithmetic only (docs/parallelism.md, "Communication volume"): expected values under uniform routing, not a
 // measured load. Per rank, with n rows entering the layer, k experts per token, E experts, L = E/EP local
 // experts, h the routed width (latent_size when latent MoE is on), d the expert ffn width:
 //   n                      = b·S / (TP·CP)            rows after sequence and context parallel sharding
@@ -11,7 +11,7 @@
 //   remote dispatch        = (EP−1)/EP of it; forward = dispatch + combine; with backward, four exchanges
 //   routed weights / rank  = L · 3·h·d / ETP params × 2 B per layer, × the MoE layers of the fullest stage
 //   AllGather receive      = [ETP·EP·n, h]  vs  AlltoAll expected receive [k·n, h]
-//   balance point          = 6hd FLOPs / (h + 2h) B = 2d FLOPs/Byte (FP8 dispatch, BF16 combine; seed 002)
+//   balance point          = 6hd FLOPs / (h + 2h) B = 2d FLOPs/Byte (FP8 dispatch, BF16 combine)
 // Not counted: probabilities, split counts, padding, protocol overhead, recomputation, ETP collectives.
 #pragma once
 

@@ -17,7 +17,7 @@
 // tp_cp group). global_aux takes them over step i of all replicas (tp×dp×cp), accumulated over the steps so far:
 // its term for step i is the group's loss, Σ_r aux_l(r,i) with the group's counts and T, entering J as
 // 1/m·Σ_i (mean modes) or 1/N·Σ_i N_i·term_i (per_token). Megatron instead averages the replicas' shares
-// over dp, a gradient 1/dp too small (research/megatron.md §8.5): that is a bug to detect, not the objective.
+// over dp, a gradient 1/dp too small (NVIDIA/Megatron-LM issue #3672): that is a bug to detect, not the objective.
 //
 // When does the default (per-microbatch mean) objective depend on the layout? Only through the weights
 // 1/N_{r,i}: if every microbatch has the same number of valid tokens (no padding, or padding spread evenly), J

@@ -1,6 +1,6 @@
 // The MoE-layer oracle: the exact math of one DeepSeek-V4 / Megatron-style MoE layer, forward and backward.
 //
-// Notation (seed documents, DESIGN.md §4): T tokens x_t ∈ R^h (row t = s·batch + b), E routed experts, top-k,
+// Notation (docs/layer.md): T tokens x_t ∈ R^h (row t = s·batch + b), E routed experts, top-k,
 // routed expert F_e (SwiGLU, width d), shared expert F_s, weights g_{t,e}, selected set I_t.
 //
 //   u_t   = latent_down · x_t                      (latent MoE; else u_t = x_t)

@@ -36,7 +36,7 @@ void ParallelLayout::validate() const {
     require(false, e.what());
   }
   // Megatron's initialize_model_parallel asserts equal dp sizes of the two meshes unless the order ends in pp
-  // (research/megatron.md §4): otherwise the pp stride would differ between them.
+  // (megatron/core/parallel_state.py): otherwise the pp stride would differ between them.
   const bool pp_last = order.size() >= 2 && order.compare(order.size() - 2, 2, "pp") == 0;
   require(pp_last || pp == 1 || dp() == edp(),
           "dp (" + str(dp()) + ") must equal edp (" + str(edp()) + ") unless the order ends in pp");

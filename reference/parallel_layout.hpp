@@ -1,6 +1,7 @@
 // A parallel layout: how a world of ranks is folded into the attention (dense) mesh and the expert mesh.
 //
-// Megatron's MoE Parallel Folding (research/megatron.md §4, seed 000 "两套并行网格"): the same ranks are seen as
+// Megatron's MoE Parallel Folding (megatron/core/parallel_state.py: initialize_model_parallel; docs/parallelism.md):
+// the same ranks are seen as
 //   dense mesh:  world = tp  · cp · dp  · pp · gtp      (dp  = D_a, the attention data parallelism)
 //   expert mesh: world = etp · ep · edp · pp · egtp     (edp = D_e, expert data parallelism, "expt_dp")
 // dp and edp are derived, never given. EP does not appear in the dense mesh and CP does not appear in the
@@ -51,7 +52,7 @@ ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const 
                                  const std::string& order = ParallelLayout().order);
 
 // Number of microbatches per global batch on each pipeline: m = B / (b · dp). CP, EP and ETP split the work of
-// a sample, not the samples, so they do not enter (seed 000, "CP 与 PP"). Throws std::invalid_argument when
+// a sample, not the samples, so they do not enter (docs/parallelism.md). Throws std::invalid_argument when
 // b · dp does not divide B.
 int num_microbatches(const ParallelLayout& layout, int global_batch, int micro_batch);
 

@@ -5,8 +5,8 @@
 namespace moe {
 namespace {
 
-// DeepSeek-V4 router and expert options (research/deepseek.md §1–4): sqrtsoftplus, bias-balanced, clamp 10,
-// one shared expert, sequence-wise balance loss 1e-4, bias update rate 1e-3.
+// DeepSeek-V4 router and expert options (DeepSeek-V4's published configs and inference model.py: Gate, Expert):
+// sqrtsoftplus, bias-balanced, clamp 10, one shared expert, sequence-wise balance loss 1e-4, bias update rate 1e-3.
 MoeConfig v4_like(int hidden, int experts, int topk, int ffn, double route_scale) {
   MoeConfig c;
   c.hidden = hidden;

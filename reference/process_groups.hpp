@@ -1,6 +1,6 @@
 // The named process groups of a layout, and which routed experts each rank holds.
 //
-// Each group is a token set of one of the two meshes (research/megatron.md §4, initialize_model_parallel):
+// Each group is a token set of one of the two meshes (megatron/core/parallel_state.py: initialize_model_parallel):
 //   dense mesh:  tp 'tp', cp 'cp', dp 'dp', dp_cp 'dp-cp', tp_cp 'tp-cp', tp_dp_cp 'tp-dp-cp', pp 'pp'
 //   expert mesh: ep 'ep', expt_tp 'tp', tp_ep 'tp-ep', expt_dp 'dp'
 // (tp_dp_cp is Megatron's 'tp-gtp_remat-dp-cp' with the gtp axis of size 1.) Who uses which: the dense gradient

@@ -9,7 +9,7 @@
 // rank_groups() lists all groups in Megatron's order (unmasked coordinates enumerated first-fastest), which is
 // the order in which every rank must create them.
 //
-// research/megatron.md §4 (parallel_state.py: RankGenerator, generate_masked_orthogonal_rank_groups).
+// Upstream: megatron/core/parallel_state.py (RankGenerator, generate_masked_orthogonal_rank_groups).
 #pragma once
 
 #include <string>

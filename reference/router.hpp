@@ -1,6 +1,6 @@
 // The router: logits → scores → selected experts I_t → weights g_{t,e} → capacity → probs and routing map.
 //
-// Per token t (DESIGN.md §4):
+// Per token t (docs/layer.md):
 //   l_t = W_g·x_t                                    logits [E]
 //   s_t = softmax(l_t) | σ(l_t) | sqrt(softplus(l_t)) scores [E]
 //   I_t = topk(r_t) over the kept groups             r = s+β (sigmoid/sqrtsoftplus), softmax prob (pre), l (post)

@@ -9,8 +9,8 @@
 //                     norms, shared-expert gate): SUMmed over tp after the data-parallel sync.
 // Loss modes: sum (Megatron's default DDP: pre-scale then SUM), avg (average_in_collective: the collective
 // averages), per_token (calculate_per_token_loss: SUM, then divide by the global valid-token count).
-// The table encodes Megatron-Core main (research/megatron.md §5); the oracle checks a backend against the
-// gradient of the objective, so a wrong row here still shows up there.
+// The table encodes Megatron-Core main (megatron/core/distributed/, each row naming its file; docs/parallelism.md);
+// the oracle checks a backend against the gradient of the objective, so a wrong row here still shows up there.
 #pragma once
 
 #include "reference/loss_mode.hpp"

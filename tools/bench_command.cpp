@@ -1,4 +1,4 @@
-// `moe-oracle bench` — a benchmark that reports (DESIGN.md §9), not a test: the dispatch + combine time of each
+// `moe-oracle bench` — a benchmark that reports (docs/performance.md), not a test: the dispatch + combine time of each
 // dispatcher on an EP-only layout (world = ep), against the raw MPI_Alltoallv of the same bytes in the same run
 // (the practical peak of the transport), and the bytes' memcpy time on one core (the machine's copy bandwidth).
 // Medians over repetitions; each repetition's time is the slowest rank's.

@@ -48,7 +48,7 @@ struct CheckOptions {
   bool distributed_optimizer = false;
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   std::string dtype = "double";
-  double atol = 0, rtol = 0;  // unless given: the dtype's default (DESIGN §3)
+  double atol = 0, rtol = 0;  // unless given: the dtype's default (docs/numerics.md)
   bool json = false;
   std::string junit;                 // write JUnit XML here
   std::vector<std::string> filters;  // run only the runs whose name holds one of these

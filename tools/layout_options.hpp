@@ -1,4 +1,4 @@
-// Options shared by the layout commands (groups, scaling, volume), named as in DESIGN.md §6, and the small text
+// Options shared by the layout commands (groups, scaling, volume), named as in docs/cli.md, and the small text
 // helpers their human-readable tables use.
 #pragma once
 

@@ -3,7 +3,7 @@
 // tolerance, gpu_test.hpp), then whole training steps: the backend conformance set of
 // distributed/tests/kernel_backend_cases.hpp (every dispatcher on EP × ETP, TP + SP + CP and pipeline layouts,
 // float, clamp / gate / latent / probs-on-input / drop-and-pad) on in-process ranks that share one GPU, with the
-// oracle's tolerances (DESIGN §3). On a machine without a GPU these tests report "skipped: no GPU".
+// oracle's tolerances (docs/numerics.md). On a machine without a GPU these tests report "skipped: no GPU".
 #include "cuda/device_kernels.hpp"
 #include "cuda/device_probe.hpp"
 #include "cuda/tests/gpu_test.hpp"

@@ -1,5 +1,5 @@
 // A Communicator that wraps a correct one and commits one seeded fault, so the tests can show that the
-// conformance cases catch it (DESIGN.md §7: a test that cannot fail is a defect).
+// conformance cases catch it (docs/testing.md: a test that cannot fail is a defect).
 #pragma once
 
 #include "distributed/communicator.hpp"

@@ -32,7 +32,7 @@ std::vector<BackendCase> kernel_backend_cases();
 inline void PrintTo(const BackendCase& c, std::ostream* os) { *os << c.name; }  // gtest: the name, not the bytes
 
 // tiny-v4 (2 layers, the first hash-routed) with the case's change, 8 sequences of 8 tokens with uneven padding;
-// the step runs with `kernels` at the case's precision. Tolerances: DESIGN §3 (double 1e-13 + 1e-9·|ref|, float
+// the step runs with `kernels` at the case's precision. Tolerances: docs/numerics.md (double 1e-13 + 1e-9·|ref|, float
 // 5e-8 + 1e-4·|ref|).
 CheckProblem backend_problem(const BackendCase& c, const KernelBackend& kernels);
 

@@ -1,5 +1,5 @@
 // One distributed MoE layer (router, dispatcher, ETP experts, TP shared expert with gate, capacity) against the
-// oracle's layer on the same tokens, in double with a tight tolerance and in float with float's (DESIGN.md §3:
+// oracle's layer on the same tokens, in double with a tight tolerance and in float with float's (docs/numerics.md:
 // |a − b| ≤ atol + rtol·|ref|). The tokens of one oracle call are split over every rank of the world, each rank a
 // source rank of the capacity partition; the ranks' gradient shards are summed over the groups that replicate
 // them (world for replicated params, dp_cp for the TP-sharded shared expert, expt_dp for experts).

@@ -1,4 +1,4 @@
-"""Load-balancing losses on the router logits [T, E] (DESIGN.md §4, "Aux losses"), forward and backward.
+"""Load-balancing losses on the router logits [T, E] (docs/layer.md, "Load-balancing losses"), forward and backward.
 
     s'   = softmax(l) (softmax), or s / (Σ_E s + 1e-20) (sigmoid, sqrtsoftplus)       [T, E]
     c_e  = #tokens whose plain top-k of s' holds e (no bias, no groups, no dropping)  counts, no gradient

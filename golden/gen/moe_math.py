@@ -1,4 +1,4 @@
-"""Elementwise functions of the MoE layer and their derivatives, plus the stable top-k (DESIGN.md §3, §4).
+"""Elementwise functions of the MoE layer and their derivatives, plus the stable top-k (docs/layer.md, numerics.md).
 
 Written from the formulas, independently of the C++ oracle. Everything is float64.
 """

@@ -2,7 +2,7 @@
 
 Shapes: logits, scores, probs, routing_map [T, E]; selected, weights, kept [T, k] in selection order.
 Capacity works per part of the token partition (one part = one source rank's local rows, in local order; a layer
-case has one part of all rows). Bias counts are real assignments of unpadded tokens (DESIGN §4); under the
+case has one part of all rows). Bias counts are real assignments of unpadded tokens (docs/layer.md); under the
 deviation bias-counts-padded-slots Megatron's column sums of the final map, padded capacity slots included.
 
 The discrete decisions (which experts, which assignments survive capacity, which slots are padded) are returned
@@ -58,7 +58,7 @@ def select(cfg, ranking, margins):
 
 
 def weight_rule(cfg):
-    """How the selected weights come from the logits/scores (DESIGN.md §4, "Score functions", "Hash routing")."""
+    """How the selected weights come from the logits/scores (docs/layer.md, "Router", "Hash layers")."""
     if cfg["score_function"] == "softmax":
         if cfg["hash_routing"] or cfg["pre_softmax"]:
             return "gather"            # the full softmax at the selected experts, not renormalised

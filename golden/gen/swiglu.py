@@ -1,4 +1,4 @@
-"""One SwiGLU expert on a block of rows, forward and hand-derived backward (DESIGN.md §4, "Expert").
+"""One SwiGLU expert on a block of rows, forward and hand-derived backward (docs/layer.md, "Routed experts").
 
     a   = fc1 · u            fc1 [2d, w] = [gate; up], u [n, w] (rows are tokens)
     g   = min(a[:d], L)      v = clip(a[d:], −L, L)        (no clamp when L is None)

@@ -93,7 +93,7 @@ void bind_config(py::module_& m) {
       py::arg("config"),
       R"doc(Validate a layer config dict and return it complete.
 
-The keys are those of a golden case's ``config`` (golden/README.md, DESIGN.md §5): ``hidden``, ``num_experts``,
+The keys are those of a golden case's ``config`` (golden/README.md): ``hidden``, ``num_experts``,
 ``topk``, ``ffn_hidden``, ``score_function`` are required; absent or None keys take their defaults. One more key is
 accepted: ``semantics``, a spec string such as ``"megatron-core-0.19"`` or ``"intended,+ce-per-cp-rank"`` (see
 ``Semantics``). Unknown keys, wrong types and invalid combinations raise ValueError with the C++ message.

@@ -1,5 +1,6 @@
-// Golden cases (DESIGN.md §5) from Python: read and write through golden/golden_case.hpp, so a case written here is
-// checked exactly as `moe-oracle golden write` checks one (the fixed tensor set, dtypes and shapes).
+// Golden cases (golden/README.md, docs/golden-format.md) from Python: read and write through golden/golden_case.hpp,
+// so a case written here is checked exactly as `moe-oracle golden write` checks one (the fixed tensor set, dtypes and
+// shapes).
 #include "golden/case_json.hpp"
 #include "golden/golden_case.hpp"
 #include "python/src/arrays.hpp"

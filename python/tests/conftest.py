@@ -20,7 +20,7 @@ def layer_loss(forward, grad_y):
 
 
 def close(actual, expected, rtol, atol):
-    """|a - b| <= atol + rtol*|ref| elementwise, as the golden format compares (DESIGN.md §3)."""
+    """|a - b| <= atol + rtol*|ref| elementwise, as the golden format compares (docs/numerics.md)."""
     actual = np.asarray(actual, dtype=np.float64)
     expected = np.asarray(expected, dtype=np.float64)
     return actual.shape == expected.shape and bool(np.all(np.abs(actual - expected) <= atol + rtol * np.abs(expected)))

@@ -23,7 +23,7 @@ CONFIGS = {
                  "capacity_factor": 0.75, "drop_policy": "probs"},
 }
 SEQ, BATCH = 4, 3
-# Two source ranks for the capacity config: capacity is computed per part (DESIGN.md §4).
+# Two source ranks for the capacity config: capacity is computed per part (docs/layer.md).
 PARTITION = [[0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9, 11]]
 
 

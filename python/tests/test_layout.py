@@ -1,5 +1,5 @@
 """Layouts, process groups, scaling tables and semantics through the bindings, against values derived by hand from
-Megatron's rules (DESIGN.md §4, reference/process_groups.hpp, scaling_rules.hpp).
+Megatron's rules (docs/parallelism.md, reference/process_groups.hpp, scaling_rules.hpp).
 
 Fails when a group, a factor or a catalogue entry does not reach Python as the C++ computes it (a wrong mesh, a
 kind mapped to another name, a semantics argument ignored)."""

@@ -1,4 +1,4 @@
-"""An independent numpy MoE layer, written here from the formulas (DESIGN.md §4), checked against the oracle: softmax
+"""An independent numpy MoE layer, written here from the formulas (docs/layer.md), checked against the oracle: softmax
 post top-k routing, SwiGLU experts, weighted combine, no capacity; its own manual backward, itself checked by central
 finite differences of its own forward.
 
@@ -124,7 +124,7 @@ def test_oracle_matches_the_numpy_layer():
 
 def test_a_tie_at_the_top_k_boundary_goes_to_the_lower_index():
     # Logits [3, 2, 1, 2, 0]·c for every token (x = c·e_0, exact in binary): expert 0 first, then experts 1 and 3 tie
-    # for the second place; the lower index wins (DESIGN.md §3), so I_t = [0, 1] and expert 3 is not used.
+    # for the second place; the lower index wins (docs/numerics.md), so I_t = [0, 1] and expert 3 is not used.
     rng = np.random.default_rng(5)
     p, _, grad_y = random_layer(rng, T=4)
     p["router_weight"][:, 0] = [3.0, 2.0, 1.0, 2.0, 0.0]

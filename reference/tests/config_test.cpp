@@ -20,7 +20,7 @@ MoeConfig base() {
   return c;
 }
 
-// Each invalid combination of DESIGN.md §4 is an error whose message names the rule.
+// Each invalid combination of docs/layer.md is an error whose message names the rule.
 void expect_rule(const MoeConfig& c, const std::string& fragment) {
   test::expect_error(fragment, [&] { c.validate(); });
 }

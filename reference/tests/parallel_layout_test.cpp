@@ -86,7 +86,7 @@ TEST(ParallelLayout, RejectsUnequalPpGroups) {
   EXPECT_NO_THROW(l.validate());
 }
 
-// m = B/(b·D_a) = 4096/(1·64) = 64 (seed 000, "CP 与 PP"); not 4096/(1·2) with EDP.
+// m = B/(b·D_a) = 4096/(1·64) = 64 (docs/parallelism.md: CP, EP and ETP do not enter m); not 4096/(1·2) with EDP.
 TEST(ParallelLayout, MicrobatchesFollowAttentionDp) {
   const auto l = seed_layout();
   EXPECT_EQ(num_microbatches(l, 4096, 1), 64);

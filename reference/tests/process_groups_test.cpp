@@ -64,7 +64,7 @@ TEST(ProcessGroups, SeedEtp2Ep2) {
   EXPECT_NE(g.experts_of(0, 4), g.experts_of(2, 4));
 }
 
-// research/megatron.md §4, world 16, TP2 PP2 EP4 ETP1 (dp = 16/(2·2) = 4, edp = 16/(4·2) = 2).
+// Megatron-Core's parallel_state.py, world 16, TP2 PP2 EP4 ETP1 (dp = 16/(2·2) = 4, edp = 16/(4·2) = 2).
 TEST(ProcessGroups, MegatronSixteenRankExample) {
   const ProcessGroups g(ParallelLayout{.world = 16, .tp = 2, .pp = 2, .ep = 4});
   EXPECT_EQ(g.all_groups(GroupKind::tp),

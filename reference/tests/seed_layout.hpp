@@ -1,4 +1,4 @@
-// The seed's 1024-GPU layout (000, "一个分组算例"): N = 1024, PP8, TP1, CP2, EP64, ETP1, so D_a = 64 and EDP = 2.
+// A 1024-GPU worked example: N = 1024, PP8, TP1, CP2, EP64, ETP1, so D_a = 64 and EDP = 2.
 // The worked examples of the layout, group, scaling and volume tests all start from it.
 #pragma once
 
