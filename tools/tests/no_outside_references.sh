@@ -20,10 +20,10 @@ else
   list() { find . \( -name .git -o -name 'build*' -o -name .gpu-kit \) -prune -o -type f -print0 | sed -z 's|^\./||'; }
 fi
 
+# Existing files only (a tracked file may be deleted in the work tree), the script itself left out.
 hits="$(list | while IFS= read -r -d '' f; do
-  [[ "$f" == "$self" || ! -f "$f" ]] && continue
-  grep -IHnE -- "$pattern" "$f"
-done)"
+  [[ "$f" != "$self" && -f "$f" ]] && printf '%s\0' "$f"
+done | xargs -0 -r grep -IHnE -- "$pattern")"
 if [[ -n "$hits" ]]; then
   echo "FAIL: references to files outside the repository (cite docs/ or the upstream source instead):"
   echo "$hits"
