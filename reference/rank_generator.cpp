@@ -123,6 +123,13 @@ std::vector<std::vector<int>> RankGenerator::rank_groups(std::string_view token_
   return groups;
 }
 
+int RankGenerator::stride(std::string_view axis) const {
+  const auto it = std::find(order_.begin(), order_.end(), axis);
+  if (it == order_.end())
+    throw std::invalid_argument("group rule: axis '" + std::string(axis) + "' is not one of tp, cp, ep, dp, pp");
+  return strides_[static_cast<std::size_t>(it - order_.begin())];
+}
+
 std::vector<int> RankGenerator::group_of(int rank, std::string_view token_set) const {
   if (rank < 0 || rank >= world_size_)
     throw std::invalid_argument("rank rule: rank " + std::to_string(rank) + " is outside the world of " +

@@ -39,6 +39,8 @@ class RankGenerator {
   std::vector<std::vector<int>> rank_groups(std::string_view token_set) const;
   // The one group of the token set that contains `rank`; equal to the element of rank_groups() holding it.
   std::vector<int> group_of(int rank, std::string_view token_set) const;
+  // The distance between neighbouring ranks along one axis: the product of the sizes of the axes before it.
+  int stride(std::string_view axis) const;
 
  private:
   struct Split;

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace moe {
 namespace {
@@ -84,6 +86,51 @@ TEST(ParallelLayout, RejectsUnequalPpGroups) {
   l.etp = 2;
   l.ep = 1;
   EXPECT_NO_THROW(l.validate());
+}
+
+// validate() checks the pipeline rule by comparing the two meshes' pp strides instead of listing every pp group.
+// On every layout of up to 16 ranks, every order of the five axes, the stride rule must give what listing the groups
+// gives: a layout validate() accepts has equal listed groups, and one it refuses for the pp rule has different ones.
+TEST(ParallelLayout, PpStrideRuleEqualsListedGroups) {
+  std::vector<std::string> orders;
+  std::vector<std::string> axes = {"cp", "dp", "ep", "pp", "tp"};
+  std::sort(axes.begin(), axes.end());
+  do {
+    orders.push_back(axes[0] + "-" + axes[1] + "-" + axes[2] + "-" + axes[3] + "-" + axes[4]);
+  } while (std::next_permutation(axes.begin(), axes.end()));
+  int accepted = 0, refused_for_pp = 0;
+  for (int world = 1; world <= 16; ++world)
+    for (int tp = 1; tp <= world; ++tp)
+      for (int pp = 2; pp <= world; ++pp)
+        for (int ep = 1; ep <= world; ++ep)
+          for (int etp = 1; etp <= world; ++etp)
+            for (int cp : {1, 2}) {
+              if (world % (tp * cp * pp) != 0 || world % (etp * ep * pp) != 0) continue;
+              for (const std::string& o : orders) {
+                ParallelLayout l;
+                l.world = world;
+                l.tp = tp;
+                l.cp = cp;
+                l.pp = pp;
+                l.ep = ep;
+                l.etp = etp;
+                l.order = o;
+                bool ok = true;
+                try {
+                  l.validate();
+                } catch (const std::invalid_argument& e) {
+                  if (std::string(e.what()).find("equal pp groups") == std::string::npos) continue;
+                  ok = false;
+                }
+                const bool listed_equal = l.dense_mesh().rank_groups("pp") == l.expert_mesh().rank_groups("pp");
+                EXPECT_EQ(ok, listed_equal) << "world " << world << " tp " << tp << " cp " << cp << " pp " << pp
+                                            << " ep " << ep << " etp " << etp << " order " << o;
+                (ok ? accepted : refused_for_pp)++;
+              }
+            }
+  // Both outcomes occur, so the comparison above is not vacuous.
+  EXPECT_GT(accepted, 100);
+  EXPECT_GT(refused_for_pp, 100);
 }
 
 // m = B/(b·D_a) = 4096/(1·64) = 64 (docs/parallelism.md: CP, EP and ETP do not enter m); not 4096/(1·2) with EDP.
