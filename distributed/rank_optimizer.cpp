@@ -1,6 +1,5 @@
 #include "distributed/rank_optimizer.hpp"
 
-#include "distributed/grad_sync.hpp"
 #include "distributed/row_collectives.hpp"
 
 #include <cmath>
@@ -9,14 +8,22 @@
 namespace moe::dist {
 
 RankOptimizer::RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
-                             ModelShard<double>& params, LossMode mode)
-    : settings_(settings), groups_(groups), comms_(comms), params_(params), mode_(mode) {
+                             ModelShard<double>& params, LossMode mode, const Semantics& semantics)
+    : settings_(settings), params_(params), plan_(groups, comms, mode, semantics, settings.distributed) {
   if (settings.distributed && groups.layout().gtp > 1)
     throw std::invalid_argument("distributed optimizer: GTP axes are not modelled");
+  // Sequence-parallel params share the dense buffer: the plan must give them the same collective.
+  const auto& dense_sync = plan_.of(ParamClass::dense);
+  const auto& sp_sync = plan_.of(ParamClass::sequence_parallel);
+  if (dense_sync.group != sp_sync.group || dense_sync.op != sp_sync.op ||
+      dense_sync.divide_by_global_tokens != sp_sync.divide_by_global_tokens ||
+      dense_sync.postscale != sp_sync.postscale)
+    throw std::logic_error("gradient sync plan: dense and sequence-parallel params differ after the collective");
   const auto tensors = shard_tensors(params, 0);
   Buffer dense, expert;
-  dense.group = comms.dp_cp.get();
-  expert.group = comms.expt_dp.get();
+  expert.param_class = ParamClass::expert;
+  dense.group = dense_sync.group;
+  expert.group = plan_.of(ParamClass::expert).group;
   for (size_t i = 0; i < tensors.size(); ++i) {
     Buffer& b = tensors[i].param_class == ParamClass::expert ? expert : dense;
     b.tensors.push_back(i);
@@ -76,34 +83,23 @@ void RankOptimizer::update(Buffer& b, double* params, const double* grads, Eigen
 
 void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
   ++step_;
-  if (!settings_.distributed) {
-    synchronise_gradients(raw_grads, 0, groups_, comms_, mode_, global_tokens);  // names unused
-    for (Buffer& b : buffers_) {
-      std::vector<double> p = flatten(b, params_);
-      const std::vector<double> g = flatten(b, raw_grads);
-      update(b, p.data(), g.data(), b.size, 0);
-      unflatten(b, p, params_);
-    }
-    return;
-  }
-  // The same table as grad_sync, with the collective a reduce-scatter into this rank's slice.
-  const auto table = grad_sync_table(mode_, group_sizes(groups_), true);
-  auto tensors = shard_tensors(raw_grads, 0);
-  for (auto& t : tensors) {
-    const GradSync& r = sync_rule(table, t.param_class);
-    std::span<double> data(t.data, static_cast<size_t>(t.size));
-    if (r.rule.then_sum_over_tp) comms_.tp->allreduce<double>(data, ReduceOp::sum);  // linear: order is free
-    for (double& x : data) x *= r.prescale;
-  }
+  for (auto& t : shard_tensors(raw_grads, 0))
+    plan_.before_collective(t.param_class, std::span<double>(t.data, static_cast<size_t>(t.size)));
   for (Buffer& b : buffers_) {
     if (b.tensors.empty()) continue;
-    const GradSync& r = sync_rule(table, tensors[b.tensors.front()].param_class);
-    const std::vector<double> g = flatten(b, raw_grads);
-    std::vector<double> slice(static_cast<size_t>(b.slice_size));
-    b.group->reduce_scatter<double>(g, slice, r.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum);
-    if (r.rule.divide_by_global_tokens)
-      for (double& x : slice) x /= global_tokens;
+    const ReduceOp op = plan_.of(b.param_class).op;
+    std::vector<double> g = flatten(b, raw_grads);
     std::vector<double> p = flatten(b, params_);
+    if (!settings_.distributed) {
+      b.group->allreduce<double>(g, op);
+      plan_.after_collective<double>(b.param_class, g, global_tokens);
+      update(b, p.data(), g.data(), b.size, 0);
+      unflatten(b, p, params_);
+      continue;
+    }
+    std::vector<double> slice(static_cast<size_t>(b.slice_size));
+    b.group->reduce_scatter<double>(g, slice, op);
+    plan_.after_collective<double>(b.param_class, slice, global_tokens);
     update(b, p.data() + b.slice_begin, slice.data(), b.slice_size, 0);
     std::vector<double> gathered(static_cast<size_t>(b.padded));
     b.group->allgather<double>(std::span<const double>(p.data() + b.slice_begin, static_cast<size_t>(b.slice_size)),

@@ -1,14 +1,15 @@
-// The optimizer on one rank, in two forms:
-//   DDP (distributed = false): gradients all-reduced by the scaling table (grad_sync.hpp), then every rank updates
-//     its whole shard with its own full copy of the optimizer state;
-//   distributed optimizer: the shard's tensors are flattened into two buffers — non-expert params over dp_cp,
-//     routed experts over expt_dp (Megatron's dense and expert buffers) — padded to a multiple of the group size;
-//     gradients are reduce-scattered so each rank owns one contiguous slice, the optimizer state exists only for
-//     that slice, and the updated slices are all-gathered back into the parameters.
-// Both apply the same table: pre-scale, SUM or AVG over the group, SUM over tp for sequence-parallel params,
-// per-token division.
+// The optimizer on one rank. The shard's tensors are flattened into two buffers — non-expert params over dp_cp,
+// routed experts over expt_dp (Megatron's dense and expert buffers) — and synchronised by one plan
+// (grad_sync.hpp), in one of two forms:
+//   DDP (distributed = false): each buffer is all-reduced, and every rank updates its whole shard with its own
+//     full copy of the optimizer state;
+//   distributed optimizer: each buffer, padded to a multiple of the group size, is reduce-scattered so each rank
+//     owns one contiguous slice; the optimizer state exists only for that slice, and the updated slices are
+//     all-gathered back into the parameters.
+// The collective is the only difference: pre-scale, SUM over tp and the per-token division are the plan's.
 #pragma once
 
+#include "distributed/grad_sync.hpp"
 #include "distributed/model_shard.hpp"
 #include "distributed/rank_groups.hpp"
 #include "reference/trajectory.hpp"
@@ -31,7 +32,7 @@ struct ShardMoments {
 class RankOptimizer {
  public:
   RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
-                ModelShard<double>& params, LossMode mode);
+                ModelShard<double>& params, LossMode mode, const Semantics& semantics);
 
   // Synchronises this step's raw gradients (train_step with synchronise = false) and updates the parameters.
   void step(ModelShard<double>& raw_grads, double global_tokens);
@@ -42,9 +43,10 @@ class RankOptimizer {
   void set_moments(const ShardMoments& moments);
 
  private:
-  // One gradient buffer: its tensors (indices into shard_tensors), its group and the rule it follows.
+  // One gradient buffer: its tensors (indices into shard_tensors) and the parameter class whose plan it follows.
   struct Buffer {
     std::vector<size_t> tensors;
+    ParamClass param_class = ParamClass::dense;
     Communicator* group = nullptr;
     Eigen::Index size = 0, padded = 0, slice_begin = 0, slice_size = 0;
     std::vector<double> m, v;  // over the slice (distributed) or the whole buffer (DDP)
@@ -55,10 +57,8 @@ class RankOptimizer {
   void update(Buffer& b, double* params, const double* grads, Eigen::Index count, Eigen::Index state_offset);
 
   OptimizerSettings settings_;
-  const ProcessGroups& groups_;
-  const RankGroups& comms_;
   ModelShard<double>& params_;
-  LossMode mode_;
+  GradSyncPlan plan_;
   int step_ = 0;
   std::vector<Buffer> buffers_;
 };

@@ -28,7 +28,7 @@ RankTrainer::RankTrainer(const ModelConfig& config, const ModelParams<double>& g
       comms_(comms),
       options_(options),
       shard_(shard_model(config, global, groups, comms.rank)),
-      optimizer_(optimizer, groups, comms, shard_, options.mode) {
+      optimizer_(optimizer, groups, comms, shard_, options.mode, config.semantics()) {
   options_.synchronise = false;  // the optimizer synchronises
   if (options.precision != Precision::float64)
     throw std::invalid_argument("whole training steps run in double (the optimizer keeps double state)");

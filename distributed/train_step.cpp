@@ -210,7 +210,6 @@ StageResult run_stage(const ModelConfig& c, const ModelShard<T>& shard, const Gl
 RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, const GlobalBatch& batch,
                     const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options) {
   const ModelConfig c = model.in_mode(options.mode);  // the deviations in effect under this loss mode
-  const ParallelLayout& l = groups.layout();
   const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
   RankStep out;
   out.first_layer = shard.first_layer;
@@ -219,23 +218,23 @@ RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, c
   auto count_tokens = [&](double local_valid) {
     return all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, local_valid));
   };
+  auto sync_plan = [&] { return GradSyncPlan(groups, comms, options.mode, c.semantics(), false); };
   if (options.precision == Precision::float32) {
     const ModelShard<float> single = cast_shard<float>(shard);
     ModelShard<float> grads = zeros_like(single);
     stage = run_stage<float>(c, single, batch, groups, comms, options, grads);
     out.global_tokens = count_tokens(stage.local_valid);
-    if (options.synchronise)
-      synchronise_gradients(grads, first_expert, groups, comms, options.mode, out.global_tokens);
+    if (options.synchronise) synchronise_gradients(grads, first_expert, sync_plan(), out.global_tokens);
     out.grads = cast_shard<double>(grads);
   } else {
     out.grads = zeros_like(shard);
     stage = run_stage<double>(c, shard, batch, groups, comms, options, out.grads);
     out.global_tokens = count_tokens(stage.local_valid);
-    if (options.synchronise)
-      synchronise_gradients(out.grads, first_expert, groups, comms, options.mode, out.global_tokens);
+    if (options.synchronise) synchronise_gradients(out.grads, first_expert, sync_plan(), out.global_tokens);
   }
-  out.objective = all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.objective_share)) /
-                  (options.mode == LossMode::per_token ? out.global_tokens : static_cast<double>(l.dp() * l.cp));
+  out.objective = objective_from_shares(options.mode, group_sizes(groups),
+                                        all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.objective_share)),
+                                        out.global_tokens);
 
   // Expert bias: real assignments over tp×dp×cp and the whole batch, then β + rate·sign(mean − c).
   for (size_t li = 0; li < shard.layers.size(); ++li) {

@@ -1,8 +1,9 @@
 // One training step of the whole parallel system, as one rank runs it: every microbatch of its DP replica on
 // its CP/SP share of the tokens (the data split of reference/global_step.hpp), through its pipeline stage's
 // layers in a 1F1B schedule (activations and input gradients sent to the neighbouring stages), then gradient
-// synchronisation by the scaling table and the expert-bias update. Every rank of the world calls it together. The loss weights that make the synchronised gradient
-// dJ/dθ are in loss_weights.hpp; the synchronisation in grad_sync.hpp.
+// synchronisation and the expert-bias update. Every rank of the world calls it together. The loss weights that
+// make the synchronised gradient dJ/dθ are in loss_weights.hpp, the synchronisation plan in grad_sync.hpp, and
+// both read the scaling tables of reference/scaling_rules.hpp.
 #pragma once
 
 #include "distributed/dispatcher.hpp"

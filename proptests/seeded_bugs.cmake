@@ -5,9 +5,9 @@
 #
 #   name                          number  source                  properties that must fail (':'-separated)
 set(MOE_SEEDED_BUGS
-  "expert_grad_edp_twice          1  grad_sync.cpp           TrainStep.MatchesGlobalStepOracle"
-  "expert_grad_ep_times           2  grad_sync.cpp           TrainStep.SumEqualsAvgEqualsPerToken"
-  "sp_grad_not_summed_over_tp     3  grad_sync.cpp           TrainStep.DroplessIndependentOfLayout"
+  "expert_grad_edp_twice          1  grad_sync.cpp           TrainStep.MatchesGlobalStepOracle:Optimizer.DdpStepMatchesTrajectory:Optimizer.DistributedStepMatchesTrajectory"
+  "expert_grad_ep_times           2  grad_sync.cpp           TrainStep.SumEqualsAvgEqualsPerToken:Optimizer.DdpStepMatchesTrajectory:Optimizer.DistributedStepMatchesTrajectory"
+  "sp_grad_not_summed_over_tp     3  grad_sync.cpp           TrainStep.DroplessIndependentOfLayout:Optimizer.DdpStepMatchesTrajectory:Optimizer.DistributedStepMatchesTrajectory"
   "probs_applied_twice            4  grouped_swiglu.cpp      TrainStep.MatchesGlobalStepOracle"
   "chunk_sort_skipped             5  alltoall_dispatcher.cpp Dispatch.ProvenanceTagsArriveWhereTheMapSays:Dispatch.ProvenanceTagsArriveWhereTheMapSaysFloat:TrainStep.IndependentOfDispatcher"
   "combine_unswapped_splits       6  alltoall_dispatcher.cpp Dispatch.IdentityExpertsCombineToWeightedSum:TrainStep.IndependentOfDispatcher"

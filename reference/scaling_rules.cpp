@@ -243,6 +243,11 @@ double loss_weight(const LossScale& scale, const TokenCounts& n) {
   throw std::logic_error("unknown TokenFactor");
 }
 
+double objective_from_shares(LossMode mode, const GroupSizes& sizes, double sum_of_shares, double global_tokens) {
+  if (mode == LossMode::per_token) return sum_of_shares / global_tokens;
+  return sum_of_shares / (static_cast<double>(sizes.dp_cp));
+}
+
 const GradSync& sync_rule(const std::vector<GradSync>& table, ParamClass param_class) {
   for (const auto& row : table)
     if (row.rule.param_class == param_class) return row;

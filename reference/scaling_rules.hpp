@@ -129,4 +129,9 @@ struct TokenCounts {
 };
 double loss_weight(const LossScale& scale, const TokenCounts& counts);
 
+// The objective J from the weighted losses of every rank and microbatch of a step (the weights above): their sum
+// ÷ dp·cp (each replica's shares add up to one copy of J per data-parallel replica and CP rank), or ÷ N, the
+// step's valid tokens, in per_token mode.
+double objective_from_shares(LossMode mode, const GroupSizes& sizes, double sum_of_shares, double global_tokens);
+
 }  // namespace moe

@@ -1,0 +1,45 @@
+// Properties of one whole optimizer step, for both optimizer paths: the gradient sync plan
+// (distributed/grad_sync.hpp) with DDP's all-reduce or the distributed optimizer's reduce-scatter of flattened
+// buffers, then the update, against the oracle's trajectory (reference/trajectory.hpp).
+//
+// The update is SGD with learning rate 1, so every parameter moves by exactly its synchronised gradient and a
+// scaling error of any size shows in the parameters. (Adam would hide it: m/√v does not change when a whole
+// tensor's gradient is scaled.)
+#include "proptests/differential.hpp"
+#include "proptests/generators.hpp"
+#include "proptests/property.hpp"
+
+#include <rapidcheck.h>
+
+namespace moe::proptest {
+namespace {
+
+void require_trajectory_match(bool distributed_optimizer) {
+  const Scenario s = *scenarios();
+  RC_TAG(s.layout.world <= 2 ? "world 1-2" : s.layout.world <= 8 ? "world 3-8" : "world 9-32");
+  const dist::CheckProblem p = make_problem(s);
+  dist::RunProblem run;
+  run.config = p.config;
+  run.params = p.params;
+  run.batches = {p.batch};
+  run.layout = p.layout;
+  run.options = p.options;
+  run.tolerance = p.tolerance;
+  run.optimizer.config.kind = OptimizerKind::sgd;
+  run.optimizer.config.sgd.lr = 1.0;
+  run.optimizer.distributed = distributed_optimizer;
+  const auto steps = dist::check_run_inproc(run, dist::oracle_trajectory(run));
+  RC_ASSERT(steps.size() == 1u);
+  if (!steps[0].pass())
+    RC_FAIL(std::string(distributed_optimizer ? "the distributed optimizer's" : "DDP's") + " step (" +
+            std::string(to_string(p.options.mode)) + ") differs from the oracle's trajectory; " + report(steps[0]));
+  RC_ASSERT(steps[0].errors[static_cast<size_t>(dist::Quantity::parameters)].compared > 0);
+}
+
+}  // namespace
+
+MOE_PROPERTY(Optimizer, DdpStepMatchesTrajectory, 60, ()) { require_trajectory_match(false); }
+
+MOE_PROPERTY(Optimizer, DistributedStepMatchesTrajectory, 60, ()) { require_trajectory_match(true); }
+
+}  // namespace moe::proptest
