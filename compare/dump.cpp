@@ -42,12 +42,9 @@ double bfloat16_value(std::int64_t bits) {
 
 }  // namespace
 
-DumpTolerance tolerance_of(const std::string& precision) {
-  // |dump − oracle| ≤ atol + rtol·|oracle|. float64: reassociation only (docs/numerics.md). float32: rounding of the
-  // router's scores and of every GEMM; bfloat16: 8 bits of mantissa.
-  if (precision == "float64") return {1e-12, 1e-9};
-  if (precision == "float32") return {1e-5, 1e-4};
-  if (precision == "bfloat16") return {2e-2, 2e-2};
+Tolerance tolerance_of(const std::string& precision) {
+  for (Precision p : {Precision::float64, Precision::float32, Precision::bfloat16})
+    if (precision == to_string(p)) return tolerance(Compared::foreign_dump, p);
   throw DumpError("dump.json: 'precision' must be float64, float32 or bfloat16, not '" + precision + "'");
 }
 

@@ -8,6 +8,7 @@
 #include "golden/npy.hpp"
 #include "reference/config.hpp"
 #include "reference/parallel_layout.hpp"
+#include "reference/tolerance.hpp"
 
 #include <filesystem>
 #include <map>
@@ -22,11 +23,9 @@ class DumpError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// How exactly the dump's numbers can match the double oracle, from the precision its framework computed in.
-struct DumpTolerance {
-  double atol = 0, rtol = 0;
-};
-DumpTolerance tolerance_of(const std::string& precision);  // float64, float32, bfloat16
+// How exactly the dump's numbers can match the double oracle, from the precision its framework computed in
+// ("float64", "float32", "bfloat16"): the foreign-dump row of reference/tolerance.hpp.
+Tolerance tolerance_of(const std::string& precision);
 
 struct RankDump {
   int rank = 0;
@@ -50,7 +49,7 @@ struct Dump {
   std::string producer;
   bool replay_capacity = false;  // take the capacity decisions from router.routing_map
   std::vector<RankDump> ranks;   // one per rank, rank order
-  DumpTolerance tolerance;
+  Tolerance tolerance;
 };
 
 // Reads and validates dump.json and lists every rank folder's tensors. `semantics` (non-empty) overrides the

@@ -33,7 +33,7 @@ const TensorResult* Comparison::first_failure() const {
 
 Comparison compare_dump(const Dump& dump) {
   const OracleAnswer answer = oracle_for(dump);
-  const DumpTolerance tol = dump.tolerance;
+  const Tolerance tol = dump.tolerance;
   Comparison out;
   out.replay_differences = answer.replay_differences;
   std::map<std::string, size_t> index;  // tensor name -> position in out.tensors
@@ -66,11 +66,10 @@ Comparison compare_dump(const Dump& dump) {
     t.ranks.insert(t.ranks.end(), ranks.begin(), ranks.end());
     t.elements += static_cast<std::int64_t>(got.size());
     for (size_t i = 0; i < got.size(); ++i) {
-      // A NaN or infinity in the dump fails whatever the tolerance (|NaN − x| ≤ … is false, so test it first).
+      // A NaN or infinity in the dump fails whatever the tolerance (Tolerance::ratio gives +inf).
       const double inf = std::numeric_limits<double>::infinity();
       const double err = std::isfinite(got[i]) ? std::abs(got[i] - e.values[i]) : inf;
-      const double ratio = e.exact ? (got[i] == e.values[i] ? 0.0 : inf)
-                                   : err / (tol.atol + tol.rtol * std::abs(e.values[i]));
+      const double ratio = e.exact ? (got[i] == e.values[i] ? 0.0 : inf) : tol.ratio(got[i], e.values[i]);
       const bool bad = ratio > 1.0;
       t.max_abs = std::max(t.max_abs, err);
       t.max_ratio = std::max(t.max_ratio, ratio);

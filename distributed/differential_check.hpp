@@ -20,7 +20,7 @@ struct CheckProblem {
   GlobalBatch batch;
   ParallelLayout layout;
   StepOptions options;
-  Tolerance tolerance;
+  Tolerance tolerance = moe::tolerance(Compared::training_step, Precision::float64);
 };
 
 // The oracle's answer for the problem (global_step over the problem's layout split).
@@ -41,7 +41,7 @@ struct RunProblem {
   ParallelLayout layout;
   StepOptions options;
   OptimizerSettings optimizer;
-  Tolerance tolerance;
+  Tolerance tolerance = moe::tolerance(Compared::training_step, Precision::float64);
   std::optional<ParallelLayout> resume_as;  // save after steps/2 under `layout`, continue under this one
   std::string checkpoint_dir;               // where (required with resume_as)
 };

@@ -30,9 +30,9 @@ struct Comparer {
     QuantityError& e = result.errors[static_cast<size_t>(q)];
     for (Eigen::Index i = 0; i < n; ++i) {
       const double diff = std::abs(got[i] - want[i]);
-      const double ratio = diff / (tol.atol + tol.rtol * std::abs(want[i]));
+      const double ratio = tol.ratio(got[i], want[i]);
       e.max_abs = std::max(e.max_abs, diff);
-      e.max_ratio = std::max(e.max_ratio, std::isnan(diff) ? INFINITY : ratio);
+      e.max_ratio = std::max(e.max_ratio, ratio);
       ++e.compared;
       if (!(ratio <= 1.0) && !result.failed) {
         result.failed = true;

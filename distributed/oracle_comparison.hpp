@@ -1,7 +1,7 @@
 // Comparing one rank's training step with the oracle: its shard of every synchronised gradient against the
 // oracle's gradient cut the same way, the objective, and the updated expert biases.
 //
-// A value passes when |got − want| ≤ atol + rtol·|want| (docs/numerics.md). Errors are kept per class of quantity,
+// A value passes when |got − want| ≤ atol + rtol·|want| (reference/tolerance.hpp). Errors are kept per class of quantity,
 // and the first failing element (tensor, rank, flat index) is named so a user can go straight to it.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include "distributed/train_step.hpp"
 #include "reference/trajectory.hpp"
 #include "reference/global_step.hpp"
+#include "reference/tolerance.hpp"
 
 #include <array>
 #include <string>
@@ -28,11 +29,6 @@ enum class Quantity {
 };
 constexpr int kQuantities = 7;
 std::string_view to_string(Quantity q);
-
-struct Tolerance {
-  double atol = 1e-13;
-  double rtol = 1e-9;
-};
 
 struct Mismatch {
   std::string tensor;

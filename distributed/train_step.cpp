@@ -219,6 +219,8 @@ RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, c
     return all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, local_valid));
   };
   auto sync_plan = [&] { return GradSyncPlan(groups, comms, options.mode, c.semantics(), false); };
+  if (options.precision == Precision::bfloat16)
+    throw std::invalid_argument("the CPU training step runs in float64 or float32, not bfloat16");
   if (options.precision == Precision::float32) {
     const ModelShard<float> single = cast_shard<float>(shard);
     ModelShard<float> grads = zeros_like(single);

@@ -10,6 +10,7 @@
 #include "distributed/model_shard.hpp"
 #include "distributed/rank_groups.hpp"
 #include "reference/global_step.hpp"
+#include "reference/tolerance.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -17,7 +18,6 @@
 namespace moe::dist {
 
 enum class Schedule { one_forward_one_backward, all_forward_all_backward };
-enum class Precision { float64, float32 };  // of the data and the gradients; losses accumulate in double
 
 struct StepOptions {
   DispatcherKind dispatcher = DispatcherKind::alltoall;
@@ -26,8 +26,9 @@ struct StepOptions {
   Schedule schedule = Schedule::one_forward_one_backward;
   bool synchronise = true;  // false: leave each rank's raw gradients for an optimizer that syncs them itself
   const KernelBackend* kernels = &cpu_kernels();  // the data work of the MoE layers (kernel_backend.hpp)
-  Precision precision = Precision::float64;  // float32: the shard is cast, run and synced in float, then returned
-                                             // as double for comparison
+  Precision precision = Precision::float64;  // of the data and the gradients (losses accumulate in double); float32:
+                                             // the shard is cast, run and synced in float, then returned as double
+                                             // for comparison; bfloat16 is the CUDA backend's (refused here)
 };
 
 struct RankStep {

@@ -40,7 +40,7 @@ std::vector<TensorComparison> compare_tensors(const std::vector<std::string>& na
       } else if (!(err == 0)) {
         cmp.max_rel = worst(cmp.max_rel, std::isnan(err) ? err : std::numeric_limits<double>::infinity());
       }
-      if (!(err <= tol.atol + tol.rtol * std::abs(b[i]))) ++cmp.failing;  // NaN fails too
+      if (!tol.admits(a[i], b[i])) ++cmp.failing;  // NaN fails too
     }
     result.push_back(cmp);
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "reference/config.hpp"
+#include "reference/tolerance.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -24,19 +25,14 @@ class CaseFormatError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A case passes when every element of every output tensor has |a − b| ≤ atol + rtol·|ref|.
-struct Tolerance {
-  double rtol = 1e-9;
-  double atol = 1e-12;
-};
-
 // case.json without the tensors.
 struct CaseHeader {
   std::string description;
   MoeConfig config;  // config.semantics: format 2's "semantics"
   int seq = 0;
   int batch = 0;
-  Tolerance tolerance;
+  // A case passes when every element of every output tensor has |a − b| ≤ atol + rtol·|ref|.
+  Tolerance tolerance = moe::tolerance(Compared::golden_case, Precision::float64);
   // Format 2: the case holds the input padding_mask [T]. Not a key of case.json: read_case sets it from the files.
   bool padding_mask = false;
   // Format 2's optional "written_by": the release (or generator) that wrote the case, e.g. "moe-oracle 0.4.0", so

@@ -39,7 +39,7 @@ struct ModelCaseHeader {
   int global_batch = 0; // B
   int micro_batch = 0;  // b
   LossMode loss_mode = LossMode::sum;
-  Tolerance tolerance;
+  Tolerance tolerance = moe::tolerance(Compared::golden_case, Precision::float64);
 
   // world = tp·cp·dp; ep, etp and pp do not change the oracle's numbers and stay 1.
   ParallelLayout layout() const;

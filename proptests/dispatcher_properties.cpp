@@ -83,11 +83,11 @@ RankTokens<T> rank_tokens(const DispatchCase& c, int rank) {
   return t;
 }
 
+// The token-movement row of reference/tolerance.hpp for T.
 template <typename T>
-struct Tolerance {
-  static constexpr double atol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
-  static constexpr double rtol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
-};
+Tolerance movement_tolerance() {
+  return tolerance(Compared::token_movement, std::is_same_v<T, float> ? Precision::float32 : Precision::float64);
+}
 
 // Runs fn(rank, groups, dispatcher, tokens, rows) on every rank; failures are collected and reported once.
 template <typename T, typename Fn>
@@ -117,10 +117,11 @@ void identity_experts_combine(const DispatchCase& c) {
     const Matrix<T> out = (rows.x.array().colwise() * rows.probs.array()).matrix() / shards;
     const Matrix<T> y = d.combine(out);
     if (y.rows() != t.x.rows()) return "combine returned " + std::to_string(y.rows()) + " rows";
+    const Tolerance tol = movement_tolerance<T>();
     for (Eigen::Index i = 0; i < t.x.rows(); ++i) {
       const RowVector<T> want = t.probs.row(i).sum() * t.x.row(i);
       for (Eigen::Index j = 0; j < want.size(); ++j)
-        if (!(std::abs(y(i, j) - want(j)) <= Tolerance<T>::atol + Tolerance<T>::rtol * std::abs(want(j)))) {
+        if (!tol.admits(static_cast<double>(y(i, j)), static_cast<double>(want(j)))) {
           std::ostringstream os;
           os << "token " << i << " column " << j << ": combine gives " << y(i, j) << ", Σ p·x is " << want(j);
           return os.str();

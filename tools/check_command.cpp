@@ -48,7 +48,7 @@ struct CheckOptions {
   bool distributed_optimizer = false;
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   std::string dtype = "double";
-  double atol = 0, rtol = 0;  // unless given: the dtype's default (docs/numerics.md)
+  double atol = 0, rtol = 0;  // unless given: the training-step row of reference/tolerance.hpp for the dtype
   bool json = false;
   std::string junit;                 // write JUnit XML here
   std::vector<std::string> filters;  // run only the runs whose name holds one of these
@@ -170,6 +170,8 @@ std::string fmt(double v) {
   std::snprintf(buf, sizeof buf, "%.1e", v);
   return buf;
 }
+
+Precision precision_of(const std::string& dtype) { return dtype == "float" ? Precision::float32 : Precision::float64; }
 
 std::set<std::string> covered(const std::vector<Run>& runs) {
   std::set<std::string> f;
@@ -411,7 +413,7 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
         if (!selected(o, run_name(row, layout, kind))) continue;
         problem.options = {kind, row.run.mode(), row.run.micro_batch};
         problem.options.kernels = &kernels;
-        problem.options.precision = o.dtype == "float" ? dist::Precision::float32 : dist::Precision::float64;
+        problem.options.precision = precision_of(o.dtype);
         const auto start = std::chrono::steady_clock::now();
         dist::RankComparison result;
         std::vector<dist::RankComparison> steps;
@@ -473,8 +475,14 @@ void add_check_command(CLI::App& app) {
         return value.find_first_of('-') == 0 ? "a tolerance is >= 0, got " + value : std::string{};
       },
       "");  // finiteness: every real-valued option is checked for it (moe_oracle.cpp)
-  cmd->add_option("--atol", o->atol, "absolute tolerance (default: 1e-13 double, 5e-8 float)")->check(tolerance);
-  cmd->add_option("--rtol", o->rtol, "relative tolerance (default: 1e-9 double, 1e-4 float)")->check(tolerance);
+  const Tolerance step64 = moe::tolerance(Compared::training_step, Precision::float64);
+  const Tolerance step32 = moe::tolerance(Compared::training_step, Precision::float32);
+  cmd->add_option("--atol", o->atol, "absolute tolerance (default: " + fmt(step64.atol) + " double, " +
+                                         fmt(step32.atol) + " float)")
+      ->check(tolerance);
+  cmd->add_option("--rtol", o->rtol, "relative tolerance (default: " + fmt(step64.rtol) + " double, " +
+                                         fmt(step32.rtol) + " float)")
+      ->check(tolerance);
   cmd->add_flag("--json", o->json, "machine-readable output (with the version, each run's model and semantics)");
   cmd->add_option("--junit", o->junit, "also write JUnit XML here: one testcase per run");
   cmd->add_option("--filter", o->filters,
@@ -500,8 +508,9 @@ void add_check_command(CLI::App& app) {
     if (o->dtype != "double" && o->dtype != "float")
       throw std::invalid_argument("unknown dtype '" + o->dtype + "' (double, float)");
     const bool single = o->dtype == "float";
-    if (cmd->count("--atol") == 0) o->atol = single ? 5e-8 : 1e-13;
-    if (cmd->count("--rtol") == 0) o->rtol = single ? 1e-4 : 1e-9;
+    const Tolerance table = moe::tolerance(Compared::training_step, precision_of(o->dtype));
+    if (cmd->count("--atol") == 0) o->atol = table.atol;
+    if (cmd->count("--rtol") == 0) o->rtol = table.rtol;
     std::vector<CheckRow> rows = rows_of(*o);
     if (single) {
       // The optimizer state is double: multi-step rows run in double only.

@@ -188,7 +188,7 @@ void run_write(const WriteOptions& opt) {
                                   fs::path(opt.config_file).filename().string() + ", seed " +
                                   std::to_string(opt.seed);
   golden::GoldenCase written =
-      golden::oracle_case(config, opt.seq, opt.batch, opt.vocab, opt.seed, golden::Tolerance{}, description);
+      golden::oracle_case(config, opt.seq, opt.batch, opt.vocab, opt.seed, tolerance(Compared::golden_case, Precision::float64), description);
   written.header.written_by = std::string("moe-oracle ") + MOE_ORACLE_VERSION;
   golden::write_case(opt.out, written);
   if (opt.json) {

@@ -1,17 +1,14 @@
-// Shared by the CUDA tests: the skip rule, the per-dtype tolerance table and comparison helpers.
+// Shared by the CUDA tests: the skip rule, the tolerance of each dtype and comparison helpers.
 //
-// Tolerances (|got − ref| <= atol + rtol·|ref|, ggml/llm.c style), against a CPU result computed in the same type
-// for double and float and in double on bf16-rounded inputs for bf16:
-//   double  atol 1e-12  rtol 1e-10   (reassociation only)
-//   float   atol 1e-5   rtol 1e-4    (fp32 accumulation in another order)
-//   bf16    atol 3e-2   rtol 3e-2    (bf16 storage of the GEMM outputs and activations, 8-bit mantissa)
-// Kernels that promise the CPU's exact result (permute, unpermute, scatter-add, chunk sort) are checked for
+// Tolerances are the device-kernel rows of reference/tolerance.hpp (|got − ref| <= atol + rtol·|ref|), against a
+// CPU result computed in the same type for double and float and in double on bf16-rounded inputs for bf16. Kernels that promise the CPU's exact result (permute, unpermute, scatter-add, chunk sort) are checked for
 // equality instead.
 #pragma once
 
 #include "cuda/bfloat16.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_probe.hpp"
+#include "reference/tolerance.hpp"
 
 #include <gtest/gtest.h>
 
@@ -29,15 +26,12 @@
 
 namespace moe::cuda::testing {
 
-struct Tolerance {
-  double atol, rtol;
-};
-
+// The device-kernel row of reference/tolerance.hpp for the type under test.
 template <typename T>
 Tolerance tolerance() {
-  if constexpr (std::is_same_v<T, double>) return {1e-12, 1e-10};
-  else if constexpr (std::is_same_v<T, float>) return {1e-5, 1e-4};
-  else return {3e-2, 3e-2};
+  if constexpr (std::is_same_v<T, double>) return moe::tolerance(Compared::device_kernel, Precision::float64);
+  else if constexpr (std::is_same_v<T, float>) return moe::tolerance(Compared::device_kernel, Precision::float32);
+  else return moe::tolerance(Compared::device_kernel, Precision::bfloat16);
 }
 
 template <typename T>
@@ -59,7 +53,7 @@ void expect_close(const std::vector<G>& got, const std::vector<R>& ref, Toleranc
   int misses = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double g = as_double(got[i]), r = as_double(ref[i]);
-    if (std::abs(g - r) <= tol.atol + tol.rtol * std::abs(r)) continue;
+    if (tol.admits(g, r)) continue;
     if (++misses <= 5) ADD_FAILURE() << what << "[" << i << "]: got " << g << ", expected " << r;
   }
   EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " elements outside tolerance";

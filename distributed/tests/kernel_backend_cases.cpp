@@ -52,7 +52,7 @@ CheckProblem backend_problem(const BackendCase& c, const KernelBackend& kernels)
   p.options.dispatcher = c.dispatcher;
   p.options.kernels = &kernels;
   p.options.precision = c.precision;
-  if (c.precision == Precision::float32) p.tolerance = {5e-8, 1e-4};
+  p.tolerance = tolerance(Compared::training_step, c.precision);
   return p;
 }
 

@@ -32,8 +32,8 @@ std::vector<BackendCase> kernel_backend_cases();
 inline void PrintTo(const BackendCase& c, std::ostream* os) { *os << c.name; }  // gtest: the name, not the bytes
 
 // tiny-v4 (2 layers, the first hash-routed) with the case's change, 8 sequences of 8 tokens with uneven padding;
-// the step runs with `kernels` at the case's precision. Tolerances: docs/numerics.md (double 1e-13 + 1e-9·|ref|, float
-// 5e-8 + 1e-4·|ref|).
+// the step runs with `kernels` at the case's precision. Tolerance: the training-step row of reference/tolerance.hpp
+// for that precision.
 CheckProblem backend_problem(const BackendCase& c, const KernelBackend& kernels);
 
 // Forwards to another backend and counts the calls of each operation: the proof that a step's data work really

@@ -1,11 +1,12 @@
 // One distributed MoE layer (router, dispatcher, ETP experts, TP shared expert with gate, capacity) against the
-// oracle's layer on the same tokens, in double with a tight tolerance and in float with float's (docs/numerics.md:
-// |a − b| ≤ atol + rtol·|ref|). The tokens of one oracle call are split over every rank of the world, each rank a
+// oracle's layer on the same tokens, in double with a tight tolerance and in float with float's (the layer rows of
+// reference/tolerance.hpp). The tokens of one oracle call are split over every rank of the world, each rank a
 // source rank of the capacity partition; the ranks' gradient shards are summed over the groups that replicate
 // them (world for replicated params, dp_cp for the TP-sharded shared expert, expt_dp for experts).
 #include "distributed/inproc_world.hpp"
 #include "distributed/moe_layer_rank.hpp"
 #include "distributed/row_collectives.hpp"
+#include "reference/tolerance.hpp"
 #include "reference/random_init.hpp"
 
 #include <gtest/gtest.h>
@@ -16,14 +17,9 @@
 namespace moe::dist {
 namespace {
 
-struct Tolerance {
-  double atol, rtol;
-};
-
 template <typename T>
 Tolerance tolerance() {
-  if constexpr (std::is_same_v<T, double>) return {1e-12, 1e-9};
-  else return {3e-5, 2e-3};
+  return moe::tolerance(Compared::layer, std::is_same_v<T, double> ? Precision::float64 : Precision::float32);
 }
 
 MoeConfig layer_config(bool capacity) {
@@ -45,10 +41,8 @@ MoeConfig layer_config(bool capacity) {
 template <typename M>
 double worst_ratio(const M& got, const Matrix<double>& want, const Tolerance& tol) {
   double worst = 0;
-  for (Eigen::Index i = 0; i < want.size(); ++i) {
-    const double diff = std::abs(static_cast<double>(got.data()[i]) - want.data()[i]);
-    worst = std::max(worst, diff / (tol.atol + tol.rtol * std::abs(want.data()[i])));
-  }
+  for (Eigen::Index i = 0; i < want.size(); ++i)
+    worst = std::max(worst, tol.ratio(static_cast<double>(got.data()[i]), want.data()[i]));
   return worst;
 }
 

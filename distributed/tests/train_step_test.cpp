@@ -244,7 +244,7 @@ TEST_P(TrainStepFloat, MatchesTheOracleWithinFloatTolerance) {
   CheckProblem p = problem(layouts[static_cast<size_t>(which)], {0, 2, 0, 0, 1, 0, 0, 3});
   p.options.dispatcher = kind;
   p.options.precision = Precision::float32;
-  p.tolerance = {5e-8, 1e-4};
+  p.tolerance = tolerance(Compared::training_step, Precision::float32);
   const GlobalStep oracle = oracle_step(p);
   const RankComparison r = check_inproc(p, oracle);
   EXPECT_TRUE(r.pass()) << r.first.tensor << " rank " << r.first.rank << ": " << r.first.got << " vs " << r.first.want;

@@ -229,7 +229,8 @@ TEST(CaseCompare, AppliesAtolPlusRtolTimesReference) {
     EXPECT_EQ(t.max_abs, 0.0) << t.name;
   }
   const double ref = c.tensors.at("y").reals[5];
-  computed.at("y").reals[5] = ref + 0.5 * (1e-12 + 1e-9 * std::abs(ref));  // inside the tolerance
+  const Tolerance& tol = c.header.tolerance;
+  computed.at("y").reals[5] = ref + 0.5 * (tol.atol + tol.rtol * std::abs(ref));  // inside the tolerance
   computed.at("grad_x").reals[0] *= 1.0 + 1e-6;                             // outside
   computed.at("routing_map").booleans[0] ^= 1;                              // flipped selection
   for (const auto& t : compare_outputs(c, computed)) {

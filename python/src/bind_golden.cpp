@@ -5,6 +5,7 @@
 #include "golden/golden_case.hpp"
 #include "python/src/arrays.hpp"
 #include "python/src/bindings.hpp"
+#include "reference/tolerance.hpp"
 
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
@@ -65,6 +66,21 @@ tensors  exactly the case's tensor set (``case_tensor_names``): float arrays are
       py::arg("config"),
       R"doc(The tensors a golden case of this layer config holds: {"inputs": [...], "outputs": [...]}. The outputs are
 layer_forward's golden outputs and layer_backward's gradients with a "grad_" prefix.)doc");
+
+  m.def(
+      "tolerance",
+      [](const std::string& compared, const std::string& precision) {
+        const Tolerance t = moe::tolerance(parse_compared(compared), parse_precision(precision));
+        py::dict out;
+        out["atol"] = t.atol;
+        out["rtol"] = t.rtol;
+        return out;
+      },
+      py::arg("compared"), py::arg("precision") = "float64",
+      R"doc(The repository's one tolerance table (reference/tolerance.hpp): {"atol": a, "rtol": r} for a comparison
+("training_step", "layer", "golden_case", "foreign_dump", "device_kernel", "token_movement", "finite_difference")
+computed in a precision ("float64", "float32", "bfloat16"). A value passes when |got - want| <= a + r·|want|; use it
+as np.testing.assert_allclose(got, want, **tolerance(...)). A pair the table lacks raises ValueError.)doc");
 }
 
 }  // namespace moe::python

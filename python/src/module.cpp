@@ -17,7 +17,7 @@ layer      layer_forward, layer_backward, random_layer_inputs (one MoE layer; ar
 step       global_step, random_model_params, random_global_batch (the objective of a training step over a layout)
 config     layer_config, model_config, presets
 layout     parallel_layout, process_groups, all_process_groups, grad_sync_table, loss_scale_table
-golden     read_case, write_case, case_tensor_names
+golden     read_case, write_case, case_tensor_names, tolerance (the one tolerance table)
 semantics  Semantics, deviations, profiles)doc";
   m.attr("__version__") = MOE_ORACLE_VERSION;
   py::register_exception<moe::golden::CaseFormatError>(m, "CaseFormatError", PyExc_ValueError);

@@ -4,6 +4,7 @@
 #include "distributed/layer_shard.hpp"
 #include "distributed/local_router.hpp"
 #include "distributed/rank_groups.hpp"
+#include "reference/tolerance.hpp"
 #include "tools/step/provenance.hpp"
 #include "tools/step/stage_catalogue.hpp"
 #include "tools/step/stage_recorder.hpp"
@@ -192,7 +193,7 @@ OracleAgreement compare_with_oracle(const StepProblem& p, const Matrix<double>& 
   OracleAgreement a;
   a.max_abs_y = (y - fwd.y).cwiseAbs().maxCoeff();
   a.max_abs_grad_x = (grad_x - grads.x).cwiseAbs().maxCoeff();
-  a.tolerance = 1e-12;
+  a.tolerance = tolerance(Compared::layer, Precision::float64).atol;  // absolute: the values here are O(1)
   return a;
 }
 

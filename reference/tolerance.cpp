@@ -1,0 +1,96 @@
+#include "reference/tolerance.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+namespace {
+
+struct Row {
+  Compared what;
+  Precision precision;
+  Tolerance tolerance;
+};
+
+// Why each size (docs/numerics.md): double rows allow reassociation only — layouts sum the same terms in other
+// orders and the observed error is ~1e-15, so a wrong factor of 1 + 1e-6 still fails; float rows allow 2^-23 per
+// operation times the depth of a step's sums; bfloat16 rows allow its 8-bit mantissa.
+constexpr Row kRows[] = {
+    {Compared::training_step, Precision::float64, {1e-13, 1e-9}},
+    {Compared::training_step, Precision::float32, {5e-8, 1e-4}},
+    {Compared::layer, Precision::float64, {1e-12, 1e-9}},
+    {Compared::layer, Precision::float32, {3e-5, 2e-3}},  // one layer's forward and backward in float, no averaging
+    {Compared::golden_case, Precision::float64, {1e-12, 1e-9}},
+    {Compared::foreign_dump, Precision::float64, {1e-12, 1e-9}},
+    {Compared::foreign_dump, Precision::float32, {1e-5, 1e-4}},  // also Megatron on CPU: router scores in fp32
+    {Compared::foreign_dump, Precision::bfloat16, {2e-2, 2e-2}},
+    {Compared::device_kernel, Precision::float64, {1e-12, 1e-10}},
+    {Compared::device_kernel, Precision::float32, {1e-5, 1e-4}},
+    {Compared::device_kernel, Precision::bfloat16, {3e-2, 3e-2}},  // GEMM outputs and activations stored in bf16
+    {Compared::token_movement, Precision::float64, {1e-14, 1e-12}},
+    {Compared::token_movement, Precision::float32, {1e-6, 1e-5}},
+    {Compared::finite_difference, Precision::float64, {1e-7, 1e-6}},
+};
+
+}  // namespace
+
+std::string_view to_string(Precision precision) {
+  switch (precision) {
+    case Precision::float64: return "float64";
+    case Precision::float32: return "float32";
+    case Precision::bfloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+std::string_view to_string(Compared what) {
+  switch (what) {
+    case Compared::training_step: return "training_step";
+    case Compared::layer: return "layer";
+    case Compared::golden_case: return "golden_case";
+    case Compared::foreign_dump: return "foreign_dump";
+    case Compared::device_kernel: return "device_kernel";
+    case Compared::token_movement: return "token_movement";
+    case Compared::finite_difference: return "finite_difference";
+  }
+  return "?";
+}
+
+Precision parse_precision(std::string_view name) {
+  for (Precision p : {Precision::float64, Precision::float32, Precision::bfloat16})
+    if (name == to_string(p)) return p;
+  throw std::invalid_argument("unknown precision '" + std::string(name) + "' (float64, float32, bfloat16)");
+}
+
+Compared parse_compared(std::string_view name) {
+  std::string known;
+  for (const Row& row : kRows) {
+    if (name == to_string(row.what)) return row.what;
+    if (known.find(to_string(row.what)) == std::string::npos)
+      known += (known.empty() ? "" : ", ") + std::string(to_string(row.what));
+  }
+  throw std::invalid_argument("unknown comparison '" + std::string(name) + "' (" + known + ")");
+}
+
+bool Tolerance::admits(double got, double want) const {
+  return std::abs(got - want) <= atol + rtol * std::abs(want);  // false for NaN
+}
+
+double Tolerance::ratio(double got, double want) const {
+  const double diff = std::abs(got - want);
+  if (!std::isfinite(diff)) return std::numeric_limits<double>::infinity();
+  const double allowed = atol + rtol * std::abs(want);
+  if (allowed > 0) return diff / allowed;
+  return diff == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+}
+
+Tolerance tolerance(Compared what, Precision precision) {
+  for (const Row& row : kRows)
+    if (row.what == what && row.precision == precision) return row.tolerance;
+  throw std::invalid_argument("the tolerance table has no row for " + std::string(to_string(what)) + " in " +
+                              std::string(to_string(precision)));
+}
+
+}  // namespace moe
