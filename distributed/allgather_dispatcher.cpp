@@ -8,8 +8,8 @@ template <typename T>
 AllGatherDispatcher<T>::AllGatherDispatcher(const DispatchGroups& groups, int num_experts,
              const KernelBackend& kernels)
     : domain_(*groups.tp_ep), kernels_(kernels), num_experts_(num_experts) {
-  local_experts_ = num_experts / groups.ep->size();
-  first_expert_ = groups.ep->rank() * local_experts_;
+  local_experts_ = groups.experts_here(num_experts).count;
+  first_expert_ = groups.experts_here(num_experts).first;
 }
 
 template <typename T>

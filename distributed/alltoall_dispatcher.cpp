@@ -23,7 +23,7 @@ AlltoAllDispatcher<T>::AlltoAllDispatcher(const DispatchGroups& groups, int num_
     : groups_(groups), kernels_(kernels), num_experts_(num_experts) {
   ep_ = groups.ep->size();
   etp_ = groups.expt_tp->size();
-  local_experts_ = num_experts / ep_;
+  local_experts_ = groups.experts_here(num_experts).count;
 }
 
 template <typename T>
@@ -33,12 +33,13 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
   for (int e = 0; e < E; ++e) local_counts[static_cast<size_t>(e)] = map.col(e).count();
 
   input_splits_.assign(static_cast<size_t>(ep_), 0);
-  for (int e = 0; e < E; ++e) input_splits_[static_cast<size_t>(e / L)] += local_counts[static_cast<size_t>(e)];
+  for (int e = 0; e < E; ++e)
+    input_splits_[static_cast<size_t>(groups_.owner_of(e, E))] += local_counts[static_cast<size_t>(e)];
 
   // Every tp_ep rank's counts: rank q = etp' + etp·ep' contributes row q.
   std::vector<std::int64_t> all(static_cast<size_t>(ep_ * etp_ * E));
   groups_.tp_ep->allgather<std::int64_t>(local_counts, all);
-  const int first = groups_.ep->rank() * L;
+  const int first = groups_.experts_here(E).first;
   global_counts_.assign(static_cast<size_t>(etp_ * ep_ * L), 0);  // [etp', ep', i]
   for (int et = 0; et < etp_; ++et)
     for (int ep = 0; ep < ep_; ++ep)

@@ -1,4 +1,5 @@
 // The CPU backend of KernelBackend: each operation forwards to the Eigen + OpenMP kernels.
+#include "distributed/grouped_swiglu.hpp"
 #include "distributed/kernel_backend.hpp"
 #include "distributed/token_kernels.hpp"
 

@@ -14,6 +14,7 @@
 #include "distributed/kernel_backend.hpp"
 #include "distributed/stage_observer.hpp"
 #include "reference/config.hpp"
+#include "reference/process_groups.hpp"
 #include "reference/tensor.hpp"
 
 #include <cstdint>
@@ -50,11 +51,17 @@ class Dispatcher : public ObservedStages<T> {
                                  Matrix<T>& grad_probs) = 0;
 };
 
-// The groups a dispatcher uses, as this rank sees them.
+// The groups a dispatcher uses, as this rank sees them, and the expert placement they imply. Placement is defined
+// once, by reference/process_groups.hpp's local_experts (ep rank r holds experts [r·E/ep, (r+1)·E/ep), the same on
+// every ETP shard), and every dispatcher asks these methods rather than working it out from group sizes.
 struct DispatchGroups {
   Communicator* ep = nullptr;       // expert parallel
   Communicator* expt_tp = nullptr;  // expert tensor parallel (ETP)
   Communicator* tp_ep = nullptr;    // the whole dispatch domain: rank = etp_rank + etp·ep_rank
+
+  ExpertRange experts_here(int num_experts) const;                   // this rank's local experts
+  ExpertRange experts_of_peer(int num_experts, int tp_ep_rank) const;  // those of a rank of the dispatch domain
+  int owner_of(int expert, int num_experts) const;                   // the ep rank holding an expert
 };
 
 // The dispatcher moves rows with `kernels` (kept by reference: it must outlive the dispatcher).

@@ -10,20 +10,21 @@ template <typename T>
 FlexDispatcher<T>::FlexDispatcher(const DispatchGroups& groups, int num_experts,
         const KernelBackend& kernels)
     : domain_(*groups.tp_ep), kernels_(kernels), num_experts_(num_experts) {
-  etp_ = groups.expt_tp->size();
-  local_experts_ = num_experts / groups.ep->size();
+  local_experts_ = groups.experts_here(num_experts).count;
+  for (int q = 0; q < groups.tp_ep->size(); ++q)
+    peer_first_expert_.push_back(groups.experts_of_peer(num_experts, q).first);
 }
 
 template <typename T>
 ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<T>& probs, const BoolMatrix& map) {
   const int peers = domain_.size(), L = local_experts_;
   tokens_ = tokens.rows();
-  // Destination q = etp' + etp·ep' holds experts [ep'·L, ep'·L + L); a token goes there once if it selected any.
+  // Destination q holds L experts from peer_first_expert_[q]; a token goes there once if it selected any.
   sent_tokens_.clear();
   sent_first_expert_.clear();
   send_counts_.assign(static_cast<size_t>(peers), 0);
   for (int q = 0; q < peers; ++q) {
-    const int first = (q / etp_) * L;
+    const int first = peer_first_expert_[static_cast<size_t>(q)];
     for (Eigen::Index t = 0; t < tokens_; ++t)
       if (map.row(t).segment(first, L).any()) {
         sent_tokens_.push_back(t);

@@ -29,7 +29,8 @@ class FlexDispatcher final : public Dispatcher<T> {
 
   Communicator& domain_;
   const KernelBackend& kernels_;
-  int num_experts_ = 0, etp_ = 1, local_experts_ = 0;
+  int num_experts_ = 0, local_experts_ = 0;
+  std::vector<int> peer_first_expert_;         // per rank of the dispatch domain: its first local expert
   Eigen::Index tokens_ = 0, received_ = 0;
   std::vector<std::int64_t> sent_tokens_;      // source token of each sent row (destination-major)
   std::vector<int> sent_first_expert_;         // first global expert of that row's destination

@@ -9,41 +9,17 @@
 // reverse collective) and accumulates the weight gradients.
 #pragma once
 
-#include "reference/tensor.hpp"
+#include "distributed/expert_kernel_types.hpp"
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 namespace moe::kernels {
 
 template <typename T>
-struct ExpertShards {
-  std::vector<Matrix<T>> fc1;  // per local expert [2·d_l, w], rows [gate slice; up slice]
-  std::vector<Matrix<T>> fc2;  // per local expert [w, d_l]
-};
-
-struct SwigluOptions {
-  std::optional<double> clamp;
-  bool probs_on_input = false;
-};
-
-template <typename T>
-struct GroupedSwigluForward {
-  Matrix<T> y;    // [rows, w] partial over ETP
-  Matrix<T> pre;  // [rows, 2·d_l] saved for the backward
-};
-
-template <typename T>
 GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::vector<std::int64_t>& group_sizes,
                                                const ExpertShards<T>& w, const Vector<T>& probs,
                                                const SwigluOptions& options);
-
-template <typename T>
-struct GroupedSwigluBackward {
-  Matrix<T> dx;     // [rows, w]
-  Vector<T> dprob;  // [rows]
-};
 
 // Accumulates into grads.fc1 / grads.fc2 (same shapes as w).
 template <typename T>

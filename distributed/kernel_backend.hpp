@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "distributed/grouped_swiglu.hpp"
+#include "distributed/expert_kernel_types.hpp"
 #include "reference/tensor.hpp"
 
 namespace moe::dist {
