@@ -2,7 +2,7 @@
 
 #include "cuda/cuda_error.hpp"
 #include "cuda/device_buffer.hpp"
-#include "distributed/inproc_world.hpp"
+#include "distributed/comm/inproc_world.hpp"
 
 #include <vector>
 

@@ -6,7 +6,7 @@
 // copied down first too, so that regions a collective does not write keep their contents. Slow by design.
 #pragma once
 
-#include "distributed/communicator.hpp"
+#include "distributed/comm/communicator.hpp"
 
 #include <functional>
 #include <memory>

@@ -1,4 +1,4 @@
-// DeviceKernels: the CUDA backend of dist::KernelBackend (distributed/kernel_backend.hpp). The dispatchers, the
+// DeviceKernels: the CUDA backend of dist::KernelBackend (distributed/kernels/kernel_backend.hpp). The dispatchers, the
 // layer and the training step run unchanged; their row moves and grouped SwiGLU run as this backend's kernels on
 // the GPU (token_kernels.hpp, grouped_swiglu.hpp):
 //   gather_rows       → gather_rows kernel (int32 row index)
@@ -13,7 +13,7 @@
 #pragma once
 
 #include "cuda/device_context.hpp"
-#include "distributed/kernel_backend.hpp"
+#include "distributed/kernels/kernel_backend.hpp"
 
 #include <atomic>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Grouped SwiGLU over a rank's local experts on device: the counterpart of distributed/grouped_swiglu.hpp, same
+// Grouped SwiGLU over a rank's local experts on device: the counterpart of distributed/kernels/grouped_swiglu.hpp, same
 // math and options (kernels::SwigluOptions: clamp, probs on the input), one cuBLAS (or batch-invariant) GEMM per
 // non-empty group and the elementwise parts in swiglu_kernels.cu.
 //
@@ -11,7 +11,7 @@
 
 #include "cuda/device_context.hpp"
 #include "cuda/element.hpp"
-#include "distributed/grouped_swiglu.hpp"
+#include "distributed/kernels/grouped_swiglu.hpp"
 
 #include <cstdint>
 #include <span>

@@ -1,5 +1,5 @@
 // A Communicator over NCCL whose buffers live in device memory (the spans carry device pointers; semantics as in
-// distributed/communicator.hpp). How NCCL is used:
+// distributed/comm/communicator.hpp). How NCCL is used:
 //   - before every collective the ranks exchange their CollectiveCalls (an allgather of lengths, then of the
 //     encoded words) and run check_calls, so a mismatch throws the same std::invalid_argument on every rank;
 //   - alltoallv is grouped ncclSend/ncclRecv (the own block by a device copy); allgatherv is one ncclBroadcast
@@ -18,7 +18,7 @@
 //     in-process backend, device_inproc_world.hpp).
 #pragma once
 
-#include "distributed/communicator.hpp"
+#include "distributed/comm/communicator.hpp"
 
 #include <cstdint>
 #include <deque>

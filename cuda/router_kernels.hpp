@@ -1,5 +1,5 @@
 // The router on device: scores for every score function, bias-aware group-limited top-k, the combine weights, and
-// the backward to the logits. The CPU counterpart is distributed/local_router.hpp; the rules are in docs/layer.md.
+// the backward to the logits. The CPU counterpart is distributed/train/local_router.hpp; the rules are in docs/layer.md.
 // The logits GEMM (x·W_gᵀ) and its backward GEMMs are gemm.hpp calls made by device_router.hpp.
 //
 // Shapes (row-major, device): logits/scores/grad_logits [n, E]; bias [E]; topk_ids [n, k] int32 in selection

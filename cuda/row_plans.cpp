@@ -2,7 +2,7 @@
 
 #include "cuda/bfloat16.hpp"
 #include "cuda/token_kernels.hpp"
-#include "distributed/token_kernels.hpp"
+#include "distributed/kernels/token_kernels.hpp"
 
 #include <numeric>
 #include <stdexcept>

@@ -1,5 +1,5 @@
 // Token data work of the dispatchers on device: the routing's permutation, permute, unpermute (combine), their
-// backwards, row gathers and ordered scatter-adds. The CPU counterparts are distributed/token_kernels.hpp.
+// backwards, row gathers and ordered scatter-adds. The CPU counterparts are distributed/kernels/token_kernels.hpp.
 //
 // Shapes (row-major, device pointers, n tokens, k = top-k, R = n·k permuted rows, w = width):
 //   topk [n, k] int32 expert ids in selection order;  slot s = t·k + j is token t's j-th choice.

@@ -17,7 +17,7 @@
 // Each of these was broken before the loader treated checkpoints as untrusted input (issue 21).
 #include "fuzz/checkpoint_model.hpp"
 #include "fuzz/fuzz_support.hpp"
-#include "distributed/checkpoint.hpp"
+#include "distributed/train/checkpoint.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -1,8 +1,8 @@
 #include "fuzz/checkpoint_model.hpp"
 
-#include "distributed/differential_check.hpp"
-#include "distributed/inproc_world.hpp"
-#include "distributed/rank_trainer.hpp"
+#include "distributed/check/differential_check.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/rank_trainer.hpp"
 
 namespace moe::fuzz {
 

@@ -9,8 +9,8 @@
 #include "proptests/generators.hpp"
 #include "proptests/property.hpp"
 
-#include "distributed/inproc_world.hpp"
-#include "distributed/rank_groups.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/rank_groups.hpp"
 #include "reference/random_init.hpp"
 
 #include <mutex>

@@ -1,5 +1,5 @@
 // Properties of one whole optimizer step, for both optimizer paths: the gradient sync plan
-// (distributed/grad_sync.hpp) with DDP's all-reduce or the distributed optimizer's reduce-scatter of flattened
+// (distributed/train/grad_sync.hpp) with DDP's all-reduce or the distributed optimizer's reduce-scatter of flattened
 // buffers, then the update, against the oracle's trajectory (reference/trajectory.hpp).
 //
 // The update is SGD with learning rate 1, so every parameter moves by exactly its synchronised gradient and a

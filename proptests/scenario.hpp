@@ -8,7 +8,7 @@
 // (sigmoid and sqrt-softplus scores are < 1 … ≈ √softplus), so that rank is never selected.
 #pragma once
 
-#include "distributed/differential_check.hpp"
+#include "distributed/check/differential_check.hpp"
 
 #include <cstdint>
 #include <ostream>

@@ -6,9 +6,9 @@
 #include "proptests/generators.hpp"
 #include "proptests/property.hpp"
 
-#include "distributed/inproc_world.hpp"
-#include "distributed/rank_groups.hpp"
-#include "distributed/row_collectives.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/rank_groups.hpp"
+#include "distributed/comm/row_collectives.hpp"
 
 #include <mutex>
 

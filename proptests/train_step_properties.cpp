@@ -5,7 +5,7 @@
 #include "proptests/generators.hpp"
 #include "proptests/property.hpp"
 
-#include "distributed/inproc_world.hpp"
+#include "distributed/comm/inproc_world.hpp"
 
 #include <mutex>
 

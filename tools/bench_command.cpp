@@ -5,13 +5,13 @@
 //
 //   mpirun -np 8 moe-oracle bench --backend mpi            (ranks are processes)
 //   moe-oracle bench --world 8                              (in-process ranks; raw baseline: their alltoallv)
-#include "distributed/dispatcher.hpp"
-#include "distributed/inproc_world.hpp"
-#include "distributed/mpi_baseline.hpp"
-#include "distributed/mpi_communicator.hpp"
-#include "distributed/mpi_runtime.hpp"
-#include "distributed/rank_groups.hpp"
-#include "distributed/row_collectives.hpp"
+#include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "distributed/comm/mpi_baseline.hpp"
+#include "distributed/comm/mpi_communicator.hpp"
+#include "distributed/comm/mpi_runtime.hpp"
+#include "distributed/train/rank_groups.hpp"
+#include "distributed/comm/row_collectives.hpp"
 #include "reference/random_init.hpp"
 #include "tools/bench_timing.hpp"
 #include "tools/commands.hpp"

@@ -24,10 +24,10 @@
 #include <set>
 #include <sstream>
 
-#include "distributed/differential_check.hpp"
+#include "distributed/check/differential_check.hpp"
 #include "golden/case_json.hpp"
-#include "distributed/mpi_communicator.hpp"
-#include "distributed/mpi_runtime.hpp"
+#include "distributed/comm/mpi_communicator.hpp"
+#include "distributed/comm/mpi_runtime.hpp"
 #include "tools/check_suite.hpp"
 #include "tools/commands.hpp"
 #include "tools/kernel_choice.hpp"

@@ -1,6 +1,6 @@
 #include "tools/expert_bench.hpp"
 
-#include "distributed/grouped_swiglu.hpp"
+#include "distributed/kernels/grouped_swiglu.hpp"
 #include "reference/random_init.hpp"
 #include "tools/bench_timing.hpp"
 #include "tools/layout_options.hpp"

@@ -1,5 +1,5 @@
 // `moe-oracle bench --experts-gemm`: the grouped SwiGLU of one rank's local experts on the CPU (forward and
-// backward, distributed/grouped_swiglu.hpp), reported as docs/performance.md asks: the achieved GFLOP/s, the percentage
+// backward, distributed/kernels/grouped_swiglu.hpp), reported as docs/performance.md asks: the achieved GFLOP/s, the percentage
 // of one dense Eigen GEMM of the same FLOPs timed in the same run (the practical peak), and the percentage of a
 // named limit, the CPU's double-precision peak, which the user gives: it cannot be derived here. On the
 // development VM (reported as "AMD EPYC", 2.596 GHz) the dense GEMM alone reaches 8.7 FLOP/cycle/core at the

@@ -1,12 +1,12 @@
 // `--kernels NAME`: which dist::KernelBackend does the data work (row moves, grouped SwiGLU) of the parallel
 // system in `moe-oracle check`:
-//   cpu                    Eigen + OpenMP (distributed/cpu_kernels.cpp), the default;
+//   cpu                    Eigen + OpenMP (distributed/kernels/cpu_kernels.cpp), the default;
 //   cuda                   the CUDA kernels with cuBLAS GEMMs on GPU 0 (cuda/device_kernels.hpp);
 //   cuda-batch-invariant   the same with the fixed-order GEMM (a token's result ignores the rest of the batch).
 // The CUDA names need a build with the CUDA backend and a visible GPU; otherwise an error says which is missing.
 #pragma once
 
-#include "distributed/kernel_backend.hpp"
+#include "distributed/kernels/kernel_backend.hpp"
 
 #include <memory>
 #include <string>

@@ -1,6 +1,6 @@
 // `moe-oracle scaling`: the gradient-scaling table (reference/scaling_rules.hpp) evaluated on a layout and a loss
 // mode: per parameter class the pre-scale, collective, group and token division, then the loss weights (CE, aux,
-// global_aux, z) — the same rows distributed/loss_weights.cpp evaluates — under a semantics profile.
+// global_aux, z) — the same rows distributed/train/loss_weights.cpp evaluates — under a semantics profile.
 #include "reference/scaling_rules.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"

@@ -3,7 +3,7 @@
 // the stable tie rule is exercised.
 #include "cuda/device_router.hpp"
 #include "cuda/tests/gpu_test.hpp"
-#include "distributed/local_router.hpp"
+#include "distributed/train/local_router.hpp"
 
 #include <string>
 

@@ -1,10 +1,10 @@
 // Permutation, permute, unpermute (+ backward), ordered scatter-add and chunk sort against the CPU kernels of
-// distributed/token_kernels.hpp. Copies and fixed-order sums must be exact in double and float.
+// distributed/kernels/token_kernels.hpp. Copies and fixed-order sums must be exact in double and float.
 #include "cuda/device_context.hpp"
 #include "cuda/row_plans.hpp"
 #include "cuda/tests/gpu_test.hpp"
 #include "cuda/token_kernels.hpp"
-#include "distributed/token_kernels.hpp"
+#include "distributed/kernels/token_kernels.hpp"
 
 #include <numeric>
 

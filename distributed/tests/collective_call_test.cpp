@@ -1,5 +1,5 @@
 // The call descriptor both backends exchange: its flat form, and check_calls' verdicts on hand-made calls.
-#include "distributed/collective_call.hpp"
+#include "distributed/comm/collective_call.hpp"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 // the rule's wording was thrown, plus a collective afterwards proving that the communicator still works.
 #pragma once
 
-#include "distributed/communicator.hpp"
+#include "distributed/comm/communicator.hpp"
 
 #include <cstdint>
 #include <functional>

@@ -11,8 +11,8 @@
 #include <set>
 #include <tuple>
 
-#include "distributed/inproc_world.hpp"
-#include "distributed/rank_groups.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/rank_groups.hpp"
 #include "reference/random_init.hpp"
 
 namespace moe::dist {

@@ -2,7 +2,7 @@
 // conformance cases catch it (docs/testing.md: a test that cannot fail is a defect).
 #pragma once
 
-#include "distributed/communicator.hpp"
+#include "distributed/comm/communicator.hpp"
 
 #include <memory>
 #include <stdexcept>

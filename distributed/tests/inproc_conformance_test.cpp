@@ -1,5 +1,5 @@
 // The conformance body on in-process worlds of 1, 2, 3, 4 and 8 ranks, and proof that it catches seeded faults.
-#include "distributed/inproc_world.hpp"
+#include "distributed/comm/inproc_world.hpp"
 #include "distributed/tests/conformance.hpp"
 #include "distributed/tests/faulty_communicator.hpp"
 

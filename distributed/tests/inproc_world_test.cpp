@@ -1,6 +1,6 @@
 // What in-process ranks promise beyond the conformance body: failures and deadlocks end the world instead of
 // hanging it, barriers really separate phases, and reductions do not depend on thread timing.
-#include "distributed/inproc_world.hpp"
+#include "distributed/comm/inproc_world.hpp"
 
 #include <gtest/gtest.h>
 

@@ -8,8 +8,8 @@
 // input, drop-and-pad capacity.
 #pragma once
 
-#include "distributed/differential_check.hpp"
-#include "distributed/kernel_backend.hpp"
+#include "distributed/check/differential_check.hpp"
+#include "distributed/kernels/kernel_backend.hpp"
 
 #include <array>
 #include <atomic>

@@ -3,9 +3,9 @@
 // reference/tolerance.hpp). The tokens of one oracle call are split over every rank of the world, each rank a
 // source rank of the capacity partition; the ranks' gradient shards are summed over the groups that replicate
 // them (world for replicated params, dp_cp for the TP-sharded shared expert, expt_dp for experts).
-#include "distributed/inproc_world.hpp"
-#include "distributed/moe_layer_rank.hpp"
-#include "distributed/row_collectives.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/moe_layer_rank.hpp"
+#include "distributed/comm/row_collectives.hpp"
 #include "reference/tolerance.hpp"
 #include "reference/random_init.hpp"
 

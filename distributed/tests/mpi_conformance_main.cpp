@@ -3,8 +3,8 @@
 // status is non-zero if any element is wrong. The tallies are summed with plain MPI, not with the
 // communicator under test.
 //   mpirun -np 8 --oversubscribe mpi_conformance
-#include "distributed/mpi_communicator.hpp"
-#include "distributed/mpi_runtime.hpp"
+#include "distributed/comm/mpi_communicator.hpp"
+#include "distributed/comm/mpi_runtime.hpp"
 #include "distributed/tests/conformance.hpp"
 
 #include <mpi.h>

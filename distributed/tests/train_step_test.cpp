@@ -9,9 +9,9 @@
 #include <mutex>
 #include <string>
 
-#include "distributed/differential_check.hpp"
-#include "distributed/inproc_world.hpp"
-#include "distributed/rank_groups.hpp"
+#include "distributed/check/differential_check.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/rank_groups.hpp"
 
 namespace moe::dist {
 namespace {

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "distributed/differential_check.hpp"
-#include "distributed/inproc_world.hpp"
+#include "distributed/check/differential_check.hpp"
+#include "distributed/comm/inproc_world.hpp"
 #include "reference/tests/expect_error.hpp"
 
 namespace moe::dist {

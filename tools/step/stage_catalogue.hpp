@@ -3,7 +3,7 @@
 // explanations cannot silently fall behind the code.
 #pragma once
 
-#include "distributed/dispatcher.hpp"
+#include "distributed/dispatch/dispatcher.hpp"
 #include "tools/step/step_trace.hpp"
 
 #include <string>

@@ -1,9 +1,9 @@
-// The StageObserver of `moe-oracle step`: keeps every buffer a dispatcher reports (distributed/stage_observer.hpp)
+// The StageObserver of `moe-oracle step`: keeps every buffer a dispatcher reports (distributed/dispatch/stage_observer.hpp)
 // in order, grouped by the phase the stepper says it is in (dispatch, combine, combine_backward, …). The stepper
 // reports its own stages (router, experts) through the same calls, so one list holds the whole walk.
 #pragma once
 
-#include "distributed/stage_observer.hpp"
+#include "distributed/dispatch/stage_observer.hpp"
 
 #include <string>
 #include <vector>

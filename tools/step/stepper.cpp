@@ -1,9 +1,9 @@
 #include "tools/step/stepper.hpp"
 
-#include "distributed/inproc_world.hpp"
-#include "distributed/layer_shard.hpp"
-#include "distributed/local_router.hpp"
-#include "distributed/rank_groups.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/layer_shard.hpp"
+#include "distributed/train/local_router.hpp"
+#include "distributed/train/rank_groups.hpp"
 #include "reference/tolerance.hpp"
 #include "tools/step/provenance.hpp"
 #include "tools/step/stage_catalogue.hpp"

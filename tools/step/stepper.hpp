@@ -4,7 +4,7 @@
 // with the oracle (moe_forward / moe_backward) on the same batch.
 #pragma once
 
-#include "distributed/dispatcher.hpp"
+#include "distributed/dispatch/dispatcher.hpp"
 #include "tools/step/step_problem.hpp"
 #include "tools/step/step_trace.hpp"
 

@@ -1,6 +1,6 @@
 // The teaching stepper: the seed's 4-token EP2 numbers come out of the dispatcher, the stepped layer equals the
 // oracle, and every row's provenance label is consistent with where the row is.
-#include "distributed/dispatcher.hpp"
+#include "distributed/dispatch/dispatcher.hpp"
 #include "reference/moe_layer.hpp"
 #include "tools/step/stage_catalogue.hpp"
 #include "tools/step/stage_recorder.hpp"

@@ -1,0 +1,147 @@
+#include "distributed/check/oracle_comparison.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moe::dist {
+namespace {
+
+Quantity quantity_of(ParamClass c) {
+  switch (c) {
+    case ParamClass::sequence_parallel: return Quantity::grad_sequence_parallel;
+    case ParamClass::dense: return Quantity::grad_dense;
+    case ParamClass::expert: return Quantity::grad_expert;
+  }
+  return Quantity::grad_dense;
+}
+
+struct Comparer {
+  const Tolerance& tol;
+  int rank;
+  RankComparison result;
+
+  void fail(const std::string& what, double got, double want) {
+    if (result.failed) return;
+    result.failed = true;
+    result.first = Mismatch{what, rank, 0, got, want};
+  }
+
+  void check(Quantity q, const std::string& tensor, const double* got, const double* want, Eigen::Index n) {
+    QuantityError& e = result.errors[static_cast<size_t>(q)];
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const double diff = std::abs(got[i] - want[i]);
+      const double ratio = tol.ratio(got[i], want[i]);
+      e.max_abs = std::max(e.max_abs, diff);
+      e.max_ratio = std::max(e.max_ratio, ratio);
+      ++e.compared;
+      if (!(ratio <= 1.0) && !result.failed) {
+        result.failed = true;
+        result.first = Mismatch{tensor, rank, i, got[i], want[i]};
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::string_view to_string(Quantity q) {
+  switch (q) {
+    case Quantity::objective: return "objective";
+    case Quantity::grad_sequence_parallel: return "grad sp-replicated";
+    case Quantity::grad_dense: return "grad dense (TP)";
+    case Quantity::grad_expert: return "grad experts";
+    case Quantity::expert_bias: return "expert bias";
+    case Quantity::parameters: return "parameters";
+    case Quantity::optimizer_state: return "optimizer state";
+  }
+  return "?";
+}
+
+void RankComparison::merge(const RankComparison& other) {
+  for (size_t q = 0; q < errors.size(); ++q) {
+    errors[q].max_abs = std::max(errors[q].max_abs, other.errors[q].max_abs);
+    errors[q].max_ratio = std::max(errors[q].max_ratio, other.errors[q].max_ratio);
+    errors[q].compared += other.errors[q].compared;
+  }
+  if (other.failed && (!failed || other.first.rank < first.rank)) {
+    failed = true;
+    first = other.first;
+  }
+}
+
+RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& oracle, RankStep& step,
+                                   const ProcessGroups& groups, int rank, const Tolerance& tolerance) {
+  Comparer cmp{tolerance, rank, {}};
+  cmp.check(Quantity::objective, "objective", &step.objective, &oracle.objective, 1);
+
+  ModelShard<double> want = shard_model(config, oracle.grads, groups, rank);
+  const int first_expert = groups.experts_of(rank, config.layer.num_experts).first;
+  const auto got_tensors = shard_tensors(step.grads, first_expert);
+  const auto want_tensors = shard_tensors(want, first_expert);
+  for (size_t i = 0; i < got_tensors.size(); ++i) {
+    if (got_tensors[i].size != want_tensors[i].size) {
+      cmp.fail(got_tensors[i].name + " (size)", double(got_tensors[i].size), double(want_tensors[i].size));
+      continue;
+    }
+    cmp.check(quantity_of(got_tensors[i].param_class), got_tensors[i].name, got_tensors[i].data, want_tensors[i].data,
+              got_tensors[i].size);
+  }
+
+  for (size_t i = 0; i < step.expert_bias_updated.size(); ++i) {
+    const size_t l = static_cast<size_t>(step.first_layer) + i;
+    const auto& w = oracle.expert_bias_updated[l];
+    const auto& g = step.expert_bias_updated[i];
+    if (w.size() != g.size()) {
+      cmp.fail("layer" + std::to_string(l) + ".expert_bias (entries)", double(g.size()), double(w.size()));
+      continue;
+    }
+    cmp.check(Quantity::expert_bias, "layer" + std::to_string(l) + ".expert_bias", g.data(), w.data(), w.size());
+  }
+  return cmp.result;
+}
+
+}  // namespace moe::dist
+
+namespace moe::dist {
+namespace {
+
+// The oracle's Adam moments (flat, trained_tensors order) laid out as a model, so they can be sharded like one.
+ModelParams<double> moments_as_model(const ModelConfig& config, ModelParams<double> shape,
+                                     const std::vector<std::vector<double>>& flat) {
+  auto tensors = trained_tensors(config, shape);
+  for (size_t i = 0; i < tensors.size(); ++i) std::copy(flat[i].begin(), flat[i].end(), tensors[i].data);
+  return shape;
+}
+
+}  // namespace
+
+RankComparison compare_with_trajectory(const ModelConfig& config, const TrajectoryPoint& oracle, double objective,
+                                       ModelShard<double>& params, const ShardMoments& moments,
+                                       const ProcessGroups& groups, int rank, const Tolerance& tolerance) {
+  Comparer cmp{tolerance, rank, {}};
+  cmp.check(Quantity::objective, "objective", &objective, &oracle.objective, 1);
+  const int first_expert = groups.experts_of(rank, config.layer.num_experts).first;
+  ModelShard<double> want = shard_model(config, oracle.params, groups, rank);
+  const auto got = shard_tensors(params, first_expert);
+  const auto expected = shard_tensors(want, first_expert);
+  for (size_t i = 0; i < got.size(); ++i)
+    cmp.check(Quantity::parameters, got[i].name, got[i].data, expected[i].data, got[i].size);
+  for (size_t l = 0; l < params.layers.size(); ++l) {
+    const auto& g = params.layers[l].expert_bias;
+    cmp.check(Quantity::expert_bias, "layer" + std::to_string(params.first_layer + static_cast<int>(l)) + ".expert_bias",
+              g.data(), want.layers[l].expert_bias.data(), g.size());
+  }
+  if (!moments.m.empty()) {
+    for (const auto* which : {&oracle.adam.m, &oracle.adam.v}) {
+      ModelShard<double> state = shard_model(config, moments_as_model(config, oracle.params, *which), groups, rank);
+      const auto expected_state = shard_tensors(state, first_expert);
+      const auto& mine = which == &oracle.adam.m ? moments.m : moments.v;
+      for (size_t i = 0; i < expected_state.size(); ++i)
+        cmp.check(Quantity::optimizer_state, expected_state[i].name + (which == &oracle.adam.m ? ".m" : ".v"),
+                  mine[i].data(), expected_state[i].data, expected_state[i].size);
+    }
+  }
+  return cmp.result;
+}
+
+}  // namespace moe::dist

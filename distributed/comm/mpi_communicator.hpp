@@ -1,0 +1,48 @@
+// A Communicator over Open MPI, for runs under mpirun across processes and machines. Semantics as in
+// communicator.hpp, identical to InprocWorld's ranks; how MPI is used:
+//   - before every collective the ranks exchange their CollectiveCalls (two small allgathers) and run check_calls,
+//     so a mismatch throws the same std::invalid_argument on every rank instead of truncating or hanging;
+//   - allreduce and reduce_scatter(v) move blocks with MPI_Alltoallv and reduce them locally in rank order
+//     (MPI_Allreduce may reassociate), which keeps results bitwise equal to the in-process backend;
+//   - send is buffered (a copy plus MPI_Isend, completed later), as in-process, so exchanges cannot deadlock on
+//     send. recv checks the message length in bytes; MPI cannot tell element types apart, in-process ranks can;
+//   - MPI errors become std::runtime_error (the communicator uses MPI_ERRORS_RETURN);
+//   - one thread per process calls it (MPI_THREAD_FUNNELED); OpenMP inside a rank's compute is fine.
+// This header hides mpi.h; the world communicator is a duplicate of MPI_COMM_WORLD, so its traffic never matches
+// messages of other code in the process.
+#pragma once
+
+#include "distributed/comm/communicator.hpp"
+#include "distributed/comm/mpi_runtime.hpp"
+
+#include <memory>
+
+namespace moe {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Collective over MPI_COMM_WORLD: every process constructs one.
+  explicit MpiCommunicator(const MpiRuntime& runtime);
+  // Waits for this rank's buffered sends to be received, then frees the MPI communicator.
+  ~MpiCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+
+  void run_collective(const CollectiveCall& call, const void* send, void* recv) override;
+  std::unique_ptr<Communicator> run_split(const CollectiveCall& call) override;
+  void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) override;
+  void recv_bytes(ElementType type, void* data, std::int64_t count, int source, int tag) override;
+
+ private:
+  struct State;
+  explicit MpiCommunicator(std::unique_ptr<State> state);
+  void check_with_peers(const CollectiveCall& call) const;
+  void reduce_scatterv(const CollectiveCall& call, const void* send, void* recv,
+                       std::span<const std::int64_t> block_sizes) const;
+  void allreduce(const CollectiveCall& call, const void* send, void* recv) const;
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace moe

@@ -1,0 +1,176 @@
+// The AlltoAll dispatcher (Megatron's MoEAlltoAllTokenDispatcher), stage by stage:
+//   1 preprocess   local counts [E] → input_splits [ep]; counts gathered over tp_ep → [etp, ep, L]
+//                  (tokens each EP source sends to each local expert, per ETP rank) → output_splits [ep]
+//   2 permute      token rows expert-major (tokens ascending within an expert), duplicated per selection
+//   3 EP alltoallv tokens and probs
+//   4 ETP allgather, then sort chunks (etp, ep, local expert) → (local expert, etp, ep)
+//   — experts —
+//   5 undo the sort, ETP reduce-scatter (sums the shards' partial outputs)
+//   6 EP alltoallv back (swapped splits)
+//   7 unpermute: scatter-add each token's rows (probabilities were applied inside the experts)
+// The backward runs the same communication in reverse (alltoallv ↔ alltoallv, allgather ↔ reduce-scatter).
+#include "distributed/dispatch/alltoall_dispatcher.hpp"
+
+#include "distributed/comm/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
+#include "distributed/kernels/token_kernels.hpp"
+
+namespace moe::dist {
+
+template <typename T>
+AlltoAllDispatcher<T>::AlltoAllDispatcher(const DispatchGroups& groups, int num_experts,
+            const KernelBackend& kernels)
+    : groups_(groups), kernels_(kernels), num_experts_(num_experts) {
+  ep_ = groups.ep->size();
+  etp_ = groups.expt_tp->size();
+  local_experts_ = groups.experts_here(num_experts).count;
+}
+
+template <typename T>
+void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
+  const int E = num_experts_, L = local_experts_;
+  std::vector<std::int64_t> local_counts(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) local_counts[static_cast<size_t>(e)] = map.col(e).count();
+
+  input_splits_.assign(static_cast<size_t>(ep_), 0);
+  for (int e = 0; e < E; ++e)
+    input_splits_[static_cast<size_t>(groups_.owner_of(e, E))] += local_counts[static_cast<size_t>(e)];
+
+  // Every tp_ep rank's counts: rank q = etp' + etp·ep' contributes row q.
+  std::vector<std::int64_t> all(static_cast<size_t>(ep_ * etp_ * E));
+  groups_.tp_ep->allgather<std::int64_t>(local_counts, all);
+  const int first = groups_.experts_here(E).first;
+  global_counts_.assign(static_cast<size_t>(etp_ * ep_ * L), 0);  // [etp', ep', i]
+  for (int et = 0; et < etp_; ++et)
+    for (int ep = 0; ep < ep_; ++ep)
+      for (int i = 0; i < L; ++i)
+        global_counts_[static_cast<size_t>((et * ep_ + ep) * L + i)] =
+            all[static_cast<size_t>((et + etp_ * ep) * E + first + i)];
+
+  const int my_etp = groups_.expt_tp->rank();
+  output_splits_.assign(static_cast<size_t>(ep_), 0);
+  gathered_rows_.assign(static_cast<size_t>(etp_), 0);
+  group_sizes_.assign(static_cast<size_t>(L), 0);
+  for (int et = 0; et < etp_; ++et)
+    for (int ep = 0; ep < ep_; ++ep)
+      for (int i = 0; i < L; ++i) {
+        const auto c = global_counts_[static_cast<size_t>((et * ep_ + ep) * L + i)];
+        if (et == my_etp) output_splits_[static_cast<size_t>(ep)] += c;
+        gathered_rows_[static_cast<size_t>(et)] += c;
+        group_sizes_[static_cast<size_t>(i)] += c;
+      }
+
+  // Chunks arrive as (etp', ep', i); the experts want (i, etp', ep').
+  std::vector<std::int64_t> order;
+#if MOE_SEEDED_BUG == MOE_BUG_CHUNK_SORT_SKIPPED
+  for (int c = 0; c < L * etp_ * ep_; ++c) order.push_back(c);
+#else
+  for (int i = 0; i < L; ++i)
+    for (int c = 0; c < etp_ * ep_; ++c) order.push_back(c * L + i);
+#endif
+  sorted_rows_ = kernels::sort_chunks_rows(global_counts_, order);
+  // Its inverse, so that undoing the sort is one gather rather than zero-fill plus scatter.
+  unsorted_rows_.assign(sorted_rows_.size(), 0);
+  for (size_t j = 0; j < sorted_rows_.size(); ++j)
+    unsorted_rows_[static_cast<size_t>(sorted_rows_[j])] = static_cast<std::int64_t>(j);
+  this->observe_counts("tokens_per_expert", local_counts);
+  this->observe_counts("input_splits", input_splits_);
+  this->observe_counts("global_counts", global_counts_);
+  this->observe_counts("output_splits", output_splits_);
+}
+
+template <typename T>
+ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<T>& probs, const BoolMatrix& map) {
+  tokens_ = tokens.rows();
+  preprocess(map);
+
+  permuted_rows_.clear();
+  permuted_experts_.clear();
+  for (int e = 0; e < num_experts_; ++e)
+    for (Eigen::Index t = 0; t < tokens.rows(); ++t)
+      if (map(t, e)) {
+        permuted_rows_.push_back(t);
+        permuted_experts_.push_back(e);
+      }
+  const Matrix<T> permuted = kernels_.gather_rows(tokens, permuted_rows_);
+  Vector<T> permuted_probs(static_cast<Eigen::Index>(permuted_rows_.size()));
+  for (size_t j = 0; j < permuted_rows_.size(); ++j)
+    permuted_probs(static_cast<Eigen::Index>(j)) = probs(permuted_rows_[j], permuted_experts_[j]);
+  this->observe("permute", permuted);
+  this->observe("permute", permuted_probs);
+
+  Matrix<T> x = alltoallv_rows(*groups_.ep, permuted, input_splits_, output_splits_);
+  Vector<T> p = alltoallv_rows(*groups_.ep, permuted_probs, input_splits_, output_splits_);
+  this->observe("ep_alltoallv", x);
+  this->observe("ep_alltoallv", p);
+  if (etp_ > 1) {
+    x = allgatherv_rows(*groups_.expt_tp, x, gathered_rows_);
+    p = allgatherv_rows(*groups_.expt_tp, p, gathered_rows_);
+    this->observe("etp_allgather", x);
+    this->observe("etp_allgather", p);
+  }
+  return {kernels_.gather_rows(x, sorted_rows_), kernels_.gather_rows(Matrix<T>(p), sorted_rows_), group_sizes_};
+}
+
+template <typename T>
+template <typename M>
+M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
+  // Undo the chunk sort, sum the ETP shards' partials, send each block back to its EP source.
+  M unsorted = kernels_.gather_rows(rows, unsorted_rows_);
+  this->observe("unsort_chunks", unsorted);
+#if MOE_SEEDED_BUG == MOE_BUG_ETP_PARTIALS_NOT_SUMMED
+  if (etp_ > 1) {
+    std::int64_t begin = 0;
+    for (int et = 0; et < groups_.expt_tp->rank(); ++et) begin += gathered_rows_[static_cast<size_t>(et)];
+    unsorted = M(unsorted.middleRows(begin, gathered_rows_[static_cast<size_t>(groups_.expt_tp->rank())]));
+    this->observe("etp_reduce_scatter", unsorted);
+  }
+#else
+  if (etp_ > 1) {
+    unsorted = reduce_scatterv_rows(*groups_.expt_tp, unsorted, gathered_rows_);
+    this->observe("etp_reduce_scatter", unsorted);
+  }
+#endif
+#if MOE_SEEDED_BUG == MOE_BUG_COMBINE_UNSWAPPED_SPLITS
+  M back = alltoallv_rows(*groups_.ep, unsorted, input_splits_, output_splits_);
+#else
+  M back = alltoallv_rows(*groups_.ep, unsorted, output_splits_, input_splits_);
+#endif
+  this->observe("ep_alltoallv_back", back);
+  return back;
+}
+
+template <typename T>
+Matrix<T> AlltoAllDispatcher<T>::combine(const Matrix<T>& expert_out) {
+  const Matrix<T> back = to_sources(expert_out);
+  return kernels_.scatter_add_rows(back, permuted_rows_, tokens_);
+}
+
+template <typename T>
+Matrix<T> AlltoAllDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
+  const Matrix<T> send = kernels_.gather_rows(grad_y, permuted_rows_);
+  this->observe("permute", send);
+  Matrix<T> rows = alltoallv_rows(*groups_.ep, send, input_splits_, output_splits_);
+  this->observe("ep_alltoallv", rows);
+  if (etp_ > 1) {
+    rows = allgatherv_rows(*groups_.expt_tp, rows, gathered_rows_);
+    this->observe("etp_allgather", rows);
+  }
+  return kernels_.gather_rows(rows, sorted_rows_);
+}
+
+template <typename T>
+void AlltoAllDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
+                                              Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
+  const Matrix<T> back = to_sources(grad_rows);
+  const Matrix<T> back_probs = to_sources(Matrix<T>(grad_row_probs));
+  grad_tokens = kernels_.scatter_add_rows(back, permuted_rows_, tokens_);
+  grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
+  for (size_t j = 0; j < permuted_rows_.size(); ++j)
+    grad_probs(permuted_rows_[j], permuted_experts_[j]) += back_probs(static_cast<Eigen::Index>(j), 0);
+}
+
+template class AlltoAllDispatcher<double>;
+template class AlltoAllDispatcher<float>;
+
+}  // namespace moe::dist

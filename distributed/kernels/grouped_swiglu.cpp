@@ -1,0 +1,131 @@
+#include "distributed/kernels/grouped_swiglu.hpp"
+
+#include "distributed/seeded_bugs.hpp"
+
+#include <stdexcept>
+
+namespace moe::kernels {
+namespace {
+
+std::vector<std::int64_t> group_starts(const std::vector<std::int64_t>& sizes, Eigen::Index rows) {
+  std::vector<std::int64_t> start(sizes.size() + 1, 0);
+  for (size_t i = 0; i < sizes.size(); ++i) start[i + 1] = start[i] + sizes[i];
+  if (start.back() != rows) throw std::invalid_argument("grouped SwiGLU: group sizes must add up to the rows");
+  return start;
+}
+
+// body(e, begin, n) for every local expert e with n > 0 rows from row `begin`, experts in parallel: each writes only
+// its own rows and its own weight gradients.
+template <typename Body>
+void for_each_group(const std::vector<std::int64_t>& sizes, Eigen::Index rows, Body&& body) {
+  const auto start = group_starts(sizes, rows);
+  const auto experts = static_cast<std::int64_t>(sizes.size());
+#pragma omp parallel for schedule(dynamic)
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const auto ei = static_cast<size_t>(e);
+    if (sizes[ei] > 0) body(ei, Eigen::Index(start[ei]), Eigen::Index(sizes[ei]));
+  }
+}
+
+// The activation of a block of pre-activations, whole arrays at a time.
+template <typename T>
+struct Activation {
+  Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> gate, up, sig, silu;
+  Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> gate_pass, up_pass;
+
+  Activation(const Eigen::Ref<const Matrix<T>>& pre, const SwigluOptions& o) {
+    const auto d = pre.cols() / 2;
+    gate = pre.leftCols(d).array();
+    up = pre.rightCols(d).array();
+    gate_pass.setConstant(gate.rows(), gate.cols(), true);
+    up_pass.setConstant(up.rows(), up.cols(), true);
+    if (o.clamp) {
+      const T L = static_cast<T>(*o.clamp);
+      gate_pass = gate <= L;
+      up_pass = up >= -L && up <= L;
+      gate = gate.min(L);
+      up = up.max(-L).min(L);
+    }
+    sig = T(1) / (T(1) + (-gate).exp());
+    silu = gate * sig;
+  }
+  auto act() const { return silu * up; }
+};
+
+}  // namespace
+
+template <typename T>
+GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::vector<std::int64_t>& group_sizes,
+                                               const ExpertShards<T>& w, const Vector<T>& probs,
+                                               const SwigluOptions& options) {
+  const Eigen::Index d2 = w.fc1.empty() ? 0 : w.fc1.front().rows();
+  GroupedSwigluForward<T> f{Matrix<T>::Zero(x.rows(), w.fc2.empty() ? x.cols() : w.fc2.front().rows()),
+                            Matrix<T>(x.rows(), d2)};
+  for_each_group(group_sizes, x.rows(), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
+    const auto p = probs.segment(begin, n).array();
+    if (options.probs_on_input)
+      f.pre.middleRows(begin, n).noalias() =
+          (x.middleRows(begin, n).array().colwise() * p).matrix() * w.fc1[ei].transpose();
+    else
+      f.pre.middleRows(begin, n).noalias() = x.middleRows(begin, n) * w.fc1[ei].transpose();
+    const Activation<T> a(f.pre.middleRows(begin, n), options);
+    Matrix<T> h = a.act().matrix();
+    if (!options.probs_on_input) h.array().colwise() *= p;
+#if MOE_SEEDED_BUG == MOE_BUG_PROBS_APPLIED_TWICE
+    if (!options.probs_on_input) h.array().colwise() *= p;
+#endif
+    f.y.middleRows(begin, n).noalias() = h * w.fc2[ei].transpose();
+  });
+  return f;
+}
+
+template <typename T>
+GroupedSwigluBackward<T> grouped_swiglu_backward(const Matrix<T>& x, const std::vector<std::int64_t>& group_sizes,
+                                                 const ExpertShards<T>& w, const Vector<T>& probs,
+                                                 const SwigluOptions& options, const Matrix<T>& pre,
+                                                 const Matrix<T>& dy, ExpertShards<T>& grads) {
+  GroupedSwigluBackward<T> b{Matrix<T>::Zero(x.rows(), x.cols()), Vector<T>::Zero(x.rows())};
+  for_each_group(group_sizes, x.rows(), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
+    const auto p = probs.segment(begin, n).array();
+    const Activation<T> a(pre.middleRows(begin, n), options);
+    const Matrix<T> act = a.act().matrix();
+    const Matrix<T> g_h = dy.middleRows(begin, n) * w.fc2[ei];  // d L / d (what fc2 multiplies)
+    Matrix<T> g_act = g_h;
+    if (options.probs_on_input) {
+      grads.fc2[ei].noalias() += dy.middleRows(begin, n).transpose() * act;
+    } else {
+      grads.fc2[ei].noalias() += dy.middleRows(begin, n).transpose() * (act.array().colwise() * p).matrix();
+      b.dprob.segment(begin, n) = (act.array() * g_h.array()).rowwise().sum().matrix();
+      g_act.array().colwise() *= p;
+    }
+    // silu'(g) = σ(g)·(1 + g·(1 − σ(g))); clamped entries pass no gradient.
+    const auto dsilu = a.sig * (T(1) + a.gate * (T(1) - a.sig));
+    Matrix<T> g_pre(n, pre.cols());
+    const auto d = pre.cols() / 2;
+    g_pre.leftCols(d) = (a.gate_pass.template cast<T>() * g_act.array() * a.up * dsilu).matrix();
+    g_pre.rightCols(d) = (a.up_pass.template cast<T>() * g_act.array() * a.silu).matrix();
+    const Matrix<T> g_in = g_pre * w.fc1[ei];
+    if (options.probs_on_input) {
+      const Matrix<T> in = (x.middleRows(begin, n).array().colwise() * p).matrix();
+      grads.fc1[ei].noalias() += g_pre.transpose() * in;
+      b.dprob.segment(begin, n) = (g_in.array() * x.middleRows(begin, n).array()).rowwise().sum().matrix();
+      b.dx.middleRows(begin, n) = (g_in.array().colwise() * p).matrix();
+    } else {
+      grads.fc1[ei].noalias() += g_pre.transpose() * x.middleRows(begin, n);
+      b.dx.middleRows(begin, n) = g_in;
+    }
+  });
+  return b;
+}
+
+#define MOE_INSTANTIATE_GROUPED_SWIGLU(T)                                                                        \
+  template GroupedSwigluForward<T> grouped_swiglu_forward<T>(const Matrix<T>&, const std::vector<std::int64_t>&, \
+                                                             const ExpertShards<T>&, const Vector<T>&,          \
+                                                             const SwigluOptions&);                             \
+  template GroupedSwigluBackward<T> grouped_swiglu_backward<T>(                                                  \
+      const Matrix<T>&, const std::vector<std::int64_t>&, const ExpertShards<T>&, const Vector<T>&,              \
+      const SwigluOptions&, const Matrix<T>&, const Matrix<T>&, ExpertShards<T>&);
+MOE_INSTANTIATE_GROUPED_SWIGLU(double)
+MOE_INSTANTIATE_GROUPED_SWIGLU(float)
+
+}  // namespace moe::kernels

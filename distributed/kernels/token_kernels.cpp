@@ -1,0 +1,59 @@
+#include "distributed/kernels/token_kernels.hpp"
+
+#include <numeric>
+#include <stdexcept>
+
+namespace moe::kernels {
+
+template <typename T>
+Matrix<T> gather_rows(const Matrix<T>& x, const std::vector<std::int64_t>& rows) {
+  Matrix<T> out(static_cast<Eigen::Index>(rows.size()), x.cols());
+  const auto n = static_cast<std::int64_t>(rows.size());
+#pragma omp parallel for schedule(static) if (n * x.cols() > 65536)
+  for (std::int64_t i = 0; i < n; ++i) out.row(i) = x.row(rows[static_cast<size_t>(i)]);
+  return out;
+}
+
+template <typename T>
+void scatter_add_rows(const Matrix<T>& y, const std::vector<std::int64_t>& rows, const std::vector<T>& weight,
+                      Matrix<T>& out) {
+  if (static_cast<Eigen::Index>(rows.size()) != y.rows() || (!weight.empty() && weight.size() != rows.size()))
+    throw std::invalid_argument("scatter_add_rows: one target row (and weight) per input row");
+  // Sequential in i: the accumulation order of every output row is fixed (a deterministic unpermute).
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto src = static_cast<Eigen::Index>(i);
+    if (weight.empty()) out.row(rows[i]) += y.row(src);
+    else out.row(rows[i]) += weight[i] * y.row(src);
+  }
+}
+
+std::vector<std::int64_t> sort_chunks_rows(const std::vector<std::int64_t>& split_sizes,
+                                           const std::vector<std::int64_t>& order) {
+  std::vector<std::int64_t> start(split_sizes.size(), 0);
+  for (size_t c = 1; c < split_sizes.size(); ++c) start[c] = start[c - 1] + split_sizes[c - 1];
+  std::vector<std::int64_t> rows;
+  for (auto c : order) {
+    const auto ci = static_cast<size_t>(c);
+    for (std::int64_t k = 0; k < split_sizes[ci]; ++k) rows.push_back(start[ci] + k);
+  }
+  return rows;
+}
+
+template <typename T>
+Matrix<T> sort_chunks(const Matrix<T>& x, const std::vector<std::int64_t>& split_sizes,
+                      const std::vector<std::int64_t>& order) {
+  if (std::accumulate(split_sizes.begin(), split_sizes.end(), std::int64_t{0}) != x.rows())
+    throw std::invalid_argument("sort_chunks: split sizes must add up to the rows");
+  return gather_rows(x, sort_chunks_rows(split_sizes, order));
+}
+
+#define MOE_INSTANTIATE_TOKEN_KERNELS(T)                                                                       \
+  template Matrix<T> gather_rows<T>(const Matrix<T>&, const std::vector<std::int64_t>&);                       \
+  template void scatter_add_rows<T>(const Matrix<T>&, const std::vector<std::int64_t>&, const std::vector<T>&, \
+                                    Matrix<T>&);                                                               \
+  template Matrix<T> sort_chunks<T>(const Matrix<T>&, const std::vector<std::int64_t>&,                        \
+                                    const std::vector<std::int64_t>&);
+MOE_INSTANTIATE_TOKEN_KERNELS(double)
+MOE_INSTANTIATE_TOKEN_KERNELS(float)
+
+}  // namespace moe::kernels

@@ -1,0 +1,67 @@
+#include "distributed/train/grad_sync.hpp"
+
+#include "distributed/seeded_bugs.hpp"
+
+namespace moe::dist {
+
+GradSyncPlan::GradSyncPlan(const ProcessGroups& groups, const RankGroups& comms, LossMode mode,
+                           const Semantics& semantics, bool distributed_optimizer)
+    : comms_(comms) {
+  for (const GradSync& row : grad_sync_table(mode, group_sizes(groups), distributed_optimizer, semantics)) {
+    ClassSync& c = classes_[static_cast<size_t>(row.rule.param_class)];
+    const bool expert = row.rule.param_class == ParamClass::expert;
+    c.sum_over_tp = row.rule.then_sum_over_tp;
+    c.prescale = row.prescale;
+    c.op = row.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum;
+    c.group = row.rule.group == GroupKind::expt_dp ? comms.expt_dp.get() : comms.dp_cp.get();
+    c.divide_by_global_tokens = row.rule.divide_by_global_tokens;
+#if MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EDP_TWICE
+    if (expert) c.postscale = 1.0 / comms.expt_dp->size();
+#elif MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EP_TIMES
+    if (expert) {
+      c.prescale = 1.0;  // Megatron-FSDP #5956: averaged over expt_dp with no pre-scale
+      c.op = ReduceOp::avg;
+    }
+#elif MOE_SEEDED_BUG == MOE_BUG_SP_GRAD_NOT_SUMMED_OVER_TP
+    c.sum_over_tp = false;
+#endif
+    (void)expert;
+  }
+}
+
+template <typename T>
+void GradSyncPlan::before_collective(ParamClass param_class, std::span<T> data) const {
+  const ClassSync& c = of(param_class);
+  if (c.sum_over_tp) comms_.tp->allreduce<T>(data, ReduceOp::sum);
+  if (c.prescale != 1.0)
+    for (T& v : data) v *= static_cast<T>(c.prescale);
+}
+
+template <typename T>
+void GradSyncPlan::after_collective(ParamClass param_class, std::span<T> data, double global_tokens) const {
+  const ClassSync& c = of(param_class);
+  if (c.postscale != 1.0)
+    for (T& v : data) v *= static_cast<T>(c.postscale);
+  if (c.divide_by_global_tokens)
+    for (T& v : data) v /= static_cast<T>(global_tokens);
+}
+
+template <typename T>
+void synchronise_gradients(ModelShard<T>& grads, int first_expert, const GradSyncPlan& plan, double global_tokens) {
+  for (auto& t : shard_tensors(grads, first_expert)) {
+    std::span<T> data(t.data, static_cast<size_t>(t.size));
+    const GradSyncPlan::ClassSync& c = plan.of(t.param_class);
+    plan.before_collective(t.param_class, data);
+    c.group->allreduce<T>(data, c.op);
+    plan.after_collective(t.param_class, data, global_tokens);
+  }
+}
+
+template void GradSyncPlan::before_collective<double>(ParamClass, std::span<double>) const;
+template void GradSyncPlan::before_collective<float>(ParamClass, std::span<float>) const;
+template void GradSyncPlan::after_collective<double>(ParamClass, std::span<double>, double) const;
+template void GradSyncPlan::after_collective<float>(ParamClass, std::span<float>, double) const;
+template void synchronise_gradients<double>(ModelShard<double>&, int, const GradSyncPlan&, double);
+template void synchronise_gradients<float>(ModelShard<float>&, int, const GradSyncPlan&, double);
+
+}  // namespace moe::dist

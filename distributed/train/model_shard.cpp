@@ -1,0 +1,110 @@
+#include "distributed/train/model_shard.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace moe::dist {
+
+StageLayers stage_layers(int num_layers, int stages, int stage) {
+  if (stages < 1 || stages > num_layers)
+    throw std::invalid_argument("pipeline: pp (" + std::to_string(stages) + ") must be between 1 and the number of "
+                                "layers (" + std::to_string(num_layers) + ")");
+  const int base = num_layers / stages, extra = num_layers % stages;
+  return {stage * base + std::min(stage, extra), base + (stage < extra ? 1 : 0)};
+}
+
+template <typename T>
+ModelShard<T> shard_model(const ModelConfig& config, const ModelParams<T>& global, const ProcessGroups& groups,
+                          int rank) {
+  const int pp = groups.layout().pp, stage = groups.rank_in(GroupKind::pp, rank);
+  const StageLayers mine = stage_layers(config.num_layers, pp, stage);
+  ModelShard<T> s;
+  s.first_layer = mine.first;
+  s.first_stage = stage == 0;
+  s.last_stage = stage == pp - 1;
+  if (s.first_stage) s.embedding = global.embedding;
+  if (s.last_stage) {
+    s.final_norm = global.final_norm;
+    s.head = global.head;
+  }
+  for (int l = mine.first; l < mine.first + mine.count; ++l) {
+    s.block_norm.push_back(global.block_norm[static_cast<size_t>(l)]);
+    s.layers.push_back(shard_layer(config.layer_config(l), global.layers[static_cast<size_t>(l)], groups, rank));
+  }
+  return s;
+}
+
+template <typename T>
+ModelShard<T> zeros_like(const ModelShard<T>& s) {
+  ModelShard<T> z;
+  z.first_layer = s.first_layer;
+  z.first_stage = s.first_stage;
+  z.last_stage = s.last_stage;
+  z.embedding = Matrix<T>::Zero(s.embedding.rows(), s.embedding.cols());
+  for (const auto& w : s.block_norm) z.block_norm.push_back(Vector<T>::Zero(w.size()));
+  for (const auto& layer : s.layers) z.layers.push_back(zeros_like(layer));
+  z.final_norm = Vector<T>::Zero(s.final_norm.size());
+  z.head = Matrix<T>::Zero(s.head.rows(), s.head.cols());
+  return z;
+}
+
+template <typename T>
+std::vector<ShardTensor<T>> shard_tensors(ModelShard<T>& s, int first_expert) {
+  std::vector<ShardTensor<T>> out;
+  auto add = [&out](std::string name, ParamClass cls, auto& m) {
+    if (m.size() > 0) out.push_back({std::move(name), cls, m.data(), m.size()});
+  };
+  const auto sp = ParamClass::sequence_parallel;
+  add("embedding", sp, s.embedding);
+  for (size_t li = 0; li < s.layers.size(); ++li) {
+    const std::string pre = "layer" + std::to_string(s.first_layer + static_cast<int>(li)) + ".";
+    LayerShard<T>& layer = s.layers[li];
+    add(pre + "block_norm", sp, s.block_norm[li]);
+    add(pre + "router_weight", sp, layer.router_weight);
+    for (size_t i = 0; i < layer.experts.fc1.size(); ++i) {
+      const std::string e = std::to_string(first_expert + static_cast<int>(i));
+      add(pre + "expert_fc1[" + e + "]", ParamClass::expert, layer.experts.fc1[i]);
+      add(pre + "expert_fc2[" + e + "]", ParamClass::expert, layer.experts.fc2[i]);
+    }
+    add(pre + "shared_fc1", ParamClass::dense, layer.shared_fc1);
+    add(pre + "shared_fc2", ParamClass::dense, layer.shared_fc2);
+    add(pre + "shared_gate", sp, layer.shared_gate);
+    add(pre + "latent_down", sp, layer.latent_down);
+    add(pre + "latent_up", sp, layer.latent_up);
+  }
+  add("final_norm", sp, s.final_norm);
+  add("head", sp, s.head);
+  return out;
+}
+
+template <typename To, typename From>
+ModelShard<To> cast_shard(const ModelShard<From>& s) {
+  auto m = [](const auto& x) { return x.template cast<To>().eval(); };
+  ModelShard<To> out;
+  out.first_layer = s.first_layer;
+  out.first_stage = s.first_stage;
+  out.last_stage = s.last_stage;
+  out.embedding = m(s.embedding);
+  for (const auto& w : s.block_norm) out.block_norm.push_back(m(w));
+  for (const auto& l : s.layers) {
+    LayerShard<To> c = map_trained<To>(l, m);
+    c.expert_bias = m(l.expert_bias);
+    c.tid2eid = l.tid2eid;
+    out.layers.push_back(std::move(c));
+  }
+  out.final_norm = m(s.final_norm);
+  out.head = m(s.head);
+  return out;
+}
+
+template ModelShard<float> cast_shard<float, double>(const ModelShard<double>&);
+template ModelShard<double> cast_shard<double, float>(const ModelShard<float>&);
+template ModelShard<float> zeros_like<float>(const ModelShard<float>&);
+template std::vector<ShardTensor<float>> shard_tensors<float>(ModelShard<float>&, int);
+template ModelShard<double> shard_model<double>(const ModelConfig&, const ModelParams<double>&, const ProcessGroups&,
+                                                int);
+template ModelShard<double> zeros_like<double>(const ModelShard<double>&);
+template std::vector<ShardTensor<double>> shard_tensors<double>(ModelShard<double>&, int);
+
+}  // namespace moe::dist

@@ -1,0 +1,118 @@
+#include "distributed/train/moe_layer_rank.hpp"
+
+#include "distributed/comm/row_collectives.hpp"
+
+namespace moe::dist {
+namespace {
+
+template <typename T>
+kernels::SwigluOptions routed_options(const MoeConfig& c) {
+  return {c.routed_clamp(), c.apply_probs_on_input};
+}
+
+template <typename T>
+kernels::SwigluOptions shared_options(const MoeConfig& c) {
+  return {c.shared_clamp(), false};
+}
+
+template <typename T>
+kernels::ExpertShards<T> one_expert(const Matrix<T>& fc1, const Matrix<T>& fc2) {
+  return {{fc1}, {fc2}};
+}
+
+}  // namespace
+
+template <typename T>
+MoeLayerRank<T>::MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups,
+                              DispatcherKind kind, const KernelBackend& kernels)
+    : config_(config), shard_(shard), groups_(groups), kind_(kind), kernels_(kernels) {}
+
+template <typename T>
+Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& router_inputs, const LocalTokens& tokens,
+                                   GlobalAuxCounts& global_aux) {
+  const MoeConfig& c = config_;
+  x_ = x;
+  routing_ = route_local(c, x, shard_.router_weight, shard_.expert_bias, shard_.tid2eid, router_inputs);
+  if (c.aux_loss_type != AuxLossType::none)
+    aux_ = aux_loss_share(c, routing_.logits, routing_.scores, tokens, groups_.statistics(), global_aux);
+  if (c.z_loss_coeff > 0) z_loss_ = z_loss_share(c, routing_.logits, tokens, *groups_.tp_cp);
+
+  // Routed branch.
+  u_ = c.latent_size > 0 ? Matrix<T>(x * shard_.latent_down.transpose()) : x;
+  dispatcher_ = make_dispatcher<T>(kind_, groups_.dispatch(), c.num_experts, kernels_);
+  rows_ = dispatcher_->dispatch(u_, routing_.probs, routing_.routing_map);
+  auto experts = kernels_.grouped_swiglu_forward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,
+                                                 routed_options<T>(c));
+  pre_ = std::move(experts.pre);
+  combined_ = dispatcher_->combine(experts.y);
+  Matrix<T> y = c.latent_size > 0 ? Matrix<T>(combined_ * shard_.latent_up.transpose()) : combined_;
+
+  // Shared expert, TP-sharded over the sequence-parallel tokens of the tp group.
+  if (c.has_shared_expert()) {
+    tp_rows_ = allgather_count(*groups_.tp, x.rows());
+    shared_in_ = allgatherv_rows(*groups_.tp, x, tp_rows_);
+    const Vector<T> ones = Vector<T>::Ones(shared_in_.rows());
+    auto shared = kernels_.grouped_swiglu_forward(shared_in_, {shared_in_.rows()},
+                                                  one_expert(shard_.shared_fc1, shard_.shared_fc2), ones,
+                                                  shared_options<T>(c));
+    shared_pre_ = std::move(shared.pre);
+    shared_out_ = reduce_scatterv_rows(*groups_.tp, shared.y, tp_rows_);
+    gate_ = c.shared_expert_gate
+                ? Vector<T>((T(1) + (-(x * shard_.shared_gate.transpose()).array()).exp()).inverse().matrix())
+                : Vector<T>::Ones(x.rows());
+    y += (shared_out_.array().colwise() * gate_.array()).matrix();
+  }
+  return y;
+}
+
+template <typename T>
+Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weight, LayerShard<T>& grads) {
+  const MoeConfig& c = config_;
+  Matrix<T> dx = Matrix<T>::Zero(x_.rows(), x_.cols());
+
+  if (c.has_shared_expert()) {
+    const Matrix<T> d_out = (dy.array().colwise() * gate_.array()).matrix();
+    const Matrix<T> d_gathered = allgatherv_rows(*groups_.tp, d_out, tp_rows_);
+    const Vector<T> ones = Vector<T>::Ones(shared_in_.rows());
+    kernels::ExpertShards<T> g = one_expert(grads.shared_fc1, grads.shared_fc2);
+    const auto b = kernels_.grouped_swiglu_backward(shared_in_, {shared_in_.rows()},
+                                                    one_expert(shard_.shared_fc1, shard_.shared_fc2), ones,
+                                                    shared_options<T>(c), shared_pre_, d_gathered, g);
+    grads.shared_fc1 = g.fc1[0];
+    grads.shared_fc2 = g.fc2[0];
+    dx += reduce_scatterv_rows(*groups_.tp, b.dx, tp_rows_);
+    if (c.shared_expert_gate) {
+      // d/d(gate logit) = ⟨dy, F_s⟩·σ(1 − σ)
+      const Vector<T> d_logit = ((dy.array() * shared_out_.array()).rowwise().sum() * gate_.array() *
+                                 (T(1) - gate_.array())).matrix();
+      grads.shared_gate += d_logit.transpose() * x_;
+      dx += d_logit * shard_.shared_gate;
+    }
+  }
+
+  const Matrix<T> dz = c.latent_size > 0 ? Matrix<T>(dy * shard_.latent_up) : dy;
+  if (c.latent_size > 0) grads.latent_up += dy.transpose() * combined_;
+  const Matrix<T> d_rows = dispatcher_->combine_backward(dz);
+  const auto eb = kernels_.grouped_swiglu_backward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,
+                                                   routed_options<T>(c), pre_, d_rows, grads.experts);
+  Matrix<T> du, d_probs;
+  dispatcher_->dispatch_backward(eb.dx, eb.dprob, du, d_probs);
+  if (c.latent_size > 0) {
+    grads.latent_down += du.transpose() * x_;
+    dx += du * shard_.latent_down;
+  } else {
+    dx += du;
+  }
+
+  Matrix<T> d_logits = route_local_backward(c, routing_, d_probs);
+  if (c.aux_loss_type != AuxLossType::none) d_logits += aux_weight * aux_.grad_logits;
+  if (c.z_loss_coeff > 0) d_logits += z_weight * z_loss_.grad_logits;
+  grads.router_weight += d_logits.transpose() * x_;
+  dx += d_logits * shard_.router_weight;
+  return dx;
+}
+
+template class MoeLayerRank<double>;
+template class MoeLayerRank<float>;
+
+}  // namespace moe::dist

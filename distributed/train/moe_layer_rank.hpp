@@ -1,0 +1,58 @@
+// One MoE layer on one rank: router on the local (SP/CP-split) tokens, the chosen dispatcher around the local
+// experts (ETP shards), the shared expert TP-sharded with a sequence-parallel gather / reduce-scatter, the
+// optional gate and latent projections; forward and backward with the reverse communication.
+//
+//   u = x·latent_downᵀ (latent) | x          rows = dispatch(u, probs, map)        z = combine(experts(rows))
+//   y = z·latent_upᵀ | z  +  σ(x·w_gᵀ) ⊙ RS_tp(F_s,shard(AG_tp(x)))
+// One object per (layer, microbatch) use: it keeps what the backward needs.
+#pragma once
+
+#include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/train/layer_shard.hpp"
+#include "distributed/train/local_router.hpp"
+#include "distributed/train/rank_groups.hpp"
+#include "distributed/train/router_statistics.hpp"
+
+#include <memory>
+
+namespace moe::dist {
+
+template <typename T>
+class MoeLayerRank {
+ public:
+  // `kernels` does the data work (dispatch, experts, shared expert); it must outlive the layer.
+  MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups, DispatcherKind kind,
+               const KernelBackend& kernels = cpu_kernels());
+
+  // x [n, h] local rows. Advances `global_aux` (global_aux layers).
+  Matrix<T> forward(const Matrix<T>& x, const RouterInputs& router_inputs, const LocalTokens& tokens,
+                    GlobalAuxCounts& global_aux);
+
+  // dL/dx for L = ⟨dy, y⟩ + aux_weight·aux_share + z_weight·z_share; accumulates into `grads`.
+  Matrix<T> backward(const Matrix<T>& dy, T aux_weight, T z_weight, LayerShard<T>& grads);
+
+  T aux_share() const { return aux_.value; }
+  T z_share() const { return z_loss_.value; }
+  // Real assignments per expert after dropping (padded tokens and slots excluded), this rank's tokens.
+  const std::vector<std::int64_t>& assignments() const { return routing_.assignments; }
+
+ private:
+  const MoeConfig config_;  // by value: callers pass ModelConfig::layer_config(l), a temporary
+  const LayerShard<T>& shard_;
+  const RankGroups& groups_;
+  DispatcherKind kind_;
+  const KernelBackend& kernels_;
+
+  Matrix<T> x_, u_, combined_;  // combined_ = z, the routed branch before latent_up
+  LocalRouting<T> routing_;
+  RouterLossShare<T> aux_, z_loss_;
+  std::unique_ptr<Dispatcher<T>> dispatcher_;
+  ExpertRows<T> rows_;
+  Matrix<T> pre_;
+  // Shared expert: tokens gathered over tp, per-rank row counts, its output after the reduce-scatter, gate.
+  Matrix<T> shared_in_, shared_pre_, shared_out_;
+  std::vector<std::int64_t> tp_rows_;
+  Vector<T> gate_;
+};
+
+}  // namespace moe::dist

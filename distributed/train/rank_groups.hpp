@@ -1,0 +1,25 @@
+// The communicators of one rank: every process group of its layout (reference/process_groups) as a
+// sub-communicator of the world. Building them is collective: every rank of the world constructs its RankGroups
+// together, in the same order.
+#pragma once
+
+#include "distributed/comm/communicator.hpp"
+#include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/train/router_statistics.hpp"
+#include "reference/process_groups.hpp"
+
+#include <memory>
+
+namespace moe::dist {
+
+struct RankGroups {
+  int rank = 0;  // in the world
+  std::unique_ptr<Communicator> tp, cp, dp, dp_cp, tp_cp, tp_dp_cp, pp, ep, expt_tp, tp_ep, expt_dp;
+
+  RankGroups(Communicator& world, const ProcessGroups& groups);
+
+  DispatchGroups dispatch() const { return {ep.get(), expt_tp.get(), tp_ep.get()}; }
+  StatisticGroups statistics() const { return {tp_cp.get(), tp_dp_cp.get()}; }
+};
+
+}  // namespace moe::dist

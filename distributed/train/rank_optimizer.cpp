@@ -1,0 +1,160 @@
+#include "distributed/train/rank_optimizer.hpp"
+
+#include "distributed/comm/row_collectives.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace moe::dist {
+
+RankOptimizer::RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
+                             ModelShard<double>& params, LossMode mode, const Semantics& semantics)
+    : settings_(settings), params_(params), plan_(groups, comms, mode, semantics, settings.distributed) {
+  if (settings.distributed && groups.layout().gtp > 1)
+    throw std::invalid_argument("distributed optimizer: GTP axes are not modelled");
+  // Sequence-parallel params share the dense buffer: the plan must give them the same collective.
+  const auto& dense_sync = plan_.of(ParamClass::dense);
+  const auto& sp_sync = plan_.of(ParamClass::sequence_parallel);
+  if (dense_sync.group != sp_sync.group || dense_sync.op != sp_sync.op ||
+      dense_sync.divide_by_global_tokens != sp_sync.divide_by_global_tokens ||
+      dense_sync.postscale != sp_sync.postscale)
+    throw std::logic_error("gradient sync plan: dense and sequence-parallel params differ after the collective");
+  const auto tensors = shard_tensors(params, 0);
+  Buffer dense, expert;
+  expert.param_class = ParamClass::expert;
+  dense.group = dense_sync.group;
+  expert.group = plan_.of(ParamClass::expert).group;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Buffer& b = tensors[i].param_class == ParamClass::expert ? expert : dense;
+    b.tensors.push_back(i);
+    b.size += tensors[i].size;
+  }
+  for (Buffer* b : {&dense, &expert}) {
+    const int g = settings.distributed ? b->group->size() : 1;
+    b->padded = (b->size + g - 1) / g * g;  // Megatron pads buckets so every rank's slice has the same size
+    b->slice_size = b->padded / g;
+    b->slice_begin = settings.distributed ? b->group->rank() * b->slice_size : 0;
+    const auto state = static_cast<size_t>(settings.distributed ? b->slice_size : b->size);
+    if (settings.config.kind == OptimizerKind::adam) {
+      b->m.assign(state, 0.0);
+      b->v.assign(state, 0.0);
+    }
+    buffers_.push_back(std::move(*b));
+  }
+}
+
+std::vector<double> RankOptimizer::flatten(const Buffer& b, ModelShard<double>& shard) const {
+  const auto tensors = shard_tensors(shard, 0);
+  std::vector<double> flat;
+  flat.reserve(static_cast<size_t>(b.padded));
+  for (size_t i : b.tensors) flat.insert(flat.end(), tensors[i].data, tensors[i].data + tensors[i].size);
+  flat.resize(static_cast<size_t>(b.padded), 0.0);
+  return flat;
+}
+
+void RankOptimizer::unflatten(const Buffer& b, const std::vector<double>& flat, ModelShard<double>& shard) const {
+  const auto tensors = shard_tensors(shard, 0);
+  size_t at = 0;
+  for (size_t i : b.tensors) {
+    std::copy(flat.begin() + static_cast<std::ptrdiff_t>(at),
+              flat.begin() + static_cast<std::ptrdiff_t>(at) + tensors[i].size, tensors[i].data);
+    at += static_cast<size_t>(tensors[i].size);
+  }
+}
+
+// Plain SGD or AdamW (torch.optim.AdamW, bias-corrected), elementwise over `count` entries.
+void RankOptimizer::update(Buffer& b, double* params, const double* grads, Eigen::Index count,
+                           Eigen::Index state_offset) {
+  const OptimizerConfig& o = settings_.config;
+  if (o.kind == OptimizerKind::sgd) {
+    for (Eigen::Index j = 0; j < count; ++j) params[j] -= o.sgd.lr * grads[j];
+    return;
+  }
+  const AdamConfig& a = o.adam;
+  const double bias1 = 1.0 - std::pow(a.beta1, step_), bias2 = 1.0 - std::pow(a.beta2, step_);
+  for (Eigen::Index j = 0; j < count; ++j) {
+    double& m = b.m[static_cast<size_t>(state_offset + j)];
+    double& v = b.v[static_cast<size_t>(state_offset + j)];
+    m = a.beta1 * m + (1 - a.beta1) * grads[j];
+    v = a.beta2 * v + (1 - a.beta2) * grads[j] * grads[j];
+    params[j] -= a.lr * ((m / bias1) / (std::sqrt(v / bias2) + a.eps) + a.weight_decay * params[j]);
+  }
+}
+
+void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
+  ++step_;
+  for (auto& t : shard_tensors(raw_grads, 0))
+    plan_.before_collective(t.param_class, std::span<double>(t.data, static_cast<size_t>(t.size)));
+  for (Buffer& b : buffers_) {
+    if (b.tensors.empty()) continue;
+    const ReduceOp op = plan_.of(b.param_class).op;
+    std::vector<double> g = flatten(b, raw_grads);
+    std::vector<double> p = flatten(b, params_);
+    if (!settings_.distributed) {
+      b.group->allreduce<double>(g, op);
+      plan_.after_collective<double>(b.param_class, g, global_tokens);
+      update(b, p.data(), g.data(), b.size, 0);
+      unflatten(b, p, params_);
+      continue;
+    }
+    std::vector<double> slice(static_cast<size_t>(b.slice_size));
+    b.group->reduce_scatter<double>(g, slice, op);
+    plan_.after_collective<double>(b.param_class, slice, global_tokens);
+    update(b, p.data() + b.slice_begin, slice.data(), b.slice_size, 0);
+    std::vector<double> gathered(static_cast<size_t>(b.padded));
+    b.group->allgather<double>(std::span<const double>(p.data() + b.slice_begin, static_cast<size_t>(b.slice_size)),
+                               gathered);
+    unflatten(b, gathered, params_);
+  }
+}
+
+ShardMoments RankOptimizer::moments() const {
+  ShardMoments out;
+  out.step = step_;
+  if (settings_.config.kind != OptimizerKind::adam) return out;
+  const auto tensors = shard_tensors(params_, 0);
+  out.m.resize(tensors.size());
+  out.v.resize(tensors.size());
+  for (const Buffer& b : buffers_) {
+    std::vector<double> m = b.m, v = b.v;
+    if (settings_.distributed) {
+      m.assign(static_cast<size_t>(b.padded), 0.0);
+      v.assign(static_cast<size_t>(b.padded), 0.0);
+      b.group->allgather<double>(b.m, m);
+      b.group->allgather<double>(b.v, v);
+    }
+    size_t at = 0;
+    for (size_t i : b.tensors) {
+      const auto n = static_cast<size_t>(tensors[i].size);
+      out.m[i].assign(m.begin() + static_cast<std::ptrdiff_t>(at), m.begin() + static_cast<std::ptrdiff_t>(at + n));
+      out.v[i].assign(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+    }
+  }
+  return out;
+}
+
+void RankOptimizer::set_moments(const ShardMoments& moments) {
+  step_ = moments.step;
+  if (settings_.config.kind != OptimizerKind::adam) return;
+  const auto tensors = shard_tensors(params_, 0);
+  if (moments.m.size() != tensors.size() || moments.v.size() != tensors.size())
+    throw std::invalid_argument("optimizer state: one moment per trained tensor is required");
+  for (Buffer& b : buffers_) {
+    std::vector<double> m, v;
+    for (size_t i : b.tensors) {
+      if (static_cast<Eigen::Index>(moments.m[i].size()) != tensors[i].size)
+        throw std::invalid_argument("optimizer state: moments of " + tensors[i].name + " have the wrong size");
+      m.insert(m.end(), moments.m[i].begin(), moments.m[i].end());
+      v.insert(v.end(), moments.v[i].begin(), moments.v[i].end());
+    }
+    m.resize(static_cast<size_t>(b.padded), 0.0);
+    v.resize(static_cast<size_t>(b.padded), 0.0);
+    const auto begin = m.begin() + b.slice_begin;
+    const auto count = static_cast<std::ptrdiff_t>(b.m.size());
+    b.m.assign(begin, begin + count);
+    b.v.assign(v.begin() + b.slice_begin, v.begin() + b.slice_begin + count);
+  }
+}
+
+}  // namespace moe::dist

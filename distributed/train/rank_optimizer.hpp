@@ -1,0 +1,66 @@
+// The optimizer on one rank. The shard's tensors are flattened into two buffers — non-expert params over dp_cp,
+// routed experts over expt_dp (Megatron's dense and expert buffers) — and synchronised by one plan
+// (grad_sync.hpp), in one of two forms:
+//   DDP (distributed = false): each buffer is all-reduced, and every rank updates its whole shard with its own
+//     full copy of the optimizer state;
+//   distributed optimizer: each buffer, padded to a multiple of the group size, is reduce-scattered so each rank
+//     owns one contiguous slice; the optimizer state exists only for that slice, and the updated slices are
+//     all-gathered back into the parameters.
+// The collective is the only difference: pre-scale, SUM over tp and the per-token division are the plan's.
+#pragma once
+
+#include "distributed/train/grad_sync.hpp"
+#include "distributed/train/model_shard.hpp"
+#include "distributed/train/rank_groups.hpp"
+#include "reference/trajectory.hpp"
+
+#include <vector>
+
+namespace moe::dist {
+
+struct OptimizerSettings {
+  OptimizerConfig config;
+  bool distributed = false;
+};
+
+// Adam moments of every trained tensor of a shard, whole, in shard_tensors order.
+struct ShardMoments {
+  std::vector<std::vector<double>> m, v;
+  int step = 0;
+};
+
+class RankOptimizer {
+ public:
+  RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
+                ModelShard<double>& params, LossMode mode, const Semantics& semantics);
+
+  // Synchronises this step's raw gradients (train_step with synchronise = false) and updates the parameters.
+  void step(ModelShard<double>& raw_grads, double global_tokens);
+
+  // The moments as whole tensors (all-gathered from the slices when distributed: collective). Empty for SGD.
+  ShardMoments moments() const;
+  // Installs whole-tensor moments (e.g. from a checkpoint); each rank keeps what it owns.
+  void set_moments(const ShardMoments& moments);
+
+ private:
+  // One gradient buffer: its tensors (indices into shard_tensors) and the parameter class whose plan it follows.
+  struct Buffer {
+    std::vector<size_t> tensors;
+    ParamClass param_class = ParamClass::dense;
+    Communicator* group = nullptr;
+    Eigen::Index size = 0, padded = 0, slice_begin = 0, slice_size = 0;
+    std::vector<double> m, v;  // over the slice (distributed) or the whole buffer (DDP)
+  };
+
+  std::vector<double> flatten(const Buffer& b, ModelShard<double>& shard) const;
+  void unflatten(const Buffer& b, const std::vector<double>& flat, ModelShard<double>& shard) const;
+  void update(Buffer& b, double* params, const double* grads, Eigen::Index count, Eigen::Index state_offset);
+
+  OptimizerSettings settings_;
+  ModelShard<double>& params_;
+  GradSyncPlan plan_;
+  int step_ = 0;
+  std::vector<Buffer> buffers_;
+};
+
+}  // namespace moe::dist

@@ -1,0 +1,59 @@
+#include "distributed/train/rank_trainer.hpp"
+
+#include <stdexcept>
+
+namespace moe::dist {
+namespace {
+
+// Whole-tensor moments of this rank's shard, cut from the global moments (laid out like parameters).
+ShardMoments shard_moments(const ModelConfig& config, const TrainingState& state, const ProcessGroups& groups,
+                           int rank) {
+  ShardMoments out;
+  out.step = state.optimizer_step;
+  if (!state.has_moments) return out;
+  for (const ModelParams<double>* which : {&state.adam_m, &state.adam_v}) {
+    ModelShard<double> s = shard_model(config, *which, groups, rank);
+    auto& target = which == &state.adam_m ? out.m : out.v;
+    for (const auto& t : shard_tensors(s, 0)) target.emplace_back(t.data, t.data + t.size);
+  }
+  return out;
+}
+
+}  // namespace
+
+RankTrainer::RankTrainer(const ModelConfig& config, const ModelParams<double>& global, const ProcessGroups& groups,
+                         const RankGroups& comms, const StepOptions& options, const OptimizerSettings& optimizer)
+    : config_(config),
+      groups_(groups),
+      comms_(comms),
+      options_(options),
+      shard_(shard_model(config, global, groups, comms.rank)),
+      optimizer_(optimizer, groups, comms, shard_, options.mode, config.semantics()) {
+  options_.synchronise = false;  // the optimizer synchronises
+  if (options.precision != Precision::float64)
+    throw std::invalid_argument("whole training steps run in double (the optimizer keeps double state)");
+}
+
+RankTrainer::RankTrainer(const ModelConfig& config, const TrainingState& state, const ProcessGroups& groups,
+                         const RankGroups& comms, const StepOptions& options, const OptimizerSettings& optimizer)
+    : RankTrainer(config, state.params, groups, comms, options, optimizer) {
+  if (optimizer.config.kind == OptimizerKind::adam && !state.has_moments && state.optimizer_step > 0)
+    throw std::runtime_error("checkpoint: Adam needs moments but the checkpoint has none (written by SGD?)");
+  optimizer_.set_moments(shard_moments(config, state, groups, comms.rank));
+  steps_ = state.training_step;
+}
+
+double RankTrainer::step(const GlobalBatch& batch) {
+  RankStep s = train_step(config_, shard_, batch, groups_, comms_, options_);
+  optimizer_.step(s.grads, s.global_tokens);
+  for (size_t li = 0; li < shard_.layers.size(); ++li)
+    if (s.expert_bias_updated[li].size() > 0) shard_.layers[li].expert_bias = s.expert_bias_updated[li];
+  ++steps_;
+  return s.objective;
+}
+
+void RankTrainer::save(const std::string& dir, Communicator& world) {
+  save_checkpoint(dir, world, config_, groups_, shard_, optimizer_.moments(), steps_);
+}
+
+}  // namespace moe::dist

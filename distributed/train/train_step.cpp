@@ -1,0 +1,259 @@
+#include "distributed/train/train_step.hpp"
+
+#include "distributed/train/dense_ops.hpp"
+#include "distributed/train/grad_sync.hpp"
+#include "distributed/train/loss_weights.hpp"
+#include "distributed/train/moe_layer_rank.hpp"
+#include "distributed/train/pipeline_schedule.hpp"
+#include "distributed/comm/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
+
+#include <map>
+#include <memory>
+
+namespace moe::dist {
+namespace {
+
+// This rank's rows of one microbatch: ids, labels, validity and sequence index, in local order.
+struct LocalBatch {
+  IndexVector ids, labels;
+  std::vector<bool> padded;
+  std::vector<int> sequence;
+  std::int64_t valid = 0;
+};
+
+LocalBatch local_batch(const TokenBatch& tb, const std::vector<int>& rows) {
+  LocalBatch lb;
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  lb.ids.resize(n);
+  lb.labels.resize(n);
+  for (Eigen::Index k = 0; k < n; ++k) {
+    const int t = rows[static_cast<size_t>(k)];
+    const int s = t / tb.batch, b = t % tb.batch;
+#if MOE_SEEDED_BUG == MOE_BUG_HASH_IDS_NOT_TRANSPOSED
+    lb.ids(k) = tb.input_ids.data()[t];  // the [B, S] table read as if it were [S, B]
+#else
+    lb.ids(k) = tb.input_ids(b, s);
+#endif
+    lb.labels(k) = tb.labels(b, s);
+    lb.padded.push_back(!tb.loss_mask(b, s));
+    lb.sequence.push_back(b);
+    lb.valid += tb.loss_mask(b, s);
+  }
+  return lb;
+}
+
+double all_sum(Communicator& comm, double value) {
+  comm.allreduce<double>(std::span<double>(&value, 1), ReduceOp::sum);
+  return value;
+}
+
+// Tags of the point-to-point messages between stages: one per microbatch and direction.
+int activation_tag(int microbatch) { return 2 * microbatch; }
+int gradient_tag(int microbatch) { return 2 * microbatch + 1; }
+
+// What one microbatch leaves on this stage between its forward and its backward.
+template <typename T>
+struct InFlight {
+  LocalBatch batch;
+  LossWeights weights{};
+  std::vector<Matrix<T>> block_in;
+  std::vector<std::unique_ptr<MoeLayerRank<T>>> layers;
+  Matrix<T> out;          // the stage's output activation (last stage: before the final norm)
+  Matrix<T> grad_logits;  // last stage only
+};
+
+// The stage's share of the step: its layers for every microbatch in the 1F1B order, accumulating gradients
+// into `grads` (the shapes of the shard).
+template <typename T>
+class StageRunner {
+ public:
+  StageRunner(const ModelConfig& c, const ModelShard<T>& shard, const GlobalBatch& batch, const ProcessGroups& groups,
+              const RankGroups& comms, const StepOptions& options, ModelShard<T>& grads)
+      : c_(c), shard_(shard), batch_(batch), groups_(groups), comms_(comms), options_(options), grads_(grads) {
+    const ParallelLayout& l = groups.layout();
+    m_ = num_microbatches(l, batch.size, options.micro_batch);
+    sizes_ = group_sizes(groups);
+    dp_rank_ = groups.rank_in(GroupKind::dp, comms.rank);
+    source_ = groups.rank_in(GroupKind::cp, comms.rank) * l.tp + groups.rank_in(GroupKind::tp, comms.rank);
+    stage_ = groups.rank_in(GroupKind::pp, comms.rank);
+    global_aux_.resize(shard.layers.size());
+    assignments_.assign(shard.layers.size(), std::vector<std::int64_t>(static_cast<size_t>(c.layer.num_experts), 0));
+  }
+
+  int microbatches() const { return m_; }
+  double objective_share() const { return objective_share_; }
+  double local_valid() const { return local_valid_; }
+  std::vector<std::vector<std::int64_t>>& assignments() { return assignments_; }
+
+  void forward(int i) {
+    InFlight<T>& f = in_flight_[i];
+    const TokenBatch tb = microbatch(batch_, groups_.layout(), options_.micro_batch, dp_rank_, i);
+    f.batch = local_batch(tb, tb.partition[static_cast<size_t>(source_)]);
+    // CE counts the loss mask; the router's terms count what the router sees (every row under
+    // router-counts-padding, which hands the router no padding mask).
+    const bool router_counts_padding = c_.semantics().has(Deviation::router_counts_padding);
+    const auto count = [&](double local) {
+      TokenCounts n;
+      n.local = local;
+      n.microbatch = all_sum(*comms_.tp_cp, local);
+      n.cp_rank = all_sum(*comms_.tp, local);
+      n.step = all_sum(*comms_.tp_dp_cp, local);
+      return n;
+    };
+    const TokenCounts loss_counts = count(static_cast<double>(f.batch.valid));
+    const TokenCounts router_counts =
+        router_counts_padding ? count(static_cast<double>(f.batch.ids.size())) : loss_counts;
+    f.weights = loss_weights(c_, options_.mode, sizes_, m_, loss_counts, router_counts);
+    const std::vector<bool> router_padding = router_counts_padding ? std::vector<bool>() : f.batch.padded;
+    if (shard_.first_stage) local_valid_ += static_cast<double>(f.batch.valid);
+
+    const Eigen::Index n = f.batch.ids.size();
+    Matrix<T> hidden(n, c_.layer.hidden);
+    if (shard_.first_stage) {
+      for (Eigen::Index k = 0; k < n; ++k) hidden.row(k) = shard_.embedding.row(f.batch.ids(k));
+    } else {
+      comms_.pp->recv<T>(span_of(hidden), stage_ - 1, activation_tag(i));
+    }
+    for (size_t li = 0; li < shard_.layers.size(); ++li) {
+      const int global_layer = shard_.first_layer + static_cast<int>(li);
+      f.block_in.push_back(hidden);
+      f.layers.push_back(std::make_unique<MoeLayerRank<T>>(c_.layer_config(global_layer), shard_.layers[li], comms_,
+                                                            options_.dispatcher, *options_.kernels));
+      const RouterInputs router{f.batch.ids, router_padding};
+      const LocalTokens tokens{router_padding, f.batch.sequence, options_.micro_batch};
+      hidden += f.layers.back()->forward(rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps), router, tokens,
+                                         global_aux_[li]);
+      objective_share_ += f.weights.aux * static_cast<double>(f.layers.back()->aux_share()) +
+                          f.weights.z * static_cast<double>(f.layers.back()->z_share());
+      const auto& a = f.layers.back()->assignments();
+      for (size_t e = 0; e < a.size(); ++e) assignments_[li][e] += a[e];
+    }
+    f.out = hidden;
+    if (!shard_.last_stage) {
+      comms_.pp->send<T>(const_span_of(f.out), stage_ + 1, activation_tag(i));
+      return;
+    }
+    const Matrix<T> normed = rms_norm_rows<T>(hidden, shard_.final_norm, c_.rms_eps);
+    CrossEntropy<T> ce =
+        cross_entropy<T>(normed * shard_.head.transpose(), f.batch.labels, f.batch.padded, f.weights.ce);
+    objective_share_ += f.weights.ce * ce.sum;
+    f.grad_logits = std::move(ce.grad_logits);
+  }
+
+  void backward(int i) {
+    InFlight<T>& f = in_flight_.at(i);
+    ModelShard<T>& g = grads_;
+    Matrix<T> d_hidden(f.out.rows(), f.out.cols());
+    if (shard_.last_stage) {
+      const Matrix<T> normed = rms_norm_rows<T>(f.out, shard_.final_norm, c_.rms_eps);
+      g.head += f.grad_logits.transpose() * normed;
+      d_hidden = rms_norm_rows_backward<T>(f.out, shard_.final_norm, c_.rms_eps, f.grad_logits * shard_.head,
+                                           g.final_norm);
+    } else {
+      comms_.pp->recv<T>(span_of(d_hidden), stage_ + 1, gradient_tag(i));
+    }
+    for (size_t li = shard_.layers.size(); li-- > 0;) {
+      const Matrix<T> dx = f.layers[li]->backward(d_hidden, static_cast<T>(f.weights.aux),
+                                                  static_cast<T>(f.weights.z), g.layers[li]);
+      d_hidden += rms_norm_rows_backward<T>(f.block_in[li], shard_.block_norm[li], c_.rms_eps, dx, g.block_norm[li]);
+    }
+    if (shard_.first_stage) {
+      for (Eigen::Index k = 0; k < f.batch.ids.size(); ++k) g.embedding.row(f.batch.ids(k)) += d_hidden.row(k);
+    } else {
+      comms_.pp->send<T>(const_span_of(d_hidden), stage_ - 1, gradient_tag(i));
+    }
+    in_flight_.erase(i);
+  }
+
+ private:
+  const ModelConfig& c_;
+  const ModelShard<T>& shard_;
+  const GlobalBatch& batch_;
+  const ProcessGroups& groups_;
+  const RankGroups& comms_;
+  const StepOptions& options_;
+  ModelShard<T>& grads_;
+  GroupSizes sizes_;
+  int m_ = 0, dp_rank_ = 0, source_ = 0, stage_ = 0;
+  std::map<int, InFlight<T>> in_flight_;
+  std::vector<GlobalAuxCounts> global_aux_;
+  std::vector<std::vector<std::int64_t>> assignments_;
+  double objective_share_ = 0, local_valid_ = 0;
+};
+
+// What a stage's schedule leaves besides its gradients.
+struct StageResult {
+  double objective_share = 0, local_valid = 0;
+  std::vector<std::vector<std::int64_t>> assignments;
+};
+
+// The schedule over this stage's microbatches in precision T, accumulating into `grads`.
+template <typename T>
+StageResult run_stage(const ModelConfig& c, const ModelShard<T>& shard, const GlobalBatch& batch,
+                         const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options,
+                         ModelShard<T>& grads) {
+  StageRunner<T> stage(c, shard, batch, groups, comms, options, grads);
+  const auto ops = options.schedule == Schedule::one_forward_one_backward
+                       ? one_forward_one_backward(groups.layout().pp, groups.rank_in(GroupKind::pp, comms.rank),
+                                                  stage.microbatches())
+                       : all_forward_all_backward(stage.microbatches());
+  for (const PipelineOp& op : ops) {
+    if (op.forward) stage.forward(op.microbatch);
+    else stage.backward(op.microbatch);
+  }
+  return {stage.objective_share(), stage.local_valid(), stage.assignments()};
+}
+
+}  // namespace
+
+RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, const GlobalBatch& batch,
+                    const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options) {
+  const ModelConfig c = model.in_mode(options.mode);  // the deviations in effect under this loss mode
+  const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
+  RankStep out;
+  out.first_layer = shard.first_layer;
+  StageResult stage;
+  // Tokens are counted once per step (the first stage sees every token); the pp group spreads the total.
+  auto count_tokens = [&](double local_valid) {
+    return all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, local_valid));
+  };
+  auto sync_plan = [&] { return GradSyncPlan(groups, comms, options.mode, c.semantics(), false); };
+  if (options.precision == Precision::bfloat16)
+    throw std::invalid_argument("the CPU training step runs in float64 or float32, not bfloat16");
+  if (options.precision == Precision::float32) {
+    const ModelShard<float> single = cast_shard<float>(shard);
+    ModelShard<float> grads = zeros_like(single);
+    stage = run_stage<float>(c, single, batch, groups, comms, options, grads);
+    out.global_tokens = count_tokens(stage.local_valid);
+    if (options.synchronise) synchronise_gradients(grads, first_expert, sync_plan(), out.global_tokens);
+    out.grads = cast_shard<double>(grads);
+  } else {
+    out.grads = zeros_like(shard);
+    stage = run_stage<double>(c, shard, batch, groups, comms, options, out.grads);
+    out.global_tokens = count_tokens(stage.local_valid);
+    if (options.synchronise) synchronise_gradients(out.grads, first_expert, sync_plan(), out.global_tokens);
+  }
+  out.objective = objective_from_shares(options.mode, group_sizes(groups),
+                                        all_sum(*comms.pp, all_sum(*comms.tp_dp_cp, stage.objective_share)),
+                                        out.global_tokens);
+
+  // Expert bias: real assignments over tp×dp×cp and the whole batch, then β + rate·sign(mean − c).
+  for (size_t li = 0; li < shard.layers.size(); ++li) {
+    auto& counts = stage.assignments[li];
+    comms.tp_dp_cp->allreduce<std::int64_t>(counts, ReduceOp::sum);
+    out.bias_counts.push_back(counts);
+    const MoeConfig lc = c.layer_config(shard.first_layer + static_cast<int>(li));
+    Vector<double> bias;
+    if (lc.bias_update_rate) {
+      bias = shard.layers[li].expert_bias;
+      const Vector<double> load =
+          Eigen::Map<const IndexVector>(counts.data(), static_cast<Eigen::Index>(counts.size())).cast<double>();
+      bias.array() += *lc.bias_update_rate * (load.mean() - load.array()).sign();
+    }
+    out.expert_bias_updated.push_back(bias);
+  }
+  return out;
+}
+
+}  // namespace moe::dist

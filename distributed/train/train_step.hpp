@@ -1,0 +1,46 @@
+// One training step of the whole parallel system, as one rank runs it: every microbatch of its DP replica on
+// its CP/SP share of the tokens (the data split of reference/global_step.hpp), through its pipeline stage's
+// layers in a 1F1B schedule (activations and input gradients sent to the neighbouring stages), then gradient
+// synchronisation and the expert-bias update. Every rank of the world calls it together. The loss weights that
+// make the synchronised gradient dJ/dθ are in loss_weights.hpp, the synchronisation plan in grad_sync.hpp, and
+// both read the scaling tables of reference/scaling_rules.hpp.
+#pragma once
+
+#include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/train/model_shard.hpp"
+#include "distributed/train/rank_groups.hpp"
+#include "reference/global_step.hpp"
+#include "reference/tolerance.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace moe::dist {
+
+enum class Schedule { one_forward_one_backward, all_forward_all_backward };
+
+struct StepOptions {
+  DispatcherKind dispatcher = DispatcherKind::alltoall;
+  LossMode mode = LossMode::sum;
+  int micro_batch = 1;
+  Schedule schedule = Schedule::one_forward_one_backward;
+  bool synchronise = true;  // false: leave each rank's raw gradients for an optimizer that syncs them itself
+  const KernelBackend* kernels = &cpu_kernels();  // the data work of the MoE layers (kernel_backend.hpp)
+  Precision precision = Precision::float64;  // of the data and the gradients (losses accumulate in double); float32:
+                                             // the shard is cast, run and synced in float, then returned as double
+                                             // for comparison; bfloat16 is the CUDA backend's (refused here)
+};
+
+struct RankStep {
+  ModelShard<double> grads;                            // this rank's shard of dJ/dθ after synchronisation
+  double objective = 0;                                // J, reduced over the world
+  double global_tokens = 0;                            // N, the valid tokens of the global batch
+  int first_layer = 0;                                 // global index of this stage's first layer
+  std::vector<std::vector<std::int64_t>> bias_counts;  // per stage layer [E], summed over tp×dp×cp and the batch
+  std::vector<Vector<double>> expert_bias_updated;     // per stage layer; empty where the layer has no update
+};
+
+RankStep train_step(const ModelConfig& config, const ModelShard<double>& shard, const GlobalBatch& batch,
+                    const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options);
+
+}  // namespace moe::dist
