@@ -68,7 +68,7 @@ void run(const StepOptions& o) {
                                                      "--hidden-size / --num-experts / --moe-ffn-hidden-size)");
     problem = step::preset_example(m, o.world, o.ep, o.etp, o.tokens, o.seed);
   } else {
-    problem = step::seed_example(o.seed);
+    problem = step::seed_example(o.seed, kind);
   }
   if (o.rank && (*o.rank < 0 || *o.rank >= problem.layout.world))
     throw std::invalid_argument("--rank " + std::to_string(*o.rank) + " is not a rank of a world of " +

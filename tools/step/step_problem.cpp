@@ -20,7 +20,7 @@ ParallelLayout expert_layout(int world, int ep, int etp) {
 
 }  // namespace
 
-StepProblem seed_example(std::uint64_t seed) {
+StepProblem seed_example(std::uint64_t seed, dist::DispatcherKind kind) {
   StepProblem p;
   p.name = "seed-000-ep2";
   MoeConfig& c = p.config;
@@ -49,9 +49,23 @@ StepProblem seed_example(std::uint64_t seed) {
       "seed 000's 4-token EP2 example: 4 experts, rank 0 holds e0 e1, rank 1 holds e2 e3; tokens a b on rank 0, "
       "c d on rank 1; top-2.",
       "routing is forced by a tid2eid hash table (DeepSeek-V4 hash layer, I_t = tid2eid[id_t]), chosen to give the "
-      "seed's numbers: a→{e0,e2} b→{e1,e3} c→{e1,e3} d→{e2,e3}; weights g come from the sqrtsoftplus scores.",
-      "expected (seed): rank 0 sends [2,2], rank 1 sends [1,3]; output_splits [2,1] and [2,3]; ranks receive 3 and "
-      "5 rows. The numbers below are what the dispatcher computed."};
+      "seed's numbers: a→{e0,e2} b→{e1,e3} c→{e1,e3} d→{e2,e3}; weights g come from the sqrtsoftplus scores."};
+  switch (kind) {
+    case dist::DispatcherKind::alltoall:
+      p.notes.push_back("expected (seed): rank 0 sends [2,2] rows, rank 1 sends [1,3]; output_splits [2,1] and [2,3]; "
+                        "the ranks receive 3 and 5 rows.");
+      break;
+    case dist::DispatcherKind::allgather:
+      p.notes.push_back("expected: every rank gathers all 4 tokens (peer_tokens [2,2]) and keeps the rows of its own "
+                        "experts: rank 0 e0 {a}, e1 {b,c} = 3 rows; rank 1 e2 {a,d}, e3 {b,c,d} = 5 rows.");
+      break;
+    case dist::DispatcherKind::flex:
+      p.notes.push_back("expected: a token goes once to each rank holding any of its experts: rank 0 sends [2,2] "
+                        "tokens, rank 1 sends [1,2] (d goes to rank 1 once, for e2 and e3); rank 0 receives 3 tokens "
+                        "= 3 expert rows, rank 1 receives 4 tokens = 5 expert rows.");
+      break;
+  }
+  p.notes.push_back("The numbers below are what the dispatcher computed.");
   return p;
 }
 

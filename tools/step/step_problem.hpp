@@ -8,6 +8,7 @@
 // A preset example runs a tiny-* layer (routed branch only) on random tokens instead.
 #pragma once
 
+#include "distributed/dispatch/dispatcher.hpp"
 #include "reference/presets.hpp"
 
 #include "reference/moe_layer.hpp"
@@ -33,7 +34,8 @@ struct StepProblem {
   int tokens() const { return layout.world * tokens_per_rank; }
 };
 
-StepProblem seed_example(std::uint64_t seed);
+// Its notes give the splits that seed's example expects under `kind`, each dispatcher's own.
+StepProblem seed_example(std::uint64_t seed, dist::DispatcherKind kind);
 
 // Throws std::invalid_argument naming the rule when the layout or sizes do not fit.
 StepProblem preset_example(const LayerPreset& preset, int world, int ep, int etp, int tokens_per_rank,

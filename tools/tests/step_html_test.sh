@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Renders `moe-oracle step --html` pages in headless Chromium (Debian's `chromium`; tools/setup.sh installs it).
-# A page passes when it drew every stage without a script error — its title then reads "moe-step: ok, …" (a script
-# error sets "moe-step: error …") and the console log has no "Uncaught" — and a PNG screenshot comes out.
-# A negative control (the same page with a broken script) must be caught, so the check itself can fail.
+# A page passes when, in a 1400 × 1000 window, it drew every stage without a script error and fits the width — the
+# page's <html data-status> then reads "ok, …" ("error: …" after a script error, "overflow, …" when wider than the
+# window) and the console log has no "Uncaught" — and a PNG screenshot comes out (OUTPUT_DIR/NAME.png, to look at).
+# Two negative controls, a broken script and a page made too wide, must be caught, so the check itself can fail.
 #   usage: step_html_test.sh MOE_ORACLE_BINARY OUTPUT_DIR
 set -euo pipefail
 bin="$1"
@@ -24,15 +25,15 @@ chrome() {  # chrome NAME ARGS…: one headless run with its own profile (tests 
 check() {
   local name="$1" page="file://$out/$1.html"
   rm -f "$out/$name.png" "$out/$name.console.log"
-  local title
-  title="$(chrome "$name" --dump-dom "$page" | grep -o '<title>[^<]*</title>' || true)"
-  if [[ "$title" != *"moe-step: ok"* ]]; then echo "$name: page did not finish drawing: ${title:-no title}"; return 1; fi
+  local status
+  status="$(chrome "$name" --window-size=1400,1000 --dump-dom "$page" | grep -o 'data-status="[^"]*"' | head -1 || true)"
+  if [[ "$status" != 'data-status="ok'* ]]; then echo "$name: page did not draw cleanly: ${status:-no status}"; return 1; fi
   if grep -q "Uncaught" "$out/$name.console.log"; then echo "$name: script error: $(grep -m1 Uncaught "$out/$name.console.log")"; return 1; fi
   chrome "$name" --screenshot="$out/$name.png" --window-size=1400,1000 "$page" >/dev/null
   if [[ ! -s "$out/$name.png" ]] || [[ "$(head -c 8 "$out/$name.png" | od -An -tx1 | tr -d ' \n')" != "89504e470d0a1a0a" ]]; then
     echo "$name: no PNG screenshot"; return 1
   fi
-  echo "$name: ok ($title, $(stat -c %s "$out/$name.png") bytes of PNG)"
+  echo "$name: ok ($status, $(stat -c %s "$out/$name.png") bytes of PNG)"
 }
 
 status=0
@@ -48,4 +49,6 @@ if grep -q '"rank":0' "$out/seed-rank1.html"; then echo "seed-rank1: --rank 1 pa
 
 sed 's/JSON.parse(/JSON.parsee(/' "$out/seed-alltoall.html" >"$out/broken.html"
 if check broken >/dev/null; then echo "negative control: a page with a script error passed the check"; status=1; fi
+sed 's|</style>|body { min-width: 2400px; }</style>|' "$out/seed-alltoall.html" >"$out/too-wide.html"
+if check too-wide >/dev/null; then echo "negative control: a page wider than the window passed the check"; status=1; fi
 exit $status

@@ -34,7 +34,7 @@ std::vector<std::string> labels(const RankStage& s) {
 
 // Seed 000: rank 0 sends [2,2], rank 1 sends [1,3]; output_splits [2,1] and [2,3]; they receive 3 and 5 rows.
 TEST(StepSeedExample, SplitsAreTheSeeds) {
-  const Trace t = run_step(seed_example(7), DispatcherKind::alltoall);
+  const Trace t = run_step(seed_example(7, DispatcherKind::alltoall), DispatcherKind::alltoall);
   const Stage& in = stage(t, "dispatch.input_splits");
   const Stage& out = stage(t, "dispatch.output_splits");
   EXPECT_EQ(in.ranks[0].counts, (std::vector<std::int64_t>{2, 2}));
@@ -53,9 +53,32 @@ TEST(StepSeedExample, SplitsAreTheSeeds) {
   EXPECT_EQ(stage(t, "combine.output").ranks[0].rows[0].label, "a@r0→e0+e2");
 }
 
+// The other dispatchers' own expectations, as seed_example's notes state them for each.
+TEST(StepSeedExample, AllGatherKeepsEachRanksExpertRows) {
+  const Trace t = run_step(seed_example(7, DispatcherKind::allgather), DispatcherKind::allgather);
+  for (const RankStage& rs : stage(t, "dispatch.peer_tokens").ranks)
+    EXPECT_EQ(rs.counts, (std::vector<std::int64_t>{2, 2}));
+  const Stage& rows = stage(t, "dispatch.expert_rows");
+  EXPECT_EQ(labels(rows.ranks[0]), (std::vector<std::string>{"a@r0→e0", "b@r0→e1", "c@r1→e1"}));
+  EXPECT_EQ(rows.ranks[1].rows.size(), 5u);
+  EXPECT_NE(t.notes[2].find("peer_tokens [2,2]"), std::string::npos) << t.notes[2];
+}
+
+TEST(StepSeedExample, FlexSendsATokenOncePerDestination) {
+  const Trace t = run_step(seed_example(7, DispatcherKind::flex), DispatcherKind::flex);
+  const Stage& send = stage(t, "dispatch.send_counts");
+  EXPECT_EQ(send.ranks[0].counts, (std::vector<std::int64_t>{2, 2}));
+  EXPECT_EQ(send.ranks[1].counts, (std::vector<std::int64_t>{1, 2}));
+  const Stage& received = stage(t, "dispatch.alltoallv");
+  EXPECT_EQ(received.ranks[0].rows.size(), 3u);
+  EXPECT_EQ(received.ranks[1].rows.size(), 4u);
+  EXPECT_EQ(stage(t, "dispatch.expert_rows").ranks[1].rows.size(), 5u);
+  EXPECT_NE(t.notes[2].find("rank 1 sends [1,2]"), std::string::npos) << t.notes[2];
+}
+
 // The stepped forward output is the oracle's moe_forward output on the same batch, for every dispatcher.
 TEST(StepSeedExample, ForwardEqualsTheOracle) {
-  const StepProblem p = seed_example(7);
+  const StepProblem p = seed_example(7, DispatcherKind::alltoall);
   MoeInputs<double> in;
   in.seq = p.tokens();
   in.batch = 1;
