@@ -5,6 +5,8 @@
 #include "golden/golden_case.hpp"
 #include "reference/tests/expect_error.hpp"
 
+#include "golden/tests/case_copy.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -35,19 +37,13 @@ void expect_error(F&& f, const std::string& fragment) {
 }
 
 // A private folder under the temp directory, removed when the test ends.
-struct TempDir {
-  explicit TempDir(const std::string& tag) : path(fs::temp_directory_path() / ("moe_golden_case_test_" + tag)) {
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path path;
+struct TempDir : test::TempDir {
+  explicit TempDir(const std::string& tag) : test::TempDir("case_test", tag) {}
 };
 
 // A private copy of a committed case to corrupt.
-struct CaseCopy : TempDir {
-  CaseCopy(const std::string& name, const std::string& tag) : TempDir(tag) { fs::copy(kCases / name, path); }
+struct CaseCopy : test::CaseCopy {
+  CaseCopy(const std::string& name, const std::string& tag) : test::CaseCopy(kCases / name, "case_test", tag) {}
 };
 
 TEST(CaseJson, MinimalConfigTakesTheDefaults) {

@@ -10,6 +10,8 @@
 #include "golden/model_case_oracle.hpp"
 #include "reference/tests/expect_error.hpp"
 
+#include "golden/tests/case_copy.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,16 +30,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A private copy of a committed case to corrupt, removed when the test ends.
-struct CaseCopy {
-  CaseCopy(const std::string& name, const std::string& tag)
-      : path(fs::temp_directory_path() / ("moe_golden_finite_test_" + tag)) {
-    fs::remove_all(path);
-    fs::copy(kCases / name, path);
-  }
-  ~CaseCopy() { fs::remove_all(path); }
-  CaseCopy(const CaseCopy&) = delete;
-  CaseCopy& operator=(const CaseCopy&) = delete;
-  fs::path path;
+struct CaseCopy : test::CaseCopy {
+  CaseCopy(const std::string& name, const std::string& tag) : test::CaseCopy(kCases / name, "finite_test", tag) {}
 };
 
 // The outputs of a case as computed (here: its own expected values).

@@ -7,6 +7,8 @@
 #include "golden/golden_case.hpp"
 #include "reference/tests/expect_error.hpp"
 
+#include "golden/tests/case_copy.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -40,16 +42,8 @@ std::string read_text(const fs::path& path) {
 }
 
 // A private copy of a committed case to corrupt, removed when the test ends.
-struct CaseCopy {
-  CaseCopy(const std::string& name, const std::string& tag)
-      : path(fs::temp_directory_path() / ("moe_golden_format2_test_" + tag)) {
-    fs::remove_all(path);
-    fs::copy(kCases / name, path);
-  }
-  ~CaseCopy() { fs::remove_all(path); }
-  CaseCopy(const CaseCopy&) = delete;
-  CaseCopy& operator=(const CaseCopy&) = delete;
-  fs::path path;
+struct CaseCopy : test::CaseCopy {
+  CaseCopy(const std::string& name, const std::string& tag) : test::CaseCopy(kCases / name, "format2_test", tag) {}
 };
 
 // The tensors that fail verification of `c` against the oracle.

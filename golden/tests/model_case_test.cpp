@@ -5,6 +5,8 @@
 #include "golden/model_case_oracle.hpp"
 #include "reference/tests/expect_error.hpp"
 
+#include "golden/tests/case_copy.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -46,19 +48,11 @@ bool contains(const std::vector<std::string>& names, const std::string& name) {
 }
 
 // A private copy of a committed case to corrupt, removed when the test ends.
-struct CaseCopy {
-  CaseCopy(const fs::path& from, const std::string& tag)
-      : path(fs::temp_directory_path() / ("moe_golden_model_case_test_" + tag)) {
-    fs::remove_all(path);
-    fs::copy(from, path);
-  }
-  ~CaseCopy() { fs::remove_all(path); }
-  CaseCopy(const CaseCopy&) = delete;
-  CaseCopy& operator=(const CaseCopy&) = delete;
+struct CaseCopy : test::CaseCopy {
+  CaseCopy(const fs::path& from, const std::string& tag) : test::CaseCopy(from, "model_case_test", tag) {}
 
   json root() const { return json::parse(std::ifstream(path / "case.json")); }
   void write(const json& root) const { std::ofstream(path / "case.json") << root.dump(2); }
-  fs::path path;
 };
 
 const fs::path kCp2 = kCases / "cp2_uneven_padding_megatron";
