@@ -15,9 +15,9 @@
 // Invariants: only std::runtime_error is thrown; a load that succeeds read only files inside the folder (every
 // "file" a plain name), and returned finite values and a tid2eid inside [0, E) (the router indexes experts with it).
 // Each of these was broken before the loader treated checkpoints as untrusted input (issue 21).
+#include "distributed/train/checkpoint.hpp"
 #include "fuzz/checkpoint_model.hpp"
 #include "fuzz/fuzz_support.hpp"
-#include "distributed/train/checkpoint.hpp"
 
 #include <nlohmann/json.hpp>
 

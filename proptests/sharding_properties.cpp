@@ -7,8 +7,8 @@
 #include "proptests/property.hpp"
 
 #include "distributed/comm/inproc_world.hpp"
-#include "distributed/train/rank_groups.hpp"
 #include "distributed/comm/row_collectives.hpp"
+#include "distributed/train/rank_groups.hpp"
 
 #include <mutex>
 

@@ -5,19 +5,20 @@
 //
 //   mpirun -np 8 moe-oracle bench --backend mpi            (ranks are processes)
 //   moe-oracle bench --world 8                              (in-process ranks; raw baseline: their alltoallv)
-#include "distributed/dispatch/dispatcher.hpp"
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/comm/mpi_baseline.hpp"
 #include "distributed/comm/mpi_communicator.hpp"
 #include "distributed/comm/mpi_runtime.hpp"
-#include "distributed/train/rank_groups.hpp"
 #include "distributed/comm/row_collectives.hpp"
+#include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/train/rank_groups.hpp"
 #include "reference/random_init.hpp"
 #include "tools/bench_timing.hpp"
+#include "tools/build_isa.hpp"
 #include "tools/commands.hpp"
-#include "tools/model_options.hpp"
 #include "tools/expert_bench.hpp"
 #include "tools/layout_options.hpp"
+#include "tools/model_options.hpp"
 
 #include <malloc.h>
 
@@ -145,17 +146,19 @@ Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKi
 
 void report(const std::vector<Result>& results, const BenchOptions& o, int world) {
   if (o.json) {
-    nlohmann::json j = nlohmann::json::array();
+    nlohmann::json j{{"moe_oracle", MOE_ORACLE_VERSION}, {"isa", built_isa()}, {"results", nlohmann::json::array()}};
     for (const auto& r : results)
-      j.push_back({{"dispatcher", r.dispatcher}, {"seconds", r.seconds}, {"raw_alltoallv_seconds", r.raw_seconds},
-                   {"memcpy_seconds", r.copy_seconds}, {"bytes", r.bytes}});
+      j["results"].push_back({{"dispatcher", r.dispatcher}, {"seconds", r.seconds},
+                              {"raw_alltoallv_seconds", r.raw_seconds}, {"memcpy_seconds", r.copy_seconds},
+                              {"bytes", r.bytes}});
     std::cout << j.dump(2) << "\n";
     return;
   }
   std::cout << "moe-oracle bench: EP" << world << " (" << o.backend << "), " << o.tokens << " tokens/rank × h "
             << o.hidden << " (double), " << o.experts << " experts, top-" << o.topk << ", uniform routing, identity"
             << " experts; median of " << o.repetitions << ", slowest rank; "
-            << (o.fresh_memory ? "fresh allocations" : "freed memory kept for reuse") << "\n"
+            << (o.fresh_memory ? "fresh allocations" : "freed memory kept for reuse") << "; built for " << built_isa()
+            << "\n"
             << "routed bytes = the rows the busiest rank must send to experts and get back (AllGather moves other "
             << "bytes, the same rows reach the experts); raw = MPI_Alltoallv of those bytes "
             << "(there and back) in this run; memcpy = one core copying them\n\n";

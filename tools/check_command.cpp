@@ -25,9 +25,9 @@
 #include <sstream>
 
 #include "distributed/check/differential_check.hpp"
-#include "golden/case_json.hpp"
 #include "distributed/comm/mpi_communicator.hpp"
 #include "distributed/comm/mpi_runtime.hpp"
+#include "golden/case_json.hpp"
 #include "tools/check_suite.hpp"
 #include "tools/commands.hpp"
 #include "tools/kernel_choice.hpp"

@@ -3,6 +3,7 @@
 #include "distributed/kernels/grouped_swiglu.hpp"
 #include "reference/random_init.hpp"
 #include "tools/bench_timing.hpp"
+#include "tools/build_isa.hpp"
 #include "tools/layout_options.hpp"
 
 #include <nlohmann/json.hpp>
@@ -72,7 +73,8 @@ void run_expert_bench(const ExpertBenchOptions& o, std::ostream& out) {
   const double peak = o.peak_gflops;  // 0: not given
   const double dense_gflops = phases[0].flops / phases[0].seconds / 1e9;
   if (o.json) {
-    nlohmann::json j{{"rows", rows}, {"hidden", h}, {"ffn", d}, {"experts", o.experts}, {"threads", cores}};
+    nlohmann::json j{{"moe_oracle", MOE_ORACLE_VERSION}, {"isa", built_isa()}, {"rows", rows}, {"hidden", h},
+                     {"ffn", d}, {"experts", o.experts}, {"threads", cores}};
     if (peak > 0) j["named_peak_gflops"] = peak;
     for (const auto& p : phases)
       j["phases"].push_back({{"name", p.name}, {"seconds", p.seconds}, {"gflops", p.flops / p.seconds / 1e9}});
@@ -81,7 +83,7 @@ void run_expert_bench(const ExpertBenchOptions& o, std::ostream& out) {
   }
   out << "moe-oracle bench --experts-gemm: " << o.experts << " local experts, R = " << rows << " rows ("
       << o.tokens << " tokens × top-" << o.topk << ", uniform), h " << h << ", d " << d << ", double, " << cores
-      << " OpenMP threads; median of " << o.repetitions << "\n"
+      << " OpenMP threads; median of " << o.repetitions << "; built for " << built_isa() << "\n"
       << "named limit: "
       << (peak > 0 ? trimmed(peak, 1) + " GFLOP/s (--peak-gflops)"
                    : "none given (--peak-gflops: the CPU's double-precision peak for these threads, from its spec)")

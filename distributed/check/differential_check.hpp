@@ -2,8 +2,8 @@
 // each rank with the global step oracle. The same code runs on in-process ranks and under mpirun.
 #pragma once
 
-#include "distributed/comm/communicator.hpp"
 #include "distributed/check/oracle_comparison.hpp"
+#include "distributed/comm/communicator.hpp"
 #include "distributed/train/rank_trainer.hpp"
 #include "distributed/train/train_step.hpp"
 #include "reference/global_step.hpp"

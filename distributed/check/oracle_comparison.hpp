@@ -8,9 +8,9 @@
 #include "distributed/train/model_shard.hpp"
 #include "distributed/train/rank_optimizer.hpp"
 #include "distributed/train/train_step.hpp"
-#include "reference/trajectory.hpp"
 #include "reference/global_step.hpp"
 #include "reference/tolerance.hpp"
+#include "reference/trajectory.hpp"
 
 #include <array>
 #include <string>

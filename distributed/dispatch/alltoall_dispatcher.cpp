@@ -12,8 +12,8 @@
 #include "distributed/dispatch/alltoall_dispatcher.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
-#include "distributed/seeded_bugs.hpp"
 #include "distributed/kernels/token_kernels.hpp"
+#include "distributed/seeded_bugs.hpp"
 
 namespace moe::dist {
 

@@ -11,8 +11,8 @@
 #pragma once
 
 #include "distributed/comm/communicator.hpp"
-#include "distributed/kernels/kernel_backend.hpp"
 #include "distributed/dispatch/stage_observer.hpp"
+#include "distributed/kernels/kernel_backend.hpp"
 #include "reference/config.hpp"
 #include "reference/process_groups.hpp"
 #include "reference/tensor.hpp"

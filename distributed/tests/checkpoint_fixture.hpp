@@ -4,8 +4,8 @@
 // exactly the one a seed wrote.
 #pragma once
 
-#include "distributed/train/checkpoint.hpp"
 #include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/checkpoint.hpp"
 
 #include <filesystem>
 

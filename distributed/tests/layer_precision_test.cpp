@@ -4,10 +4,10 @@
 // source rank of the capacity partition; the ranks' gradient shards are summed over the groups that replicate
 // them (world for replicated params, dp_cp for the TP-sharded shared expert, expt_dp for experts).
 #include "distributed/comm/inproc_world.hpp"
-#include "distributed/train/moe_layer_rank.hpp"
 #include "distributed/comm/row_collectives.hpp"
-#include "reference/tolerance.hpp"
+#include "distributed/train/moe_layer_rank.hpp"
 #include "reference/random_init.hpp"
+#include "reference/tolerance.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 #include "distributed/train/router_statistics.hpp"
 
-#include "distributed/train/local_router.hpp"
 #include "distributed/comm/row_collectives.hpp"
 #include "distributed/seeded_bugs.hpp"
+#include "distributed/train/local_router.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,12 +1,12 @@
 #include "distributed/train/train_step.hpp"
 
+#include "distributed/comm/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
 #include "distributed/train/dense_ops.hpp"
 #include "distributed/train/grad_sync.hpp"
 #include "distributed/train/loss_weights.hpp"
 #include "distributed/train/moe_layer_rank.hpp"
 #include "distributed/train/pipeline_schedule.hpp"
-#include "distributed/comm/row_collectives.hpp"
-#include "distributed/seeded_bugs.hpp"
 
 #include <map>
 #include <memory>

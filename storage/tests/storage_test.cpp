@@ -1,9 +1,9 @@
 // storage/: a folder replaced as a whole (both the RENAME_EXCHANGE path and the rename-aside fallback), refused
 // when it holds something that is not a previous version's file, untouched when a write fails; files read only
 // when they are regular files, names only when they stay inside their folder.
+#include "reference/tests/expect_error.hpp"
 #include "storage/durable_files.hpp"
 #include "storage/staged_directory.hpp"
-#include "reference/tests/expect_error.hpp"
 
 #include <gtest/gtest.h>
 
