@@ -4,6 +4,7 @@
 #include "reference/rms_norm.hpp"
 #include "reference/score_functions.hpp"
 
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -241,6 +242,20 @@ TokenBatch random_token_batch(const ModelConfig& config, int seq, int batch, std
   for (Eigen::Index i = 0; i < b.input_ids.size(); ++i) {
     b.input_ids.data()[i] = static_cast<std::int64_t>(rng.bits() % static_cast<std::uint64_t>(config.vocab));
     b.labels.data()[i] = static_cast<std::int64_t>(rng.bits() % static_cast<std::uint64_t>(config.vocab));
+  }
+  if (config.vocab >= b.input_ids.size()) {
+    // Distinct input ids where the vocabulary allows (a shuffled prefix of 0..vocab−1). The model has no token
+    // mixing, so two equal ids would give two bitwise equal rows and exactly tied router scores; capacity dropping
+    // by probability then keeps whichever the tie-break prefers, and a parallel system reproduces that only if its
+    // GEMMs round a row the same wherever it sits in a batch (batch invariance), which vectorised FMA kernels do
+    // not. A tie is a property of toy data, not of the system under test.
+    std::vector<std::int64_t> ids(static_cast<size_t>(config.vocab));
+    std::iota(ids.begin(), ids.end(), std::int64_t{0});
+    for (Eigen::Index i = 0; i < b.input_ids.size(); ++i) {
+      const auto j = static_cast<size_t>(i) + static_cast<size_t>(rng.bits() % (ids.size() - static_cast<size_t>(i)));
+      std::swap(ids[static_cast<size_t>(i)], ids[j]);
+      b.input_ids.data()[i] = ids[static_cast<size_t>(i)];
+    }
   }
   b.loss_mask = BoolMatrix::Constant(batch, seq, true);
   return b;

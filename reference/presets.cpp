@@ -65,7 +65,9 @@ std::vector<LayerPreset> make_presets() {
     presets.push_back({"tiny-capacity",
                        "test size: sigmoid (deepseek normalisation), 4 groups keep 2 of top-6, capacity 1.0 by "
                        "probs with padding, global_aux, z-loss, shared expert clamped",
-                       c, 16, 2, 64});
+                       // vocab 128 = the main job's 8 × 16 tokens: every token distinct, no exact ties for
+                       // capacity by probs to break (random_token_batch says why)
+                       c, 16, 2, 128});
   }
   {
     // Post-softmax top-2, capacity by position with padding, switch aux, z-loss, gated shared expert, latent MoE.

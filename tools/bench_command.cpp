@@ -5,6 +5,9 @@
 //
 //   mpirun -np 8 moe-oracle bench --backend mpi            (ranks are processes)
 //   moe-oracle bench --world 8                              (in-process ranks; raw baseline: their alltoallv)
+//   moe-oracle bench --sweep -b 1K -e 256M -f 2             (every size, nccl-tests style, each output checked)
+// Other benchmarks of the same command, one process each: --experts-gemm (expert_bench.hpp), --permute
+// (permute_bench.hpp), --oracle (oracle_bench.hpp).
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/comm/mpi_baseline.hpp"
 #include "distributed/comm/mpi_communicator.hpp"
@@ -17,6 +20,8 @@
 #include "tools/build_isa.hpp"
 #include "tools/commands.hpp"
 #include "tools/expert_bench.hpp"
+#include "tools/oracle_bench.hpp"
+#include "tools/permute_bench.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/model_options.hpp"
 
@@ -24,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -40,6 +46,11 @@ struct BenchOptions {
   bool fresh_memory = false;
   bool json = false;
   bool experts_gemm = false;  // time the experts' grouped SwiGLU instead (expert_bench.hpp)
+  bool permute = false;       // time permute / unpermute against a copy instead (permute_bench.hpp)
+  bool oracle = false;        // time the oracle's layer on a V4-Flash shape instead (oracle_bench.hpp)
+  bool sweep = false;         // every size from begin to end (nccl-tests style)
+  std::string begin = "1K", end = "256M";
+  int factor = 2;
   int ffn = 256;
   double peak_gflops = 0;
 };
@@ -62,7 +73,9 @@ double slowest(Communicator& world, double seconds) {
 struct Result {
   std::string dispatcher;
   double seconds = 0, raw_seconds = 0, copy_seconds = 0;
+  int tokens = 0;           // per rank
   std::int64_t bytes = 0;  // sent by the slowest-bytes rank, dispatch + combine
+  std::int64_t wrong = 0;  // output elements, over all ranks, that differ from the expected sum
 };
 
 // One rank's part: uniform random top-k routing, identity experts, dispatch + combine timed.
@@ -73,7 +86,10 @@ Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKi
   const ProcessGroups groups(layout);
   const dist::RankGroups comms(world, groups);
   SeededUniform rng(17 + static_cast<std::uint64_t>(world.rank()));
-  const Matrix<double> x = rng.matrix<double>(o.tokens, o.hidden, 1.0);
+  // Token values on a grid of 1/256 in [-4, 4): every sum of k copies is exact in any order or grouping, so the
+  // output check below is exact whatever the dispatcher's reduction order.
+  Matrix<double> x(o.tokens, o.hidden);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = double(std::int64_t(rng.bits() % 2048) - 1024) / 256;
   Matrix<double> probs = Matrix<double>::Zero(o.tokens, o.experts);
   BoolMatrix map = BoolMatrix::Constant(o.tokens, o.experts, false);
   for (int t = 0; t < o.tokens; ++t)
@@ -85,19 +101,26 @@ Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKi
       ++j;
     }
 
-  Result r{std::string(to_string(kind))};
+  Result r;
+  r.dispatcher = std::string(to_string(kind));
+  r.tokens = o.tokens;
   std::vector<double> times;
+  Matrix<double> y;
   std::vector<std::int64_t> sent(static_cast<size_t>(world.size()), 0), received = sent;
   for (int rep = -1; rep < o.repetitions; ++rep) {
     auto d = dist::make_dispatcher<double>(kind, comms.dispatch(), o.experts);
     world.barrier();
     const double start = now();
     const dist::ExpertRows<double> rows = d->dispatch(x, probs, map);
-    const Matrix<double> y = d->combine(rows.x);
+    y = d->combine(rows.x);
     const double elapsed = slowest(world, now() - start);
     if (rep >= 0) times.push_back(elapsed);
   }
   r.seconds = median(times);
+  // Every run checks its output: with identity experts a token comes back as k times itself, exactly.
+  std::int64_t wrong = (y.array() != double(o.topk) * x.array()).count();
+  world.allreduce<std::int64_t>(std::span<std::int64_t>(&wrong, 1), ReduceOp::sum);
+  r.wrong = wrong;
 
   // The same bytes through the raw transport: what AlltoAll must move (token rows to each expert's rank).
   for (Eigen::Index t = 0; t < map.rows(); ++t)
@@ -144,30 +167,69 @@ Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKi
   return r;
 }
 
+// nccl-tests' convention for all-to-all: algbw = bytes / time, busbw = algbw · (n − 1) / n (the share of the bytes
+// that crosses ranks). Here bytes = the routed rows there and back of the busiest rank.
+double algbw(const Result& r) { return double(r.bytes) / r.seconds / 1e9; }
+double busbw(const Result& r, int world) { return algbw(r) * (world - 1) / world; }
+
 void report(const std::vector<Result>& results, const BenchOptions& o, int world) {
   if (o.json) {
-    nlohmann::json j{{"moe_oracle", MOE_ORACLE_VERSION}, {"isa", built_isa()}, {"results", nlohmann::json::array()}};
+    nlohmann::json j{{"moe_oracle", MOE_ORACLE_VERSION}, {"isa", built_isa()}, {"world", world},
+                     {"results", nlohmann::json::array()}};
     for (const auto& r : results)
-      j["results"].push_back({{"dispatcher", r.dispatcher}, {"seconds", r.seconds},
+      j["results"].push_back({{"dispatcher", r.dispatcher}, {"tokens", r.tokens}, {"seconds", r.seconds},
                               {"raw_alltoallv_seconds", r.raw_seconds}, {"memcpy_seconds", r.copy_seconds},
-                              {"bytes", r.bytes}});
+                              {"bytes", r.bytes}, {"algbw_gbps", algbw(r)}, {"busbw_gbps", busbw(r, world)},
+                              {"wrong", r.wrong}});
     std::cout << j.dump(2) << "\n";
     return;
   }
-  std::cout << "moe-oracle bench: EP" << world << " (" << o.backend << "), " << o.tokens << " tokens/rank × h "
-            << o.hidden << " (double), " << o.experts << " experts, top-" << o.topk << ", uniform routing, identity"
-            << " experts; median of " << o.repetitions << ", slowest rank; "
+  std::cout << "moe-oracle bench" << (o.sweep ? " --sweep" : "") << ": EP" << world << " (" << o.backend << "), "
+            << (o.sweep ? std::string("tokens/rank from the size") : std::to_string(o.tokens) + " tokens/rank")
+            << " × h " << o.hidden << " (double), " << o.experts << " experts, top-" << o.topk
+            << ", uniform routing, identity experts; median of " << o.repetitions << ", slowest rank; "
             << (o.fresh_memory ? "fresh allocations" : "freed memory kept for reuse") << "; built for " << built_isa()
             << "\n"
             << "routed bytes = the rows the busiest rank must send to experts and get back (AllGather moves other "
-            << "bytes, the same rows reach the experts); raw = MPI_Alltoallv of those bytes "
-            << "(there and back) in this run; memcpy = one core copying them\n\n";
-  TextTable t({"dispatcher", "dispatch+combine", "routed bytes", "routed GB/s", "% of raw alltoallv", "% of memcpy"});
+            << "bytes, the same rows reach the experts); raw = MPI_Alltoallv of those bytes (there and back) in this "
+            << "run; memcpy = one core copying them; algbw = routed bytes / time, busbw = algbw · (n−1)/n; #wrong = "
+            << "output elements, all ranks, not exactly k × the token\n\n";
+  TextTable t({"routed bytes", "tokens/rank", "dispatcher", "dispatch+combine", "algbw GB/s", "busbw GB/s",
+               "% of raw alltoallv", "% of memcpy", "#wrong"});
   for (const auto& r : results)
-    t.add_row({r.dispatcher, trimmed(r.seconds * 1e3, 3) + " ms", mib(double(r.bytes)),
-               trimmed(double(r.bytes) / r.seconds / 1e9, 3), trimmed(100 * r.raw_seconds / r.seconds, 1) + " %",
-               trimmed(100 * r.copy_seconds / r.seconds, 1) + " %"});
+    t.add_row({mib(double(r.bytes)), std::to_string(r.tokens), r.dispatcher, trimmed(r.seconds * 1e3, 3) + " ms",
+               trimmed(algbw(r), 3), trimmed(busbw(r, world), 3), trimmed(100 * r.raw_seconds / r.seconds, 1) + " %",
+               trimmed(100 * r.copy_seconds / r.seconds, 1) + " %", std::to_string(r.wrong)});
   t.print(std::cout);
+}
+
+// "1K", "64M", "1G", "4096": bytes.
+std::int64_t parse_size(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("size '" + text + "': a number with an optional K, M or G");
+  }
+  const std::string unit = text.substr(used);
+  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : 0;
+  if (scale == 0 || value <= 0) throw std::invalid_argument("size '" + text + "': a positive number with K, M or G");
+  return static_cast<std::int64_t>(value * scale);
+}
+
+// The token counts of a sweep: routed bytes per rank (tokens · k · h · 8, one way) from begin to end by factor,
+// each rounded to whole tokens (at least one), repeats dropped.
+std::vector<int> sweep_tokens(const BenchOptions& o) {
+  const std::int64_t begin = parse_size(o.begin), end = parse_size(o.end);
+  if (end < begin || o.factor < 2) throw std::invalid_argument("--sweep: need -b <= -e and -f >= 2");
+  const double per_token = 8.0 * o.topk * o.hidden;
+  std::vector<int> out;
+  for (double size = double(begin); size <= double(end); size *= o.factor) {
+    const int tokens = std::max(1, static_cast<int>(std::lround(size / per_token)));
+    if (out.empty() || out.back() != tokens) out.push_back(tokens);
+  }
+  return out;
 }
 
 }  // namespace
@@ -197,18 +259,49 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--peak-gflops", o->peak_gflops,
                   "with --experts-gemm: the CPU's double-precision peak (GFLOP/s, all threads), the named limit");
-  cmd->callback([o] {
+  cmd->add_flag("--permute", o->permute,
+                "time permute and unpermute (the row gather and scatter-add of every dispatcher) against a memcpy "
+                "of the same bytes, on one thread and on all, instead");
+  cmd->add_flag("--oracle", o->oracle,
+                "time the oracle's own layer forward + backward on a V4-Flash shape (h 4096, FFN 2048, top-6; "
+                "--tokens, default 4096 here; --experts, default 16 here) against a dense GEMM, instead");
+  cmd->add_flag("--sweep", o->sweep, "run every size from -b to -e (routed bytes per rank, one way), like nccl-tests");
+  cmd->add_option("-b,--begin", o->begin, "smallest size of --sweep (K, M, G suffixes)")->capture_default_str();
+  cmd->add_option("-e,--end", o->end, "largest size of --sweep")->capture_default_str();
+  cmd->add_option("-f,--factor", o->factor, "size factor between steps of --sweep")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 1024));
+  cmd->callback([o, cmd] {
+    const int modes = int(o->experts_gemm) + int(o->permute) + int(o->oracle) + int(o->sweep);
+    if (modes > 1) throw std::invalid_argument("bench: choose one of --experts-gemm, --permute, --oracle, --sweep");
+    if ((o->experts_gemm || o->permute || o->oracle) && o->backend != "inproc")
+      throw std::invalid_argument("--experts-gemm, --permute and --oracle run on one process; drop --backend");
+    if (o->oracle) {
+      OracleBenchOptions b;
+      b.json = o->json;
+      if (cmd->count("--tokens")) b.tokens = o->tokens;
+      if (cmd->count("--experts")) b.experts = o->experts;
+      if (cmd->count("--hidden")) b.hidden = o->hidden;
+      if (cmd->count("--ffn")) b.ffn = o->ffn;
+      b.topk = o->topk;
+      run_oracle_bench(b, std::cout);
+      return;
+    }
+    const std::vector<int> token_counts = o->sweep ? sweep_tokens(*o) : std::vector<int>{o->tokens};
     // Per rank: the tokens, their k routed copies there and back and the dispatchers' staging (about 8 rows of h
     // per routed token), or for --experts-gemm the local experts' weights and the SwiGLU activations.
     MemoryEstimate memory;
-    const double routed = 1.0 * o->tokens * o->topk, ranks = o->backend == "inproc" ? o->world : 1;
+    const double routed = 1.0 * token_counts.back() * o->topk, ranks = o->backend == "inproc" ? o->world : 1;
     memory.activations = 8.0 * ranks * routed * (8.0 * o->hidden + (o->experts_gemm ? 6.0 * o->ffn : 0));
     if (o->experts_gemm) memory.parameters = 8.0 * 2 * 3.0 * o->experts * o->hidden * o->ffn;
     require_fits(memory, "this benchmark", "give smaller --tokens / --hidden / --world");
     if (o->experts_gemm) {
-      if (o->backend != "inproc") throw std::invalid_argument("--experts-gemm runs on one process; drop --backend");
       run_expert_bench({o->tokens, o->topk, o->experts, o->hidden, o->ffn, o->repetitions, o->json,
                         o->peak_gflops}, std::cout);
+      return;
+    }
+    if (o->permute) {
+      run_permute_bench({o->tokens, o->topk, o->experts, o->hidden, o->repetitions, o->json}, std::cout);
       return;
     }
     if (!o->fresh_memory) keep_freed_memory();
@@ -225,19 +318,27 @@ void add_bench_command(CLI::App& app) {
       MpiRuntime mpi(argc, argv);
       MpiCommunicator world(mpi);
       if (o->experts % world.size()) throw std::invalid_argument("--experts must divide by the number of ranks");
-      for (auto k : kinds) results.push_back(bench_rank(world, *o, k, true));
+      for (int tokens : token_counts) {
+        BenchOptions sized = *o;
+        sized.tokens = tokens;
+        for (auto k : kinds) results.push_back(bench_rank(world, sized, k, true));
+      }
       if (world.rank() == 0) report(results, *o, world.size());
       return;
     }
     if (o->backend != "inproc") throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
     if (o->experts % o->world) throw std::invalid_argument("--experts must divide by --world");
-    for (auto k : kinds) {
-      std::mutex mu;
-      InprocWorld(o->world).run([&](Communicator& world) {
-        Result r = bench_rank(world, *o, k, false);
-        std::lock_guard<std::mutex> lock(mu);
-        if (world.rank() == 0) results.push_back(r);
-      });
+    for (int tokens : token_counts) {
+      BenchOptions sized = *o;
+      sized.tokens = tokens;
+      for (auto k : kinds) {
+        std::mutex mu;
+        InprocWorld(o->world).run([&](Communicator& world) {
+          Result r = bench_rank(world, sized, k, false);
+          std::lock_guard<std::mutex> lock(mu);
+          if (world.rank() == 0) results.push_back(r);
+        });
+      }
     }
     report(results, *o, o->world);
   });

@@ -2,6 +2,7 @@
 
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 namespace moe::kernels {
 
@@ -19,12 +20,29 @@ void scatter_add_rows(const Matrix<T>& y, const std::vector<std::int64_t>& rows,
                       Matrix<T>& out) {
   if (static_cast<Eigen::Index>(rows.size()) != y.rows() || (!weight.empty() && weight.size() != rows.size()))
     throw std::invalid_argument("scatter_add_rows: one target row (and weight) per input row");
-  // Sequential in i: the accumulation order of every output row is fixed (a deterministic unpermute).
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto src = static_cast<Eigen::Index>(i);
-    if (weight.empty()) out.row(rows[i]) += y.row(src);
-    else out.row(rows[i]) += weight[i] * y.row(src);
+  // Group the inputs by target row with a stable counting sort: each target then takes its rows in increasing i,
+  // the order of the plain sequential loop (so the result is bitwise the same, a deterministic unpermute), and
+  // targets can go to different threads.
+  const auto targets = static_cast<size_t>(out.rows());
+  std::vector<std::int64_t> first(targets + 1, 0), by_target(rows.size());
+  for (const auto r : rows) {
+    if (r < 0 || static_cast<size_t>(r) >= targets)
+      throw std::invalid_argument("scatter_add_rows: target row " + std::to_string(r) + " outside [0, " +
+                                  std::to_string(targets) + ")");
+    ++first[static_cast<size_t>(r) + 1];
   }
+  std::partial_sum(first.begin(), first.end(), first.begin());
+  std::vector<std::int64_t> next(first.begin(), first.end() - 1);
+  for (size_t i = 0; i < rows.size(); ++i) by_target[static_cast<size_t>(next[static_cast<size_t>(rows[i])]++)] =
+      static_cast<std::int64_t>(i);
+  const auto n = static_cast<std::int64_t>(targets);
+#pragma omp parallel for schedule(static) if (static_cast<Eigen::Index>(rows.size()) * y.cols() > 65536)
+  for (std::int64_t t = 0; t < n; ++t)
+    for (auto j = first[static_cast<size_t>(t)]; j < first[static_cast<size_t>(t) + 1]; ++j) {
+      const auto i = by_target[static_cast<size_t>(j)];
+      if (weight.empty()) out.row(t) += y.row(i);
+      else out.row(t) += weight[static_cast<size_t>(i)] * y.row(i);
+    }
 }
 
 std::vector<std::int64_t> sort_chunks_rows(const std::vector<std::int64_t>& split_sizes,

@@ -1,0 +1,27 @@
+// `moe-oracle bench --oracle`: how fast the oracle itself is on a realistic shape — one DeepSeek-V4-Flash-shaped
+// layer (h 4096, top-6, expert FFN 2048, one shared expert, sqrt-softplus with expert bias, clamp, seq-aux) forward
+// and backward in double — against a dense Eigen GEMM timed in the same run (the practical peak of these cores),
+// with the peak resident memory. The oracle is plain per-token code (matrix-vector products that read like the
+// formulas), so this figure says what its clarity costs.
+//
+// V4-Flash has 256 experts; their double weights and gradients alone would take 96 GiB, so the default holds 16
+// experts. The FLOPs depend on tokens · top-k, not on the expert count, and each expert still sees hundreds of
+// tokens.
+#pragma once
+
+#include <ostream>
+
+namespace moe::cli {
+
+struct OracleBenchOptions {
+  int tokens = 4096;
+  int experts = 16;
+  int hidden = 4096;
+  int ffn = 2048;
+  int topk = 6;
+  bool json = false;
+};
+
+void run_oracle_bench(const OracleBenchOptions& o, std::ostream& out);
+
+}  // namespace moe::cli
