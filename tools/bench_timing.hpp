@@ -1,5 +1,8 @@
-// Timing helpers shared by the benchmarks of `moe-oracle bench`: a monotonic clock in seconds and the median.
+// Timing helpers shared by the benchmarks of `moe-oracle bench`: a monotonic clock in seconds, the median, and the
+// machine's practical GEMM peak in this run.
 #pragma once
+
+#include "reference/random_init.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +19,21 @@ inline double median(std::vector<double> v) {
   if (v.empty()) throw std::invalid_argument("median of no timings (repetitions must be >= 1)");
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The practical peak of these cores in this run: a square dense double GEMM n³ through Eigen (all its threads),
+// the median of `repetitions` after one warm-up, in GFLOP/s.
+inline double square_gemm_gflops(int n = 2048, int repetitions = 3) {
+  SeededUniform rng(3);
+  const Matrix<double> a = rng.matrix<double>(n, n, 1.0), b = rng.matrix<double>(n, n, 1.0);
+  Matrix<double> c(n, n);
+  std::vector<double> times;
+  for (int rep = -1; rep < repetitions; ++rep) {
+    const double start = now();
+    c.noalias() = a * b;
+    if (rep >= 0) times.push_back(now() - start);
+  }
+  return 2.0 * n * n * n / median(times) / 1e9;
 }
 
 }  // namespace moe::cli

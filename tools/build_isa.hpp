@@ -1,7 +1,6 @@
 // The instruction set this binary was compiled for, read from the compiler's predefined macros: benchmarks print it,
 // because the same Eigen GEMM runs about 4x faster with AVX-512 than with the portable x86-64 baseline (SSE2), and a
-// figure means little without it. The build uses the compiler's default target (the baseline) unless CXXFLAGS say
-// otherwise.
+// figure means little without it. MOE_NATIVE (CMakeLists.txt, on by default) builds for the machine's own CPU.
 #pragma once
 
 #include <string>

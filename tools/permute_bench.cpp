@@ -82,7 +82,7 @@ void run_permute_bench(const PermuteBenchOptions& o, std::ostream& out) {
     omp_set_num_threads(threads);
     const Timing copy = timed(o.repetitions, [&] { copy_on(threads, to.data(), from.data(), bytes); });
     table.push_back({"permute (gather rows)", threads, timed(o.repetitions, [&] {
-                       permuted = kernels::gather_rows(x, rows);
+                       kernels::gather_rows_into(x, rows, permuted);
                      }), copy});
     table.push_back({"unpermute (scatter-add rows)", threads, timed(o.repetitions, [&] {
                        combined.setZero();
@@ -105,8 +105,8 @@ void run_permute_bench(const PermuteBenchOptions& o, std::ostream& out) {
   out << "moe-oracle bench --permute: " << o.tokens << " tokens × top-" << o.topk << " of " << o.experts
       << " experts (uniform) = " << rows.size() << " rows of h " << o.hidden << " doubles, " << mib(double(bytes))
       << " per movement; median of " << o.repetitions << " (low-high); built for " << built_isa() << "\n"
-      << "copy = memcpy of the same bytes in this run, split over the same threads; unpermute zeroes its output "
-         "inside the timing (a combine starts from zero)\n\n";
+      << "copy = memcpy of the same bytes in this run, split over the same threads; both movements write into a "
+         "reused buffer (a workspace), and unpermute zeroes it inside the timing (a combine starts from zero)\n\n";
   TextTable t({"movement", "threads", "time (low-high)", "GB/s", "copy", "copy GB/s", "% of copy"});
   for (const auto& r : table)
     t.add_row({r.movement, std::to_string(r.threads),

@@ -7,11 +7,17 @@
 namespace moe::kernels {
 
 template <typename T>
-Matrix<T> gather_rows(const Matrix<T>& x, const std::vector<std::int64_t>& rows) {
-  Matrix<T> out(static_cast<Eigen::Index>(rows.size()), x.cols());
+void gather_rows_into(const Matrix<T>& x, const std::vector<std::int64_t>& rows, Matrix<T>& out) {
   const auto n = static_cast<std::int64_t>(rows.size());
+  if (out.rows() != n || out.cols() != x.cols()) out.resize(n, x.cols());
 #pragma omp parallel for schedule(static) if (n * x.cols() > 65536)
   for (std::int64_t i = 0; i < n; ++i) out.row(i) = x.row(rows[static_cast<size_t>(i)]);
+}
+
+template <typename T>
+Matrix<T> gather_rows(const Matrix<T>& x, const std::vector<std::int64_t>& rows) {
+  Matrix<T> out;
+  gather_rows_into(x, rows, out);
   return out;
 }
 
@@ -67,6 +73,7 @@ Matrix<T> sort_chunks(const Matrix<T>& x, const std::vector<std::int64_t>& split
 
 #define MOE_INSTANTIATE_TOKEN_KERNELS(T)                                                                       \
   template Matrix<T> gather_rows<T>(const Matrix<T>&, const std::vector<std::int64_t>&);                       \
+  template void gather_rows_into<T>(const Matrix<T>&, const std::vector<std::int64_t>&, Matrix<T>&);             \
   template void scatter_add_rows<T>(const Matrix<T>&, const std::vector<std::int64_t>&, const std::vector<T>&, \
                                     Matrix<T>&);                                                               \
   template Matrix<T> sort_chunks<T>(const Matrix<T>&, const std::vector<std::int64_t>&,                        \

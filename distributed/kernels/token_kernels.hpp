@@ -15,6 +15,9 @@ namespace moe::kernels {
 // out[i] = x[rows[i]]: permute (expert-major duplication of tokens) and every other gather of rows.
 template <typename T>
 Matrix<T> gather_rows(const Matrix<T>& x, const std::vector<std::int64_t>& rows);
+// The same into a caller's buffer, resized only when its shape differs: a reused workspace allocates nothing.
+template <typename T>
+void gather_rows_into(const Matrix<T>& x, const std::vector<std::int64_t>& rows, Matrix<T>& out);
 
 // out[rows[i]] += weight[i] · y[i] (weight empty = 1), in increasing i for each output row: unpermute with
 // accumulation, and the backward of gather_rows. `out` must already have its shape.

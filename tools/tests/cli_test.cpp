@@ -136,6 +136,45 @@ TEST(CliBench, ExpertsGemmReportsEveryPhase) {
   EXPECT_EQ(run("bench --experts-gemm --ffn 0").status, 2);
 }
 
+// The sweep checks every output: a clean run reports no wrong element at any size, for every dispatcher, and the
+// sizes follow -b, -e, -f in whole tokens (h 16, top-2: 256 bytes a token).
+TEST(CliBench, SweepChecksEveryOutput) {
+  const auto j = run_json("bench --sweep -b 1K -e 16K -f 4 --world 2 --hidden 16 --topk 2 --experts 4 "
+                          "--repetitions 1");
+  ASSERT_EQ(j["results"].size(), 9u) << j.dump();  // 1K, 4K, 16K × three dispatchers
+  std::vector<int> tokens;
+  for (const auto& r : j["results"]) {
+    EXPECT_EQ(r["wrong"].get<std::int64_t>(), 0) << r.dump();
+    EXPECT_GT(r["busbw_gbps"].get<double>(), 0.0) << r.dump();
+    EXPECT_DOUBLE_EQ(r["busbw_gbps"].get<double>(), r["algbw_gbps"].get<double>() / 2) << r.dump();
+    tokens.push_back(r["tokens"].get<int>());
+  }
+  EXPECT_EQ(tokens, (std::vector<int>{4, 4, 4, 16, 16, 16, 64, 64, 64}));
+  EXPECT_EQ(run("bench --sweep -b 1M -e 1K").status, 2);
+  EXPECT_EQ(run("bench --sweep -b 1X").status, 2);
+  EXPECT_EQ(run("bench --sweep --permute").status, 2);
+}
+
+// Permute and unpermute are reported on one thread and on all, each against its own copy.
+TEST(CliBench, PermuteReportsBothMovementsAgainstACopy) {
+  const auto j = run_json("bench --permute --tokens 64 --topk 2 --experts 4 --hidden 16 --repetitions 1");
+  EXPECT_EQ(j["rows"].get<int>(), 128);
+  ASSERT_GE(j["results"].size(), 2u) << j.dump();
+  for (const auto& r : j["results"]) {
+    EXPECT_GT(r["seconds"].get<double>(), 0.0) << r.dump();
+    EXPECT_GT(r["percent_of_copy"].get<double>(), 0.0) << r.dump();
+  }
+}
+
+// The oracle's own speed, on a shape small enough for a test: finite rates and a peak memory.
+TEST(CliBench, OracleReportsRateAndMemory) {
+  const auto j = run_json("bench --oracle --tokens 8 --experts 4 --topk 2 --hidden 32 --ffn 16");
+  EXPECT_GT(j["gflops"].get<double>(), 0.0) << j.dump();
+  EXPECT_GT(j["dense_gemm_gflops"].get<double>(), 0.0) << j.dump();
+  EXPECT_GT(j["peak_resident_bytes"].get<double>(), 1e6) << j.dump();
+  EXPECT_EQ(run("bench --oracle --backend mpi").status, 2);
+}
+
 TEST(CliHelp, EveryCommandHasHelp) {
   for (const char* command : {"groups", "scaling", "volume"}) {
     const auto r = run(std::string(command) + " --help");
