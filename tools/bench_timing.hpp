@@ -21,19 +21,30 @@ inline double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+struct Timing {
+  double median = 0, low = 0, high = 0;  // seconds
+};
+
+// `run` timed `repetitions` times after one warm-up.
+template <typename F>
+Timing timed(int repetitions, F&& run) {
+  std::vector<double> times;
+  for (int rep = -1; rep < repetitions; ++rep) {
+    const double start = now();
+    run();
+    if (rep >= 0) times.push_back(now() - start);
+  }
+  return {median(times), *std::min_element(times.begin(), times.end()),
+          *std::max_element(times.begin(), times.end())};
+}
+
 // The practical peak of these cores in this run: a square dense double GEMM n³ through Eigen (all its threads),
 // the median of `repetitions` after one warm-up, in GFLOP/s.
 inline double square_gemm_gflops(int n = 2048, int repetitions = 3) {
   SeededUniform rng(3);
   const Matrix<double> a = rng.matrix<double>(n, n, 1.0), b = rng.matrix<double>(n, n, 1.0);
   Matrix<double> c(n, n);
-  std::vector<double> times;
-  for (int rep = -1; rep < repetitions; ++rep) {
-    const double start = now();
-    c.noalias() = a * b;
-    if (rep >= 0) times.push_back(now() - start);
-  }
-  return 2.0 * n * n * n / median(times) / 1e9;
+  return 2.0 * n * n * n / timed(repetitions, [&] { c.noalias() = a * b; }).median / 1e9;
 }
 
 }  // namespace moe::cli

@@ -20,17 +20,6 @@ struct Phase {
   double seconds = 0, flops = 0;
 };
 
-template <typename F>
-double timed_median(int repetitions, F&& run) {
-  std::vector<double> times;
-  for (int rep = -1; rep < repetitions; ++rep) {  // one warm-up
-    const double start = now();
-    run();
-    if (rep >= 0) times.push_back(now() - start);
-  }
-  return median(times);
-}
-
 }  // namespace
 
 void run_expert_bench(const ExpertBenchOptions& o, std::ostream& out) {
@@ -58,15 +47,15 @@ void run_expert_bench(const ExpertBenchOptions& o, std::ostream& out) {
   const Matrix<double> b = rng.matrix<double>(h, 3 * d, 0.05);
   Matrix<double> c(rows, 3 * d);
   std::vector<Phase> phases;
-  phases.push_back({"dense Eigen GEMM [R,h]·[h,3d]", timed_median(o.repetitions, [&] { c.noalias() = x * b; }),
+  phases.push_back({"dense Eigen GEMM [R,h]·[h,3d]", timed(o.repetitions, [&] { c.noalias() = x * b; }).median,
                     forward_flops});
   kernels::GroupedSwigluForward<double> f;
   phases.push_back({"grouped SwiGLU forward",
-                    timed_median(o.repetitions, [&] { f = kernels::grouped_swiglu_forward(x, groups, w, probs, options); }),
+                    timed(o.repetitions, [&] { f = kernels::grouped_swiglu_forward(x, groups, w, probs, options); }).median,
                     forward_flops});
-  phases.push_back({"grouped SwiGLU backward", timed_median(o.repetitions, [&] {
+  phases.push_back({"grouped SwiGLU backward", timed(o.repetitions, [&] {
                       kernels::grouped_swiglu_backward(x, groups, w, probs, options, f.pre, dy, grads);
-                    }),
+                    }).median,
                     2 * forward_flops});
 
   const int cores = omp_get_max_threads();

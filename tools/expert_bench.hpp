@@ -1,10 +1,10 @@
 // `moe-oracle bench --experts-gemm`: the grouped SwiGLU of one rank's local experts on the CPU (forward and
 // backward, distributed/kernels/grouped_swiglu.hpp), reported as docs/performance.md asks: the achieved GFLOP/s, the percentage
-// of one dense Eigen GEMM of the same FLOPs timed in the same run (the practical peak), and the percentage of a
-// named limit, the CPU's double-precision peak, which the user gives: it cannot be derived here. On the
-// development VM (reported as "AMD EPYC", 2.596 GHz) the dense GEMM alone reaches 8.7 FLOP/cycle/core at the
-// reported clock with this build's SSE2 code, twice the textbook SSE2 figure; the pipe count and boost clock are
-// hidden, so any formula would be a guess.
+// of one dense Eigen GEMM of the same FLOPs timed in the same run (the practical peak), its share of a square GEMM
+// (the machine's practical peak), and the percentage of a named limit, the CPU's double-precision peak, which the
+// user gives: it cannot be derived here. On a virtual machine the pipe count and boost clock are hidden (an earlier
+// portable SSE2 build reached twice the textbook SSE2 FLOP/cycle at the reported clock), so any formula would be a
+// guess.
 #pragma once
 
 #include <ostream>

@@ -16,22 +16,6 @@
 namespace moe::cli {
 namespace {
 
-struct Timing {
-  double median = 0, low = 0, high = 0;  // seconds
-};
-
-template <typename F>
-Timing timed(int repetitions, F&& run) {
-  std::vector<double> times;
-  for (int rep = -1; rep < repetitions; ++rep) {  // one warm-up
-    const double start = now();
-    run();
-    if (rep >= 0) times.push_back(now() - start);
-  }
-  return {median(times), *std::min_element(times.begin(), times.end()),
-          *std::max_element(times.begin(), times.end())};
-}
-
 // memcpy of `bytes`, split into one contiguous part per thread.
 void copy_on(int threads, char* to, const char* from, std::size_t bytes) {
 #pragma omp parallel for num_threads(threads) schedule(static)
