@@ -19,8 +19,8 @@ namespace moe::dist {
 
 template <typename T>
 AlltoAllDispatcher<T>::AlltoAllDispatcher(const DispatchGroups& groups, int num_experts,
-            const KernelBackend& kernels)
-    : groups_(groups), kernels_(kernels), num_experts_(num_experts) {
+            const KernelBackend& kernels, std::int64_t direct_min_bytes)
+    : groups_(groups), kernels_(kernels), num_experts_(num_experts), direct_min_bytes_(direct_min_bytes) {
   ep_ = groups.ep->size();
   etp_ = groups.expt_tp->size();
   local_experts_ = groups.experts_here(num_experts).count;
@@ -29,8 +29,14 @@ AlltoAllDispatcher<T>::AlltoAllDispatcher(const DispatchGroups& groups, int num_
 template <typename T>
 void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
   const int E = num_experts_, L = local_experts_;
-  std::vector<std::int64_t> local_counts(static_cast<size_t>(E));
-  for (int e = 0; e < E; ++e) local_counts[static_cast<size_t>(e)] = map.col(e).count();
+  std::vector<std::int64_t>& local_counts = local_counts_;
+  local_counts.assign(static_cast<size_t>(E), 0);
+  expert_start_.assign(static_cast<size_t>(E), 0);
+  for (int e = 0; e < E; ++e) {
+    local_counts[static_cast<size_t>(e)] = map.col(e).count();
+    if (e > 0) expert_start_[static_cast<size_t>(e)] = expert_start_[static_cast<size_t>(e) - 1] +
+                                                       local_counts[static_cast<size_t>(e) - 1];
+  }
 
   input_splits_.assign(static_cast<size_t>(ep_), 0);
   for (int e = 0; e < E; ++e)
@@ -39,6 +45,7 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
   // Every tp_ep rank's counts: rank q = etp' + etp·ep' contributes row q.
   std::vector<std::int64_t> all(static_cast<size_t>(ep_ * etp_ * E));
   groups_.tp_ep->allgather<std::int64_t>(local_counts, all);
+  domain_rows_ = total(all);
   const int first = groups_.experts_here(E).first;
   global_counts_.assign(static_cast<size_t>(etp_ * ep_ * L), 0);  // [etp', ep', i]
   for (int et = 0; et < etp_; ++et)
@@ -69,6 +76,12 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
     for (int c = 0; c < etp_ * ep_; ++c) order.push_back(c * L + i);
 #endif
   sorted_rows_ = kernels::sort_chunks_rows(global_counts_, order);
+  chunk_start_.assign(global_counts_.size(), 0);
+  std::int64_t at = 0;
+  for (const auto c : order) {
+    chunk_start_[static_cast<size_t>(c)] = at;
+    at += global_counts_[static_cast<size_t>(c)];
+  }
   // Its inverse, so that undoing the sort is one gather rather than zero-fill plus scatter.
   unsorted_rows_.assign(sorted_rows_.size(), 0);
   for (size_t j = 0; j < sorted_rows_.size(); ++j)
@@ -99,6 +112,14 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
   this->observe("permute", permuted);
   this->observe("permute", permuted_probs);
 
+  // Every rank of the domain sees the same domain_rows_ and width, so all take the same path.
+  direct_ = etp_ == 1 && domain_rows_ * tokens.cols() * static_cast<std::int64_t>(sizeof(T)) >= direct_min_bytes_;
+  if (direct_) {
+    Matrix<T> x = exchange_sorted(permuted);
+    Matrix<T> p = exchange_sorted(Matrix<T>(permuted_probs));
+    this->observe("ep_alltoallv", x);
+    return {std::move(x), Vector<T>(p), group_sizes_};
+  }
   Matrix<T> x = alltoallv_rows(*groups_.ep, permuted, input_splits_, output_splits_);
   Vector<T> p = alltoallv_rows(*groups_.ep, permuted_probs, input_splits_, output_splits_);
   this->observe("ep_alltoallv", x);
@@ -112,9 +133,61 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
   return {kernels_.gather_rows(x, sorted_rows_), kernels_.gather_rows(Matrix<T>(p), sorted_rows_), group_sizes_};
 }
 
+// Local expert i at a time: peer d's rows for it are the block of expert experts_of_peer(d).first + i in the
+// sender's expert-major order, and land at chunk (source, i) of the sorted order.
+template <typename T>
+template <typename M>
+M AlltoAllDispatcher<T>::exchange_sorted(const M& permuted) const {
+  const Eigen::Index w = permuted.cols();
+  M sorted(total(output_splits_), w);
+  std::vector<std::int64_t> send_counts(static_cast<size_t>(ep_)), send_displs = send_counts,
+      recv_counts = send_counts, recv_displs = send_counts;
+  for (int i = 0; i < local_experts_; ++i) {
+    for (int d = 0; d < ep_; ++d) {
+      const auto e = static_cast<size_t>(groups_.experts_of_peer(num_experts_, d).first + i);
+      const auto c = static_cast<size_t>(d * local_experts_ + i);  // chunk (etp 0, source d, expert i)
+      send_counts[static_cast<size_t>(d)] = local_counts_[e] * w;
+      send_displs[static_cast<size_t>(d)] = expert_start_[e] * w;
+      recv_counts[static_cast<size_t>(d)] = global_counts_[c] * w;
+      recv_displs[static_cast<size_t>(d)] = chunk_start_[c] * w;
+    }
+    groups_.ep->alltoallv<T>(const_span_of(permuted), send_counts, send_displs, span_of(sorted), recv_counts,
+                             recv_displs);
+  }
+  return sorted;
+}
+
+// The transpose of exchange_sorted: chunk (destination, i) goes back into expert i's block of its source.
+template <typename T>
+template <typename M>
+M AlltoAllDispatcher<T>::exchange_back(const M& sorted) const {
+  const Eigen::Index w = sorted.cols();
+  M permuted(total(input_splits_), w);
+  std::vector<std::int64_t> send_counts(static_cast<size_t>(ep_)), send_displs = send_counts,
+      recv_counts = send_counts, recv_displs = send_counts;
+  for (int i = 0; i < local_experts_; ++i) {
+    for (int d = 0; d < ep_; ++d) {
+      const auto e = static_cast<size_t>(groups_.experts_of_peer(num_experts_, d).first + i);
+      const auto c = static_cast<size_t>(d * local_experts_ + i);
+      send_counts[static_cast<size_t>(d)] = global_counts_[c] * w;
+      send_displs[static_cast<size_t>(d)] = chunk_start_[c] * w;
+      recv_counts[static_cast<size_t>(d)] = local_counts_[e] * w;
+      recv_displs[static_cast<size_t>(d)] = expert_start_[e] * w;
+    }
+    groups_.ep->alltoallv<T>(const_span_of(sorted), send_counts, send_displs, span_of(permuted), recv_counts,
+                             recv_displs);
+  }
+  return permuted;
+}
+
 template <typename T>
 template <typename M>
 M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
+  if (direct_) {
+    M back = exchange_back(rows);
+    this->observe("ep_alltoallv_back", back);
+    return back;
+  }
   // Undo the chunk sort, sum the ETP shards' partials, send each block back to its EP source.
   M unsorted = kernels_.gather_rows(rows, unsorted_rows_);
   this->observe("unsort_chunks", unsorted);
@@ -150,6 +223,11 @@ template <typename T>
 Matrix<T> AlltoAllDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
   const Matrix<T> send = kernels_.gather_rows(grad_y, permuted_rows_);
   this->observe("permute", send);
+  if (direct_) {
+    Matrix<T> rows = exchange_sorted(send);
+    this->observe("ep_alltoallv", rows);
+    return rows;
+  }
   Matrix<T> rows = alltoallv_rows(*groups_.ep, send, input_splits_, output_splits_);
   this->observe("ep_alltoallv", rows);
   if (etp_ > 1) {
