@@ -115,8 +115,8 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
   // Every rank of the domain sees the same domain_rows_ and width, so all take the same path.
   direct_ = etp_ == 1 && domain_rows_ * tokens.cols() * static_cast<std::int64_t>(sizeof(T)) >= direct_min_bytes_;
   if (direct_) {
-    Matrix<T> x = exchange_sorted(permuted);
-    Matrix<T> p = exchange_sorted(Matrix<T>(permuted_probs));
+    Matrix<T> x = exchange_direct(permuted, /*to_experts=*/true);
+    Matrix<T> p = exchange_direct(Matrix<T>(permuted_probs), /*to_experts=*/true);
     this->observe("ep_alltoallv", x);
     return {std::move(x), Vector<T>(p), group_sizes_};
   }
@@ -134,57 +134,39 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
 }
 
 // Local expert i at a time: peer d's rows for it are the block of expert experts_of_peer(d).first + i in the
-// sender's expert-major order, and land at chunk (source, i) of the sorted order.
+// source's expert-major order, and chunk (source d, i) of the expert owner's sorted order. Towards the experts the
+// blocks are sent and the chunks received; back to the sources (the transpose) the other way round.
 template <typename T>
 template <typename M>
-M AlltoAllDispatcher<T>::exchange_sorted(const M& permuted) const {
-  const Eigen::Index w = permuted.cols();
-  M sorted(total(output_splits_), w);
-  std::vector<std::int64_t> send_counts(static_cast<size_t>(ep_)), send_displs = send_counts,
-      recv_counts = send_counts, recv_displs = send_counts;
+M AlltoAllDispatcher<T>::exchange_direct(const M& from, bool to_experts) const {
+  const Eigen::Index w = from.cols();
+  M to(total(to_experts ? output_splits_ : input_splits_), w);
+  std::vector<std::int64_t> block_counts(static_cast<size_t>(ep_)), block_displs = block_counts,
+      chunk_counts = block_counts, chunk_displs = block_counts;
   for (int i = 0; i < local_experts_; ++i) {
     for (int d = 0; d < ep_; ++d) {
       const auto e = static_cast<size_t>(groups_.experts_of_peer(num_experts_, d).first + i);
       const auto c = static_cast<size_t>(d * local_experts_ + i);  // chunk (etp 0, source d, expert i)
-      send_counts[static_cast<size_t>(d)] = local_counts_[e] * w;
-      send_displs[static_cast<size_t>(d)] = expert_start_[e] * w;
-      recv_counts[static_cast<size_t>(d)] = global_counts_[c] * w;
-      recv_displs[static_cast<size_t>(d)] = chunk_start_[c] * w;
+      block_counts[static_cast<size_t>(d)] = local_counts_[e] * w;
+      block_displs[static_cast<size_t>(d)] = expert_start_[e] * w;
+      chunk_counts[static_cast<size_t>(d)] = global_counts_[c] * w;
+      chunk_displs[static_cast<size_t>(d)] = chunk_start_[c] * w;
     }
-    groups_.ep->alltoallv<T>(const_span_of(permuted), send_counts, send_displs, span_of(sorted), recv_counts,
-                             recv_displs);
+    if (to_experts)
+      groups_.ep->alltoallv<T>(const_span_of(from), block_counts, block_displs, span_of(to), chunk_counts,
+                               chunk_displs);
+    else
+      groups_.ep->alltoallv<T>(const_span_of(from), chunk_counts, chunk_displs, span_of(to), block_counts,
+                               block_displs);
   }
-  return sorted;
-}
-
-// The transpose of exchange_sorted: chunk (destination, i) goes back into expert i's block of its source.
-template <typename T>
-template <typename M>
-M AlltoAllDispatcher<T>::exchange_back(const M& sorted) const {
-  const Eigen::Index w = sorted.cols();
-  M permuted(total(input_splits_), w);
-  std::vector<std::int64_t> send_counts(static_cast<size_t>(ep_)), send_displs = send_counts,
-      recv_counts = send_counts, recv_displs = send_counts;
-  for (int i = 0; i < local_experts_; ++i) {
-    for (int d = 0; d < ep_; ++d) {
-      const auto e = static_cast<size_t>(groups_.experts_of_peer(num_experts_, d).first + i);
-      const auto c = static_cast<size_t>(d * local_experts_ + i);
-      send_counts[static_cast<size_t>(d)] = global_counts_[c] * w;
-      send_displs[static_cast<size_t>(d)] = chunk_start_[c] * w;
-      recv_counts[static_cast<size_t>(d)] = local_counts_[e] * w;
-      recv_displs[static_cast<size_t>(d)] = expert_start_[e] * w;
-    }
-    groups_.ep->alltoallv<T>(const_span_of(sorted), send_counts, send_displs, span_of(permuted), recv_counts,
-                             recv_displs);
-  }
-  return permuted;
+  return to;
 }
 
 template <typename T>
 template <typename M>
 M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
   if (direct_) {
-    M back = exchange_back(rows);
+    M back = exchange_direct(rows, /*to_experts=*/false);
     this->observe("ep_alltoallv_back", back);
     return back;
   }
@@ -224,7 +206,7 @@ Matrix<T> AlltoAllDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
   const Matrix<T> send = kernels_.gather_rows(grad_y, permuted_rows_);
   this->observe("permute", send);
   if (direct_) {
-    Matrix<T> rows = exchange_sorted(send);
+    Matrix<T> rows = exchange_direct(send, /*to_experts=*/true);
     this->observe("ep_alltoallv", rows);
     return rows;
   }

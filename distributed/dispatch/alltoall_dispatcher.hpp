@@ -31,11 +31,9 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   void preprocess(const BoolMatrix& map);
   template <typename M>
   M to_sources(const M& rows) const;
-  // The direct exchanges (etp = 1): expert-major rows → sorted chunks, and back.
+  // The direct exchange (etp = 1): expert-major rows → sorted chunks (to_experts), or back.
   template <typename M>
-  M exchange_sorted(const M& permuted) const;
-  template <typename M>
-  M exchange_back(const M& sorted) const;
+  M exchange_direct(const M& from, bool to_experts) const;
 
   DispatchGroups groups_;
   const KernelBackend& kernels_;
