@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -214,7 +215,8 @@ std::int64_t parse_size(const std::string& text) {
   }
   const std::string unit = text.substr(used);
   const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : 0;
-  if (scale == 0 || value <= 0) throw std::invalid_argument("size '" + text + "': a positive number with K, M or G");
+  if (scale == 0 || !(value > 0)) throw std::invalid_argument("size '" + text + "': a positive number with K, M or G");
+  if (value * scale > 0x1p50) throw std::invalid_argument("size '" + text + "': more than 1 PiB per rank");
   return static_cast<std::int64_t>(value * scale);
 }
 
@@ -226,7 +228,11 @@ std::vector<int> sweep_tokens(const BenchOptions& o) {
   const double per_token = 8.0 * o.topk * o.hidden;
   std::vector<int> out;
   for (double size = double(begin); size <= double(end); size *= o.factor) {
-    const int tokens = std::max(1, static_cast<int>(std::lround(size / per_token)));
+    const double whole = std::max(1.0, std::round(size / per_token));
+    if (whole > std::numeric_limits<int>::max())
+      throw std::invalid_argument("--sweep: " + std::to_string(std::int64_t(size)) + " bytes is more than " +
+                                  std::to_string(std::numeric_limits<int>::max()) + " tokens per rank");
+    const int tokens = static_cast<int>(whole);
     if (out.empty() || out.back() != tokens) out.push_back(tokens);
   }
   return out;
@@ -312,34 +318,36 @@ void add_bench_command(CLI::App& app) {
                                                                      dist::DispatcherKind::flex}
                                : std::vector<dist::DispatcherKind>{dist::parse_dispatcher(o->dispatcher)};
     std::vector<Result> results;
+    // Every size of the run (one without --sweep), each through every chosen dispatcher.
+    auto for_each_size = [&](auto&& bench) {
+      for (int tokens : token_counts) {
+        BenchOptions sized = *o;
+        sized.tokens = tokens;
+        for (auto k : kinds) bench(sized, k);
+      }
+    };
     if (o->backend == "mpi") {
       int argc = 0;
       char** argv = nullptr;
       MpiRuntime mpi(argc, argv);
       MpiCommunicator world(mpi);
       if (o->experts % world.size()) throw std::invalid_argument("--experts must divide by the number of ranks");
-      for (int tokens : token_counts) {
-        BenchOptions sized = *o;
-        sized.tokens = tokens;
-        for (auto k : kinds) results.push_back(bench_rank(world, sized, k, true));
-      }
+      for_each_size([&](const BenchOptions& sized, dist::DispatcherKind k) {
+        results.push_back(bench_rank(world, sized, k, true));
+      });
       if (world.rank() == 0) report(results, *o, world.size());
       return;
     }
     if (o->backend != "inproc") throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
     if (o->experts % o->world) throw std::invalid_argument("--experts must divide by --world");
-    for (int tokens : token_counts) {
-      BenchOptions sized = *o;
-      sized.tokens = tokens;
-      for (auto k : kinds) {
-        std::mutex mu;
-        InprocWorld(o->world).run([&](Communicator& world) {
-          Result r = bench_rank(world, sized, k, false);
-          std::lock_guard<std::mutex> lock(mu);
-          if (world.rank() == 0) results.push_back(r);
-        });
-      }
-    }
+    for_each_size([&](const BenchOptions& sized, dist::DispatcherKind k) {
+      std::mutex mu;
+      InprocWorld(o->world).run([&](Communicator& world) {
+        Result r = bench_rank(world, sized, k, false);
+        std::lock_guard<std::mutex> lock(mu);
+        if (world.rank() == 0) results.push_back(r);
+      });
+    });
     report(results, *o, o->world);
   });
 }

@@ -152,6 +152,8 @@ TEST(CliBench, SweepChecksEveryOutput) {
   EXPECT_EQ(tokens, (std::vector<int>{4, 4, 4, 16, 16, 16, 64, 64, 64}));
   EXPECT_EQ(run("bench --sweep -b 1M -e 1K").status, 2);
   EXPECT_EQ(run("bench --sweep -b 1X").status, 2);
+  EXPECT_EQ(run("bench --sweep -e 1e30G").status, 2);  // would overflow a byte count
+  EXPECT_EQ(run("bench --sweep -b 0.5G -e 1023G --hidden 1 --topk 1 --experts 1").status, 2);  // > INT_MAX tokens
   EXPECT_EQ(run("bench --sweep --permute").status, 2);
 }
 
