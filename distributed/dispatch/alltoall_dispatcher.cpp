@@ -27,7 +27,7 @@ AlltoAllDispatcher<T>::AlltoAllDispatcher(const DispatchGroups& groups, int num_
 }
 
 template <typename T>
-void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
+void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map, Eigen::Index width) {
   const int E = num_experts_, L = local_experts_;
   std::vector<std::int64_t>& local_counts = local_counts_;
   local_counts.assign(static_cast<size_t>(E), 0);
@@ -75,17 +75,23 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
   for (int i = 0; i < L; ++i)
     for (int c = 0; c < etp_ * ep_; ++c) order.push_back(c * L + i);
 #endif
-  sorted_rows_ = kernels::sort_chunks_rows(global_counts_, order);
-  chunk_start_.assign(global_counts_.size(), 0);
-  std::int64_t at = 0;
-  for (const auto c : order) {
-    chunk_start_[static_cast<size_t>(c)] = at;
-    at += global_counts_[static_cast<size_t>(c)];
+  // Every rank of the domain sees the same domain_rows_ and width, so all take the same path. The direct exchange
+  // needs where each chunk lands; the other path the sort as a row gather and its inverse, so that undoing the sort
+  // is one gather rather than zero-fill plus scatter.
+  direct_ = etp_ == 1 && domain_rows_ * width * static_cast<std::int64_t>(sizeof(T)) >= direct_min_bytes_;
+  if (direct_) {
+    chunk_start_.assign(global_counts_.size(), 0);
+    std::int64_t at = 0;
+    for (const auto c : order) {
+      chunk_start_[static_cast<size_t>(c)] = at;
+      at += global_counts_[static_cast<size_t>(c)];
+    }
+  } else {
+    sorted_rows_ = kernels::sort_chunks_rows(global_counts_, order);
+    unsorted_rows_.assign(sorted_rows_.size(), 0);
+    for (size_t j = 0; j < sorted_rows_.size(); ++j)
+      unsorted_rows_[static_cast<size_t>(sorted_rows_[j])] = static_cast<std::int64_t>(j);
   }
-  // Its inverse, so that undoing the sort is one gather rather than zero-fill plus scatter.
-  unsorted_rows_.assign(sorted_rows_.size(), 0);
-  for (size_t j = 0; j < sorted_rows_.size(); ++j)
-    unsorted_rows_[static_cast<size_t>(sorted_rows_[j])] = static_cast<std::int64_t>(j);
   this->observe_counts("tokens_per_expert", local_counts);
   this->observe_counts("input_splits", input_splits_);
   this->observe_counts("global_counts", global_counts_);
@@ -95,7 +101,7 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map) {
 template <typename T>
 ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<T>& probs, const BoolMatrix& map) {
   tokens_ = tokens.rows();
-  preprocess(map);
+  preprocess(map, tokens.cols());
 
   permuted_rows_.clear();
   permuted_experts_.clear();
@@ -112,8 +118,6 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
   this->observe("permute", permuted);
   this->observe("permute", permuted_probs);
 
-  // Every rank of the domain sees the same domain_rows_ and width, so all take the same path.
-  direct_ = etp_ == 1 && domain_rows_ * tokens.cols() * static_cast<std::int64_t>(sizeof(T)) >= direct_min_bytes_;
   if (direct_) {
     Matrix<T> x = exchange_direct(permuted, /*to_experts=*/true);
     Matrix<T> p = exchange_direct(Matrix<T>(permuted_probs), /*to_experts=*/true);

@@ -28,7 +28,7 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   const std::vector<std::int64_t>& output_splits() const { return output_splits_; }
 
  private:
-  void preprocess(const BoolMatrix& map);
+  void preprocess(const BoolMatrix& map, Eigen::Index width);
   template <typename M>
   M to_sources(const M& rows) const;
   // The direct exchange (etp = 1): expert-major rows → sorted chunks (to_experts), or back.
@@ -44,11 +44,11 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   std::vector<std::int64_t> global_counts_;   // [etp, ep, L] rows per (ETP rank, EP source, local expert)
   std::vector<std::int64_t> gathered_rows_;   // [etp] rows each ETP rank contributes to the allgather
   std::vector<std::int64_t> group_sizes_;     // [L] rows per local expert
-  std::vector<std::int64_t> sorted_rows_;     // the chunk sort as a row gather
+  std::vector<std::int64_t> sorted_rows_;     // the chunk sort as a row gather (not direct)
   std::vector<std::int64_t> unsorted_rows_;   // and its inverse
   std::vector<std::int64_t> local_counts_;    // [E] rows this rank sends to each expert
   std::vector<std::int64_t> expert_start_;    // [E] where expert e's rows start in the permuted order
-  std::vector<std::int64_t> chunk_start_;     // [etp, ep, L] where each chunk lands in the sorted order
+  std::vector<std::int64_t> chunk_start_;     // [etp, ep, L] where each chunk lands in the sorted order (direct)
   std::int64_t direct_min_bytes_ = 0;
   std::int64_t domain_rows_ = 0;              // routed rows of the whole dispatch domain (equal on its ranks)
   bool direct_ = false;                       // this use exchanges directly into the sorted order

@@ -28,8 +28,9 @@ struct Case {
 };
 
 std::string name_of(const Case& c) {
-  return std::string(to_string(c.kind)) + (c.direct ? "_direct" : "") + "_w" + std::to_string(c.layout.world) + "_tp" + std::to_string(c.layout.tp) +
-         "_ep" + std::to_string(c.layout.ep) + "_etp" + std::to_string(c.layout.etp);
+  return std::string(to_string(c.kind)) + (c.direct ? "_direct" : "") + "_w" + std::to_string(c.layout.world) +
+         "_tp" + std::to_string(c.layout.tp) + "_ep" + std::to_string(c.layout.ep) + "_etp" +
+         std::to_string(c.layout.etp);
 }
 
 // gtest prints parameters in test names and failures: the name identifies a case.
