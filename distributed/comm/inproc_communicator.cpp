@@ -29,14 +29,15 @@ struct Elements {
 InprocCommunicator::InprocCommunicator(std::shared_ptr<Group> group, int rank)
     : group_(std::move(group)), rank_(rank) {}
 
-// Every rank reads its peers' posted send buffers and writes only its own receive buffer; an in-place result is
-// staged until depart(), because peers may still be reading this rank's buffer.
+// Every rank reads its peers' posted send data and writes only its own receive buffer. When peers may still be
+// reading this rank's own buffer (must_depart), an in-place result is held back until depart().
 void InprocCommunicator::run_collective(const CollectiveCall& call, const void* send, void* recv) {
-  const std::span<const Post> posts = group_->arrive(rank_, Post{call, send, recv});
+  const Group::Arrival arrival = group_->arrive(rank_, Post{call, send, recv});
+  const std::span<const Post> posts = arrival.posts;
   if (call.kind == CollectiveKind::barrier) return;
   const Elements e{element_size(call.type)};
   const int ranks = size();
-  std::vector<std::byte> staged;
+  std::vector<std::byte> held_back;  // an in-place result, written after depart()
   switch (call.kind) {
     case CollectiveKind::broadcast:
       if (rank_ != call.root) e.copy(recv, 0, posts[std::size_t(call.root)].send, 0, call.recv_size);
@@ -67,9 +68,9 @@ void InprocCommunicator::run_collective(const CollectiveCall& call, const void* 
       std::vector<const void*> inputs;
       for (const Post& p : posts) inputs.push_back(e.at(p.send, offset));
       void* out = recv;
-      if (call.in_place) {
-        staged.resize(std::size_t(call.recv_size) * e.size);
-        out = staged.data();
+      if (call.in_place && arrival.must_depart) {
+        held_back.resize(std::size_t(call.recv_size) * e.size);
+        out = held_back.data();
       }
       reduce_in_rank_order(call.type, call.op, inputs, call.recv_size, out);
       break;
@@ -79,8 +80,8 @@ void InprocCommunicator::run_collective(const CollectiveCall& call, const void* 
       throw std::logic_error("run_collective: " + std::string(collective_name(call.kind)) +
                              " is not a data collective");
   }
-  group_->depart(rank_, call.kind);
-  if (!staged.empty()) std::memcpy(recv, staged.data(), staged.size());
+  if (arrival.must_depart) group_->depart(rank_, call.kind);
+  if (!held_back.empty()) std::memcpy(recv, held_back.data(), held_back.size());
 }
 
 std::unique_ptr<Communicator> InprocCommunicator::run_split(const CollectiveCall& call) {

@@ -3,6 +3,7 @@
 #include "distributed/comm/inproc_world.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace moe::inproc {
@@ -17,7 +18,7 @@ void WorldState::wait(std::unique_lock<std::mutex>& lock, int global_rank, const
   me.waiting_for = &what;
   me.ready = &ready;
   abort_if_deadlocked();
-  changed_.wait(lock, [&] { return aborted_ || ready(); });
+  me.changed.wait(lock, [&] { return aborted_ || ready(); });
   me.waiting_for = nullptr;
   me.ready = nullptr;
   if (aborted_) throw WorldAborted("world aborted: " + reason_);
@@ -27,13 +28,20 @@ void WorldState::abort(const std::string& reason) {
   if (aborted_) return;
   aborted_ = true;
   reason_ = reason;
-  changed_.notify_all();
+  notify_all();
+}
+
+void WorldState::notify(std::span<const int> global_ranks) {
+  for (int g : global_ranks) ranks_[std::size_t(g)].changed.notify_one();
+}
+
+void WorldState::notify_all() {
+  for (RankState& r : ranks_) r.changed.notify_one();
 }
 
 void WorldState::finish(int global_rank) {
   ranks_[std::size_t(global_rank)].finished = true;
-  abort_if_deadlocked();
-  changed_.notify_all();
+  abort_if_deadlocked();  // a returned rank changes no one's condition; it can only make the world deadlocked
 }
 
 // Only a rank that is running can make another rank's condition true; if none is, nothing ever will.
@@ -59,7 +67,9 @@ Group::Group(std::shared_ptr<WorldState> world, std::vector<int> members, std::s
     : world_(std::move(world)),
       members_(std::move(members)),
       name_(std::move(name)),
-      posts_(members_.size()),
+      posts_{std::vector<Post>(members_.size()), std::vector<Post>(members_.size())},
+      staged_{std::vector<std::vector<std::byte>>(members_.size()), std::vector<std::vector<std::byte>>(members_.size())},
+      calls_(members_.size()),
       split_results_(members_.size()) {}
 
 void Group::sync(std::unique_lock<std::mutex>& lock, int rank, const std::string& what,
@@ -69,16 +79,16 @@ void Group::sync(std::unique_lock<std::mutex>& lock, int rank, const std::string
     arrived_ = 0;
     ++generation_;
     complete();
-    world_->notify();
+    world_->notify(members_);
     return;
   }
   world_->wait(lock, members_[std::size_t(rank)], what, [&] { return generation_ != generation; });
 }
 
-void Group::check_posts() {
+void Group::check_posts(std::span<const Post> posts) {
   std::vector<CollectiveCall> calls;
-  calls.reserve(posts_.size());
-  for (const Post& p : posts_) calls.push_back(p.call);
+  calls.reserve(posts.size());
+  for (const Post& p : posts) calls.push_back(p.call);
   try {
     check_calls(calls);
     error_.clear();
@@ -87,13 +97,35 @@ void Group::check_posts() {
   }
 }
 
-std::span<const Post> Group::arrive(int rank, Post post) {
+Group::Arrival Group::arrive(int rank, Post post) {
+  const std::size_t r = std::size_t(rank);
+  const std::size_t parity = calls_[r]++ & 1;
+  std::vector<Post>& posts = posts_[parity];
+  const std::size_t bytes = std::size_t(post.call.send_size) * element_size(post.call.type);
+  if (post.send == nullptr || bytes == 0) {
+    post.staged = true;  // nothing of this rank's is read
+  } else if (bytes <= kStageBytes) {
+    std::vector<std::byte>& copy = staged_[parity][r];  // free: every peer has finished reading it (see header)
+    copy.resize(bytes);
+    std::memcpy(copy.data(), post.send, bytes);
+    post.send = copy.data();
+    post.staged = true;
+  }
+  if (size() == 1) {
+    posts[0] = std::move(post);
+    check_posts(posts);
+    if (!error_.empty()) throw std::invalid_argument(error_);
+    return {posts, false};
+  }
   const std::string what = std::string(collective_name(post.call.kind)) + " on " + name_;
   std::unique_lock lock(world_->mutex);
-  posts_[std::size_t(rank)] = std::move(post);
-  sync(lock, rank, what, [this] { check_posts(); });
+  posts[r] = std::move(post);
+  sync(lock, rank, what, [&] {
+    check_posts(posts);
+    must_depart_[parity] = std::any_of(posts.begin(), posts.end(), [](const Post& p) { return !p.staged; });
+  });
   if (!error_.empty()) throw std::invalid_argument(error_);
-  return posts_;
+  return {posts, must_depart_[parity]};
 }
 
 void Group::depart(int rank, CollectiveKind kind) {
@@ -103,10 +135,10 @@ void Group::depart(int rank, CollectiveKind kind) {
 }
 
 // Runs once, by the last rank to arrive: groups by color, ranks within a group by (key, parent rank).
-void Group::build_split() {
+void Group::build_split(std::span<const Post> posts) {
   std::map<std::int64_t, std::vector<std::pair<std::int64_t, int>>> by_color;
   for (int r = 0; r < size(); ++r)
-    by_color[posts_[std::size_t(r)].call.color].emplace_back(posts_[std::size_t(r)].call.key, r);
+    by_color[posts[std::size_t(r)].call.color].emplace_back(posts[std::size_t(r)].call.key, r);
   for (auto& [color, ranks] : by_color) {
     std::sort(ranks.begin(), ranks.end());
     std::vector<int> members;
@@ -118,11 +150,12 @@ void Group::build_split() {
 
 std::pair<std::shared_ptr<Group>, int> Group::split(int rank, const CollectiveCall& call) {
   const std::string what = "split on " + name_;
+  std::vector<Post>& posts = posts_[calls_[std::size_t(rank)]++ & 1];
   std::unique_lock lock(world_->mutex);
-  posts_[std::size_t(rank)] = Post{call, nullptr, nullptr};
-  sync(lock, rank, what, [this] {
-    check_posts();
-    if (error_.empty()) build_split();  // the calls fit, so every rank called split
+  posts[std::size_t(rank)] = Post{call, nullptr, nullptr, true};
+  sync(lock, rank, what, [&] {
+    check_posts(posts);
+    if (error_.empty()) build_split(posts);  // the calls fit, so every rank called split
   });
   if (!error_.empty()) throw std::invalid_argument(error_);
   return std::exchange(split_results_[std::size_t(rank)], {});
@@ -131,7 +164,8 @@ std::pair<std::shared_ptr<Group>, int> Group::split(int rank, const CollectiveCa
 void Group::send(int source, int dest, int tag, Message message) {
   std::lock_guard lock(world_->mutex);
   mailbox_[{source, dest, tag}].push_back(std::move(message));
-  world_->notify();
+  const int receiver = members_[std::size_t(dest)];
+  world_->notify(std::span(&receiver, 1));
 }
 
 Message Group::recv(int dest, int source, int tag) {

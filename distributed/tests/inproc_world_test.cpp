@@ -2,11 +2,14 @@
 // hanging it, barriers really separate phases, and reductions do not depend on thread timing.
 #include "distributed/comm/inproc_world.hpp"
 
+#include "distributed/comm/inproc_state.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -124,6 +127,60 @@ TEST(InprocWorld, ReductionsDoNotDependOnTiming) {
     results.push_back(result);
   }
   for (const auto& r : results) EXPECT_EQ(std::memcmp(r.data(), results[0].data(), n * sizeof(double)), 0);
+}
+
+
+// A rank overwrites its send buffer the moment a collective returns, for many rounds in a row, while peers on a
+// busy machine may still be reading. Small sends are copied at arrive (two slots, by call parity), large ones are
+// read in place behind a second rendezvous; in both, every rank must see each peer's data of that very round.
+// Rank r sends counts[r] elements to every peer, so a mixed round (one large sender) takes the second
+// rendezvous on every rank.
+int rounds_with_stale_data(int size, const std::vector<std::int64_t>& counts, int rounds) {
+  std::atomic<int> stale{0};
+  InprocWorld(size).run([&](Communicator& comm) {
+    const int me = comm.rank();
+    std::vector<std::int64_t> send_counts(std::size_t(size), counts[std::size_t(me)]);
+    std::vector<std::int64_t> recv_counts(counts.begin(), counts.end());
+    std::vector<double> send(std::size_t(counts[std::size_t(me)] * size));
+    std::vector<double> recv(std::size_t(std::accumulate(counts.begin(), counts.end(), std::int64_t(0))));
+    for (int k = 0; k < rounds; ++k) {
+      std::fill(send.begin(), send.end(), double(me * 1'000'000 + k));
+      comm.alltoallv<double>(send, send_counts, recv, recv_counts);
+      std::size_t at = 0;
+      bool ok = true;
+      for (int j = 0; j < size; ++j)
+        for (std::int64_t i = 0; i < counts[std::size_t(j)]; ++i) ok = ok && recv[at++] == double(j * 1'000'000 + k);
+      if (!ok) ++stale;
+    }
+  });
+  return stale;
+}
+
+TEST(InprocWorld, ASmallSendBufferIsFreeAsSoonAsTheCollectiveReturns) {
+  EXPECT_EQ(rounds_with_stale_data(4, {64, 64, 64, 64}, 3000), 0);
+}
+
+TEST(InprocWorld, ALargeSendBufferIsReadInPlaceBeforeAnyRankLeaves) {
+  const std::int64_t large = std::int64_t(inproc::Group::kStageBytes / sizeof(double)) / 4 + 1;  // over the limit
+  EXPECT_EQ(rounds_with_stale_data(4, {large, large, large, large}, 200), 0);
+  EXPECT_EQ(rounds_with_stale_data(4, {large, 8, 8, 8}, 300), 0);  // one large sender: everyone waits for readers
+}
+
+// An in-place allreduce writes its result into the buffer peers read from: small or large, every rank's result
+// is the sum of what all ranks held before.
+TEST(InprocWorld, InPlaceReductionsOfAnySizeReadTheInputsOfTheirRound) {
+  for (std::size_t n : {std::size_t(16), inproc::Group::kStageBytes / sizeof(double) + 1}) {
+    std::atomic<int> wrong{0};
+    InprocWorld(4).run([&](Communicator& comm) {
+      std::vector<double> x(n);
+      for (int k = 0; k < 50; ++k) {
+        std::fill(x.begin(), x.end(), double(comm.rank() + k));
+        comm.allreduce<double>(std::span(x), ReduceOp::sum);
+        for (double v : x) wrong += v != double(0 + 1 + 2 + 3 + 4 * k);
+      }
+    });
+    EXPECT_EQ(wrong, 0) << n << " elements";
+  }
 }
 
 }  // namespace
