@@ -14,13 +14,23 @@ std::vector<std::int64_t> group_starts(const std::vector<std::int64_t>& sizes, E
   return start;
 }
 
-// body(e, begin, n) for every local expert e with n > 0 rows from row `begin`, experts in parallel: each writes only
-// its own rows and its own weight gradients.
+// Multiply-adds below which the experts run on the calling thread: starting a team costs more than it saves, and
+// with in-process ranks (threads already) every team of every rank wakes threads on the same cores.
+constexpr double kParallelMacs = double(1 << 20);
+
+// Multiply-adds of one row through one expert shard: fc1 and fc2.
+template <typename T>
+double macs_per_row(const ExpertShards<T>& w) {
+  return w.fc1.empty() ? 0.0 : double(w.fc1[0].size() + w.fc2[0].size());
+}
+
+// body(e, begin, n) for every local expert e with n > 0 rows from row `begin`, experts in parallel when there is
+// enough work: each writes only its own rows and its own weight gradients.
 template <typename Body>
-void for_each_group(const std::vector<std::int64_t>& sizes, Eigen::Index rows, Body&& body) {
+void for_each_group(const std::vector<std::int64_t>& sizes, Eigen::Index rows, double macs_per_row, Body&& body) {
   const auto start = group_starts(sizes, rows);
   const auto experts = static_cast<std::int64_t>(sizes.size());
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) if (double(rows) * macs_per_row >= kParallelMacs)
   for (std::int64_t e = 0; e < experts; ++e) {
     const auto ei = static_cast<size_t>(e);
     if (sizes[ei] > 0) body(ei, Eigen::Index(start[ei]), Eigen::Index(sizes[ei]));
@@ -61,7 +71,7 @@ GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::ve
   const Eigen::Index d2 = w.fc1.empty() ? 0 : w.fc1.front().rows();
   GroupedSwigluForward<T> f{Matrix<T>::Zero(x.rows(), w.fc2.empty() ? x.cols() : w.fc2.front().rows()),
                             Matrix<T>(x.rows(), d2)};
-  for_each_group(group_sizes, x.rows(), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
+  for_each_group(group_sizes, x.rows(), macs_per_row(w), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
     const auto p = probs.segment(begin, n).array();
     if (options.probs_on_input)
       f.pre.middleRows(begin, n).noalias() =
@@ -85,7 +95,7 @@ GroupedSwigluBackward<T> grouped_swiglu_backward(const Matrix<T>& x, const std::
                                                  const SwigluOptions& options, const Matrix<T>& pre,
                                                  const Matrix<T>& dy, ExpertShards<T>& grads) {
   GroupedSwigluBackward<T> b{Matrix<T>::Zero(x.rows(), x.cols()), Vector<T>::Zero(x.rows())};
-  for_each_group(group_sizes, x.rows(), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
+  for_each_group(group_sizes, x.rows(), macs_per_row(w), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
     const auto p = probs.segment(begin, n).array();
     const Activation<T> a(pre.middleRows(begin, n), options);
     const Matrix<T> act = a.act().matrix();
