@@ -48,3 +48,7 @@
 #define MOE_BUG_Z_LOCAL_MEAN_NOT_SPLIT 19       // router_statistics.cpp: z-loss-local-mean without the 1/|tp_cp|
 #define MOE_BUG_SEQ_AUX_OWN_LENGTH 20           // router_statistics.cpp: seq-aux-mean-length ignored
 #define MOE_BUG_BIAS_COUNTS_SLOTS_IGNORED 21    // local_router.cpp: bias-counts-padded-slots ignored
+// rank_optimizer.cpp — the global gradient norm of clipping
+#define MOE_BUG_CLIP_SP_COUNTED_PER_TP_RANK 22  // tp-replicated (router, norms, embedding) counted on every tp rank
+#define MOE_BUG_CLIP_EXPERT_NOT_SUMMED_OVER_EP 23  // expert squares summed over expt_tp and pp, not over ep
+#define MOE_BUG_CLIP_EXPERT_REPLICAS_COUNTED 24  // DDP: expert squares summed over expt_dp, each replica counted

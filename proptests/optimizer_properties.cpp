@@ -5,6 +5,9 @@
 // The update is SGD with learning rate 1, so every parameter moves by exactly its synchronised gradient and a
 // scaling error of any size shows in the parameters. (Adam would hide it: m/√v does not change when a whole
 // tensor's gradient is scaled.)
+//
+// With gradient clipping the global norm is compared too ("grad_norm"), so a parameter counted twice or not at all
+// shows even where the clip factor stays 1.
 #include "proptests/differential.hpp"
 #include "proptests/generators.hpp"
 #include "proptests/property.hpp"
@@ -14,7 +17,7 @@
 namespace moe::proptest {
 namespace {
 
-void require_trajectory_match(bool distributed_optimizer) {
+void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0) {
   const Scenario s = *scenarios();
   RC_TAG(s.layout.world <= 2 ? "world 1-2" : s.layout.world <= 8 ? "world 3-8" : "world 9-32");
   const dist::CheckProblem p = make_problem(s);
@@ -28,11 +31,13 @@ void require_trajectory_match(bool distributed_optimizer) {
   run.optimizer.config.kind = OptimizerKind::sgd;
   run.optimizer.config.sgd.lr = 1.0;
   run.optimizer.distributed = distributed_optimizer;
+  run.optimizer.config.clip_grad = clip_grad;
   const auto steps = dist::check_run_inproc(run, dist::oracle_trajectory(run));
   RC_ASSERT(steps.size() == 1u);
   if (!steps[0].pass())
     RC_FAIL(std::string(distributed_optimizer ? "the distributed optimizer's" : "DDP's") + " step (" +
-            std::string(to_string(p.options.mode)) + ") differs from the oracle's trajectory; " + report(steps[0]));
+            std::string(to_string(p.options.mode)) + (clip_grad > 0 ? ", clipped to " + std::to_string(clip_grad) : "") +
+            ") differs from the oracle's trajectory; " + report(steps[0]));
   RC_ASSERT(steps[0].errors[static_cast<size_t>(dist::Quantity::parameters)].compared > 0);
 }
 
@@ -41,5 +46,13 @@ void require_trajectory_match(bool distributed_optimizer) {
 MOE_PROPERTY(Optimizer, DdpStepMatchesTrajectory, 60, ()) { require_trajectory_match(false); }
 
 MOE_PROPERTY(Optimizer, DistributedStepMatchesTrajectory, 60, ()) { require_trajectory_match(true); }
+
+// Max norms below and around the tiny models' gradient norms (about 0.05 to 1), so most steps clip.
+MOE_PROPERTY(Optimizer, ClippedStepMatchesTrajectory, 150, ()) {
+  const bool distributed = *rc::gen::arbitrary<bool>();
+  const double clip = *rc::gen::element(0.01, 0.1, 0.5);
+  RC_TAG(distributed ? "distributed optimizer" : "DDP");
+  require_trajectory_match(distributed, clip);
+}
 
 }  // namespace moe::proptest

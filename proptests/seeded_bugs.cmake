@@ -26,6 +26,9 @@ set(MOE_SEEDED_BUGS
   "z_local_mean_not_split         19 train/router_statistics.cpp   TrainStep.MegatronProfileMatchesOracle"
   "seq_aux_own_length             20 train/router_statistics.cpp   TrainStep.MegatronProfileMatchesOracle"
   "bias_counts_slots_ignored      21 train/local_router.cpp        TrainStep.MegatronProfileMatchesOracle"
+  "clip_sp_counted_per_tp_rank    22 train/rank_optimizer.cpp      Optimizer.ClippedStepMatchesTrajectory"
+  "clip_expert_not_summed_over_ep 23 train/rank_optimizer.cpp      Optimizer.ClippedStepMatchesTrajectory"
+  "clip_expert_replicas_counted   24 train/rank_optimizer.cpp      Optimizer.ClippedStepMatchesTrajectory"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

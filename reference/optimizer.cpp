@@ -1,5 +1,6 @@
 #include "reference/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -23,6 +24,25 @@ Paired pair(const ModelConfig& config, ModelParams<double>& params, ModelParams<
 }
 
 }  // namespace
+
+double clip_coefficient(double max_norm, double norm) {
+  if (!(max_norm > 0)) throw std::invalid_argument("gradient clipping: the max norm must be > 0");
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
+GradClip clip_grad_norm(const ModelConfig& config, double max_norm, ModelParams<double>& grads) {
+  GradClip clip;
+  const std::vector<TensorView<double>> tensors = trained_tensors(config, grads);
+  double squares = 0;
+  for (const auto& t : tensors)
+    for (Eigen::Index j = 0; j < t.size; ++j) squares += t.data[j] * t.data[j];
+  clip.norm = std::sqrt(squares);
+  clip.coefficient = clip_coefficient(max_norm, clip.norm);
+  if (clip.coefficient < 1.0)
+    for (const auto& t : tensors)
+      for (Eigen::Index j = 0; j < t.size; ++j) t.data[j] *= clip.coefficient;
+  return clip;
+}
 
 void sgd_step(const ModelConfig& config, const SgdConfig& sgd, ModelParams<double>& params,
               ModelParams<double>& grads) {

@@ -2,6 +2,8 @@
 //   SGD:   θ ← θ − lr·g
 //   AdamW: m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;  m̂ = m/(1−β1ᵗ);  v̂ = v/(1−β2ᵗ)
 //          θ ← θ − lr·(m̂/(√v̂ + ε) + wd·θ)                  (decoupled weight decay, torch.optim.AdamW)
+// Gradient clipping (before either): with max_norm > 0, the global L2 norm ‖g‖ of every trained gradient, then
+//   c = max_norm / (‖g‖ + 1e-6);  g ← c·g when c < 1          (Megatron's clip_grad_by_total_norm_fp32)
 // The expert bias is not among the trained tensors: it moves by the count rule (expert_bias.hpp).
 #pragma once
 
@@ -33,6 +35,15 @@ struct AdamState {
 // `grads` must have the shapes of `params` (as model_backward returns them).
 void sgd_step(const ModelConfig& config, const SgdConfig& sgd, ModelParams<double>& params,
               ModelParams<double>& grads);
+// What clipping found: the norm before clipping and the factor applied (1 when not clipped).
+struct GradClip {
+  double norm = 0;
+  double coefficient = 1;
+};
+// The clip coefficient of a global norm; shared with the parallel system so both clip at the same point.
+double clip_coefficient(double max_norm, double norm);
+GradClip clip_grad_norm(const ModelConfig& config, double max_norm, ModelParams<double>& grads);
+
 void adam_step(const ModelConfig& config, const AdamConfig& adam, AdamState& state, ModelParams<double>& params,
                ModelParams<double>& grads);
 

@@ -16,10 +16,12 @@ struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adam;
   SgdConfig sgd;
   AdamConfig adam;
+  double clip_grad = 0;  // > 0: clip the global gradient norm to this before the step (optimizer.hpp); 0: off
 };
 
 struct TrajectoryPoint {
   double objective = 0;           // J of the step (before its update)
+  double grad_norm = 0;           // the global gradient norm before clipping (0 when clipping is off)
   ModelParams<double> params;     // after the update, expert biases included
   AdamState adam;                 // after the update (empty for SGD)
 };

@@ -48,6 +48,7 @@ struct CheckOptions {
   std::string resume_as;  // "world=4,ep=2,etp=2" (steps ≥ 2)
   std::string optimizer = "adam";
   bool distributed_optimizer = false;
+  double clip_grad = 0;
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   std::string dtype = "double";
   double atol = 0, rtol = 0;  // unless given: the training-step row of reference/tolerance.hpp for the dtype
@@ -117,6 +118,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     if (!o.resume_as.empty()) r.resume_as = o.resume_as;
     if (r.steps < 2) r.resume_as.clear();
     r.distributed_optimizer = r.distributed_optimizer || o.distributed_optimizer;
+    if (o.clip_grad > 0) r.clip_grad = o.clip_grad;
   }
   return rows;
 }
@@ -146,10 +148,17 @@ struct Run {
   std::vector<dist::RankComparison> steps{};  // one per training step (rows with steps)
 };
 
+std::string shortest(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
 std::string row_label(const CheckRow& r) {
   std::string label = r.name + " " + r.run.scaling + " b" + std::to_string(r.run.micro_batch);
   if (r.steps > 0)
     label += " " + std::to_string(r.steps) + " steps" + (r.distributed_optimizer ? " dist-opt" : "") +
+             (r.clip_grad > 0 ? " clip " + shortest(r.clip_grad) : "") +
              (r.resume_as.empty() ? "" : " resume " + r.resume_as);
   return label;
 }
@@ -362,6 +371,7 @@ dist::RunProblem run_problem(const CheckOptions& o, const CheckRow& row, const d
   run.options = base.options;
   run.optimizer.config.kind = o.optimizer == "sgd" ? OptimizerKind::sgd : OptimizerKind::adam;
   run.optimizer.distributed = row.distributed_optimizer;
+  run.optimizer.config.clip_grad = row.clip_grad;
   run.tolerance = base.tolerance;
   if (!row.resume_as.empty()) {
     run.resume_as = parse_layout(row.resume_as, "--resume-as");
@@ -484,6 +494,10 @@ void add_check_command(CLI::App& app) {
                   "where resumed runs write their checkpoint (default: a fresh folder under $TMPDIR, or under /dev/shm "
                   "when TMPDIR is unset, removed after)");
   cmd->add_option("--optimizer", o->optimizer, "adam or sgd (with --steps)")->capture_default_str();
+  cmd->add_option("--clip-grad", o->clip_grad,
+                  "with --steps: clip the global gradient norm to this before each update, as Megatron's "
+                  "--clip-grad (each parameter counted once over every parallel axis)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--distributed-optimizer", o->distributed_optimizer,
                 "shard optimizer state; reduce-scatter gradients, all-gather parameters");
   cmd->add_option("--dispatcher,--moe-token-dispatcher-type", o->dispatcher, "alltoall, allgather, flex or all")
@@ -529,6 +543,7 @@ void add_check_command(CLI::App& app) {
     if (o->optimizer != "adam" && o->optimizer != "sgd")
       throw std::invalid_argument("unknown optimizer '" + o->optimizer + "' (adam, sgd)");
     if (!o->resume_as.empty() && o->steps < 2) throw std::invalid_argument("--resume-as needs --steps 2 or more");
+    if (o->clip_grad > 0 && o->steps < 1) throw std::invalid_argument("--clip-grad needs --steps 1 or more");
     if (o->dtype != "double" && o->dtype != "float")
       throw std::invalid_argument("unknown dtype '" + o->dtype + "' (double, float)");
     const bool single = o->dtype == "float";

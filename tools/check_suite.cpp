@@ -62,9 +62,15 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, "per-token", "megatron-main,-router-counts-padding"),
                   cp_tp});
   // Whole training steps (Adam, bias update, distributed optimizer), saved halfway and resumed under another EP.
+  // tiny-v4's gradient norm is about 0.65 in both steps, so a max norm of 0.5 clips each (factor about 0.77).
   CheckRow steps{"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 4, .ep = 4}}, 2,
-                 "world=4,ep=2,etp=2", true};
+                 "world=4,ep=2,etp=2", true, 0.5};
   rows.push_back(steps);
+  // Clipping under DDP where a norm can count a parameter twice or miss one: tp-replicated params (SP) and expert
+  // replicas (EDP 4), expert shards over EP × ETP and stages over PP.
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"),
+                  {ParallelLayout{.world = 8, .tp = 2, .ep = 2}, ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}},
+                  2, "", false, 0.5});
   return rows;
 }
 
@@ -76,7 +82,8 @@ const std::vector<std::string>& all_features() {
                                "probs on input", "capacity by probs", "capacity by position", "pad to capacity",
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "ep", "etp", "edp", "alltoall", "allgather", "flex",
-                               "training steps", "distributed optimizer", "resume under another layout"};
+                               "training steps", "distributed optimizer", "gradient clipping",
+                               "resume under another layout"};
     for (const auto& d : deviation_catalogue())
       if (d.kind == DeviationKind::modelled) n.emplace_back(d.name);
     return n;
@@ -127,6 +134,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   f.insert(dispatcher);
   add_if(row.steps > 0, "training steps");
   add_if(row.steps > 0 && row.distributed_optimizer, "distributed optimizer");
+  add_if(row.steps > 0 && row.clip_grad > 0, "gradient clipping");
   add_if(!row.resume_as.empty(), "resume under another layout");
   for (Deviation d : m.semantics().in_mode(row.run.mode()).deviations())
     if (deviation_info(d).kind == DeviationKind::modelled) f.insert(std::string(deviation_info(d).name));

@@ -19,6 +19,7 @@ struct CheckRow {
   int steps = 0;          // 0: one step, gradients compared before any optimizer
   std::string resume_as{};  // with steps ≥ 2: save after steps/2 and continue under this layout
   bool distributed_optimizer = false;
+  double clip_grad = 0;  // with steps: clip the global gradient norm to this (0: off)
 };
 
 std::vector<CheckRow> default_rows();

@@ -62,6 +62,7 @@ std::vector<RankComparison> run_phase(Communicator& world, const RunProblem& p, 
       const double objective = trainer->step(p.batches[static_cast<size_t>(s)]);
       const ShardMoments moments = trainer->moments();
       out.push_back(merge_over(*sub, compare_with_trajectory(p.config, oracle[static_cast<size_t>(s)], objective,
+                                                             trainer->grad_norm(),
                                                              trainer->params(), moments, groups, sub->rank(),
                                                              p.tolerance)));
     }

@@ -116,10 +116,12 @@ ModelParams<double> moments_as_model(const ModelConfig& config, ModelParams<doub
 }  // namespace
 
 RankComparison compare_with_trajectory(const ModelConfig& config, const TrajectoryPoint& oracle, double objective,
+                                       double grad_norm,
                                        ModelShard<double>& params, const ShardMoments& moments,
                                        const ProcessGroups& groups, int rank, const Tolerance& tolerance) {
   Comparer cmp{tolerance, rank, {}};
   cmp.check(Quantity::objective, "objective", &objective, &oracle.objective, 1);
+  cmp.check(Quantity::objective, "grad_norm", &grad_norm, &oracle.grad_norm, 1);  // 0 = 0 when clipping is off
   const int first_expert = groups.experts_of(rank, config.layer.num_experts).first;
   ModelShard<double> want = shard_model(config, oracle.params, groups, rank);
   const auto got = shard_tensors(params, first_expert);

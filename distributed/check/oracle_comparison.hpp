@@ -55,9 +55,10 @@ struct RankComparison {
 RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& oracle, RankStep& step,
                                    const ProcessGroups& groups, int rank, const Tolerance& tolerance);
 
-// After a whole training step: the objective, every parameter of the shard (expert biases included) and the
+// After a whole training step: the objective, the gradient norm before clipping, every parameter of the shard (expert biases included) and the
 // Adam moments (`moments` empty for SGD) against the oracle's trajectory point.
 RankComparison compare_with_trajectory(const ModelConfig& config, const TrajectoryPoint& oracle, double objective,
+                                       double grad_norm,
                                        ModelShard<double>& params, const ShardMoments& moments,
                                        const ProcessGroups& groups, int rank, const Tolerance& tolerance);
 

@@ -1,7 +1,9 @@
 #include "distributed/train/rank_optimizer.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -9,7 +11,13 @@ namespace moe::dist {
 
 RankOptimizer::RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
                              ModelShard<double>& params, LossMode mode, const Semantics& semantics)
-    : settings_(settings), params_(params), plan_(groups, comms, mode, semantics, settings.distributed) {
+    : settings_(settings),
+      params_(params),
+      plan_(groups, comms, mode, semantics, settings.distributed),
+      tp_(comms.tp.get()),
+      pp_(comms.pp.get()),
+      ep_(comms.ep.get()),
+      expt_tp_(comms.expt_tp.get()) {
   if (settings.distributed && groups.layout().gtp > 1)
     throw std::invalid_argument("distributed optimizer: GTP axes are not modelled");
   // Sequence-parallel params share the dense buffer: the plan must give them the same collective.
@@ -81,26 +89,81 @@ void RankOptimizer::update(Buffer& b, double* params, const double* grads, Eigen
   }
 }
 
+double RankOptimizer::global_grad_norm(const std::vector<std::vector<double>>& synced) const {
+  const auto tensors = shard_tensors(params_, 0);
+  double squares[2] = {0, 0};  // dense, expert
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    const Buffer& b = buffers_[i];
+    const Eigen::Index begin = settings_.distributed ? b.slice_begin : 0;
+    const Eigen::Index end = begin + static_cast<Eigen::Index>(synced[i].size());
+    double& sum = squares[b.param_class == ParamClass::expert ? 1 : 0];
+    Eigen::Index offset = 0;  // of tensor k in the buffer
+    for (size_t k : b.tensors) {
+      const Eigen::Index lo = std::max(offset, begin), hi = std::min(offset + tensors[k].size, end);
+      offset += tensors[k].size;
+#if MOE_SEEDED_BUG != MOE_BUG_CLIP_SP_COUNTED_PER_TP_RANK
+      if (tensors[k].param_class == ParamClass::sequence_parallel && tp_->rank() != 0) continue;
+#endif
+      for (Eigen::Index j = lo; j < hi; ++j) sum += synced[i][static_cast<size_t>(j - begin)] * synced[i][static_cast<size_t>(j - begin)];
+    }
+  }
+  for (const Buffer& b : buffers_) {
+    double& sum = squares[b.param_class == ParamClass::expert ? 1 : 0];
+#if MOE_SEEDED_BUG == MOE_BUG_CLIP_EXPERT_REPLICAS_COUNTED
+    if (settings_.distributed || b.param_class == ParamClass::expert) b.group->allreduce<double>(std::span(&sum, 1), ReduceOp::sum);
+#else
+    if (settings_.distributed) b.group->allreduce<double>(std::span(&sum, 1), ReduceOp::sum);  // the slices
+#endif
+  }
+  for (Communicator* axis : {tp_, pp_}) axis->allreduce<double>(std::span(&squares[0], 1), ReduceOp::sum);
+#if MOE_SEEDED_BUG == MOE_BUG_CLIP_EXPERT_NOT_SUMMED_OVER_EP
+  for (Communicator* axis : {expt_tp_, pp_}) axis->allreduce<double>(std::span(&squares[1], 1), ReduceOp::sum);
+#else
+  for (Communicator* axis : {expt_tp_, ep_, pp_}) axis->allreduce<double>(std::span(&squares[1], 1), ReduceOp::sum);
+#endif
+  return std::sqrt(squares[0] + squares[1]);
+}
+
 void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
   ++step_;
   for (auto& t : shard_tensors(raw_grads, 0))
     plan_.before_collective(t.param_class, std::span<double>(t.data, static_cast<size_t>(t.size)));
-  for (Buffer& b : buffers_) {
+  // 1. Synchronise each buffer: the whole gradient (DDP) or this rank's slice of it (distributed).
+  std::vector<std::vector<double>> synced(buffers_.size());
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    Buffer& b = buffers_[i];
     if (b.tensors.empty()) continue;
     const ReduceOp op = plan_.of(b.param_class).op;
     std::vector<double> g = flatten(b, raw_grads);
+    if (settings_.distributed) {
+      synced[i].resize(static_cast<size_t>(b.slice_size));
+      b.group->reduce_scatter<double>(g, synced[i], op);
+    } else {
+      b.group->allreduce<double>(g, op);
+      g.resize(static_cast<size_t>(b.size));  // without the padding
+      synced[i] = std::move(g);
+    }
+    plan_.after_collective<double>(b.param_class, synced[i], global_tokens);
+  }
+  // 2. Clip: one factor for every gradient of the model, from the norm over all of them.
+  if (settings_.config.clip_grad > 0) {
+    last_grad_norm_ = global_grad_norm(synced);
+    const double c = clip_coefficient(settings_.config.clip_grad, last_grad_norm_);
+    if (c < 1.0)
+      for (auto& g : synced)
+        for (double& x : g) x *= c;
+  }
+  // 3. Update what this rank owns; the distributed optimizer then all-gathers the updated slices.
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    Buffer& b = buffers_[i];
+    if (b.tensors.empty()) continue;
     std::vector<double> p = flatten(b, params_);
     if (!settings_.distributed) {
-      b.group->allreduce<double>(g, op);
-      plan_.after_collective<double>(b.param_class, g, global_tokens);
-      update(b, p.data(), g.data(), b.size, 0);
+      update(b, p.data(), synced[i].data(), b.size, 0);
       unflatten(b, p, params_);
       continue;
     }
-    std::vector<double> slice(static_cast<size_t>(b.slice_size));
-    b.group->reduce_scatter<double>(g, slice, op);
-    plan_.after_collective<double>(b.param_class, slice, global_tokens);
-    update(b, p.data() + b.slice_begin, slice.data(), b.slice_size, 0);
+    update(b, p.data() + b.slice_begin, synced[i].data(), b.slice_size, 0);
     std::vector<double> gathered(static_cast<size_t>(b.padded));
     b.group->allgather<double>(std::span<const double>(p.data() + b.slice_begin, static_cast<size_t>(b.slice_size)),
                                gathered);

@@ -7,6 +7,11 @@
 //     owns one contiguous slice; the optimizer state exists only for that slice, and the updated slices are
 //     all-gathered back into the parameters.
 // The collective is the only difference: pre-scale, SUM over tp and the per-token division are the plan's.
+// With clipping on, the synchronised gradients are scaled by one factor from the global norm before any update
+// (reference/optimizer.hpp); each parameter enters that norm exactly once whatever the layout:
+//   dense       summed over tp and pp; a tp-replicated (sequence-parallel) tensor counted on tp rank 0 only;
+//               its dp_cp replicas not at all (DDP), or their disjoint slices summed over dp_cp (distributed);
+//   experts     summed over expt_tp, ep and pp; the expt_dp replicas likewise once.
 #pragma once
 
 #include "distributed/train/grad_sync.hpp"
@@ -34,8 +39,11 @@ class RankOptimizer {
   RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
                 ModelShard<double>& params, LossMode mode, const Semantics& semantics);
 
-  // Synchronises this step's raw gradients (train_step with synchronise = false) and updates the parameters.
+  // Synchronises this step's raw gradients (train_step with synchronise = false), clips them when asked, and
+  // updates the parameters.
   void step(ModelShard<double>& raw_grads, double global_tokens);
+  // The global gradient norm of the last step, before clipping (0 when clipping is off).
+  double last_grad_norm() const { return last_grad_norm_; }
 
   // The moments as whole tensors (all-gathered from the slices when distributed: collective). Empty for SGD.
   ShardMoments moments() const;
@@ -55,11 +63,15 @@ class RankOptimizer {
   std::vector<double> flatten(const Buffer& b, ModelShard<double>& shard) const;
   void unflatten(const Buffer& b, const std::vector<double>& flat, ModelShard<double>& shard) const;
   void update(Buffer& b, double* params, const double* grads, Eigen::Index count, Eigen::Index state_offset);
+  // The global L2 norm of the synchronised gradients (synced[i]: buffer i's whole gradient, or its slice).
+  double global_grad_norm(const std::vector<std::vector<double>>& synced) const;
 
   OptimizerSettings settings_;
   ModelShard<double>& params_;
   GradSyncPlan plan_;
+  Communicator *tp_, *pp_, *ep_, *expt_tp_;  // the axes a gradient norm sums over
   int step_ = 0;
+  double last_grad_norm_ = 0;
   std::vector<Buffer> buffers_;
 };
 

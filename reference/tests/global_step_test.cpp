@@ -199,5 +199,28 @@ TEST(Optimizer, SgdAndAdamFirstStep) {
   EXPECT_EQ(state.step, 1);
 }
 
+
+// Two nonzero gradients in different tensors, 3 and 4: the global norm is 5 (a 3-4-5 triangle), clipping to 1
+// scales both by 1/(5 + 1e-6), and a max norm above 5 leaves them alone.
+TEST(Optimizer, ClipGradNormScalesEveryTensorByOneGlobalFactor) {
+  const ModelConfig c = small_model(AuxLossType::none);
+  ModelParams<double> grads = random_model_params<double>(c, 17);
+  for (const auto& t : trained_tensors(c, grads)) std::fill(t.data, t.data + t.size, 0.0);
+  grads.head(0, 0) = 3.0;
+  grads.layers[1].router_weight(0, 1) = -4.0;
+
+  ModelParams<double> clipped = grads;
+  const GradClip clip = clip_grad_norm(c, 1.0, clipped);
+  EXPECT_EQ(clip.norm, 5.0);
+  EXPECT_EQ(clip.coefficient, 1.0 / (5.0 + 1e-6));
+  EXPECT_EQ(clipped.head(0, 0), 3.0 * clip.coefficient);
+  EXPECT_EQ(clipped.layers[1].router_weight(0, 1), -4.0 * clip.coefficient);
+
+  ModelParams<double> kept = grads;
+  EXPECT_EQ(clip_grad_norm(c, 6.0, kept).coefficient, 1.0);
+  EXPECT_EQ(kept.head(0, 0), 3.0);
+  EXPECT_THROW(clip_grad_norm(c, 0.0, kept), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace moe
