@@ -20,6 +20,8 @@ void ParallelLayout::validate() const {
   require(world <= kMaxWorld, "world (" + str(world) + ") must be <= " + str(kMaxWorld));
   require(tp >= 1 && cp >= 1 && pp >= 1 && ep >= 1 && etp >= 1, "tp, cp, pp, ep and etp must be >= 1");
   require(gtp == 1 && egtp == 1, "gtp and egtp must be 1 (GTP rematerialisation is not modelled)");
+  require(vpp >= 1 && vpp <= 1024, "vpp must be between 1 and 1024");
+  require(vpp == 1 || pp > 1, "vpp > 1 (the interleaved pipeline) needs pp > 1");
   // Products in 64 bits, each factor at most world: tp·cp·pp cannot overflow before it is compared.
   require(tp <= world && cp <= world && pp <= world && ep <= world && etp <= world,
           "tp, cp, pp, ep and etp must each be <= world (" + str(world) + ")");
@@ -66,8 +68,9 @@ int num_microbatches(const ParallelLayout& layout, int global_batch, int micro_b
 ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const std::string& where,
                                  const std::string& order) {
   for (const auto& [key, value] : sizes) {
-    if (key != "world" && key != "tp" && key != "cp" && key != "pp" && key != "ep" && key != "etp" && key != "dp")
-      throw std::invalid_argument(where + ": unknown size '" + key + "' (world, tp, cp, pp, ep, etp, dp)");
+    if (key != "world" && key != "tp" && key != "cp" && key != "pp" && key != "ep" && key != "etp" && key != "dp" &&
+        key != "vpp")
+      throw std::invalid_argument(where + ": unknown size '" + key + "' (world, tp, cp, pp, ep, etp, dp, vpp)");
     if (value < 1) throw std::invalid_argument(where + ": " + key + " must be >= 1, got " + std::to_string(value));
   }
   const auto get = [&](const char* key) {
@@ -80,6 +83,7 @@ ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const 
   l.pp = get("pp");
   l.ep = get("ep");
   l.etp = get("etp");
+  l.vpp = get("vpp");
   l.order = order;
   const long long dense = 1LL * l.tp * l.cp * l.pp * get("dp");
   if (dense > (1LL << 30)) throw std::invalid_argument(where + ": tp·cp·pp·dp is too large");

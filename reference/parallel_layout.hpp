@@ -30,6 +30,7 @@ struct ParallelLayout {
   int gtp = 1;   // dense GTP rematerialisation axis (only 1 is modelled)
   int egtp = 1;  // expert GTP rematerialisation axis (only 1 is modelled)
   std::string order = "tp-cp-ep-dp-pp";  // fastest-varying axis first
+  int vpp = 1;   // virtual pipeline stages per pp rank (model chunks, run by the interleaved 1F1B schedule)
 
   int dp() const { return world / (tp * cp * pp * gtp); }
   int edp() const { return world / (etp * ep * pp * egtp); }
@@ -45,7 +46,7 @@ struct ParallelLayout {
 };
 
 // A layout from named sizes, as a user writes one ("cp=2,ep=4", a Python dict): keys world, tp, cp, pp, ep, etp,
-// and dp (only to derive world when it is not given: world = tp·cp·pp·dp); missing sizes are 1. Throws
+// vpp, and dp (only to derive world when it is not given: world = tp·cp·pp·dp); missing sizes are 1. Throws
 // std::invalid_argument, `where` first, for an unknown key, a size < 1, a world that is not tp·cp·pp·dp when both
 // are given, and whatever validate() refuses.
 ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const std::string& where,

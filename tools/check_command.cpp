@@ -483,6 +483,10 @@ void add_check_command(CLI::App& app) {
       "with padding × layouts × 3 dispatchers × semantics profiles, printing the features it covered)");
   add_run_options(*cmd, o->run);
   add_layout_flags(*cmd, o->layout, false);  // with --world: run this one layout instead of the built-in ones
+  cmd->add_option("--vpp,--virtual-pipeline-model-parallel-size", o->layout.vpp,
+                  "with --pp: model chunks per pipeline rank, run by the interleaved 1F1B schedule (layers assigned "
+                  "round-robin in chunks, as Megatron does)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--steps", o->steps,
                   "run N whole training steps (optimizer, bias update) against the oracle's "
                   "trajectory (at most 1000: each step is a whole forward and backward of every layer)")
@@ -534,7 +538,7 @@ void add_check_command(CLI::App& app) {
     o->custom_semantics = cmd->count("--semantics") > 0;
     o->seq_given = cmd->count("--seq") > 0;
     o->global_batch_given = cmd->count("--global-batch") > 0;
-    for (const char* flag : {"--tp", "--cp", "--pp", "--ep", "--etp", "--order"})
+    for (const char* flag : {"--tp", "--cp", "--pp", "--ep", "--etp", "--order", "--vpp"})
       if (cmd->count(flag) > 0 && o->layout.world == 0)
         throw std::invalid_argument(std::string(flag) + " needs --world (without it check runs its built-in layouts)");
     finish_layout(*cmd, o->layout);

@@ -29,7 +29,8 @@ std::vector<ParallelLayout> all_axes() {
       ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2},  // TP2 = ETP2, EP2, EDP 2
       ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 8},   // TP2 · CP2 · EP8: 2 experts/rank, token-poor ranks
       ParallelLayout{.world = 8, .pp = 2, .ep = 4},            // PP2 · EP4: activations and gradients between stages
-      ParallelLayout{.world = 8, .pp = 4, .ep = 2}};           // PP4 · EP2 · EDP 1
+      ParallelLayout{.world = 8, .pp = 4, .ep = 2},            // PP4 · EP2 · EDP 1
+      ParallelLayout{.world = 4, .pp = 2, .ep = 2, .vpp = 2}}; // PP2 × 2 chunks: the interleaved schedule
 }
 
 // Capacity is per source rank, and the router's statistics per tp×cp group: these split the tokens differently.
@@ -81,7 +82,8 @@ const std::vector<std::string>& all_features() {
                                "hash layers", "swiglu clamp", "shared expert", "shared gate", "shared clamp", "latent",
                                "probs on input", "capacity by probs", "capacity by position", "pad to capacity",
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
-                               "per-token", "tp", "cp", "pp", "ep", "etp", "edp", "alltoall", "allgather", "flex",
+                               "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
+                               "allgather", "flex",
                                "training steps", "distributed optimizer", "gradient clipping",
                                "resume under another layout"};
     for (const auto& d : deviation_catalogue())
@@ -128,6 +130,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(l.tp > 1, "tp");
   add_if(l.cp > 1, "cp");
   add_if(l.pp > 1, "pp");
+  add_if(l.vpp > 1, "interleaved pp");
   add_if(l.ep > 1, "ep");
   add_if(l.etp > 1, "etp");
   add_if(l.edp() > 1, "edp");

@@ -13,12 +13,14 @@ std::string describe(const ParallelLayout& l) {
   s << "world " << l.world << " = tp " << l.tp << " · cp " << l.cp << " · dp " << l.dp() << " · pp " << l.pp
     << " (dense) = etp " << l.etp << " · ep " << l.ep << " · edp " << l.edp() << " · pp " << l.pp
     << " (expert), order " << l.order;
+  if (l.vpp > 1) s << ", " << l.vpp << " virtual stages per pp rank";
   return s.str();
 }
 
 nlohmann::json layout_json(const ParallelLayout& l) {
   return {{"world", l.world}, {"tp", l.tp},   {"cp", l.cp},     {"pp", l.pp},   {"ep", l.ep},      {"etp", l.etp},
-          {"dp", l.dp()},     {"edp", l.edp()}, {"gtp", l.gtp}, {"egtp", l.egtp}, {"order", l.order}};
+          {"dp", l.dp()},     {"edp", l.edp()}, {"gtp", l.gtp}, {"egtp", l.egtp}, {"vpp", l.vpp},
+          {"order", l.order}};
 }
 
 std::string with_commas(std::int64_t value) {

@@ -153,6 +153,7 @@ std::string layout_name(const ParallelLayout& l) {
   std::ostringstream s;
   s << "w" << l.world << " tp" << l.tp << " cp" << l.cp << " pp" << l.pp << " ep" << l.ep << " etp" << l.etp << " dp"
     << l.dp() << " edp" << l.edp();
+  if (l.vpp > 1) s << " vpp" << l.vpp;
   return s.str();
 }
 

@@ -88,7 +88,7 @@ RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& 
   }
 
   for (size_t i = 0; i < step.expert_bias_updated.size(); ++i) {
-    const size_t l = static_cast<size_t>(step.first_layer) + i;
+    const size_t l = static_cast<size_t>(step.layers[i]);
     const auto& w = oracle.expert_bias_updated[l];
     const auto& g = step.expert_bias_updated[i];
     if (w.size() != g.size()) {
@@ -130,7 +130,7 @@ RankComparison compare_with_trajectory(const ModelConfig& config, const Trajecto
     cmp.check(Quantity::parameters, got[i].name, got[i].data, expected[i].data, got[i].size);
   for (size_t l = 0; l < params.layers.size(); ++l) {
     const auto& g = params.layers[l].expert_bias;
-    cmp.check(Quantity::expert_bias, "layer" + std::to_string(params.first_layer + static_cast<int>(l)) + ".expert_bias",
+    cmp.check(Quantity::expert_bias, "layer" + std::to_string(params.layer_id(l)) + ".expert_bias",
               g.data(), want.layers[l].expert_bias.data(), g.size());
   }
   if (!moments.m.empty()) {

@@ -94,7 +94,7 @@ std::vector<Piece> pieces_to_write(const ModelConfig& config, const ProcessGroup
   whole("head", s.head);
   const ExpertRange experts = groups.experts_of(rank, config.layer.num_experts);
   for (size_t li = 0; li < s.layers.size(); ++li) {
-    const std::string pre = "layer" + std::to_string(s.first_layer + static_cast<int>(li)) + ".";
+    const std::string pre = "layer" + std::to_string(s.layer_id(li)) + ".";
     const LayerShard<double>& layer = s.layers[li];
     whole(pre + "block_norm", s.block_norm[li]);
     whole(pre + "router_weight", layer.router_weight);

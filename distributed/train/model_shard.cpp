@@ -8,8 +8,8 @@ namespace moe::dist {
 
 StageLayers stage_layers(int num_layers, int stages, int stage) {
   if (stages < 1 || stages > num_layers)
-    throw std::invalid_argument("pipeline: pp (" + std::to_string(stages) + ") must be between 1 and the number of "
-                                "layers (" + std::to_string(num_layers) + ")");
+    throw std::invalid_argument("pipeline: pp·vpp (" + std::to_string(stages) + " stages) must be between 1 and the "
+                                "number of layers (" + std::to_string(num_layers) + ")");
   const int base = num_layers / stages, extra = num_layers % stages;
   return {stage * base + std::min(stage, extra), base + (stage < extra ? 1 : 0)};
 }
@@ -17,10 +17,10 @@ StageLayers stage_layers(int num_layers, int stages, int stage) {
 template <typename T>
 ModelShard<T> shard_model(const ModelConfig& config, const ModelParams<T>& global, const ProcessGroups& groups,
                           int rank) {
-  const int pp = groups.layout().pp, stage = groups.rank_in(GroupKind::pp, rank);
-  const StageLayers mine = stage_layers(config.num_layers, pp, stage);
+  const int pp = groups.layout().pp, vpp = groups.layout().vpp, stage = groups.rank_in(GroupKind::pp, rank);
   ModelShard<T> s;
-  s.first_layer = mine.first;
+  s.chunks.clear();
+  for (int c = 0; c < vpp; ++c) s.chunks.push_back(stage_layers(config.num_layers, pp * vpp, c * pp + stage));
   s.first_stage = stage == 0;
   s.last_stage = stage == pp - 1;
   if (s.first_stage) s.embedding = global.embedding;
@@ -28,17 +28,18 @@ ModelShard<T> shard_model(const ModelConfig& config, const ModelParams<T>& globa
     s.final_norm = global.final_norm;
     s.head = global.head;
   }
-  for (int l = mine.first; l < mine.first + mine.count; ++l) {
-    s.block_norm.push_back(global.block_norm[static_cast<size_t>(l)]);
-    s.layers.push_back(shard_layer(config.layer_config(l), global.layers[static_cast<size_t>(l)], groups, rank));
-  }
+  for (const StageLayers& chunk : s.chunks)
+    for (int l = chunk.first; l < chunk.first + chunk.count; ++l) {
+      s.block_norm.push_back(global.block_norm[static_cast<size_t>(l)]);
+      s.layers.push_back(shard_layer(config.layer_config(l), global.layers[static_cast<size_t>(l)], groups, rank));
+    }
   return s;
 }
 
 template <typename T>
 ModelShard<T> zeros_like(const ModelShard<T>& s) {
   ModelShard<T> z;
-  z.first_layer = s.first_layer;
+  z.chunks = s.chunks;
   z.first_stage = s.first_stage;
   z.last_stage = s.last_stage;
   z.embedding = Matrix<T>::Zero(s.embedding.rows(), s.embedding.cols());
@@ -58,7 +59,7 @@ std::vector<ShardTensor<T>> shard_tensors(ModelShard<T>& s, int first_expert) {
   const auto sp = ParamClass::sequence_parallel;
   add("embedding", sp, s.embedding);
   for (size_t li = 0; li < s.layers.size(); ++li) {
-    const std::string pre = "layer" + std::to_string(s.first_layer + static_cast<int>(li)) + ".";
+    const std::string pre = "layer" + std::to_string(s.layer_id(li)) + ".";
     LayerShard<T>& layer = s.layers[li];
     add(pre + "block_norm", sp, s.block_norm[li]);
     add(pre + "router_weight", sp, layer.router_weight);
@@ -82,7 +83,7 @@ template <typename To, typename From>
 ModelShard<To> cast_shard(const ModelShard<From>& s) {
   auto m = [](const auto& x) { return x.template cast<To>().eval(); };
   ModelShard<To> out;
-  out.first_layer = s.first_layer;
+  out.chunks = s.chunks;
   out.first_stage = s.first_stage;
   out.last_stage = s.last_stage;
   out.embedding = m(s.embedding);

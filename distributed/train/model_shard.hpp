@@ -14,7 +14,9 @@
 
 namespace moe::dist {
 
-// The layers of pipeline stage `stage` of `stages`: an even split, the first L mod pp stages one layer longer.
+// The layers of (virtual) pipeline stage `stage` of `stages`: an even split, the first L mod stages one layer
+// longer. With an interleaved pipeline there are pp·vpp virtual stages, and pp rank r holds chunks
+// c = 0 … vpp−1, chunk c being virtual stage c·pp + r (Megatron's round-robin assignment).
 struct StageLayers {
   int first = 0;
   int count = 0;
@@ -23,14 +25,29 @@ StageLayers stage_layers(int num_layers, int stages, int stage);  // throws unle
 
 template <typename T>
 struct ModelShard {
-  int first_layer = 0;                // global index of layers[0]
-  bool first_stage = true;            // holds the embedding
-  bool last_stage = true;             // holds the final norm and the head
+  std::vector<StageLayers> chunks{{0, 0}};  // this rank's model chunks in order; `layers` holds them back to back
+  bool first_stage = true;            // holds the embedding (pp rank 0, chunk 0)
+  bool last_stage = true;             // holds the final norm and the head (pp rank pp−1, chunk vpp−1)
   Matrix<T> embedding;                // [V, h] on the first stage, else empty
   std::vector<Vector<T>> block_norm;  // this stage's layers × [h]
   std::vector<LayerShard<T>> layers;
   Vector<T> final_norm;               // [h] on the last stage, else empty
   Matrix<T> head;                     // [V, h] on the last stage, else empty
+
+  // Global index of layers[li].
+  int layer_id(size_t li) const {
+    for (const StageLayers& c : chunks) {
+      if (li < static_cast<size_t>(c.count)) return c.first + static_cast<int>(li);
+      li -= static_cast<size_t>(c.count);
+    }
+    return -1;
+  }
+  // Index in `layers` of chunk c's first layer.
+  size_t chunk_offset(size_t c) const {
+    size_t at = 0;
+    for (size_t i = 0; i < c; ++i) at += static_cast<size_t>(chunks[i].count);
+    return at;
+  }
 };
 
 template <typename T>

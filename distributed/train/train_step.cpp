@@ -48,9 +48,16 @@ double all_sum(Communicator& comm, double value) {
   return value;
 }
 
-// Tags of the point-to-point messages between stages: one per microbatch and direction.
-int activation_tag(int microbatch) { return 2 * microbatch; }
-int gradient_tag(int microbatch) { return 2 * microbatch + 1; }
+// Tags of the point-to-point messages between stages: one per boundary (between virtual stage b and b + 1),
+// microbatch and direction. With an interleaved pipeline two ranks share several boundaries.
+int boundary_tag(int boundary, int microbatches, int microbatch, bool gradient) {
+  const long long tag = 2LL * (1LL * boundary * microbatches + microbatch) + (gradient ? 1 : 0);
+  if (tag > Communicator::max_tag)
+    throw std::invalid_argument("pipeline: " + std::to_string(microbatches) + " microbatches over this many (virtual) "
+                                "stages need more message tags than a communicator has (" +
+                                std::to_string(Communicator::max_tag) + ")");
+  return static_cast<int>(tag);
+}
 
 // What one microbatch leaves on this stage between its forward and its backward.
 template <typename T>
@@ -63,8 +70,9 @@ struct InFlight {
   Matrix<T> grad_logits;  // last stage only
 };
 
-// The stage's share of the step: its layers for every microbatch in the 1F1B order, accumulating gradients
-// into `grads` (the shapes of the shard).
+// The stage's share of the step: the layers of each of its model chunks for every microbatch, in the order of
+// the schedule, accumulating gradients into `grads` (the shapes of the shard). Chunk c is virtual stage
+// c·pp + stage; its input comes from the rank before (pp rank 0: from the last rank's chunk c − 1).
 template <typename T>
 class StageRunner {
  public:
@@ -77,17 +85,28 @@ class StageRunner {
     dp_rank_ = groups.rank_in(GroupKind::dp, comms.rank);
     source_ = groups.rank_in(GroupKind::cp, comms.rank) * l.tp + groups.rank_in(GroupKind::tp, comms.rank);
     stage_ = groups.rank_in(GroupKind::pp, comms.rank);
+    pp_ = l.pp;
+    virtual_stages_ = l.pp * static_cast<int>(shard.chunks.size());
+    objective_shares_.assign(shard.chunks.size(), 0.0);
     global_aux_.resize(shard.layers.size());
     assignments_.assign(shard.layers.size(), std::vector<std::int64_t>(static_cast<size_t>(c.layer.num_experts), 0));
   }
 
   int microbatches() const { return m_; }
-  double objective_share() const { return objective_share_; }
+  // Summed chunk by chunk in a fixed order: each chunk sees its microbatches in order in every schedule, so the
+  // sum does not depend on the schedule.
+  double objective_share() const {
+    double sum = 0;
+    for (double s : objective_shares_) sum += s;
+    return sum;
+  }
   double local_valid() const { return local_valid_; }
   std::vector<std::vector<std::int64_t>>& assignments() { return assignments_; }
 
-  void forward(int i) {
-    InFlight<T>& f = in_flight_[i];
+  void forward(int chunk, int i) {
+    InFlight<T>& f = in_flight_[chunk * m_ + i];
+    const int vs = chunk * pp_ + stage_;  // this chunk's virtual stage
+    double& objective_share = objective_shares_[static_cast<size_t>(chunk)];
     const TokenBatch tb = microbatch(batch_, groups_.layout(), options_.micro_batch, dp_rank_, i);
     f.batch = local_batch(tb, tb.partition[static_cast<size_t>(source_)]);
     // CE counts the loss mask; the router's terms count what the router sees (every row under
@@ -106,17 +125,19 @@ class StageRunner {
         router_counts_padding ? count(static_cast<double>(f.batch.ids.size())) : loss_counts;
     f.weights = loss_weights(c_, options_.mode, sizes_, m_, loss_counts, router_counts);
     const std::vector<bool> router_padding = router_counts_padding ? std::vector<bool>() : f.batch.padded;
-    if (shard_.first_stage) local_valid_ += static_cast<double>(f.batch.valid);
+    if (vs == 0) local_valid_ += static_cast<double>(f.batch.valid);
 
     const Eigen::Index n = f.batch.ids.size();
     Matrix<T> hidden(n, c_.layer.hidden);
-    if (shard_.first_stage) {
+    if (vs == 0) {
       for (Eigen::Index k = 0; k < n; ++k) hidden.row(k) = shard_.embedding.row(f.batch.ids(k));
     } else {
-      comms_.pp->recv<T>(span_of(hidden), stage_ - 1, activation_tag(i));
+      comms_.pp->recv<T>(span_of(hidden), (stage_ + pp_ - 1) % pp_, boundary_tag(vs - 1, m_, i, false));
     }
-    for (size_t li = 0; li < shard_.layers.size(); ++li) {
-      const int global_layer = shard_.first_layer + static_cast<int>(li);
+    const size_t begin = shard_.chunk_offset(static_cast<size_t>(chunk));
+    const size_t end = begin + static_cast<size_t>(shard_.chunks[static_cast<size_t>(chunk)].count);
+    for (size_t li = begin; li < end; ++li) {
+      const int global_layer = shard_.layer_id(li);
       f.block_in.push_back(hidden);
       f.layers.push_back(std::make_unique<MoeLayerRank<T>>(c_.layer_config(global_layer), shard_.layers[li], comms_,
                                                             options_.dispatcher, *options_.kernels));
@@ -124,46 +145,49 @@ class StageRunner {
       const LocalTokens tokens{router_padding, f.batch.sequence, options_.micro_batch};
       hidden += f.layers.back()->forward(rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps), router, tokens,
                                          global_aux_[li]);
-      objective_share_ += f.weights.aux * static_cast<double>(f.layers.back()->aux_share()) +
-                          f.weights.z * static_cast<double>(f.layers.back()->z_share());
+      objective_share += f.weights.aux * static_cast<double>(f.layers.back()->aux_share()) +
+                         f.weights.z * static_cast<double>(f.layers.back()->z_share());
       const auto& a = f.layers.back()->assignments();
       for (size_t e = 0; e < a.size(); ++e) assignments_[li][e] += a[e];
     }
     f.out = hidden;
-    if (!shard_.last_stage) {
-      comms_.pp->send<T>(const_span_of(f.out), stage_ + 1, activation_tag(i));
+    if (vs != virtual_stages_ - 1) {
+      comms_.pp->send<T>(const_span_of(f.out), (stage_ + 1) % pp_, boundary_tag(vs, m_, i, false));
       return;
     }
     const Matrix<T> normed = rms_norm_rows<T>(hidden, shard_.final_norm, c_.rms_eps);
     CrossEntropy<T> ce =
         cross_entropy<T>(normed * shard_.head.transpose(), f.batch.labels, f.batch.padded, f.weights.ce);
-    objective_share_ += f.weights.ce * ce.sum;
+    objective_share += f.weights.ce * ce.sum;
     f.grad_logits = std::move(ce.grad_logits);
   }
 
-  void backward(int i) {
-    InFlight<T>& f = in_flight_.at(i);
+  void backward(int chunk, int i) {
+    InFlight<T>& f = in_flight_.at(chunk * m_ + i);
+    const int vs = chunk * pp_ + stage_;
     ModelShard<T>& g = grads_;
     Matrix<T> d_hidden(f.out.rows(), f.out.cols());
-    if (shard_.last_stage) {
+    if (vs == virtual_stages_ - 1) {
       const Matrix<T> normed = rms_norm_rows<T>(f.out, shard_.final_norm, c_.rms_eps);
       g.head += f.grad_logits.transpose() * normed;
       d_hidden = rms_norm_rows_backward<T>(f.out, shard_.final_norm, c_.rms_eps, f.grad_logits * shard_.head,
                                            g.final_norm);
     } else {
-      comms_.pp->recv<T>(span_of(d_hidden), stage_ + 1, gradient_tag(i));
+      comms_.pp->recv<T>(span_of(d_hidden), (stage_ + 1) % pp_, boundary_tag(vs, m_, i, true));
     }
-    for (size_t li = shard_.layers.size(); li-- > 0;) {
-      const Matrix<T> dx = f.layers[li]->backward(d_hidden, static_cast<T>(f.weights.aux),
-                                                  static_cast<T>(f.weights.z), g.layers[li]);
-      d_hidden += rms_norm_rows_backward<T>(f.block_in[li], shard_.block_norm[li], c_.rms_eps, dx, g.block_norm[li]);
+    const size_t begin = shard_.chunk_offset(static_cast<size_t>(chunk));
+    for (size_t j = f.layers.size(); j-- > 0;) {  // j: the chunk's layer, li: the shard's
+      const size_t li = begin + j;
+      const Matrix<T> dx = f.layers[j]->backward(d_hidden, static_cast<T>(f.weights.aux),
+                                                 static_cast<T>(f.weights.z), g.layers[li]);
+      d_hidden += rms_norm_rows_backward<T>(f.block_in[j], shard_.block_norm[li], c_.rms_eps, dx, g.block_norm[li]);
     }
-    if (shard_.first_stage) {
+    if (vs == 0) {
       for (Eigen::Index k = 0; k < f.batch.ids.size(); ++k) g.embedding.row(f.batch.ids(k)) += d_hidden.row(k);
     } else {
-      comms_.pp->send<T>(const_span_of(d_hidden), stage_ - 1, gradient_tag(i));
+      comms_.pp->send<T>(const_span_of(d_hidden), (stage_ + pp_ - 1) % pp_, boundary_tag(vs - 1, m_, i, true));
     }
-    in_flight_.erase(i);
+    in_flight_.erase(chunk * m_ + i);
   }
 
  private:
@@ -175,11 +199,12 @@ class StageRunner {
   const StepOptions& options_;
   ModelShard<T>& grads_;
   GroupSizes sizes_;
-  int m_ = 0, dp_rank_ = 0, source_ = 0, stage_ = 0;
+  int m_ = 0, dp_rank_ = 0, source_ = 0, stage_ = 0, pp_ = 1, virtual_stages_ = 1;
   std::map<int, InFlight<T>> in_flight_;
   std::vector<GlobalAuxCounts> global_aux_;
   std::vector<std::vector<std::int64_t>> assignments_;
-  double objective_share_ = 0, local_valid_ = 0;
+  std::vector<double> objective_shares_;  // per chunk
+  double local_valid_ = 0;
 };
 
 // What a stage's schedule leaves besides its gradients.
@@ -194,13 +219,15 @@ StageResult run_stage(const ModelConfig& c, const ModelShard<T>& shard, const Gl
                          const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options,
                          ModelShard<T>& grads) {
   StageRunner<T> stage(c, shard, batch, groups, comms, options, grads);
+  const int chunks = static_cast<int>(shard.chunks.size());
   const auto ops = options.schedule == Schedule::one_forward_one_backward
-                       ? one_forward_one_backward(groups.layout().pp, groups.rank_in(GroupKind::pp, comms.rank),
-                                                  stage.microbatches())
-                       : all_forward_all_backward(stage.microbatches());
+                       ? interleaved_one_forward_one_backward(groups.layout().pp,
+                                                              groups.rank_in(GroupKind::pp, comms.rank),
+                                                              stage.microbatches(), chunks)
+                       : all_forward_all_backward(stage.microbatches(), chunks);
   for (const PipelineOp& op : ops) {
-    if (op.forward) stage.forward(op.microbatch);
-    else stage.backward(op.microbatch);
+    if (op.forward) stage.forward(op.chunk, op.microbatch);
+    else stage.backward(op.chunk, op.microbatch);
   }
   return {stage.objective_share(), stage.local_valid(), stage.assignments()};
 }
@@ -212,7 +239,7 @@ RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, c
   const ModelConfig c = model.in_mode(options.mode);  // the deviations in effect under this loss mode
   const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
   RankStep out;
-  out.first_layer = shard.first_layer;
+  for (size_t li = 0; li < shard.layers.size(); ++li) out.layers.push_back(shard.layer_id(li));
   StageResult stage;
   // Tokens are counted once per step (the first stage sees every token); the pp group spreads the total.
   auto count_tokens = [&](double local_valid) {
@@ -243,7 +270,7 @@ RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, c
     auto& counts = stage.assignments[li];
     comms.tp_dp_cp->allreduce<std::int64_t>(counts, ReduceOp::sum);
     out.bias_counts.push_back(counts);
-    const MoeConfig lc = c.layer_config(shard.first_layer + static_cast<int>(li));
+    const MoeConfig lc = c.layer_config(shard.layer_id(li));
     Vector<double> bias;
     if (lc.bias_update_rate) {
       bias = shard.layers[li].expert_bias;

@@ -35,9 +35,9 @@ struct RankStep {
   ModelShard<double> grads;                            // this rank's shard of dJ/dθ after synchronisation
   double objective = 0;                                // J, reduced over the world
   double global_tokens = 0;                            // N, the valid tokens of the global batch
-  int first_layer = 0;                                 // global index of this stage's first layer
-  std::vector<std::vector<std::int64_t>> bias_counts;  // per stage layer [E], summed over tp×dp×cp and the batch
-  std::vector<Vector<double>> expert_bias_updated;     // per stage layer; empty where the layer has no update
+  std::vector<int> layers;                             // global index of each of this rank's layers
+  std::vector<std::vector<std::int64_t>> bias_counts;  // per rank layer [E], summed over tp×dp×cp and the batch
+  std::vector<Vector<double>> expert_bias_updated;     // per rank layer; empty where the layer has no update
 };
 
 RankStep train_step(const ModelConfig& config, const ModelShard<double>& shard, const GlobalBatch& batch,
