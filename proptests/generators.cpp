@@ -148,6 +148,15 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     s.cold_experts = c.expert_bias && l.ep > 1 && weighted<bool>({{3, false}, {1, true}});
     s.param_seed = *inRange<std::uint64_t>(0, 1000);
     s.batch_seed = *inRange<std::uint64_t>(0, 1000);
+    // The pipeline last, so that every draw above stays as it was: the world grows by pp (dp and edp stay), and
+    // two interleaved chunks per rank where the microbatches allow it (m a multiple of pp).
+    if (l.world <= 16) {
+      l.pp = weighted<int>({{5, 1}, {2, 2}});
+      if (l.pp == 2 && m % 2 == 0 && *rc::gen::arbitrary<bool>()) l.vpp = 2;
+      l.world *= l.pp;
+      s.config.num_layers = std::max(s.config.num_layers, l.pp * l.vpp);
+      s.config.validate();
+    }
     return s;
   });
 }

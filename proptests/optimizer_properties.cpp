@@ -20,6 +20,7 @@ namespace {
 void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0) {
   const Scenario s = *scenarios();
   RC_TAG(s.layout.world <= 2 ? "world 1-2" : s.layout.world <= 8 ? "world 3-8" : "world 9-32");
+  RC_TAG(s.layout.vpp > 1 ? "interleaved pp" : s.layout.pp > 1 ? "pp" : "no pp");
   const dist::CheckProblem p = make_problem(s);
   dist::RunProblem run;
   run.config = p.config;

@@ -34,6 +34,8 @@ std::string describe(const ParallelLayout& l) {
   std::ostringstream os;
   os << "world=" << l.world << " tp=" << l.tp << " cp=" << l.cp << " dp=" << l.dp() << " ep=" << l.ep
      << " etp=" << l.etp << " edp=" << l.edp();
+  if (l.pp > 1) os << " pp=" << l.pp;
+  if (l.vpp > 1) os << " vpp=" << l.vpp;
   return os.str();
 }
 

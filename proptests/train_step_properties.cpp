@@ -7,15 +7,17 @@
 
 #include "distributed/comm/inproc_world.hpp"
 
+#include <map>
 #include <mutex>
 
 namespace moe::proptest {
 namespace {
 
-// The coverage RapidCheck prints with each passing property: world size and whether experts drop.
+// The coverage RapidCheck prints with each passing property: world size, whether experts drop, the pipeline.
 void tag(const Scenario& s) {
   RC_TAG(s.layout.world <= 2 ? "world 1-2" : s.layout.world <= 8 ? "world 3-8" : "world 9-32");
   RC_TAG(s.config.layer.capacity_factor ? "capacity" : "dropless");
+  RC_TAG(s.layout.vpp > 1 ? "interleaved pp" : s.layout.pp > 1 ? "pp" : "no pp");
 }
 
 // The layout that splits nothing but the data: dp replicas of one rank each.
@@ -131,16 +133,20 @@ MOE_PROPERTY(TrainStep, ExpertBiasUpdateMatchesOracleOnEveryRank, 80, ()) {
     std::lock_guard<std::mutex> lock(mu);
     steps[static_cast<size_t>(world.rank())] = std::move(step);
   });
+  // A rank holds its pipeline stage's layers; every rank holding a layer must have the same bits for it.
+  std::map<int, Vector<double>> first_seen;
   for (size_t r = 0; r < steps.size(); ++r)
-    for (int l = 0; l < s.config.num_layers; ++l) {
-      const auto li = static_cast<size_t>(l);
-      RC_ASSERT(steps[r].bias_counts[li] == oracle.bias_counts[li]);
-      const Vector<double>& got = steps[r].expert_bias_updated[li];
+    for (size_t i = 0; i < steps[r].layers.size(); ++i) {
+      const auto li = static_cast<size_t>(steps[r].layers[i]);
+      RC_ASSERT(steps[r].bias_counts[i] == oracle.bias_counts[li]);
+      const Vector<double>& got = steps[r].expert_bias_updated[i];
       const Vector<double>& want = oracle.expert_bias_updated[li];
       RC_ASSERT(got.size() == want.size());
-      RC_ASSERT(got == steps[0].expert_bias_updated[li]);
+      const auto seen = first_seen.emplace(steps[r].layers[i], got).first;
+      RC_ASSERT(got == seen->second);
       for (Eigen::Index e = 0; e < want.size(); ++e) RC_ASSERT(p.tolerance.admits(got(e), want(e)));
     }
+  RC_ASSERT(first_seen.size() == static_cast<size_t>(s.config.num_layers));  // every layer was checked
 }
 
 }  // namespace moe::proptest
