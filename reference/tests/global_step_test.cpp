@@ -12,6 +12,7 @@
 
 #include "reference/expert_bias.hpp"
 #include "reference/optimizer.hpp"
+#include "reference/trajectory.hpp"
 
 namespace moe {
 namespace {
@@ -220,6 +221,60 @@ TEST(Optimizer, ClipGradNormScalesEveryTensorByOneGlobalFactor) {
   EXPECT_EQ(clip_grad_norm(c, 6.0, kept).coefficient, 1.0);
   EXPECT_EQ(kept.head(0, 0), 3.0);
   EXPECT_THROW(clip_grad_norm(c, 0.0, kept), std::invalid_argument);
+}
+
+
+// The clipped step against numbers no analytic code produced: every entry of ∇J by central differences of the
+// global step's objective, their norm, Megatron's clip factor from that norm, and the SGD step (lr 1) they give.
+// The trajectory's clipped step must land on the same parameters, and report the same norm.
+TEST(Optimizer, ClippedStepMatchesCentralDifferences) {
+  const ModelConfig c = small_model(AuxLossType::aux);
+  const ModelParams<double> start = random_model_params<double>(c, 19);
+  const GlobalBatch batch = random_global_batch(c, 4, 4, 20, {0, 1, 0, 2});
+  const ParallelLayout layout{.world = 2};
+  const auto objective = [&](const ModelParams<double>& p) {
+    return global_step(c, p, batch, layout, 1, LossMode::sum).objective;
+  };
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerKind::sgd;
+  sgd.sgd.lr = 1.0;
+  sgd.clip_grad = 0.05;
+  const TrajectoryPoint step = reference_trajectory(c, start, {batch}, layout, 1, LossMode::sum, sgd).front();
+
+  const double h = 1e-6;
+  ModelParams<double> probe = start;
+  ModelParams<double> fd_grads = start;
+  const auto values = trained_tensors(c, probe);
+  const auto fd = trained_tensors(c, fd_grads);
+  double squares = 0;
+  for (size_t v = 0; v < values.size(); ++v)
+    for (Eigen::Index i = 0; i < values[v].size; ++i) {
+      const double saved = values[v].data[i];
+      values[v].data[i] = saved + h;
+      const double up = objective(probe);
+      values[v].data[i] = saved - h;
+      const double down = objective(probe);
+      values[v].data[i] = saved;
+      fd[v].data[i] = (up - down) / (2 * h);
+      squares += fd[v].data[i] * fd[v].data[i];
+    }
+  const double norm = std::sqrt(squares);
+  ASSERT_GT(norm, 2 * sgd.clip_grad);  // the step clips
+  EXPECT_NEAR(step.grad_norm, norm, 1e-6 * norm);
+  const double factor = sgd.clip_grad / (norm + 1e-6);
+  ModelParams<double> after = step.params;
+  const auto got = trained_tensors(c, after);
+  ModelParams<double> origin = start;
+  const auto theta = trained_tensors(c, origin);
+  const Tolerance fd_tolerance = tolerance(Compared::finite_difference, Precision::float64);
+  int checked = 0;
+  for (size_t v = 0; v < got.size(); ++v)
+    for (Eigen::Index i = 0; i < got[v].size; ++i, ++checked) {
+      const double moved = theta[v].data[i] - got[v].data[i];  // c·g of the oracle's step
+      EXPECT_LE(fd_tolerance.ratio(moved, factor * fd[v].data[i]), 1.0)
+          << got[v].name << "[" << i << "]: " << moved << " vs " << factor * fd[v].data[i];
+    }
+  EXPECT_GT(checked, 300);
 }
 
 }  // namespace
