@@ -44,8 +44,9 @@ MOE_PROPERTY(Sharding, GatheredWeightsRoundTripToTheGlobalOnes, 100, ()) {
     const dist::RankGroups comms(world, groups);
     const dist::ModelShard<double> shard = dist::shard_model(s.config, p.params, groups, world.rank());
     std::string why;
-    for (int l = 0; l < s.config.num_layers && why.empty(); ++l) {
-      const dist::LayerShard<double>& layer = shard.layers[static_cast<size_t>(l)];
+    for (size_t li = 0; li < shard.layers.size() && why.empty(); ++li) {  // this rank's pipeline stage
+      const int l = shard.layer_id(li);
+      const dist::LayerShard<double>& layer = shard.layers[li];
       const MoeParams<double>& global = p.params.layers[static_cast<size_t>(l)];
       // Local experts, each whole after the ETP gather, stacked, then every EP rank's stack in ep order.
       Matrix<double> fc1_local, fc2_local;

@@ -45,6 +45,7 @@ struct MoeConfig {
   bool shared_expert_clamp = false;  // apply swiglu_clamp to the shared expert too (Megatron does; DeepSeek doesn't)
   int latent_size = 0;               // 0 = experts work in h (moe_latent_size)
   bool apply_probs_on_input = false; // k = 1 only (moe_apply_probs_on_input)
+  bool fp8_dispatch = false;         // the routed experts' input rows fake-quantised to FP8 (reference/fp8_quant.hpp)
 
   // Capacity (moe_expert_capacity_factor, moe_token_drop_policy, moe_pad_expert_input_to_capacity).
   std::optional<double> capacity_factor;  // unset = dropless

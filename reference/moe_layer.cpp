@@ -1,6 +1,7 @@
 #include "reference/moe_layer.hpp"
 
 #include "reference/expert_bias.hpp"
+#include "reference/fp8_quant.hpp"
 #include "reference/router.hpp"
 #include "reference/router_losses.hpp"
 #include "reference/swiglu.hpp"
@@ -68,11 +69,11 @@ ExpertCall<T> shared_expert(const MoeConfig& c, const MoeParams<T>& p) {
   return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), false};
 }
 
-// u = latent_down·x (latent MoE) or x: the rows the routed experts see, [T, w].
+// u = latent_down·x (latent MoE) or x: the rows the routed experts see, [T, w]; in FP8 with fp8_dispatch.
 template <typename T>
 Matrix<T> expert_inputs(const MoeConfig& c, const MoeParams<T>& p, const Matrix<T>& x) {
-  if (c.latent_size > 0) return x * p.latent_down.transpose();
-  return x;
+  Matrix<T> u = c.latent_size > 0 ? Matrix<T>(x * p.latent_down.transpose()) : x;
+  return c.fp8_dispatch ? fp8_fake_quant_rows(u) : u;  // the backward passes through the quantisation
 }
 
 template <typename T>

@@ -57,6 +57,7 @@ struct CheckOptions {
   std::vector<std::string> filters;  // run only the runs whose name holds one of these
   bool custom_model = false;         // a model, batch or scaling flag was given: run it instead of the default rows
   bool custom_semantics = false;
+  bool custom_quant = false;
   bool seq_given = false, global_batch_given = false;
   std::vector<std::string> notes;    // what was chosen for the user (defaults that fit the layout, shrinking)
 };
@@ -114,6 +115,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
   }
   for (CheckRow& r : rows) {
     if (o.custom_semantics) r.run.semantics = o.run.semantics;
+    if (o.custom_quant) r.run.quant = o.run.quant;
     if (o.steps > 0) r.steps = o.steps;
     if (!o.resume_as.empty()) r.resume_as = o.resume_as;
     if (r.steps < 2) r.resume_as.clear();
@@ -536,6 +538,11 @@ void add_check_command(CLI::App& app) {
       custom.emplace_back(flag);
     for (const auto& flag : custom) o->custom_model = o->custom_model || cmd->count(flag) > 0;
     o->custom_semantics = cmd->count("--semantics") > 0;
+    o->custom_quant = cmd->count("--quant") > 0;
+    if (o->run.quant != "none" && o->dtype != "double")
+      throw std::invalid_argument("--quant " + o->run.quant + " runs in double only: in " + o->dtype +
+                                  " a rounding of the input can move an element across an e4m3 rounding boundary, "
+                                  "an error of up to 1/16 of it that no float tolerance admits");
     o->seq_given = cmd->count("--seq") > 0;
     o->global_batch_given = cmd->count("--global-batch") > 0;
     for (const char* flag : {"--tp", "--cp", "--pp", "--ep", "--etp", "--order", "--vpp"})

@@ -60,6 +60,11 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-capacity", run_of("tiny-capacity", 1, "sum", "megatron-core-0.19,+fused-swiglu-ignores-clamp"),
                   {ParallelLayout{.world = 4, .ep = 2}}});
   rows.push_back({"tiny-top1", run_of("tiny-top1", 2, "sum", "megatron-main,-router-counts-padding"), cp_tp});
+  // FP8 dispatch: the rows the experts see quantised at the source rank, the same bits the oracle quantises.
+  RunOptions fp8 = run_of("tiny-v4", 1, "sum");
+  fp8.quant = "fp8-dispatch";
+  rows.push_back({"tiny-v4 fp8", fp8,
+                  {ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .ep = 4}}});
   rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, "per-token", "megatron-main,-router-counts-padding"),
                   cp_tp});
   // Whole training steps (Adam, bias update, distributed optimizer), saved halfway and resumed under another EP.
@@ -80,7 +85,7 @@ const std::vector<std::string>& all_features() {
     std::vector<std::string> n{"softmax", "pre-softmax", "sigmoid", "sqrtsoftplus", "deepseek normalisation",
                                "topk scaling", "expert bias", "bias update", "groups (k/group_topk > 2)",
                                "hash layers", "swiglu clamp", "shared expert", "shared gate", "shared clamp", "latent",
-                               "probs on input", "capacity by probs", "capacity by position", "pad to capacity",
+                               "probs on input", "fp8 dispatch", "capacity by probs", "capacity by position", "pad to capacity",
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
                                "allgather", "flex",
@@ -116,6 +121,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(c.shared_clamp().has_value(), "shared clamp");
   add_if(c.latent_size > 0, "latent");
   add_if(c.apply_probs_on_input, "probs on input");
+  add_if(c.fp8_dispatch, "fp8 dispatch");
   add_if(c.capacity_factor && c.drop_policy == DropPolicy::probs, "capacity by probs");
   add_if(c.capacity_factor && c.drop_policy == DropPolicy::position, "capacity by position");
   add_if(c.pad_to_capacity, "pad to capacity");

@@ -42,6 +42,7 @@ ModelConfig RunOptions::model() const {
   ModelConfig m;
   m.layer = p.config;
   m.layer.semantics = Semantics::parse(semantics);
+  m.layer.fp8_dispatch = quant == "fp8-dispatch";
   m.num_layers = p.num_layers > 0 ? p.num_layers : 4;
   m.n_hash_layers = hash_layers.value_or(p.n_hash_layers);
   m.vocab = p.vocab;
@@ -103,7 +104,7 @@ std::string RunOptions::describe() const {
     << " hash; h " << m.layer.hidden << ", E " << m.layer.num_experts << ", k " << m.layer.topk << "), global batch "
     << global_batch << " × seq " << seq << ", micro-batch " << micro_batch << ", padding "
     << (padding.empty() ? std::string("none") : "[" + padding + "]") << ", scaling " << scaling << ", semantics "
-    << m.semantics().spec();
+    << m.semantics().spec() << (m.layer.fp8_dispatch ? ", FP8 dispatch" : "");
   return s.str();
 }
 
@@ -124,6 +125,11 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
       ->check(CLI::PositiveNumber);
   cmd.add_option("--padding", o.padding,
                  "padded positions at the end of each sequence, e.g. 3,0,1 (cycled over the batch; default none)");
+  cmd.add_option("--quant", o.quant,
+                 "none, or fp8-dispatch: the rows sent to the routed experts fake-quantised to FP8 e4m3 in 1×128 "
+                 "tiles before the dispatch (DeepSeek-V3's recipe), in the oracle and the parallel system alike")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp8-dispatch"}));
   cmd.add_option("--scaling", o.scaling, "sum, avg or per-token")
       ->capture_default_str()
       ->check(CLI::IsMember({"sum", "avg", "per-token"}));

@@ -24,6 +24,7 @@ struct RunOptions {
   std::string padding;  // padded positions at the end of each sequence, "3,0,1" (cycled over the batch)
   std::string scaling = "sum";
   std::string semantics = "intended";
+  std::string quant = "none";  // none or fp8-dispatch (the model's fp8_dispatch)
   std::uint64_t seed = 1;
 
   ModelConfig model() const;  // the model's layer, its depth (4 MoE layers when unknown), the semantics; validated
