@@ -37,6 +37,19 @@ TEST(BadInput, CountsOutsideTheirRangeAreRefused) {
   expect_refused("bench --tokens 2000000000 --hidden 4096", "available");
 }
 
+// The options this release added, in combinations that cannot run: each refused before any work, naming why.
+TEST(BadInput, ClippingInterleavingAndFp8CombinationsAreRefused) {
+  expect_refused("check --clip-grad 0.5", "--clip-grad needs --steps");
+  expect_refused("check --steps 1 --clip-grad 0", "--clip-grad");
+  expect_refused("check --vpp 2", "--vpp needs --world");
+  expect_refused("check --world 4 --vpp 2", "needs pp > 1");
+  expect_refused("check --world 8 --pp 4 --vpp 2 --ep 2", "pp·vpp (8 stages)");
+  expect_refused("check --world 8 --pp 4 --vpp 2 --ep 2 --layers 8 --global-batch 12", "multiple of pp");
+  expect_refused("check --dtype float --quant fp8-dispatch", "double only");
+  // In float the default set drops its FP8 rows as it drops its multi-step rows.
+  expect_refused("check --dtype float --filter fp8", "matches no run");
+}
+
 TEST(BadInput, EmptyNanAndNegativeValuesAreRefused) {
   expect_refused("check --seed ''", "empty");
   expect_refused("layer --seed ''", "empty");
