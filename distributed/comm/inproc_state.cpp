@@ -68,7 +68,8 @@ Group::Group(std::shared_ptr<WorldState> world, std::vector<int> members, std::s
       members_(std::move(members)),
       name_(std::move(name)),
       posts_{std::vector<Post>(members_.size()), std::vector<Post>(members_.size())},
-      staged_{std::vector<std::vector<std::byte>>(members_.size()), std::vector<std::vector<std::byte>>(members_.size())},
+      staged_{std::vector<std::vector<std::byte>>(members_.size()),
+              std::vector<std::vector<std::byte>>(members_.size())},
       calls_(members_.size()),
       split_results_(members_.size()) {}
 

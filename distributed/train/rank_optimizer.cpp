@@ -94,9 +94,9 @@ double RankOptimizer::global_grad_norm(const std::vector<std::vector<double>>& s
   double squares[2] = {0, 0};  // dense, expert
   for (size_t i = 0; i < buffers_.size(); ++i) {
     const Buffer& b = buffers_[i];
-    const Eigen::Index begin = settings_.distributed ? b.slice_begin : 0;
-    const Eigen::Index end = begin + static_cast<Eigen::Index>(synced[i].size());
     double& sum = squares[b.param_class == ParamClass::expert ? 1 : 0];
+    const Eigen::Index begin = settings_.distributed ? b.slice_begin : 0;  // where synced[i] starts in the buffer
+    const Eigen::Index end = begin + static_cast<Eigen::Index>(synced[i].size());
     Eigen::Index offset = 0;  // of tensor k in the buffer
     for (size_t k : b.tensors) {
       const Eigen::Index lo = std::max(offset, begin), hi = std::min(offset + tensors[k].size, end);
@@ -104,16 +104,18 @@ double RankOptimizer::global_grad_norm(const std::vector<std::vector<double>>& s
 #if MOE_SEEDED_BUG != MOE_BUG_CLIP_SP_COUNTED_PER_TP_RANK
       if (tensors[k].param_class == ParamClass::sequence_parallel && tp_->rank() != 0) continue;
 #endif
-      for (Eigen::Index j = lo; j < hi; ++j) sum += synced[i][static_cast<size_t>(j - begin)] * synced[i][static_cast<size_t>(j - begin)];
+      for (Eigen::Index j = lo; j < hi; ++j) {
+        const double g = synced[i][static_cast<size_t>(j - begin)];
+        sum += g * g;
+      }
     }
-  }
-  for (const Buffer& b : buffers_) {
-    double& sum = squares[b.param_class == ParamClass::expert ? 1 : 0];
+    // The distributed optimizer's slices split the buffer over its group; DDP's replicas all hold the same sum.
 #if MOE_SEEDED_BUG == MOE_BUG_CLIP_EXPERT_REPLICAS_COUNTED
-    if (settings_.distributed || b.param_class == ParamClass::expert) b.group->allreduce<double>(std::span(&sum, 1), ReduceOp::sum);
+    const bool over_group = settings_.distributed || b.param_class == ParamClass::expert;
 #else
-    if (settings_.distributed) b.group->allreduce<double>(std::span(&sum, 1), ReduceOp::sum);  // the slices
+    const bool over_group = settings_.distributed;
 #endif
+    if (over_group) b.group->allreduce<double>(std::span(&sum, 1), ReduceOp::sum);
   }
   for (Communicator* axis : {tp_, pp_}) axis->allreduce<double>(std::span(&squares[0], 1), ReduceOp::sum);
 #if MOE_SEEDED_BUG == MOE_BUG_CLIP_EXPERT_NOT_SUMMED_OVER_EP
