@@ -37,7 +37,8 @@ void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0) 
   RC_ASSERT(steps.size() == 1u);
   if (!steps[0].pass())
     RC_FAIL(std::string(distributed_optimizer ? "the distributed optimizer's" : "DDP's") + " step (" +
-            std::string(to_string(p.options.mode)) + (clip_grad > 0 ? ", clipped to " + std::to_string(clip_grad) : "") +
+            std::string(to_string(p.options.mode)) +
+            (clip_grad > 0 ? ", clipped to " + std::to_string(clip_grad) : "") +
             ") differs from the oracle's trajectory; " + report(steps[0]));
   RC_ASSERT(steps[0].errors[static_cast<size_t>(dist::Quantity::parameters)].compared > 0);
 }

@@ -28,6 +28,7 @@ std::vector<OffsetCensus> mxfp4_offset_census(int lo, int hi) {
 }
 
 int mxfp4_largest_lossless_spread() {
+  const std::vector<double> magnitudes = e2m1_magnitudes();
   int largest = -1;
   for (int spread = 0; spread <= 40; ++spread) {
     // Sub-blocks at exponents 0 … spread (every one between them too); some j must serve them all.
@@ -35,7 +36,7 @@ int mxfp4_largest_lossless_spread() {
     for (int j = -60; j <= 60 && !some_j; ++j) {
       bool all = true;
       for (int k = 0; k <= spread && all; ++k)
-        for (double v : e2m1_magnitudes()) all = all && is_e4m3(std::ldexp(v, k - j));
+        for (double v : magnitudes) all = all && is_e4m3(std::ldexp(v, k - j));
       some_j = all;
     }
     if (some_j) largest = spread;

@@ -10,7 +10,6 @@
 
 #include "reference/minifloat.hpp"
 
-#include <cstdint>
 #include <vector>
 
 namespace moe {

@@ -9,7 +9,8 @@ std::vector<TrajectoryPoint> reference_trajectory(const ModelConfig& config, Mod
   std::vector<TrajectoryPoint> points;
   for (const GlobalBatch& batch : batches) {
     GlobalStep step = global_step(config, params, batch, layout, micro_batch, mode);
-    const GradClip clip = optimizer.clip_grad > 0 ? clip_grad_norm(config, optimizer.clip_grad, step.grads) : GradClip{};
+    const GradClip clip =
+        optimizer.clip_grad > 0 ? clip_grad_norm(config, optimizer.clip_grad, step.grads) : GradClip{};
     if (optimizer.kind == OptimizerKind::adam) adam_step(config, optimizer.adam, adam, params, step.grads);
     else sgd_step(config, optimizer.sgd, params, step.grads);
     for (size_t l = 0; l < params.layers.size(); ++l)

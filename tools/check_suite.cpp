@@ -75,7 +75,8 @@ std::vector<CheckRow> default_rows() {
   // Clipping under DDP where a norm can count a parameter twice or miss one: tp-replicated params (SP) and expert
   // replicas (EDP 4), expert shards over EP × ETP and stages over PP.
   rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"),
-                  {ParallelLayout{.world = 8, .tp = 2, .ep = 2}, ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}},
+                  {ParallelLayout{.world = 8, .tp = 2, .ep = 2},
+                   ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}},
                   2, "", false, 0.5});
   return rows;
 }
@@ -85,7 +86,8 @@ const std::vector<std::string>& all_features() {
     std::vector<std::string> n{"softmax", "pre-softmax", "sigmoid", "sqrtsoftplus", "deepseek normalisation",
                                "topk scaling", "expert bias", "bias update", "groups (k/group_topk > 2)",
                                "hash layers", "swiglu clamp", "shared expert", "shared gate", "shared clamp", "latent",
-                               "probs on input", "fp8 dispatch", "capacity by probs", "capacity by position", "pad to capacity",
+                               "probs on input", "fp8 dispatch", "capacity by probs", "capacity by position",
+                               "pad to capacity",
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
                                "allgather", "flex",

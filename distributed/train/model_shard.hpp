@@ -9,6 +9,7 @@
 #include "reference/model.hpp"
 #include "reference/scaling_rules.hpp"
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,7 @@ struct ModelShard {
       if (li < static_cast<size_t>(c.count)) return c.first + static_cast<int>(li);
       li -= static_cast<size_t>(c.count);
     }
-    return -1;
+    throw std::out_of_range("ModelShard: a layer index beyond the shard's chunks");
   }
   // Index in `layers` of chunk c's first layer.
   size_t chunk_offset(size_t c) const {
