@@ -52,3 +52,9 @@
 #define MOE_BUG_CLIP_SP_COUNTED_PER_TP_RANK 22  // tp-replicated (router, norms, embedding) counted on every tp rank
 #define MOE_BUG_CLIP_EXPERT_NOT_SUMMED_OVER_EP 23  // expert squares summed over expt_tp and pp, not over ep
 #define MOE_BUG_CLIP_EXPERT_REPLICAS_COUNTED 24  // DDP: expert squares summed over expt_dp, each replica counted
+// muon_exchange.cpp — Muon's gradient and update all-to-alls
+#define MOE_BUG_MUON_SHARD_ORTHOGONALISED 25    // Newton–Schulz on each rank's TP/ETP piece, not the whole matrix
+#define MOE_BUG_MUON_UPDATE_TO_WRONG_RANK 26    // the update all-to-all sends member r the piece of member r + 1
+// kernels/fp8_rows.cpp — the FP8 cast of dispatched rows
+#define MOE_BUG_FP8_SCALE_PER_ROW 27            // one scale per row (its amax), not one per 1×128 tile
+#define MOE_BUG_E4M3_OVERFLOW_TO_NAN 28         // beyond 464 the code overflows to NaN instead of saturating at 448

@@ -8,6 +8,11 @@
 //
 // With gradient clipping the global norm is compared too ("grad_norm"), so a parameter counted twice or not at all
 // shows even where the clip factor stays 1.
+//
+// Muon (reference/muon.hpp, distributed/train/muon_exchange.hpp) is checked with its own property: Newton–Schulz is
+// blind to a gradient's scale, so it tests the other thing that can go wrong — which rank gets which piece of the
+// whole matrix — on layouts whose TP and ETP cut matrices into pieces. Momentum and the whole direction are compared
+// (the momentum as the optimizer state, "…m").
 #include "proptests/differential.hpp"
 #include "proptests/generators.hpp"
 #include "proptests/property.hpp"
@@ -17,7 +22,8 @@
 namespace moe::proptest {
 namespace {
 
-void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0) {
+void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0,
+                              OptimizerKind kind = OptimizerKind::sgd) {
   const Scenario s = *scenarios();
   RC_TAG(s.layout.world <= 2 ? "world 1-2" : s.layout.world <= 8 ? "world 3-8" : "world 9-32");
   RC_TAG(s.layout.vpp > 1 ? "interleaved pp" : s.layout.pp > 1 ? "pp" : "no pp");
@@ -29,14 +35,19 @@ void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0) 
   run.layout = p.layout;
   run.options = p.options;
   run.tolerance = p.tolerance;
-  run.optimizer.config.kind = OptimizerKind::sgd;
+  run.optimizer.config.kind = kind;
   run.optimizer.config.sgd.lr = 1.0;
+  run.optimizer.config.muon.lr = 0.1;  // moves of about 0.1 per element: any misplaced piece shows
+  run.optimizer.config.adam.lr = 0.1;
   run.optimizer.distributed = distributed_optimizer;
   run.optimizer.config.clip_grad = clip_grad;
   const auto steps = dist::check_run_inproc(run, dist::oracle_trajectory(run));
   RC_ASSERT(steps.size() == 1u);
   if (!steps[0].pass())
-    RC_FAIL(std::string(distributed_optimizer ? "the distributed optimizer's" : "DDP's") + " step (" +
+    RC_FAIL(std::string(kind == OptimizerKind::muon ? "Muon's"
+                        : distributed_optimizer     ? "the distributed optimizer's"
+                                                    : "DDP's") +
+            " step (" +
             std::string(to_string(p.options.mode)) +
             (clip_grad > 0 ? ", clipped to " + std::to_string(clip_grad) : "") +
             ") differs from the oracle's trajectory; " + report(steps[0]));
@@ -55,6 +66,13 @@ MOE_PROPERTY(Optimizer, ClippedStepMatchesTrajectory, 150, ()) {
   const double clip = *rc::gen::element(0.01, 0.1, 0.5);
   RC_TAG(distributed ? "distributed optimizer" : "DDP");
   require_trajectory_match(distributed, clip);
+}
+
+// Muon runs with DDP only; clipping on in half the cases, so its norm over Muon's two groups is compared too.
+MOE_PROPERTY(Optimizer, MuonStepMatchesTrajectory, 100, ()) {
+  const bool clip = *rc::gen::arbitrary<bool>();
+  RC_TAG(clip ? "clipped" : "unclipped");
+  require_trajectory_match(false, clip ? 0.1 : 0.0, OptimizerKind::muon);
 }
 
 }  // namespace moe::proptest

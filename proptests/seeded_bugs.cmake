@@ -29,6 +29,10 @@ set(MOE_SEEDED_BUGS
   "clip_sp_counted_per_tp_rank    22 train/rank_optimizer.cpp      Optimizer.ClippedStepMatchesTrajectory"
   "clip_expert_not_summed_over_ep 23 train/rank_optimizer.cpp      Optimizer.ClippedStepMatchesTrajectory"
   "clip_expert_replicas_counted   24 train/rank_optimizer.cpp      Optimizer.ClippedStepMatchesTrajectory"
+  "muon_shard_orthogonalised      25 train/muon_exchange.cpp       Optimizer.MuonStepMatchesTrajectory"
+  "muon_update_to_wrong_rank      26 train/muon_exchange.cpp       Optimizer.MuonStepMatchesTrajectory"
+  "fp8_scale_per_row              27 kernels/fp8_rows.cpp          Fp8.RowCastMatchesTheOracleInDouble"
+  "e4m3_overflow_to_nan           28 kernels/fp8_rows.cpp          Fp8.E4m3EncodeMatchesTheReference"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

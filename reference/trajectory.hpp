@@ -4,18 +4,20 @@
 #pragma once
 
 #include "reference/global_step.hpp"
+#include "reference/muon.hpp"
 #include "reference/optimizer.hpp"
 
 #include <vector>
 
 namespace moe {
 
-enum class OptimizerKind { sgd, adam };
+enum class OptimizerKind { sgd, adam, muon };  // muon: AdamW for what Muon does not take (muon.hpp)
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adam;
   SgdConfig sgd;
   AdamConfig adam;
+  MuonConfig muon;
   double clip_grad = 0;  // > 0: clip the global gradient norm to this before the step (optimizer.hpp); 0: off
 };
 
@@ -23,7 +25,7 @@ struct TrajectoryPoint {
   double objective = 0;           // J of the step (before its update)
   double grad_norm = 0;           // the global gradient norm before clipping (0 when clipping is off)
   ModelParams<double> params;     // after the update, expert biases included
-  AdamState adam;                 // after the update (empty for SGD)
+  AdamState adam;                 // after the update (empty for SGD; under Muon, m is its momentum for matrices)
 };
 
 // Step s uses batches[s]. `adam` is the optimizer state to start from (empty: a fresh start).

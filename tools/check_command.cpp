@@ -46,7 +46,7 @@ struct CheckOptions {
   std::string kernels = "cpu";
   int steps = 0;          // 0: one step, gradients compared before any optimizer
   std::string resume_as;  // "world=4,ep=2,etp=2" (steps ≥ 2)
-  std::string optimizer = "adam";
+  std::string optimizer;  // empty: each row's own (adam, muon in the Muon row)
   bool distributed_optimizer = false;
   double clip_grad = 0;
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
@@ -121,6 +121,13 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     if (r.steps < 2) r.resume_as.clear();
     r.distributed_optimizer = r.distributed_optimizer || o.distributed_optimizer;
     if (o.clip_grad > 0) r.clip_grad = o.clip_grad;
+    if (!o.optimizer.empty()) r.optimizer = o.optimizer;
+    if (r.optimizer == "muon" && r.distributed_optimizer && r.steps > 0) {
+      // Only default rows get here (--distributed-optimizer with --optimizer muon is refused): they run with DDP.
+      r.distributed_optimizer = false;
+      o.notes.push_back("--optimizer muon: " + r.name + "'s distributed-optimizer row runs with DDP (Muon needs "
+                        "whole matrices, the distributed optimizer cuts flat slices)");
+    }
   }
   return rows;
 }
@@ -159,7 +166,8 @@ std::string shortest(double x) {
 std::string row_label(const CheckRow& r) {
   std::string label = r.name + " " + r.run.scaling + " b" + std::to_string(r.run.micro_batch);
   if (r.steps > 0)
-    label += " " + std::to_string(r.steps) + " steps" + (r.distributed_optimizer ? " dist-opt" : "") +
+    label += " " + std::to_string(r.steps) + " steps" + (r.optimizer == "adam" ? "" : " " + r.optimizer) +
+             (r.distributed_optimizer ? " dist-opt" : "") +
              (r.clip_grad > 0 ? " clip " + shortest(r.clip_grad) : "") +
              (r.resume_as.empty() ? "" : " resume " + r.resume_as);
   return label;
@@ -371,7 +379,9 @@ dist::RunProblem run_problem(const CheckOptions& o, const CheckRow& row, const d
   for (int s = 0; s < row.steps; ++s) run.batches.push_back(row.run.batch(base.config, row.run.seed + 100 + s));
   run.layout = base.layout;
   run.options = base.options;
-  run.optimizer.config.kind = o.optimizer == "sgd" ? OptimizerKind::sgd : OptimizerKind::adam;
+  run.optimizer.config.kind = row.optimizer == "sgd"    ? OptimizerKind::sgd
+                              : row.optimizer == "muon" ? OptimizerKind::muon
+                                                        : OptimizerKind::adam;
   run.optimizer.distributed = row.distributed_optimizer;
   run.optimizer.config.clip_grad = row.clip_grad;
   run.tolerance = base.tolerance;
@@ -499,7 +509,9 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
                   "where resumed runs write their checkpoint (default: a fresh folder under $TMPDIR, or under /dev/shm "
                   "when TMPDIR is unset, removed after)");
-  cmd->add_option("--optimizer", o->optimizer, "adam or sgd (with --steps)")->capture_default_str();
+  cmd->add_option("--optimizer", o->optimizer,
+                  "adam, muon (Newton-Schulz on every matrix but the embedding and head, AdamW for the rest; DDP "
+                  "only) or sgd, with --steps (default: adam, muon in the default set's Muon row)");
   cmd->add_option("--clip-grad", o->clip_grad,
                   "with --steps: clip the global gradient norm to this before each update, as Megatron's "
                   "--clip-grad (each parameter counted once over every parallel axis)")
@@ -547,8 +559,11 @@ void add_check_command(CLI::App& app) {
     finish_layout(*cmd, o->layout);
     if (o->backend != "inproc" && o->backend != "mpi")
       throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
-    if (o->optimizer != "adam" && o->optimizer != "sgd")
-      throw std::invalid_argument("unknown optimizer '" + o->optimizer + "' (adam, sgd)");
+    if (!o->optimizer.empty() && o->optimizer != "adam" && o->optimizer != "muon" && o->optimizer != "sgd")
+      throw std::invalid_argument("unknown optimizer '" + o->optimizer + "' (adam, muon, sgd)");
+    if (o->optimizer == "muon" && o->distributed_optimizer)
+      throw std::invalid_argument("--optimizer muon runs with DDP: the distributed optimizer's flat slices cut the "
+                                  "matrices Newton-Schulz needs whole; drop --distributed-optimizer");
     if (!o->resume_as.empty() && o->steps < 2) throw std::invalid_argument("--resume-as needs --steps 2 or more");
     if (o->clip_grad > 0 && o->steps < 1) throw std::invalid_argument("--clip-grad needs --steps 1 or more");
     if (o->dtype != "double" && o->dtype != "float")

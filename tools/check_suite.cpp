@@ -78,6 +78,10 @@ std::vector<CheckRow> default_rows() {
                   {ParallelLayout{.world = 8, .tp = 2, .ep = 2},
                    ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}},
                   2, "", false, 0.5});
+  // Muon: matrices whole only at their owners (TP-sharded shared expert, ETP-sharded experts, EDP replicas), the
+  // momentum carried through a checkpoint into another layout, and clipping over both of Muon's groups.
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}},
+                  2, "world=4,tp=2,ep=4", false, 0.5, "muon"});
   return rows;
 }
 
@@ -91,7 +95,7 @@ const std::vector<std::string>& all_features() {
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
                                "allgather", "flex",
-                               "training steps", "distributed optimizer", "gradient clipping",
+                               "training steps", "distributed optimizer", "gradient clipping", "muon",
                                "resume under another layout"};
     for (const auto& d : deviation_catalogue())
       if (d.kind == DeviationKind::modelled) n.emplace_back(d.name);
@@ -146,6 +150,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(row.steps > 0, "training steps");
   add_if(row.steps > 0 && row.distributed_optimizer, "distributed optimizer");
   add_if(row.steps > 0 && row.clip_grad > 0, "gradient clipping");
+  add_if(row.steps > 0 && row.optimizer == "muon", "muon");
   add_if(!row.resume_as.empty(), "resume under another layout");
   for (Deviation d : m.semantics().in_mode(row.run.mode()).deviations())
     if (deviation_info(d).kind == DeviationKind::modelled) f.insert(std::string(deviation_info(d).name));

@@ -20,6 +20,7 @@ struct CheckRow {
   std::string resume_as{};  // with steps ≥ 2: save after steps/2 and continue under this layout
   bool distributed_optimizer = false;
   double clip_grad = 0;  // with steps: clip the global gradient norm to this (0: off)
+  std::string optimizer = "adam";  // with steps: adam, muon or sgd
 };
 
 std::vector<CheckRow> default_rows();

@@ -388,6 +388,7 @@ void save_checkpoint(const std::string& dir, Communicator& world, const ModelCon
                       {"training_step", training_step},
                       {"optimizer_step", moments.step},
                       {"has_moments", !moments.m.empty()},
+                      {"moments", moments.kind == OptimizerKind::muon ? "muon" : "adam"},
                       {"pieces", all}};
       storage::write_file_synced(staging / "checkpoint.json", meta.dump(1));  // last: it lists the pieces
       staged->commit();
@@ -421,6 +422,11 @@ TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config)
     TrainingState state;
     state.params = random_model_params<double>(config, 0);  // the shapes; every value is overwritten below
     state.has_moments = read.boolean(meta, "has_moments");
+    if (meta.contains("moments")) {
+      const std::string of = read.string(meta, "moments");
+      if (of != "adam" && of != "muon") read.refuse("'moments' must be \"adam\" or \"muon\", not '" + of + "'");
+      state.moments_of = of == "muon" ? OptimizerKind::muon : OptimizerKind::adam;
+    }
     state.optimizer_step = read.step(meta, "optimizer_step");
     state.training_step = read.step(meta, "training_step");
     if (state.has_moments) state.adam_m = state.adam_v = state.params;

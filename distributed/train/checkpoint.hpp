@@ -7,7 +7,8 @@
 //   embedding, head, final_norm, layerL.block_norm, .router_weight, .expert_bias, .tid2eid, .shared_gate,
 //   .latent_down, .latent_up          whole
 // Experts are found by global id, never by local index; Adam moments are stored the same way with ".adam_m" /
-// ".adam_v" appended. checkpoint.json (written last) lists every piece with its file, offset, shape and FNV-1a
+// ".adam_v" appended (under Muon, .adam_m of a matrix is its momentum buffer and .adam_v is zero; checkpoint.json's
+// "moments" says which optimizer wrote them, "adam" when absent). checkpoint.json (written last) lists every piece with its file, offset, shape and FNV-1a
 // checksum, the model config, the step and the optimizer.
 //
 // Loading reads and checks everything (format, model config, coverage of every tensor, file sizes, checksums)
@@ -25,6 +26,7 @@ namespace moe::dist {
 struct TrainingState {
   ModelParams<double> params;          // global (logical) tensors
   bool has_moments = false;
+  OptimizerKind moments_of = OptimizerKind::adam;  // adam, or muon (adam_m then holds Muon's momentum for matrices)
   ModelParams<double> adam_m, adam_v;  // global moments in the shape of params (trained tensors only)
   int optimizer_step = 0;
   int training_step = 0;

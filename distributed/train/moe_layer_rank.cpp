@@ -1,7 +1,7 @@
 #include "distributed/train/moe_layer_rank.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
-#include "reference/fp8_quant.hpp"
+#include "distributed/kernels/fp8_rows.hpp"
 
 namespace moe::dist {
 namespace {
@@ -40,7 +40,9 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
 
   // Routed branch.
   u_ = c.latent_size > 0 ? Matrix<T>(x * shard_.latent_down.transpose()) : x;
-  if (c.fp8_dispatch) u_ = fp8_fake_quant_rows(u_);  // at the source, before the dispatch; the backward passes through
+  // FP8 dispatch: cast at the source to e4m3 codes and tile scales (what the wire would carry) and back; the backward
+  // passes gradients straight through.
+  if (c.fp8_dispatch) u_ = kernels::fp8_dequantise_rows(kernels::fp8_quantise_rows(u_));
   dispatcher_ = make_dispatcher<T>(kind_, groups_.dispatch(), c.num_experts, kernels_);
   rows_ = dispatcher_->dispatch(u_, routing_.probs, routing_.routing_map);
   auto experts = kernels_.grouped_swiglu_forward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,

@@ -1,5 +1,6 @@
 #include "distributed/train/rank_groups.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -24,6 +25,15 @@ RankGroups::RankGroups(Communicator& world, const ProcessGroups& groups) : rank(
   expt_tp = make(GroupKind::expt_tp);
   tp_ep = make(GroupKind::tp_ep);
   expt_dp = make(GroupKind::expt_dp);
+  expt_tp_dp = world.subgroup(expt_tp_dp_members(groups, rank));
+}
+
+std::vector<int> expt_tp_dp_members(const ProcessGroups& groups, int rank) {
+  std::vector<int> members;
+  for (int replica : groups.group(GroupKind::expt_dp, rank))
+    for (int member : groups.group(GroupKind::expt_tp, replica)) members.push_back(member);
+  std::sort(members.begin(), members.end());
+  return members;
 }
 
 }  // namespace moe::dist

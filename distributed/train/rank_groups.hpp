@@ -15,11 +15,16 @@ namespace moe::dist {
 struct RankGroups {
   int rank = 0;  // in the world
   std::unique_ptr<Communicator> tp, cp, dp, dp_cp, tp_cp, tp_dp_cp, pp, ep, expt_tp, tp_ep, expt_dp;
+  // expt_tp × expt_dp: the ranks holding pieces or replicas of the same experts (Muon's expert group)
+  std::unique_ptr<Communicator> expt_tp_dp;
 
   RankGroups(Communicator& world, const ProcessGroups& groups);
 
   DispatchGroups dispatch() const { return {ep.get(), expt_tp.get(), tp_ep.get()}; }
   StatisticGroups statistics() const { return {tp_cp.get(), tp_dp_cp.get()}; }
 };
+
+// The members of `rank`'s expt_tp × expt_dp group, in ascending world rank.
+std::vector<int> expt_tp_dp_members(const ProcessGroups& groups, int rank);
 
 }  // namespace moe::dist

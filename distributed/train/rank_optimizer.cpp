@@ -9,17 +9,23 @@
 
 namespace moe::dist {
 
-RankOptimizer::RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
-                             ModelShard<double>& params, LossMode mode, const Semantics& semantics)
+RankOptimizer::RankOptimizer(const ModelConfig& config, const OptimizerSettings& settings, const ProcessGroups& groups,
+                             const RankGroups& comms, ModelShard<double>& params, LossMode mode)
     : settings_(settings),
       params_(params),
-      plan_(groups, comms, mode, semantics, settings.distributed),
+      plan_(groups, comms, mode, config.semantics(), settings.distributed),
       tp_(comms.tp.get()),
       pp_(comms.pp.get()),
       ep_(comms.ep.get()),
       expt_tp_(comms.expt_tp.get()) {
   if (settings.distributed && groups.layout().gtp > 1)
     throw std::invalid_argument("distributed optimizer: GTP axes are not modelled");
+  if (settings.config.kind == OptimizerKind::muon) {
+    if (settings.distributed)
+      throw std::invalid_argument("Muon runs with DDP: the distributed optimizer's flat slices cut matrices that "
+                                  "Newton-Schulz needs whole (drop --distributed-optimizer)");
+    muon_ = std::make_unique<MuonExchange>(config, groups, comms, params);
+  }
   // Sequence-parallel params share the dense buffer: the plan must give them the same collective.
   const auto& dense_sync = plan_.of(ParamClass::dense);
   const auto& sp_sync = plan_.of(ParamClass::sequence_parallel);
@@ -33,6 +39,7 @@ RankOptimizer::RankOptimizer(const OptimizerSettings& settings, const ProcessGro
   dense.group = dense_sync.group;
   expert.group = plan_.of(ParamClass::expert).group;
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (muon_ && muon_->is_muon(i)) continue;
     Buffer& b = tensors[i].param_class == ParamClass::expert ? expert : dense;
     b.tensors.push_back(i);
     b.size += tensors[i].size;
@@ -43,7 +50,7 @@ RankOptimizer::RankOptimizer(const OptimizerSettings& settings, const ProcessGro
     b->slice_size = b->padded / g;
     b->slice_begin = settings.distributed ? b->group->rank() * b->slice_size : 0;
     const auto state = static_cast<size_t>(settings.distributed ? b->slice_size : b->size);
-    if (settings.config.kind == OptimizerKind::adam) {
+    if (settings.config.kind != OptimizerKind::sgd) {  // Adam, or Muon's AdamW part
       b->m.assign(state, 0.0);
       b->v.assign(state, 0.0);
     }
@@ -89,7 +96,7 @@ void RankOptimizer::update(Buffer& b, double* params, const double* grads, Eigen
   }
 }
 
-double RankOptimizer::global_grad_norm(const std::vector<std::vector<double>>& synced) const {
+double RankOptimizer::buffer_grad_squares(const std::vector<std::vector<double>>& synced) const {
   const auto tensors = shard_tensors(params_, 0);
   double squares[2] = {0, 0};  // dense, expert
   for (size_t i = 0; i < buffers_.size(); ++i) {
@@ -123,7 +130,7 @@ double RankOptimizer::global_grad_norm(const std::vector<std::vector<double>>& s
 #else
   for (Communicator* axis : {expt_tp_, ep_, pp_}) axis->allreduce<double>(std::span(&squares[1], 1), ReduceOp::sum);
 #endif
-  return std::sqrt(squares[0] + squares[1]);
+  return squares[0] + squares[1];
 }
 
 void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
@@ -147,13 +154,16 @@ void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
     }
     plan_.after_collective<double>(b.param_class, synced[i], global_tokens);
   }
+  if (muon_) muon_->gather_gradients(raw_grads, plan_, global_tokens);  // Muon's matrices, whole at their owners
   // 2. Clip: one factor for every gradient of the model, from the norm over all of them.
   if (settings_.config.clip_grad > 0) {
-    last_grad_norm_ = global_grad_norm(synced);
+    last_grad_norm_ = std::sqrt(buffer_grad_squares(synced) + (muon_ ? muon_->squares() : 0.0));
     const double c = clip_coefficient(settings_.config.clip_grad, last_grad_norm_);
-    if (c < 1.0)
+    if (c < 1.0) {
       for (auto& g : synced)
         for (double& x : g) x *= c;
+      if (muon_) muon_->scale_gradients(c);
+    }
   }
   // 3. Update what this rank owns; the distributed optimizer then all-gathers the updated slices.
   for (size_t i = 0; i < buffers_.size(); ++i) {
@@ -171,15 +181,22 @@ void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
                                gathered);
     unflatten(b, gathered, params_);
   }
+  if (muon_) muon_->update(settings_.config.muon, params_);
 }
 
 ShardMoments RankOptimizer::moments() const {
   ShardMoments out;
   out.step = step_;
-  if (settings_.config.kind != OptimizerKind::adam) return out;
+  out.kind = settings_.config.kind;
+  if (settings_.config.kind == OptimizerKind::sgd) return out;
   const auto tensors = shard_tensors(params_, 0);
   out.m.resize(tensors.size());
   out.v.resize(tensors.size());
+  if (muon_) {
+    out.m = muon_->momentum_pieces();
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (muon_->is_muon(i)) out.v[i].assign(static_cast<size_t>(tensors[i].size), 0.0);
+  }
   for (const Buffer& b : buffers_) {
     std::vector<double> m = b.m, v = b.v;
     if (settings_.distributed) {
@@ -201,10 +218,11 @@ ShardMoments RankOptimizer::moments() const {
 
 void RankOptimizer::set_moments(const ShardMoments& moments) {
   step_ = moments.step;
-  if (settings_.config.kind != OptimizerKind::adam) return;
+  if (settings_.config.kind == OptimizerKind::sgd) return;
   const auto tensors = shard_tensors(params_, 0);
   if (moments.m.size() != tensors.size() || moments.v.size() != tensors.size())
     throw std::invalid_argument("optimizer state: one moment per trained tensor is required");
+  if (muon_) muon_->set_momentum(moments.m);
   for (Buffer& b : buffers_) {
     std::vector<double> m, v;
     for (size_t i : b.tensors) {

@@ -12,13 +12,17 @@
 //   dense       summed over tp and pp; a tp-replicated (sequence-parallel) tensor counted on tp rank 0 only;
 //               its dp_cp replicas not at all (DDP), or their disjoint slices summed over dp_cp (distributed);
 //   experts     summed over expt_tp, ep and pp; the expt_dp replicas likewise once.
+// Muon (reference/muon.hpp) takes every matrix but the embedding and the head: those leave the buffers and move by
+// Muon's own all-to-alls (muon_exchange.hpp); what stays in the buffers takes AdamW. Muon runs with DDP only.
 #pragma once
 
 #include "distributed/train/grad_sync.hpp"
 #include "distributed/train/model_shard.hpp"
+#include "distributed/train/muon_exchange.hpp"
 #include "distributed/train/rank_groups.hpp"
 #include "reference/trajectory.hpp"
 
+#include <memory>
 #include <vector>
 
 namespace moe::dist {
@@ -28,16 +32,18 @@ struct OptimizerSettings {
   bool distributed = false;
 };
 
-// Adam moments of every trained tensor of a shard, whole, in shard_tensors order.
+// Adam moments of every trained tensor of a shard, whole, in shard_tensors order. Under Muon, m of a Muon matrix is
+// its momentum buffer (this rank's piece) and v is zero.
 struct ShardMoments {
+  OptimizerKind kind = OptimizerKind::adam;  // whose moments (adam or muon) when m is not empty
   std::vector<std::vector<double>> m, v;
   int step = 0;
 };
 
 class RankOptimizer {
  public:
-  RankOptimizer(const OptimizerSettings& settings, const ProcessGroups& groups, const RankGroups& comms,
-                ModelShard<double>& params, LossMode mode, const Semantics& semantics);
+  RankOptimizer(const ModelConfig& config, const OptimizerSettings& settings, const ProcessGroups& groups,
+                const RankGroups& comms, ModelShard<double>& params, LossMode mode);
 
   // Synchronises this step's raw gradients (train_step with synchronise = false), clips them when asked, and
   // updates the parameters.
@@ -63,8 +69,8 @@ class RankOptimizer {
   std::vector<double> flatten(const Buffer& b, ModelShard<double>& shard) const;
   void unflatten(const Buffer& b, const std::vector<double>& flat, ModelShard<double>& shard) const;
   void update(Buffer& b, double* params, const double* grads, Eigen::Index count, Eigen::Index state_offset);
-  // The global L2 norm of the synchronised gradients (synced[i]: buffer i's whole gradient, or its slice).
-  double global_grad_norm(const std::vector<std::vector<double>>& synced) const;
+  // Σ g² of the synchronised buffer gradients over the model (synced[i]: buffer i's whole gradient, or its slice).
+  double buffer_grad_squares(const std::vector<std::vector<double>>& synced) const;
 
   OptimizerSettings settings_;
   ModelShard<double>& params_;
@@ -73,6 +79,7 @@ class RankOptimizer {
   int step_ = 0;
   double last_grad_norm_ = 0;
   std::vector<Buffer> buffers_;
+  std::unique_ptr<MuonExchange> muon_;  // Muon's matrices (null unless the optimizer is Muon)
 };
 
 }  // namespace moe::dist

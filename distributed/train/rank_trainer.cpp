@@ -28,7 +28,7 @@ RankTrainer::RankTrainer(const ModelConfig& config, const ModelParams<double>& g
       comms_(comms),
       options_(options),
       shard_(shard_model(config, global, groups, comms.rank)),
-      optimizer_(optimizer, groups, comms, shard_, options.mode, config.semantics()) {
+      optimizer_(config, optimizer, groups, comms, shard_, options.mode) {
   options_.synchronise = false;  // the optimizer synchronises
   if (options.precision != Precision::float64)
     throw std::invalid_argument("whole training steps run in double (the optimizer keeps double state)");
@@ -37,8 +37,13 @@ RankTrainer::RankTrainer(const ModelConfig& config, const ModelParams<double>& g
 RankTrainer::RankTrainer(const ModelConfig& config, const TrainingState& state, const ProcessGroups& groups,
                          const RankGroups& comms, const StepOptions& options, const OptimizerSettings& optimizer)
     : RankTrainer(config, state.params, groups, comms, options, optimizer) {
-  if (optimizer.config.kind == OptimizerKind::adam && !state.has_moments && state.optimizer_step > 0)
-    throw std::runtime_error("checkpoint: Adam needs moments but the checkpoint has none (written by SGD?)");
+  const OptimizerKind kind = optimizer.config.kind;
+  const char* name = kind == OptimizerKind::muon ? "Muon" : "Adam";
+  if (kind != OptimizerKind::sgd && !state.has_moments && state.optimizer_step > 0)
+    throw std::runtime_error(std::string("checkpoint: ") + name + " needs moments but the checkpoint has none (written by SGD?)");
+  if (kind != OptimizerKind::sgd && state.has_moments && state.moments_of != kind)
+    throw std::runtime_error(std::string("checkpoint: its moments were written by ") +
+                             (state.moments_of == OptimizerKind::muon ? "Muon" : "Adam") + ", this run's optimizer is " + name);
   optimizer_.set_moments(shard_moments(config, state, groups, comms.rank));
   steps_ = state.training_step;
 }
