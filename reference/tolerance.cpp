@@ -32,6 +32,9 @@ constexpr Row kRows[] = {
     {Compared::token_movement, Precision::float64, {1e-14, 1e-12}},
     {Compared::token_movement, Precision::float32, {1e-6, 1e-5}},
     {Compared::finite_difference, Precision::float64, {1e-7, 1e-6}},
+    // Newton–Schulz's composed quintic has slope Π a_i ≈ 493 at 0: the rounding of a gradient that cancels (relative
+    // to its norm) grows that much in the update. Absolute, as a step moves elements by about lr (≤ 0.01 here).
+    {Compared::muon_step, Precision::float64, {1e-8, 1e-7}},
 };
 
 }  // namespace
@@ -54,6 +57,7 @@ std::string_view to_string(Compared what) {
     case Compared::device_kernel: return "device_kernel";
     case Compared::token_movement: return "token_movement";
     case Compared::finite_difference: return "finite_difference";
+    case Compared::muon_step: return "muon_step";
   }
   return "?";
 }

@@ -24,6 +24,7 @@ enum class Compared {
   device_kernel,      // a CUDA kernel vs the CPU kernel in the same type (bfloat16: CPU in double on rounded inputs)
   token_movement,     // dispatch → identity experts → combine vs Σ p·x: only the combine's sum reassociates
   finite_difference,  // an analytic derivative vs central differences with step 1e-6 (truncation error ~1e-8)
+  muon_step,          // training_step under Muon: Newton–Schulz amplifies the input's rounding (see the table)
 };
 std::string_view to_string(Compared what);  // "training_step", "layer", … as the enumerators are spelled
 Compared parse_compared(std::string_view name);

@@ -52,6 +52,7 @@ struct CheckOptions {
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   std::string dtype = "double";
   double atol = 0, rtol = 0;  // unless given: the training-step row of reference/tolerance.hpp for the dtype
+  bool tolerance_given = false;  // --atol or --rtol: also for Muon rows (else the muon_step row)
   bool json = false;
   std::string junit;                 // write JUnit XML here
   std::vector<std::string> filters;  // run only the runs whose name holds one of these
@@ -385,6 +386,7 @@ dist::RunProblem run_problem(const CheckOptions& o, const CheckRow& row, const d
   run.optimizer.distributed = row.distributed_optimizer;
   run.optimizer.config.clip_grad = row.clip_grad;
   run.tolerance = base.tolerance;
+  if (row.optimizer == "muon" && !o.tolerance_given) run.tolerance = tolerance(Compared::muon_step, Precision::float64);
   if (!row.resume_as.empty()) {
     run.resume_as = parse_layout(row.resume_as, "--resume-as");
     run.checkpoint_dir = o.checkpoint_dir;
@@ -570,6 +572,7 @@ void add_check_command(CLI::App& app) {
       throw std::invalid_argument("unknown dtype '" + o->dtype + "' (double, float)");
     const bool single = o->dtype == "float";
     const Tolerance table = moe::tolerance(Compared::training_step, precision_of(o->dtype));
+    o->tolerance_given = cmd->count("--atol") > 0 || cmd->count("--rtol") > 0;
     if (cmd->count("--atol") == 0) o->atol = table.atol;
     if (cmd->count("--rtol") == 0) o->rtol = table.rtol;
     std::vector<CheckRow> rows = rows_of(*o);

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-namespace moe::dist::kernels {
+namespace moe::kernels {
 namespace {
 
 constexpr Eigen::Index kTile = 128;
@@ -86,4 +86,4 @@ template Fp8Rows<float> fp8_quantise_rows<float>(const Matrix<float>&);
 template Matrix<double> fp8_dequantise_rows<double>(const Fp8Rows<double>&);
 template Matrix<float> fp8_dequantise_rows<float>(const Fp8Rows<float>&);
 
-}  // namespace moe::dist::kernels
+}  // namespace moe::kernels

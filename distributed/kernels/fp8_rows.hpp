@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace moe::dist::kernels {
+namespace moe::kernels {
 
 template <typename T>
 struct Fp8Rows {
@@ -28,4 +28,4 @@ Matrix<T> fp8_dequantise_rows(const Fp8Rows<T>& q);
 std::uint8_t e4m3_encode(double v);
 double e4m3_decode(std::uint8_t code);
 
-}  // namespace moe::dist::kernels
+}  // namespace moe::kernels

@@ -13,7 +13,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr Compared kAll[] = {Compared::training_step,  Compared::layer,          Compared::golden_case,
                              Compared::foreign_dump,   Compared::device_kernel,  Compared::token_movement,
-                             Compared::finite_difference};
+                             Compared::finite_difference, Compared::muon_step};
 
 TEST(Tolerance, AdmitsUpToTheBoundAndNotBeyond) {
   const Tolerance t{0.5, 0.25};  // exact in binary: the bound for want = 2 is 1
