@@ -120,6 +120,43 @@ TEST(TrainingRun, ResumesUnderAnotherLayout) {
   fs::remove_all(dir);
 }
 
+// Muon: three steps where TP cuts the shared expert and ETP the experts (both gathered whole at their owners), with
+// pipeline stages and clipping; then saved and resumed under another layout, the momentum carried by the checkpoint.
+RunProblem muon_run(const ParallelLayout& l, int steps) {
+  RunProblem p = run(l, LossMode::sum, false, steps);
+  p.optimizer.config.kind = OptimizerKind::muon;
+  p.optimizer.config.muon = {.lr = 1e-2, .momentum = 0.9, .nesterov = true, .weight_decay = 0.01, .extra_scale = 0.2};
+  p.tolerance = tolerance(Compared::muon_step, Precision::float64);
+  return p;
+}
+
+TEST(TrainingRun, MuonFollowsTheOracleTrajectory) {
+  for (const ParallelLayout& l : {ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2},
+                                  ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2},
+                                  ParallelLayout{.world = 4, .tp = 2, .ep = 4}}) {
+    RunProblem p = muon_run(l, 3);
+    p.optimizer.config.clip_grad = 0.5;
+    expect_all_steps_pass(check_run_inproc(p, oracle_trajectory(p)), 3);
+  }
+}
+
+TEST(TrainingRun, MuonResumesUnderAnotherLayout) {
+  const fs::path dir = fs::temp_directory_path() / "moe_oracle_muon_resume_test";
+  fs::remove_all(dir);
+  RunProblem p = muon_run(ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}, 4);
+  p.resume_as = ParallelLayout{.world = 4, .pp = 2, .ep = 2};
+  p.checkpoint_dir = dir.string();
+  expect_all_steps_pass(check_run_inproc(p, oracle_trajectory(p)), 4);
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir / "checkpoint.json")).at("moments"), "muon");
+  fs::remove_all(dir);
+}
+
+TEST(TrainingRun, MuonRefusesTheDistributedOptimizer) {
+  RunProblem p = muon_run(ParallelLayout{.world = 2, .ep = 2}, 1);
+  p.optimizer.distributed = true;
+  EXPECT_THROW(check_run_inproc(p, oracle_trajectory(p)), std::invalid_argument);
+}
+
 // A checkpoint written by `p` after one step, in a fresh directory.
 fs::path write_checkpoint(const RunProblem& p, const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / name;
@@ -160,6 +197,24 @@ TEST(Checkpoint, RefusesCorruptOrMismatchedCheckpoints) {
 
   fs::remove(dir / "checkpoint.json");
   expect_refused(dir, p.config, "no checkpoint.json");
+  fs::remove_all(dir);
+}
+
+// Muon's momentum and Adam's first moment share the .adam_m slot: the optimizer that wrote them is recorded and a run
+// under the other one refuses them.
+TEST(Checkpoint, MomentsOfOneOptimizerAreRefusedByTheOther) {
+  const RunProblem muon = muon_run(ParallelLayout{.world = 2, .ep = 2}, 1);
+  const fs::path dir = write_checkpoint(muon, "moe_oracle_moments_kind_test");
+  const TrainingState state = load_checkpoint(dir.string(), muon.config);
+  EXPECT_EQ(state.moments_of, OptimizerKind::muon);
+  RunProblem adam = run(ParallelLayout{.world = 2, .ep = 2}, LossMode::sum, false, 1);
+  InprocWorld(2).run([&](Communicator& world) {
+    const ProcessGroups groups(adam.layout);
+    const RankGroups comms(world, groups);
+    test::expect_error<std::runtime_error>("written by Muon, this run's optimizer is Adam", [&] {
+      RankTrainer trainer(adam.config, state, groups, comms, adam.options, adam.optimizer);
+    });
+  });
   fs::remove_all(dir);
 }
 

@@ -48,6 +48,10 @@ TEST(BadInput, ClippingInterleavingAndFp8CombinationsAreRefused) {
   expect_refused("check --dtype float --quant fp8-dispatch", "double only");
   // In float the default set drops its FP8 rows as it drops its multi-step rows.
   expect_refused("check --dtype float --filter fp8", "matches no run");
+  expect_refused("check --steps 2 --optimizer lion", "(adam, muon, sgd)");
+  expect_refused("check --steps 2 --optimizer muon --distributed-optimizer", "muon runs with DDP");
+  // Float drops the multi-step rows, the Muon row with them.
+  expect_refused("check --dtype float --filter muon", "matches no run");
 }
 
 TEST(BadInput, EmptyNanAndNegativeValuesAreRefused) {
