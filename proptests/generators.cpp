@@ -142,9 +142,17 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     }
     // A pool of 1–2 ids sends every token to the same experts (hot experts, idle ranks), unless capacity by
     // probability would then rank exact ties of identical tokens.
+    // Ids drawn with replacement repeat too: two equal ids are two bitwise equal rows at the first layer, and after it
+    // two rows whose last bits depend on where a GEMM put them, so dropping by probability would rank rounding (the
+    // oracle keeps the earlier row of an exact tie, the parallel system the one an ulp higher). With ties that matter
+    // every token gets its own id, the vocabulary enlarged to the batch where needed (no other draw changes).
     const bool ties_matter = c.capacity_factor && c.drop_policy == DropPolicy::probs;
     s.id_pool = ties_matter ? s.config.vocab
                             : weighted<int>({{3, s.config.vocab}, {1, 1}, {1, 2}});
+    if (ties_matter) {
+      s.distinct_ids = true;
+      s.config.vocab = s.id_pool = std::max(s.config.vocab, s.sequences * s.seq);
+    }
     s.cold_experts = c.expert_bias && l.ep > 1 && weighted<bool>({{3, false}, {1, true}});
     s.param_seed = *inRange<std::uint64_t>(0, 1000);
     s.batch_seed = *inRange<std::uint64_t>(0, 1000);

@@ -2,6 +2,8 @@
 
 #include "reference/random_init.hpp"
 
+#include <algorithm>
+#include <numeric>
 #include <sstream>
 
 namespace moe::proptest {
@@ -25,6 +27,12 @@ dist::CheckProblem make_problem(const Scenario& s) {
   SeededUniform rng(s.batch_seed ^ 0x9e3779b97f4a7c15ULL);
   for (Eigen::Index i = 0; i < p.batch.input_ids.size(); ++i)
     p.batch.input_ids.data()[i] = static_cast<std::int64_t>(rng.bits() % static_cast<std::uint64_t>(s.id_pool));
+  if (s.distinct_ids) {  // a shuffled prefix of 0 … id_pool − 1 (Fisher–Yates)
+    std::vector<std::int64_t> ids(static_cast<size_t>(s.id_pool));
+    std::iota(ids.begin(), ids.end(), 0);
+    for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng.bits() % i]);
+    for (Eigen::Index i = 0; i < p.batch.input_ids.size(); ++i) p.batch.input_ids.data()[i] = ids[static_cast<size_t>(i)];
+  }
   p.layout = s.layout;
   p.options = s.options;
   return p;
@@ -61,7 +69,7 @@ std::string describe(const Scenario& s) {
   if (c.aux_loss_type != AuxLossType::none) os << " " << to_string(c.aux_loss_type) << "=" << c.aux_loss_coeff;
   if (c.z_loss_coeff > 0) os << " z=" << c.z_loss_coeff;
   os << " | layers=" << s.config.num_layers << " hash=" << s.config.n_hash_layers << " V=" << s.config.vocab
-     << " ids<" << s.id_pool;
+     << " ids<" << s.id_pool << (s.distinct_ids ? " distinct" : "");
   if (!s.padded.empty()) {
     os << " padded=[";
     for (size_t i = 0; i < s.padded.size(); ++i) os << (i ? "," : "") << s.padded[i];

@@ -25,6 +25,7 @@ struct Scenario {
   int sequences = 0;        // B, the global batch
   std::vector<int> padded;  // per sequence: padded positions at its end; empty = none
   int id_pool = 0;          // ids drawn from [0, id_pool)
+  bool distinct_ids = false;  // every token of the batch a different id (the vocabulary is made large enough)
   bool cold_experts = false;
   std::uint64_t param_seed = 0;
   std::uint64_t batch_seed = 0;
