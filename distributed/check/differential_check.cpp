@@ -4,7 +4,11 @@
 #include "distributed/train/rank_groups.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <memory>
 #include <mutex>
 
 namespace moe::dist {
@@ -38,6 +42,27 @@ RankComparison merge_over(Communicator& world, RankComparison mine) {
   return mine;
 }
 
+// In-process ranks resuming together read one checkpoint: the first to ask loads it, the others share that load
+// (it was one identical read and check of every piece per rank). Keyed by the folder, the bytes of its
+// checkpoint.json (which list every piece's checksum) and the run's model, so a rewritten checkpoint or another
+// model loads afresh; a bad checkpoint throws on every rank that asks. Under MPI a process is one rank.
+std::shared_ptr<const TrainingState> load_once(const std::string& dir, const ModelConfig& config) {
+  static std::mutex mu;
+  static std::string loaded_key;
+  static const ModelConfig* loaded_for = nullptr;
+  static std::shared_ptr<const TrainingState> loaded;
+  std::ifstream meta(std::filesystem::path(dir) / "checkpoint.json", std::ios::binary);
+  const std::string key = dir + '\n' + std::string(std::istreambuf_iterator<char>(meta), {});
+  std::lock_guard<std::mutex> lock(mu);
+  if (!loaded || !meta || key != loaded_key || loaded_for != &config) {
+    loaded.reset();
+    loaded = std::make_shared<const TrainingState>(load_checkpoint(dir, config));
+    loaded_key = key;
+    loaded_for = &config;
+  }
+  return loaded;
+}
+
 // Steps [begin, end) of the run under `layout` on the first layout.world ranks of `world`, from the run's
 // parameters or from a checkpoint; saves at the end when asked. Returns the merged comparison of each step.
 std::vector<RankComparison> run_phase(Communicator& world, const RunProblem& p, const ParallelLayout& layout,
@@ -53,8 +78,8 @@ std::vector<RankComparison> run_phase(Communicator& world, const RunProblem& p, 
     const RankGroups comms(*sub, groups);
     std::unique_ptr<RankTrainer> trainer;
     if (from_checkpoint) {
-      const TrainingState state = load_checkpoint(p.checkpoint_dir, p.config);
-      trainer = std::make_unique<RankTrainer>(p.config, state, groups, comms, p.options, p.optimizer);
+      const std::shared_ptr<const TrainingState> state = load_once(p.checkpoint_dir, p.config);
+      trainer = std::make_unique<RankTrainer>(p.config, *state, groups, comms, p.options, p.optimizer);
     } else {
       trainer = std::make_unique<RankTrainer>(p.config, p.params, groups, comms, p.options, p.optimizer);
     }
