@@ -9,6 +9,19 @@ namespace {
 
 Eigen::Index blocks_of(Eigen::Index n, int block) { return (n + block - 1) / block; }
 
+// e2m1 elements times their block's scale: scale(code) of the block's scale code.
+template <typename Scale>
+Matrix<double> dequantise_e2m1(Eigen::Index rows, Eigen::Index cols, int block, const std::vector<std::uint8_t>& elements,
+                               const std::vector<std::uint8_t>& scales, Scale scale) {
+  Matrix<double> x(rows, cols);
+  const Eigen::Index per_row = blocks_of(cols, block);
+  for (Eigen::Index r = 0; r < rows; ++r)
+    for (Eigen::Index j = 0; j < cols; ++j)
+      x(r, j) = decode(Minifloat::e2m1, elements[static_cast<size_t>(r * cols + j)]) *
+                scale(scales[static_cast<size_t>(r * per_row + j / block)]);
+  return x;
+}
+
 double block_amax(const Matrix<double>& x, Eigen::Index r, Eigen::Index begin, Eigen::Index end) {
   double amax = 0;
   for (Eigen::Index j = begin; j < end; ++j) {
@@ -56,13 +69,7 @@ Mxfp4 mxfp4_quantise(const Matrix<double>& x) {
 }
 
 Matrix<double> mxfp4_dequantise(const Mxfp4& q) {
-  Matrix<double> x(q.rows, q.cols);
-  const Eigen::Index per_row = blocks_of(q.cols, kMxBlock);
-  for (Eigen::Index r = 0; r < q.rows; ++r)
-    for (Eigen::Index j = 0; j < q.cols; ++j)
-      x(r, j) = decode(Minifloat::e2m1, q.elements[static_cast<size_t>(r * q.cols + j)]) *
-                decode_e8m0(q.scales[static_cast<size_t>(r * per_row + j / kMxBlock)]);
-  return x;
+  return dequantise_e2m1(q.rows, q.cols, kMxBlock, q.elements, q.scales, decode_e8m0);
 }
 
 Nvfp4 nvfp4_quantise(const Matrix<double>& x) {
@@ -84,14 +91,9 @@ Nvfp4 nvfp4_quantise(const Matrix<double>& x) {
 }
 
 Matrix<double> nvfp4_dequantise(const Nvfp4& q) {
-  Matrix<double> x(q.rows, q.cols);
-  const Eigen::Index per_row = blocks_of(q.cols, kNvfp4Block);
-  for (Eigen::Index r = 0; r < q.rows; ++r)
-    for (Eigen::Index j = 0; j < q.cols; ++j)
-      x(r, j) = decode(Minifloat::e2m1, q.elements[static_cast<size_t>(r * q.cols + j)]) *
-                decode(Minifloat::e4m3, q.scales[static_cast<size_t>(r * per_row + j / kNvfp4Block)]) /
-                static_cast<double>(q.tensor_scale);
-  return x;
+  const double tensor_scale = q.tensor_scale;
+  return dequantise_e2m1(q.rows, q.cols, kNvfp4Block, q.elements, q.scales,
+                         [&](std::uint8_t code) { return decode(Minifloat::e4m3, code) / tensor_scale; });
 }
 
 }  // namespace moe

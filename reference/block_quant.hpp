@@ -8,7 +8,7 @@
 //                                      6 = 1.5·2^2 after saturation, as the spec allows); amax = 0 gives X = −127
 //   NVFP4 (NVIDIA, two-level)          16 consecutive elements of a row; a tensor scale S = 448·6 / amax_tensor
 //                                      held in fp32; each block's scale d = e4m3(amax_block / 6 · S) (so d/S ≈
-//                                      amax_block / 6); q = e2m1(x / (d / S)), x' = q · d / S; a zero block has d = 0
+//                                      amax_block / 6); q = e2m1(x / (d / S)), x' = q · (d / S); a zero block has d = 0
 //
 // Rounding is to nearest even with saturation throughout. Arithmetic is double except where the recipe stores a
 // narrower value (the fp32 tensor scale, the e4m3 and e8m0 codes). Blocks never cross rows; a row whose length is

@@ -68,22 +68,28 @@ MuonExchange::MuonExchange(const ModelConfig& config, const ProcessGroups& group
   }
 }
 
-std::vector<std::vector<std::vector<double>>> MuonExchange::to_owners(
-    MuonGroup& g, const std::vector<const double*>& my_pieces) const {
+std::vector<std::vector<std::vector<double>>> MuonExchange::all_to_all(const MuonGroup& g, bool to_owners,
+                                                                       const Pack& pack) const {
   const int n = g.comm->size(), me = g.comm->rank();
+  // Towards the owners a rank sends its piece of every matrix to that matrix's owner; back, an owner sends every
+  // member that member's piece.
+  auto sends = [&](int peer, const MuonMatrix& m) { return to_owners ? m.owner == peer : m.owner == me; };
+  auto receives = [&](int peer, const MuonMatrix& m) { return to_owners ? m.owner == me : m.owner == peer; };
+  auto arriving = [&](int peer, const MuonMatrix& m) {
+    return m.pieces[static_cast<size_t>(to_owners ? peer : me)].size();
+  };
   std::vector<std::int64_t> send_counts(static_cast<size_t>(n), 0), recv_counts(static_cast<size_t>(n), 0);
   std::vector<double> send;
   for (int dest = 0; dest < n; ++dest)
     for (size_t j = 0; j < g.matrices.size(); ++j) {
-      const MuonMatrix& m = g.matrices[j];
-      if (m.owner != dest) continue;
-      const auto& piece = m.pieces[static_cast<size_t>(me)];
-      send.insert(send.end(), my_pieces[j], my_pieces[j] + piece.size());
-      send_counts[static_cast<size_t>(dest)] += static_cast<std::int64_t>(piece.size());
+      if (!sends(dest, g.matrices[j])) continue;
+      const size_t before = send.size();
+      pack(dest, j, send);
+      send_counts[static_cast<size_t>(dest)] += static_cast<std::int64_t>(send.size() - before);
     }
   for (int source = 0; source < n; ++source)
     for (const MuonMatrix& m : g.matrices)
-      if (m.owner == me) recv_counts[static_cast<size_t>(source)] += static_cast<std::int64_t>(m.pieces[static_cast<size_t>(source)].size());
+      if (receives(source, m)) recv_counts[static_cast<size_t>(source)] += static_cast<std::int64_t>(arriving(source, m));
   std::vector<double> recv(static_cast<size_t>(std::accumulate(recv_counts.begin(), recv_counts.end(), std::int64_t{0})));
   g.comm->alltoallv<double>(send, send_counts, recv, recv_counts);
 
@@ -91,10 +97,9 @@ std::vector<std::vector<std::vector<double>>> MuonExchange::to_owners(
   size_t at = 0;
   for (int source = 0; source < n; ++source)
     for (size_t j = 0; j < g.matrices.size(); ++j) {
-      const MuonMatrix& m = g.matrices[j];
-      if (m.owner != me) continue;
+      if (!receives(source, g.matrices[j])) continue;
+      const size_t count = arriving(source, g.matrices[j]);
       received[j].resize(static_cast<size_t>(n));
-      const size_t count = m.pieces[static_cast<size_t>(source)].size();
       received[j][static_cast<size_t>(source)].assign(recv.begin() + static_cast<std::ptrdiff_t>(at),
                                                       recv.begin() + static_cast<std::ptrdiff_t>(at + count));
       at += count;
@@ -102,38 +107,29 @@ std::vector<std::vector<std::vector<double>>> MuonExchange::to_owners(
   return received;
 }
 
-template <typename Whole>
-std::vector<std::vector<double>> MuonExchange::from_owners(const MuonGroup& g, Whole whole) const {
-  const int n = g.comm->size(), me = g.comm->rank();
-  std::vector<std::int64_t> send_counts(static_cast<size_t>(n), 0), recv_counts(static_cast<size_t>(n), 0);
-  std::vector<double> send;
-  for (int dest = 0; dest < n; ++dest)
-    for (size_t j = 0; j < g.matrices.size(); ++j) {
-      const MuonMatrix& m = g.matrices[j];
-      if (m.owner != me) continue;
-#if MOE_SEEDED_BUG == MOE_BUG_MUON_UPDATE_TO_WRONG_RANK
-      const auto& piece = m.pieces[static_cast<size_t>((dest + 1) % n)];
-#else
-      const auto& piece = m.pieces[static_cast<size_t>(dest)];
-#endif
-      const Matrix<double>& w = whole(j);
-      for (std::int64_t index : piece) send.push_back(w.data()[index]);
-      send_counts[static_cast<size_t>(dest)] += static_cast<std::int64_t>(piece.size());
-    }
-  for (const MuonMatrix& m : g.matrices)
-    recv_counts[static_cast<size_t>(m.owner)] += static_cast<std::int64_t>(m.pieces[static_cast<size_t>(me)].size());
-  std::vector<double> recv(static_cast<size_t>(std::accumulate(recv_counts.begin(), recv_counts.end(), std::int64_t{0})));
-  g.comm->alltoallv<double>(send, send_counts, recv, recv_counts);
+std::vector<std::vector<std::vector<double>>> MuonExchange::to_owners(
+    const MuonGroup& g, const std::vector<const double*>& my_pieces) const {
+  const size_t me = static_cast<size_t>(g.comm->rank());
+  return all_to_all(g, true, [&](int, size_t j, std::vector<double>& send) {
+    send.insert(send.end(), my_pieces[j], my_pieces[j] + g.matrices[j].pieces[me].size());
+  });
+}
 
+std::vector<std::vector<double>> MuonExchange::from_owners(const MuonGroup& g, const Whole& whole) const {
+  const int n = g.comm->size();
+  auto received = all_to_all(g, false, [&](int dest, size_t j, std::vector<double>& send) {
+#if MOE_SEEDED_BUG == MOE_BUG_MUON_UPDATE_TO_WRONG_RANK
+    const auto& piece = g.matrices[j].pieces[static_cast<size_t>((dest + 1) % n)];
+#else
+    const auto& piece = g.matrices[j].pieces[static_cast<size_t>(dest)];
+    (void)n;
+#endif
+    const Matrix<double>& w = whole(j);
+    for (std::int64_t index : piece) send.push_back(w.data()[index]);
+  });
   std::vector<std::vector<double>> mine(g.matrices.size());
-  size_t at = 0;
-  for (int source = 0; source < n; ++source)
-    for (size_t j = 0; j < g.matrices.size(); ++j) {
-      if (g.matrices[j].owner != source) continue;
-      const size_t count = g.matrices[j].pieces[static_cast<size_t>(me)].size();
-      mine[j].assign(recv.begin() + static_cast<std::ptrdiff_t>(at), recv.begin() + static_cast<std::ptrdiff_t>(at + count));
-      at += count;
-    }
+  for (size_t j = 0; j < g.matrices.size(); ++j)
+    mine[j] = std::move(received[j][static_cast<size_t>(g.matrices[j].owner)]);
   return mine;
 }
 

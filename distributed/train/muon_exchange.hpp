@@ -24,6 +24,7 @@
 #include "reference/muon.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace moe::dist {
@@ -66,13 +67,16 @@ class MuonExchange {
     std::vector<MuonMatrix> matrices;  // the same list on every member
   };
 
-  // Each member's piece of every matrix `dest` owns, sent to `dest`; returns, on owners, the pieces received
-  // (per owned matrix, per member).
-  std::vector<std::vector<std::vector<double>>> to_owners(MuonGroup& g,
+  // One all-to-all over the group, towards the owners or back from them; pack(peer, j, send) appends what goes to
+  // `peer` of matrix j. Returns what arrived: [matrix][source member].
+  using Pack = std::function<void(int peer, size_t j, std::vector<double>& send)>;
+  std::vector<std::vector<std::vector<double>>> all_to_all(const MuonGroup& g, bool to_owners, const Pack& pack) const;
+  // Every member's piece of each matrix, to its owner; on owners, the pieces received ([matrix][member]).
+  std::vector<std::vector<std::vector<double>>> to_owners(const MuonGroup& g,
                                                           const std::vector<const double*>& my_pieces) const;
-  // The reverse: the owner cuts `whole(matrix)` into each member's piece; returns this rank's piece per matrix.
-  template <typename Whole>
-  std::vector<std::vector<double>> from_owners(const MuonGroup& g, Whole whole) const;
+  // The reverse: each owner cuts whole(j) into every member's piece; returns this rank's piece of each matrix.
+  using Whole = std::function<const Matrix<double>&(size_t j)>;
+  std::vector<std::vector<double>> from_owners(const MuonGroup& g, const Whole& whole) const;
   // The whole matrix from the pieces the owner received: replicas summed (sum) or replica 0 taken (sum = false).
   Matrix<double> assemble(const MuonGroup& g, const MuonMatrix& m,
                           const std::vector<std::vector<double>>& received, bool sum) const;
