@@ -44,6 +44,17 @@ double e4m3_decode(std::uint8_t code) {
   return (code & 0x80) ? -magnitude : magnitude;
 }
 
+AlignedGroups align_groups(const std::vector<std::int64_t>& group_sizes, int alignment) {
+  AlignedGroups a;
+  for (std::int64_t size : group_sizes) {
+    for (std::int64_t i = 0; i < size; ++i) a.position.push_back(a.rows + i);
+    const std::int64_t padded = (size + alignment - 1) / alignment * alignment;
+    a.group_sizes.push_back(padded);
+    a.rows += padded;
+  }
+  return a;
+}
+
 template <typename T>
 Fp8Rows<T> fp8_quantise_rows(const Matrix<T>& x) {
   Fp8Rows<T> q;

@@ -24,6 +24,17 @@ Fp8Rows<T> fp8_quantise_rows(const Matrix<T>& x);
 template <typename T>
 Matrix<T> fp8_dequantise_rows(const Fp8Rows<T>& q);
 
+// The FP8 grouped GEMM wants every expert's row count a multiple of 16 (Megatron's get_fp8_align_size for the
+// per-tensor and blockwise recipes; 32 for MXFP8): each local expert's rows are padded with zero rows of probability
+// 0, which add nothing forward or backward, and stripped after. `position[i]` is row i's place among the padded rows.
+inline constexpr int kFp8RowAlignment = 16;
+struct AlignedGroups {
+  std::vector<std::int64_t> group_sizes;  // each a multiple of the alignment
+  std::vector<std::int64_t> position;     // [rows before padding]
+  std::int64_t rows = 0;                  // after padding
+};
+AlignedGroups align_groups(const std::vector<std::int64_t>& group_sizes, int alignment);
+
 // e4m3 (OCP E4M3FN) by bit arithmetic: round to nearest even, saturating to ±448 (cvt.rn.satfinite); NaN → 0x7F.
 std::uint8_t e4m3_encode(double v);
 double e4m3_decode(std::uint8_t code);

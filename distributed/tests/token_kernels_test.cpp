@@ -2,6 +2,7 @@
 // threaded unpermute groups its inputs by target row; it must still add each target's rows in increasing input
 // order, so it is compared bitwise with the sequential loop, on a size that takes the threaded path and with many
 // rows per target (the order is then visible in the rounding).
+#include "distributed/kernels/fp8_rows.hpp"
 #include "distributed/kernels/token_kernels.hpp"
 #include "reference/random_init.hpp"
 
@@ -11,6 +12,17 @@
 
 namespace moe::kernels {
 namespace {
+
+// Groups of 3, 0, 16 and 17 rows padded to multiples of 16: 16, 0, 16, 32; each group's rows first in its block.
+TEST(Fp8RowAlignment, PadsEachExpertsRowsToAMultipleOf16) {
+  const AlignedGroups a = align_groups({3, 0, 16, 17}, kFp8RowAlignment);
+  EXPECT_EQ(a.group_sizes, (std::vector<std::int64_t>{16, 0, 16, 32}));
+  EXPECT_EQ(a.rows, 64);
+  std::vector<std::int64_t> want{0, 1, 2};
+  for (std::int64_t i = 16; i < 32; ++i) want.push_back(i);
+  for (std::int64_t i = 32; i < 49; ++i) want.push_back(i);
+  EXPECT_EQ(a.position, want);
+}
 
 struct Case {
   Matrix<double> y, start;

@@ -45,10 +45,18 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
   if (c.fp8_dispatch) u_ = kernels::fp8_dequantise_rows(kernels::fp8_quantise_rows(u_));
   dispatcher_ = make_dispatcher<T>(kind_, groups_.dispatch(), c.num_experts, kernels_);
   rows_ = dispatcher_->dispatch(u_, routing_.probs, routing_.routing_map);
-  auto experts = kernels_.grouped_swiglu_forward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,
-                                                 routed_options<T>(c));
+  if (c.fp8_dispatch) {  // the FP8 GEMM's row alignment: zero rows of probability 0 after each expert's rows
+    aligned_ = kernels::align_groups(rows_.group_sizes, kernels::kFp8RowAlignment);
+    aligned_rows_.x = kernels_.scatter_add_rows(rows_.x, aligned_.position, aligned_.rows);
+    aligned_rows_.probs = Vector<T>::Zero(aligned_.rows);
+    for (size_t i = 0; i < aligned_.position.size(); ++i)
+      aligned_rows_.probs(aligned_.position[i]) = rows_.probs(static_cast<Eigen::Index>(i));
+    aligned_rows_.group_sizes = aligned_.group_sizes;
+  }
+  const ExpertRows<T>& in = expert_rows();
+  auto experts = kernels_.grouped_swiglu_forward(in.x, in.group_sizes, shard_.experts, in.probs, routed_options<T>(c));
   pre_ = std::move(experts.pre);
-  combined_ = dispatcher_->combine(experts.y);
+  combined_ = dispatcher_->combine(c.fp8_dispatch ? kernels_.gather_rows(experts.y, aligned_.position) : experts.y);
   Matrix<T> y = c.latent_size > 0 ? Matrix<T>(combined_ * shard_.latent_up.transpose()) : combined_;
 
   // Shared expert, TP-sharded over the sequence-parallel tokens of the tp group.
@@ -96,9 +104,17 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
 
   const Matrix<T> dz = c.latent_size > 0 ? Matrix<T>(dy * shard_.latent_up) : dy;
   if (c.latent_size > 0) grads.latent_up += dy.transpose() * combined_;
-  const Matrix<T> d_rows = dispatcher_->combine_backward(dz);
-  const auto eb = kernels_.grouped_swiglu_backward(rows_.x, rows_.group_sizes, shard_.experts, rows_.probs,
-                                                   routed_options<T>(c), pre_, d_rows, grads.experts);
+  Matrix<T> d_rows = dispatcher_->combine_backward(dz);
+  if (c.fp8_dispatch) d_rows = kernels_.scatter_add_rows(d_rows, aligned_.position, aligned_.rows);
+  const ExpertRows<T>& in = expert_rows();
+  auto eb = kernels_.grouped_swiglu_backward(in.x, in.group_sizes, shard_.experts, in.probs, routed_options<T>(c),
+                                             pre_, d_rows, grads.experts);
+  if (c.fp8_dispatch) {  // strip the alignment rows again
+    eb.dx = kernels_.gather_rows(eb.dx, aligned_.position);
+    Vector<T> dprob(static_cast<Eigen::Index>(aligned_.position.size()));
+    for (size_t i = 0; i < aligned_.position.size(); ++i) dprob(static_cast<Eigen::Index>(i)) = eb.dprob(aligned_.position[i]);
+    eb.dprob = std::move(dprob);
+  }
   Matrix<T> du, d_probs;
   dispatcher_->dispatch_backward(eb.dx, eb.dprob, du, d_probs);
   if (c.latent_size > 0) {

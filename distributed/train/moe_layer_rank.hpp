@@ -8,6 +8,7 @@
 #pragma once
 
 #include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/kernels/fp8_rows.hpp"
 #include "distributed/train/layer_shard.hpp"
 #include "distributed/train/local_router.hpp"
 #include "distributed/train/rank_groups.hpp"
@@ -48,6 +49,10 @@ class MoeLayerRank {
   RouterLossShare<T> aux_, z_loss_;
   std::unique_ptr<Dispatcher<T>> dispatcher_;
   ExpertRows<T> rows_;
+  // With FP8 dispatch, what the experts compute on: rows_ with each expert's rows padded to kFp8RowAlignment.
+  ExpertRows<T> aligned_rows_;
+  kernels::AlignedGroups aligned_;
+  const ExpertRows<T>& expert_rows() const { return config_.fp8_dispatch ? aligned_rows_ : rows_; }
   Matrix<T> pre_;
   // Shared expert: tokens gathered over tp, per-rank row counts, its output after the reduce-scatter, gate.
   Matrix<T> shared_in_, shared_pre_, shared_out_;
