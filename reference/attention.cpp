@@ -1,0 +1,129 @@
+#include "reference/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace moe {
+
+void AttentionConfig::validate() const {
+  if (heads < 1 || groups < 1) throw std::invalid_argument("attention: heads and groups must be >= 1");
+  if (heads % groups != 0) throw std::invalid_argument("attention: heads must be a multiple of groups (GQA)");
+  if (head_dim < 2 || head_dim % 2 != 0) throw std::invalid_argument("attention: the head width must be even");
+  if (!(rope_base > 1)) throw std::invalid_argument("attention: the RoPE base must be > 1");
+}
+
+void apply_rope(double* row, int heads, int head_dim, double base, int position, bool inverse) {
+  const int half = head_dim / 2;
+  for (int h = 0; h < heads; ++h) {
+    double* head = row + static_cast<std::ptrdiff_t>(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const double phi = position * std::pow(base, -2.0 * i / head_dim);
+      const double c = std::cos(phi), s = inverse ? -std::sin(phi) : std::sin(phi);
+      const double a = head[i], b = head[i + half];
+      head[i] = a * c - b * s;
+      head[i + half] = b * c + a * s;
+    }
+  }
+}
+
+namespace {
+
+// The d elements of head j in row t of a [T, n·d] block.
+auto head_of(Matrix<double>& m, Eigen::Index t, int j, int d) { return m.row(t).segment(Eigen::Index{j} * d, d); }
+auto head_of(const Matrix<double>& m, Eigen::Index t, int j, int d) {
+  return m.row(t).segment(Eigen::Index{j} * d, d);
+}
+
+void check_shapes(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x, int batch) {
+  c.validate();
+  const Eigen::Index h = x.cols(), qd = Eigen::Index{c.heads} * c.head_dim, kd = Eigen::Index{c.groups} * c.head_dim;
+  if (batch < 1 || x.rows() % batch != 0)
+    throw std::invalid_argument("attention: the rows must be seq · batch");
+  if (p.wq.rows() != qd || p.wq.cols() != h || p.wk.rows() != kd || p.wk.cols() != h || p.wv.rows() != kd ||
+      p.wv.cols() != h || p.wo.rows() != h || p.wo.cols() != qd)
+    throw std::invalid_argument("attention: weight shapes must be wq [H·d, h], wk and wv [G·d, h], wo [h, H·d]");
+}
+
+}  // namespace
+
+AttentionForward attention_forward(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x,
+                                   int batch) {
+  check_shapes(c, p, x, batch);
+  const int d = c.head_dim, per_group = c.heads / c.groups;
+  const Eigen::Index seq = x.rows() / batch;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  AttentionForward f;
+  f.q = x * p.wq.transpose();
+  f.k = x * p.wk.transpose();
+  f.v = x * p.wv.transpose();
+  for (Eigen::Index t = 0; t < x.rows(); ++t) {
+    const int position = static_cast<int>(t / batch);
+    apply_rope(f.q.row(t).data(), c.heads, d, c.rope_base, position);
+    apply_rope(f.k.row(t).data(), c.groups, d, c.rope_base, position);
+  }
+  f.o = Matrix<double>::Zero(x.rows(), f.q.cols());
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < c.heads; ++j) {
+      const int g = j / per_group;
+      Matrix<double> probs = Matrix<double>::Zero(seq, seq);
+      for (Eigen::Index s = 0; s < seq; ++s) {
+        const Eigen::Index t = s * batch + b;
+        for (Eigen::Index u = 0; u <= s; ++u) probs(s, u) = head_of(f.q, t, j, d).dot(head_of(f.k, u * batch + b, g, d)) * scale;
+        const double top = probs.row(s).head(s + 1).maxCoeff();
+        probs.row(s).head(s + 1) = (probs.row(s).head(s + 1).array() - top).exp().matrix();
+        probs.row(s).head(s + 1) /= probs.row(s).head(s + 1).sum();
+        for (Eigen::Index u = 0; u <= s; ++u) head_of(f.o, t, j, d) += probs(s, u) * head_of(f.v, u * batch + b, g, d);
+      }
+      f.probs.push_back(std::move(probs));  // index b·H + j
+    }
+  f.out = f.o * p.wo.transpose();
+  return f;
+}
+
+AttentionGrads attention_backward(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x,
+                                  int batch, const AttentionForward& f, const Matrix<double>& dout) {
+  check_shapes(c, p, x, batch);
+  if (dout.rows() != x.rows() || dout.cols() != x.cols())
+    throw std::invalid_argument("attention backward: the output gradient must have the input's shape");
+  const int d = c.head_dim, per_group = c.heads / c.groups;
+  const Eigen::Index seq = x.rows() / batch;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  AttentionGrads grads;
+  grads.params.wo = dout.transpose() * f.o;
+  const Matrix<double> d_o = dout * p.wo;
+  Matrix<double> dq = Matrix<double>::Zero(f.q.rows(), f.q.cols());
+  Matrix<double> dk = Matrix<double>::Zero(f.k.rows(), f.k.cols());
+  Matrix<double> dv = Matrix<double>::Zero(f.v.rows(), f.v.cols());
+  for (int b = 0; b < batch; ++b)
+    for (int j = 0; j < c.heads; ++j) {
+      const int g = j / per_group;
+      const Matrix<double>& probs = f.probs[static_cast<size_t>(b * c.heads + j)];
+      for (Eigen::Index s = 0; s < seq; ++s) {
+        const Eigen::Index t = s * batch + b;
+        // dp_u = ⟨do_t, v_u⟩; softmax backward: ds_u = p_u·(dp_u − Σ p·dp).
+        Vector<double> dp(s + 1);
+        for (Eigen::Index u = 0; u <= s; ++u) dp(u) = head_of(d_o, t, j, d).dot(head_of(f.v, u * batch + b, g, d));
+        const double mean = probs.row(s).head(s + 1).dot(dp.transpose());
+        for (Eigen::Index u = 0; u <= s; ++u) {
+          const Eigen::Index tu = u * batch + b;
+          const double ds = probs(s, u) * (dp(u) - mean) * scale;
+          head_of(dq, t, j, d) += ds * head_of(f.k, tu, g, d);
+          head_of(dk, tu, g, d) += ds * head_of(f.q, t, j, d);
+          head_of(dv, tu, g, d) += probs(s, u) * head_of(d_o, t, j, d);
+        }
+      }
+    }
+  for (Eigen::Index t = 0; t < x.rows(); ++t) {  // RoPE is a rotation: its backward rotates back
+    const int position = static_cast<int>(t / batch);
+    apply_rope(dq.row(t).data(), c.heads, d, c.rope_base, position, true);
+    apply_rope(dk.row(t).data(), c.groups, d, c.rope_base, position, true);
+  }
+  grads.params.wq = dq.transpose() * x;
+  grads.params.wk = dk.transpose() * x;
+  grads.params.wv = dv.transpose() * x;
+  grads.dx = dq * p.wq + dk * p.wk + dv * p.wv;
+  return grads;
+}
+
+}  // namespace moe

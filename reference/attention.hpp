@@ -1,0 +1,59 @@
+// Causal self-attention with grouped-query heads and rotary positions: the token-mixing layer that issue 13 puts
+// around the MoE (dense attention, not DeepSeek-V4's compressed sparse attention). Not yet part of the model
+// (reference/model.hpp): this is the layer and its backward, checked by finite differences, that the pre-norm block
+// and context parallelism will build on.
+//
+// Rows are the model's, t = s·batch + b (position s of sequence b); a token attends to the positions s' ≤ s of its
+// own sequence. With H query heads, G key/value groups (H a multiple of G; head j reads group j / (H/G)) and head
+// width d (even):
+//   q = x·Wqᵀ [T, H·d]    k = x·Wkᵀ [T, G·d]    v = x·Wvᵀ [T, G·d]
+//   RoPE (Megatron's default, not interleaved): in every head, element i < d/2 pairs with i + d/2 and the pair
+//     (a, b) at position s becomes (a·cos φ − b·sin φ, b·cos φ + a·sin φ), φ = s·base^(−2i/d)
+//   p_{s,s'} = softmax over s' ≤ s of ⟨q_s, k_s'⟩ / √d        per head, in its sequence
+//   o_s = Σ p_{s,s'} v_s'      out = o·Woᵀ [T, h]
+#pragma once
+
+#include "reference/tensor.hpp"
+
+namespace moe {
+
+struct AttentionConfig {
+  int heads = 0;       // H
+  int groups = 0;      // G (GQA: H/G query heads share one key/value head)
+  int head_dim = 0;    // d, even
+  double rope_base = 10000.0;
+
+  void validate() const;  // std::invalid_argument naming the rule
+};
+
+struct AttentionParams {
+  Matrix<double> wq;  // [H·d, h]
+  Matrix<double> wk;  // [G·d, h]
+  Matrix<double> wv;  // [G·d, h]
+  Matrix<double> wo;  // [h, H·d]
+};
+
+// What the backward needs from the forward.
+struct AttentionForward {
+  Matrix<double> q, k, v;  // after RoPE (v has none)
+  Matrix<double> o;        // [T, H·d]
+  Matrix<double> out;      // [T, h]
+  std::vector<Matrix<double>> probs;  // per (sequence b, head j): [S, S], zero above the diagonal
+};
+
+struct AttentionGrads {
+  AttentionParams params;  // same shapes
+  Matrix<double> dx;       // [T, h]
+};
+
+// x: [seq·batch, h], rows t = s·batch + b.
+AttentionForward attention_forward(const AttentionConfig& config, const AttentionParams& params,
+                                   const Matrix<double>& x, int batch);
+AttentionGrads attention_backward(const AttentionConfig& config, const AttentionParams& params,
+                                  const Matrix<double>& x, int batch, const AttentionForward& forward,
+                                  const Matrix<double>& dout);
+
+// RoPE of one row of a [.., n·d] block at position s, in place (inverse = true rotates back: the backward).
+void apply_rope(double* row, int heads, int head_dim, double base, int position, bool inverse = false);
+
+}  // namespace moe
