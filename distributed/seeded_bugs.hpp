@@ -58,3 +58,7 @@
 // kernels/fp8_rows.cpp — the FP8 cast of dispatched rows
 #define MOE_BUG_FP8_SCALE_PER_ROW 27            // one scale per row (its amax), not one per 1×128 tile
 #define MOE_BUG_E4M3_OVERFLOW_TO_NAN 28         // beyond 464 the code overflows to NaN instead of saturating at 448
+// train/cp_attention.cpp — context-parallel attention, one per KV exchange and one in the data split
+#define MOE_BUG_CP_ZIGZAG_SECOND_HALF_REVERSED 29  // a rank's second (mirrored) chunk of positions in reverse order
+#define MOE_BUG_CP_GATHER_DKV_NOT_REDUCED 30    // all_gather: each rank keeps its own dK/dV partial, no reduce-scatter
+#define MOE_BUG_CP_RING_ONE_STEP_SHORT 31       // p2p: the forward ring stops after cp − 1 blocks

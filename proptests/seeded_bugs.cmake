@@ -33,6 +33,9 @@ set(MOE_SEEDED_BUGS
   "muon_update_to_wrong_rank      26 train/muon_exchange.cpp       Optimizer.MuonStepMatchesTrajectory"
   "fp8_scale_per_row              27 kernels/fp8_rows.cpp          Fp8.RowCastMatchesTheOracleInDouble"
   "e4m3_overflow_to_nan           28 kernels/fp8_rows.cpp          Fp8.E4m3EncodeMatchesTheReference"
+  "cp_zigzag_second_half_reversed 29 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
+  "cp_gather_dkv_not_reduced      30 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
+  "cp_ring_one_step_short         31 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)
