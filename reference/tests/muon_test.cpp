@@ -10,6 +10,10 @@
 #include <Eigen/SVD>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 namespace moe {
 namespace {
@@ -130,6 +134,61 @@ TEST(Muon, TakesEveryMatrixButTheEmbeddingAndTheHead) {
   EXPECT_FALSE(is_muon_matrix("head", {12, 6}));
   EXPECT_FALSE(is_muon_matrix("layer0.block_norm", {6}));
   EXPECT_EQ(muon_spectral_scale(4, 9), 3.0);
+}
+
+// NVIDIA's emerging_optimizers (what Megatron-Core's Muon calls), in float32, written by
+// tests/data/muon_emerging_optimizers.py: Newton–Schulz on four shapes and two Muon steps with and without Nesterov.
+// The oracle (double) on the same float32 inputs must agree to float32's accuracy: within 2e-5 of the values (about
+// 2^−15: float32's 2^−24 per operation grown by Newton–Schulz's slope, up to 493).
+Matrix<double> read_hex_row(std::istream& in, Eigen::Index rows, Eigen::Index cols) {
+  std::string line;
+  std::getline(in, line);
+  std::istringstream words(line);
+  Matrix<double> m(rows, cols);
+  std::string word;
+  for (Eigen::Index i = 0; i < m.size(); ++i) {
+    words >> word;
+    m.data()[i] = std::strtod(word.c_str(), nullptr);
+  }
+  return m;
+}
+
+TEST(Muon, MatchesNvidiasEmergingOptimizers) {
+  std::ifstream file(std::string(REFERENCE_TEST_DATA) + "/muon_emerging_optimizers.txt");
+  ASSERT_TRUE(file) << "missing test data";
+  std::string line;
+  int ns_cases = 0, muon_cases = 0;
+  while (std::getline(file, line)) {
+    std::istringstream head(line);
+    std::string kind;
+    Eigen::Index rows = 0, cols = 0;
+    int nesterov = 0;
+    head >> kind;
+    if (kind == "ns") {
+      head >> rows >> cols;
+      const Matrix<double> x = read_hex_row(file, rows, cols), want = read_hex_row(file, rows, cols);
+      EXPECT_LT((newton_schulz(x) - want).cwiseAbs().maxCoeff(), 2e-5) << rows << "x" << cols;
+      ++ns_cases;
+    } else if (kind == "muon") {
+      head >> nesterov >> rows >> cols;
+      const Matrix<double> p0 = read_hex_row(file, rows, cols), g1 = read_hex_row(file, rows, cols),
+                           g2 = read_hex_row(file, rows, cols), want = read_hex_row(file, rows, cols);
+      const MuonConfig muon{.lr = 0.02, .momentum = 0.9, .nesterov = nesterov != 0, .weight_decay = 0.1,
+                            .extra_scale = 0.5};
+      Matrix<double> p = p0, m = Matrix<double>::Zero(rows, cols);
+      for (const Matrix<double>* g : {&g1, &g2}) {  // muon_step's matrix branch, on one matrix
+        m += (1 - muon.momentum) * (*g - m);
+        const Matrix<double> direction = muon_direction(muon, m, *g);
+        p *= 1 - muon.lr * muon.weight_decay;
+        p -= muon.lr * direction;
+      }
+      EXPECT_LT((p - want).cwiseAbs().maxCoeff(), 2e-5) << "nesterov " << nesterov;
+      EXPECT_GT((p - p0).cwiseAbs().maxCoeff(), 1e-3);  // the steps moved the matrix
+      ++muon_cases;
+    }
+  }
+  EXPECT_EQ(ns_cases, 4);
+  EXPECT_EQ(muon_cases, 2);
 }
 
 }  // namespace
