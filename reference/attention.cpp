@@ -114,16 +114,24 @@ AttentionGrads attention_backward(const AttentionConfig& c, const AttentionParam
         }
       }
     }
+  std::vector<int> positions(static_cast<size_t>(x.rows()));
+  for (Eigen::Index t = 0; t < x.rows(); ++t) positions[static_cast<size_t>(t)] = static_cast<int>(t / batch);
+  projection_backward(c, p, x, positions, std::move(dq), std::move(dk), dv, grads);
+  return grads;
+}
+
+void projection_backward(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x,
+                         const std::vector<int>& row_positions, Matrix<double> dq, Matrix<double> dk,
+                         const Matrix<double>& dv, AttentionGrads& grads) {
   for (Eigen::Index t = 0; t < x.rows(); ++t) {  // RoPE is a rotation: its backward rotates back
-    const int position = static_cast<int>(t / batch);
-    apply_rope(dq.row(t).data(), c.heads, d, c.rope_base, position, true);
-    apply_rope(dk.row(t).data(), c.groups, d, c.rope_base, position, true);
+    const int position = row_positions[static_cast<size_t>(t)];
+    apply_rope(dq.row(t).data(), c.heads, c.head_dim, c.rope_base, position, true);
+    apply_rope(dk.row(t).data(), c.groups, c.head_dim, c.rope_base, position, true);
   }
   grads.params.wq = dq.transpose() * x;
   grads.params.wk = dk.transpose() * x;
   grads.params.wv = dv.transpose() * x;
   grads.dx = dq * p.wq + dk * p.wk + dv * p.wv;
-  return grads;
 }
 
 }  // namespace moe

@@ -15,6 +15,8 @@
 
 #include "reference/tensor.hpp"
 
+#include <vector>
+
 namespace moe {
 
 struct AttentionConfig {
@@ -52,6 +54,12 @@ AttentionForward attention_forward(const AttentionConfig& config, const Attentio
 AttentionGrads attention_backward(const AttentionConfig& config, const AttentionParams& params,
                                   const Matrix<double>& x, int batch, const AttentionForward& forward,
                                   const Matrix<double>& dout);
+
+// The backward of the projections, shared with the context-parallel layer: dq and dk (gradients after RoPE) are
+// rotated back at each row's position, then give the weight gradients and dx (into `grads`).
+void projection_backward(const AttentionConfig& config, const AttentionParams& params, const Matrix<double>& x,
+                         const std::vector<int>& row_positions, Matrix<double> dq, Matrix<double> dk,
+                         const Matrix<double>& dv, AttentionGrads& grads);
 
 // RoPE of one row of a [.., n·d] block at position s, in place (inverse = true rotates back: the backward).
 void apply_rope(double* row, int heads, int head_dim, double base, int position, bool inverse = false);

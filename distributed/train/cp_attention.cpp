@@ -194,15 +194,10 @@ AttentionGrads cp_attention_backward(const AttentionConfig& c, const AttentionPa
     dk = std::move(block.dk);
     dv = std::move(block.dv);
   }
-  for (Eigen::Index t = 0; t < x.rows(); ++t) {
-    const int position = f.positions[static_cast<size_t>(t / batch)];
-    apply_rope(dq.row(t).data(), c.heads, d, c.rope_base, position, true);
-    apply_rope(dk.row(t).data(), c.groups, d, c.rope_base, position, true);
-  }
-  grads.params.wq = dq.transpose() * x;
-  grads.params.wk = dk.transpose() * x;
-  grads.params.wv = dv.transpose() * x;
-  grads.dx = dq * p.wq + dk * p.wk + dv * p.wv;
+  std::vector<int> row_positions(static_cast<size_t>(x.rows()));
+  for (Eigen::Index t = 0; t < x.rows(); ++t)
+    row_positions[static_cast<size_t>(t)] = f.positions[static_cast<size_t>(t / batch)];
+  projection_backward(c, p, x, row_positions, std::move(dq), std::move(dk), dv, grads);
   return grads;
 }
 
