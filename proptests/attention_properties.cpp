@@ -4,6 +4,11 @@
 // the rows it was given fails here.
 //
 // Compared on every rank: the outputs and input gradients of its rows; the weight gradients summed over cp.
+#include <rapidcheck.h>
+
+#include <mutex>
+#include <sstream>
+
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/train/cp_attention.hpp"
 #include "proptests/generators.hpp"
@@ -11,11 +16,6 @@
 #include "reference/global_step.hpp"
 #include "reference/random_init.hpp"
 #include "reference/tolerance.hpp"
-
-#include <rapidcheck.h>
-
-#include <mutex>
-#include <sstream>
 
 namespace moe::proptest {
 namespace {
@@ -40,17 +40,18 @@ MOE_PROPERTY(Attention, ContextParallelMatchesTheOracle, 150, ()) {
   const int batch = weighted<int>({{2, 1}, {1, 2}});
   const int seq = 2 * cp * weighted<int>({{2, 1}, {1, 2}});
   const int groups = weighted<int>({{2, 1}, {1, 2}});
-  const AttentionConfig c{.heads = groups * weighted<int>({{2, 1}, {1, 2}}), .groups = groups,
-                          .head_dim = weighted<int>({{1, 2}, {1, 4}}), .rope_base = 10.0};
+  const AttentionConfig c{.heads = groups * weighted<int>({{2, 1}, {1, 2}}),
+                          .groups = groups,
+                          .head_dim = weighted<int>({{1, 2}, {1, 4}}),
+                          .rope_base = 10.0};
   const int hidden = *rc::gen::inRange(2, 7);
   const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
   RC_TAG(exchange == dist::KvExchange::p2p ? "p2p" : "all_gather", "cp " + std::to_string(cp));
 
   SeededUniform rng(seed);
-  const AttentionParams params{rng.matrix<double>(c.heads * c.head_dim, hidden, 0.5),
-                               rng.matrix<double>(c.groups * c.head_dim, hidden, 0.5),
-                               rng.matrix<double>(c.groups * c.head_dim, hidden, 0.5),
-                               rng.matrix<double>(hidden, c.heads * c.head_dim, 0.5)};
+  const AttentionParams params{
+      rng.matrix<double>(c.heads * c.head_dim, hidden, 0.5), rng.matrix<double>(c.groups * c.head_dim, hidden, 0.5),
+      rng.matrix<double>(c.groups * c.head_dim, hidden, 0.5), rng.matrix<double>(hidden, c.heads * c.head_dim, 0.5)};
   const Matrix<double> x = rng.matrix<double>(seq * batch, hidden, 1.0);
   const Matrix<double> dout = rng.matrix<double>(seq * batch, hidden, 1.0);
   const AttentionForward want = attention_forward(c, params, x, batch);
@@ -66,7 +67,8 @@ MOE_PROPERTY(Attention, ContextParallelMatchesTheOracle, 150, ()) {
     Matrix<double> x_local(local, hidden), dout_local(local, hidden), out_want(local, hidden), dx_want(local, hidden);
     for (size_t i = 0; i < positions.size(); ++i)
       for (int b = 0; b < batch; ++b) {
-        const Eigen::Index row = static_cast<Eigen::Index>(i) * batch + b, global = Eigen::Index{positions[i]} * batch + b;
+        const Eigen::Index row = static_cast<Eigen::Index>(i) * batch + b,
+                           global = Eigen::Index{positions[i]} * batch + b;
         x_local.row(row) = x.row(global);
         dout_local.row(row) = dout.row(global);
         out_want.row(row) = want.out.row(global);
@@ -76,10 +78,10 @@ MOE_PROPERTY(Attention, ContextParallelMatchesTheOracle, 150, ()) {
     AttentionGrads g = dist::cp_attention_backward(c, params, x_local, batch, seq, group, exchange, f, dout_local);
     std::string mine = first_mismatch("out", f.out, out_want, tol);
     if (mine.empty()) mine = first_mismatch("dx", g.dx, dx_want, tol);
-    for (auto [w, name, oracle] : {std::tuple{&g.params.wq, "wq", &want_grads.params.wq},
-                                   std::tuple{&g.params.wk, "wk", &want_grads.params.wk},
-                                   std::tuple{&g.params.wv, "wv", &want_grads.params.wv},
-                                   std::tuple{&g.params.wo, "wo", &want_grads.params.wo}}) {
+    for (auto [w, name, oracle] :
+         {std::tuple{&g.params.wq, "wq", &want_grads.params.wq}, std::tuple{&g.params.wk, "wk", &want_grads.params.wk},
+          std::tuple{&g.params.wv, "wv", &want_grads.params.wv},
+          std::tuple{&g.params.wo, "wo", &want_grads.params.wo}}) {
       group.allreduce<double>(std::span<double>(w->data(), static_cast<size_t>(w->size())), ReduceOp::sum);
       if (mine.empty()) mine = first_mismatch(std::string("d") + name + " (summed over cp)", *w, *oracle, tol);
     }
@@ -89,10 +91,10 @@ MOE_PROPERTY(Attention, ContextParallelMatchesTheOracle, 150, ()) {
     }
   });
   if (!failure.empty())
-    RC_FAIL(std::string(exchange == dist::KvExchange::p2p ? "p2p" : "all_gather") + " attention, cp=" +
-            std::to_string(cp) + " seq=" + std::to_string(seq) + " batch=" + std::to_string(batch) + " H=" +
-            std::to_string(c.heads) + " G=" + std::to_string(c.groups) + " d=" + std::to_string(c.head_dim) + ": " +
-            failure);
+    RC_FAIL(std::string(exchange == dist::KvExchange::p2p ? "p2p" : "all_gather") +
+            " attention, cp=" + std::to_string(cp) + " seq=" + std::to_string(seq) + " batch=" + std::to_string(batch) +
+            " H=" + std::to_string(c.heads) + " G=" + std::to_string(c.groups) + " d=" + std::to_string(c.head_dim) +
+            ": " + failure);
 }
 
 }  // namespace moe::proptest

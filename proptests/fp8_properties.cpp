@@ -5,16 +5,16 @@
 // The model rows the default set dispatches are narrower than one 1×128 tile and never reach e4m3's saturation (a
 // tile's scale maps its amax to 448 exactly), so these draw what the training step does not: rows of up to three
 // tiles whose tiles differ in magnitude by up to 2^±40, and single values anywhere in double's range.
-#include "distributed/kernels/fp8_rows.hpp"
-#include "proptests/property.hpp"
-#include "reference/fp8_quant.hpp"
-#include "reference/minifloat.hpp"
-
 #include <rapidcheck.h>
 
 #include <cmath>
 #include <limits>
 #include <sstream>
+
+#include "distributed/kernels/fp8_rows.hpp"
+#include "proptests/property.hpp"
+#include "reference/fp8_quant.hpp"
+#include "reference/minifloat.hpp"
 
 namespace moe::proptest {
 namespace {
@@ -28,12 +28,12 @@ std::string exact(double v) {
 
 // A value with a uniformly drawn binary exponent in [lo, hi] and a random 20-bit mantissa and sign.
 rc::Gen<double> scaled_values(int lo, int hi) {
-  return rc::gen::map(rc::gen::tuple(rc::gen::inRange(lo, hi + 1), rc::gen::inRange(0, 1 << 20),
-                                     rc::gen::arbitrary<bool>()),
-                      [](const std::tuple<int, int, bool>& t) {
-                        const double v = std::ldexp(1.0 + std::get<1>(t) / double(1 << 20), std::get<0>(t));
-                        return std::get<2>(t) ? -v : v;
-                      });
+  return rc::gen::map(
+      rc::gen::tuple(rc::gen::inRange(lo, hi + 1), rc::gen::inRange(0, 1 << 20), rc::gen::arbitrary<bool>()),
+      [](const std::tuple<int, int, bool>& t) {
+        const double v = std::ldexp(1.0 + std::get<1>(t) / double(1 << 20), std::get<0>(t));
+        return std::get<2>(t) ? -v : v;
+      });
 }
 
 template <typename T>
@@ -76,8 +76,7 @@ MOE_PROPERTY(Fp8, E4m3EncodeMatchesTheReference, 300, ()) {
   RC_TAG(std::fabs(v) > 448 ? "beyond 448" : std::fabs(v) < std::ldexp(1.0, -6) ? "subnormal" : "normal");
   const std::uint8_t want = encode(Minifloat::e4m3, v), got = kernels::e4m3_encode(v);
   if (got != want)
-    RC_FAIL("e4m3 of " + exact(v) + ": code " + std::to_string(got) + ", the reference's " +
-            std::to_string(want));
+    RC_FAIL("e4m3 of " + exact(v) + ": code " + std::to_string(got) + ", the reference's " + std::to_string(want));
   if (std::isfinite(decode(Minifloat::e4m3, want)))
     RC_ASSERT(kernels::e4m3_decode(got) == decode(Minifloat::e4m3, want));
 }

@@ -31,7 +31,8 @@ dist::CheckProblem make_problem(const Scenario& s) {
     std::vector<std::int64_t> ids(static_cast<size_t>(s.id_pool));
     std::iota(ids.begin(), ids.end(), 0);
     for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[rng.bits() % i]);
-    for (Eigen::Index i = 0; i < p.batch.input_ids.size(); ++i) p.batch.input_ids.data()[i] = ids[static_cast<size_t>(i)];
+    for (Eigen::Index i = 0; i < p.batch.input_ids.size(); ++i)
+      p.batch.input_ids.data()[i] = ids[static_cast<size_t>(i)];
   }
   p.layout = s.layout;
   p.options = s.options;

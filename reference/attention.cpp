@@ -29,17 +29,10 @@ void apply_rope(double* row, int heads, int head_dim, double base, int position,
 
 namespace {
 
-// The d elements of head j in row t of a [T, n·d] block.
-auto head_of(Matrix<double>& m, Eigen::Index t, int j, int d) { return m.row(t).segment(Eigen::Index{j} * d, d); }
-auto head_of(const Matrix<double>& m, Eigen::Index t, int j, int d) {
-  return m.row(t).segment(Eigen::Index{j} * d, d);
-}
-
 void check_shapes(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x, int batch) {
   c.validate();
   const Eigen::Index h = x.cols(), qd = Eigen::Index{c.heads} * c.head_dim, kd = Eigen::Index{c.groups} * c.head_dim;
-  if (batch < 1 || x.rows() % batch != 0)
-    throw std::invalid_argument("attention: the rows must be seq · batch");
+  if (batch < 1 || x.rows() % batch != 0) throw std::invalid_argument("attention: the rows must be seq · batch");
   if (p.wq.rows() != qd || p.wq.cols() != h || p.wk.rows() != kd || p.wk.cols() != h || p.wv.rows() != kd ||
       p.wv.cols() != h || p.wo.rows() != h || p.wo.cols() != qd)
     throw std::invalid_argument("attention: weight shapes must be wq [H·d, h], wk and wv [G·d, h], wo [h, H·d]");
@@ -69,11 +62,13 @@ AttentionForward attention_forward(const AttentionConfig& c, const AttentionPara
       Matrix<double> probs = Matrix<double>::Zero(seq, seq);
       for (Eigen::Index s = 0; s < seq; ++s) {
         const Eigen::Index t = s * batch + b;
-        for (Eigen::Index u = 0; u <= s; ++u) probs(s, u) = head_of(f.q, t, j, d).dot(head_of(f.k, u * batch + b, g, d)) * scale;
+        for (Eigen::Index u = 0; u <= s; ++u)
+          probs(s, u) = attention_head(f.q, t, j, d).dot(attention_head(f.k, u * batch + b, g, d)) * scale;
         const double top = probs.row(s).head(s + 1).maxCoeff();
         probs.row(s).head(s + 1) = (probs.row(s).head(s + 1).array() - top).exp().matrix();
         probs.row(s).head(s + 1) /= probs.row(s).head(s + 1).sum();
-        for (Eigen::Index u = 0; u <= s; ++u) head_of(f.o, t, j, d) += probs(s, u) * head_of(f.v, u * batch + b, g, d);
+        for (Eigen::Index u = 0; u <= s; ++u)
+          attention_head(f.o, t, j, d) += probs(s, u) * attention_head(f.v, u * batch + b, g, d);
       }
       f.probs.push_back(std::move(probs));  // index b·H + j
     }
@@ -103,14 +98,15 @@ AttentionGrads attention_backward(const AttentionConfig& c, const AttentionParam
         const Eigen::Index t = s * batch + b;
         // dp_u = ⟨do_t, v_u⟩; softmax backward: ds_u = p_u·(dp_u − Σ p·dp).
         Vector<double> dp(s + 1);
-        for (Eigen::Index u = 0; u <= s; ++u) dp(u) = head_of(d_o, t, j, d).dot(head_of(f.v, u * batch + b, g, d));
+        for (Eigen::Index u = 0; u <= s; ++u)
+          dp(u) = attention_head(d_o, t, j, d).dot(attention_head(f.v, u * batch + b, g, d));
         const double mean = probs.row(s).head(s + 1).dot(dp.transpose());
         for (Eigen::Index u = 0; u <= s; ++u) {
           const Eigen::Index tu = u * batch + b;
           const double ds = probs(s, u) * (dp(u) - mean) * scale;
-          head_of(dq, t, j, d) += ds * head_of(f.k, tu, g, d);
-          head_of(dk, tu, g, d) += ds * head_of(f.q, t, j, d);
-          head_of(dv, tu, g, d) += probs(s, u) * head_of(d_o, t, j, d);
+          attention_head(dq, t, j, d) += ds * attention_head(f.k, tu, g, d);
+          attention_head(dk, tu, g, d) += ds * attention_head(f.q, t, j, d);
+          attention_head(dv, tu, g, d) += probs(s, u) * attention_head(d_o, t, j, d);
         }
       }
     }

@@ -13,16 +13,16 @@
 //   o_s = Σ p_{s,s'} v_s'      out = o·Woᵀ [T, h]
 #pragma once
 
-#include "reference/tensor.hpp"
-
 #include <vector>
+
+#include "reference/tensor.hpp"
 
 namespace moe {
 
 struct AttentionConfig {
-  int heads = 0;       // H
-  int groups = 0;      // G (GQA: H/G query heads share one key/value head)
-  int head_dim = 0;    // d, even
+  int heads = 0;     // H
+  int groups = 0;    // G (GQA: H/G query heads share one key/value head)
+  int head_dim = 0;  // d, even
   double rope_base = 10000.0;
 
   void validate() const;  // std::invalid_argument naming the rule
@@ -37,9 +37,9 @@ struct AttentionParams {
 
 // What the backward needs from the forward.
 struct AttentionForward {
-  Matrix<double> q, k, v;  // after RoPE (v has none)
-  Matrix<double> o;        // [T, H·d]
-  Matrix<double> out;      // [T, h]
+  Matrix<double> q, k, v;             // after RoPE (v has none)
+  Matrix<double> o;                   // [T, H·d]
+  Matrix<double> out;                 // [T, h]
   std::vector<Matrix<double>> probs;  // per (sequence b, head j): [S, S], zero above the diagonal
 };
 
@@ -51,15 +51,22 @@ struct AttentionGrads {
 // x: [seq·batch, h], rows t = s·batch + b.
 AttentionForward attention_forward(const AttentionConfig& config, const AttentionParams& params,
                                    const Matrix<double>& x, int batch);
-AttentionGrads attention_backward(const AttentionConfig& config, const AttentionParams& params,
-                                  const Matrix<double>& x, int batch, const AttentionForward& forward,
-                                  const Matrix<double>& dout);
+AttentionGrads attention_backward(const AttentionConfig& config, const AttentionParams& params, const Matrix<double>& x,
+                                  int batch, const AttentionForward& forward, const Matrix<double>& dout);
 
 // The backward of the projections, shared with the context-parallel layer: dq and dk (gradients after RoPE) are
 // rotated back at each row's position, then give the weight gradients and dx (into `grads`).
 void projection_backward(const AttentionConfig& config, const AttentionParams& params, const Matrix<double>& x,
                          const std::vector<int>& row_positions, Matrix<double> dq, Matrix<double> dk,
                          const Matrix<double>& dv, AttentionGrads& grads);
+
+// Head j of row t in a [T, n·d] block: its d elements (a view).
+inline auto attention_head(Matrix<double>& m, Eigen::Index t, int j, int d) {
+  return m.row(t).segment(Eigen::Index{j} * d, d);
+}
+inline auto attention_head(const Matrix<double>& m, Eigen::Index t, int j, int d) {
+  return m.row(t).segment(Eigen::Index{j} * d, d);
+}
 
 // RoPE of one row of a [.., n·d] block at position s, in place (inverse = true rotates back: the backward).
 void apply_rope(double* row, int heads, int head_dim, double base, int position, bool inverse = false);

@@ -11,8 +11,9 @@ Eigen::Index blocks_of(Eigen::Index n, int block) { return (n + block - 1) / blo
 
 // e2m1 elements times their block's scale: scale(code) of the block's scale code.
 template <typename Scale>
-Matrix<double> dequantise_e2m1(Eigen::Index rows, Eigen::Index cols, int block, const std::vector<std::uint8_t>& elements,
-                               const std::vector<std::uint8_t>& scales, Scale scale) {
+Matrix<double> dequantise_e2m1(Eigen::Index rows, Eigen::Index cols, int block,
+                               const std::vector<std::uint8_t>& elements, const std::vector<std::uint8_t>& scales,
+                               Scale scale) {
   Matrix<double> x(rows, cols);
   const Eigen::Index per_row = blocks_of(cols, block);
   for (Eigen::Index r = 0; r < rows; ++r)
@@ -39,7 +40,8 @@ Matrix<double> fp8_fake_quant_blocks(const Matrix<double>& w, Minifloat format, 
   Matrix<double> out(w.rows(), w.cols());
   for (Eigen::Index r0 = 0; r0 < w.rows(); r0 += block)
     for (Eigen::Index c0 = 0; c0 < w.cols(); c0 += block) {
-      const Eigen::Index r1 = std::min<Eigen::Index>(r0 + block, w.rows()), c1 = std::min<Eigen::Index>(c0 + block, w.cols());
+      const Eigen::Index r1 = std::min<Eigen::Index>(r0 + block, w.rows()),
+                         c1 = std::min<Eigen::Index>(c0 + block, w.cols());
       double amax = 0;
       for (Eigen::Index r = r0; r < r1; ++r) amax = std::max(amax, block_amax(w, r, c0, c1));
       const double scale = std::max(amax, 1e-4) / largest_finite(format);

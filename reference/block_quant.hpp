@@ -15,11 +15,11 @@
 // not a multiple of the block has a shorter last block.
 #pragma once
 
-#include "reference/minifloat.hpp"
-#include "reference/tensor.hpp"
-
 #include <cstdint>
 #include <vector>
+
+#include "reference/minifloat.hpp"
+#include "reference/tensor.hpp"
 
 namespace moe {
 

@@ -20,11 +20,11 @@
 // [gate; up] stacked, as Megatron's grouped linear weight is; it is not split into its two halves.
 #pragma once
 
-#include "reference/model.hpp"
-#include "reference/optimizer.hpp"
-
 #include <array>
 #include <string>
+
+#include "reference/model.hpp"
+#include "reference/optimizer.hpp"
 
 namespace moe {
 
@@ -38,10 +38,10 @@ struct MuonConfig {
 
 // The "quintic" coefficients (a, b, c) of the five Newton–Schulz steps.
 inline constexpr std::array<std::array<double, 3>, 5> kQuinticNewtonSchulz{{{4.0848, -6.8946, 2.9270},
-                                                                             {3.9505, -6.3029, 2.6377},
-                                                                             {3.7418, -5.5913, 2.3037},
-                                                                             {2.8769, -3.1427, 1.2046},
-                                                                             {2.8366, -3.0525, 1.2012}}};
+                                                                            {3.9505, -6.3029, 2.6377},
+                                                                            {3.7418, -5.5913, 2.3037},
+                                                                            {2.8769, -3.1427, 1.2046},
+                                                                            {2.8366, -3.0525, 1.2012}}};
 
 // NS(u) as above: the same shape as u.
 Matrix<double> newton_schulz(const Matrix<double>& u);

@@ -5,16 +5,8 @@
 #include <stdexcept>
 
 namespace moe {
-namespace {
-
-// Pairs each trained tensor with its gradient, checking the two models have the same tensors.
-struct Paired {
-  std::vector<TensorView<double>> params;
-  std::vector<TensorView<double>> grads;
-};
-
-Paired pair(const ModelConfig& config, ModelParams<double>& params, ModelParams<double>& grads) {
-  Paired p{trained_tensors(config, params), trained_tensors(config, grads)};
+TrainedPairs pair_with_grads(const ModelConfig& config, ModelParams<double>& params, ModelParams<double>& grads) {
+  TrainedPairs p{trained_tensors(config, params), trained_tensors(config, grads)};
   if (p.params.size() != p.grads.size())
     throw std::invalid_argument("optimizer: gradients do not have the parameters' tensors");
   for (size_t i = 0; i < p.params.size(); ++i)
@@ -23,7 +15,31 @@ Paired pair(const ModelConfig& config, ModelParams<double>& params, ModelParams<
   return p;
 }
 
-}  // namespace
+void begin_adam_step(AdamState& state, const std::vector<TensorView<double>>& params) {
+  if (state.m.empty()) {
+    for (const auto& t : params) {
+      state.m.emplace_back(static_cast<size_t>(t.size), 0.0);
+      state.v.emplace_back(static_cast<size_t>(t.size), 0.0);
+    }
+  }
+  if (state.m.size() != params.size()) throw std::invalid_argument("optimizer: state does not match the model");
+  state.step += 1;
+}
+
+void adamw_tensor(const AdamConfig& adam, AdamState& state, size_t i, const TensorView<double>& param,
+                  const TensorView<double>& grad) {
+  const double bias1 = 1.0 - std::pow(adam.beta1, state.step);
+  const double bias2 = 1.0 - std::pow(adam.beta2, state.step);
+  for (Eigen::Index j = 0; j < param.size; ++j) {
+    const double g = grad.data[j];
+    double& m = state.m[i][static_cast<size_t>(j)];
+    double& v = state.v[i][static_cast<size_t>(j)];
+    m = adam.beta1 * m + (1 - adam.beta1) * g;
+    v = adam.beta2 * v + (1 - adam.beta2) * g * g;
+    double& theta = param.data[j];
+    theta -= adam.lr * ((m / bias1) / (std::sqrt(v / bias2) + adam.eps) + adam.weight_decay * theta);
+  }
+}
 
 double clip_coefficient(double max_norm, double norm) {
   if (!(max_norm > 0)) throw std::invalid_argument("gradient clipping: the max norm must be > 0");
@@ -46,35 +62,16 @@ GradClip clip_grad_norm(const ModelConfig& config, double max_norm, ModelParams<
 
 void sgd_step(const ModelConfig& config, const SgdConfig& sgd, ModelParams<double>& params,
               ModelParams<double>& grads) {
-  const Paired p = pair(config, params, grads);
+  const TrainedPairs p = pair_with_grads(config, params, grads);
   for (size_t i = 0; i < p.params.size(); ++i)
     for (Eigen::Index j = 0; j < p.params[i].size; ++j) p.params[i].data[j] -= sgd.lr * p.grads[i].data[j];
 }
 
 void adam_step(const ModelConfig& config, const AdamConfig& adam, AdamState& state, ModelParams<double>& params,
                ModelParams<double>& grads) {
-  const Paired p = pair(config, params, grads);
-  if (state.m.empty()) {
-    for (const auto& t : p.params) {
-      state.m.emplace_back(static_cast<size_t>(t.size), 0.0);
-      state.v.emplace_back(static_cast<size_t>(t.size), 0.0);
-    }
-  }
-  if (state.m.size() != p.params.size()) throw std::invalid_argument("adam: state does not match the model");
-  state.step += 1;
-  const double bias1 = 1.0 - std::pow(adam.beta1, state.step);
-  const double bias2 = 1.0 - std::pow(adam.beta2, state.step);
-  for (size_t i = 0; i < p.params.size(); ++i) {
-    for (Eigen::Index j = 0; j < p.params[i].size; ++j) {
-      const double g = p.grads[i].data[j];
-      double& m = state.m[i][static_cast<size_t>(j)];
-      double& v = state.v[i][static_cast<size_t>(j)];
-      m = adam.beta1 * m + (1 - adam.beta1) * g;
-      v = adam.beta2 * v + (1 - adam.beta2) * g * g;
-      double& theta = p.params[i].data[j];
-      theta -= adam.lr * ((m / bias1) / (std::sqrt(v / bias2) + adam.eps) + adam.weight_decay * theta);
-    }
-  }
+  const TrainedPairs p = pair_with_grads(config, params, grads);
+  begin_adam_step(state, p.params);
+  for (size_t i = 0; i < p.params.size(); ++i) adamw_tensor(adam, state, i, p.params[i], p.grads[i]);
 }
 
 }  // namespace moe

@@ -47,4 +47,16 @@ GradClip clip_grad_norm(const ModelConfig& config, double max_norm, ModelParams<
 void adam_step(const ModelConfig& config, const AdamConfig& adam, AdamState& state, ModelParams<double>& params,
                ModelParams<double>& grads);
 
+// The pieces adam_step is made of, for optimizers that run AdamW on part of the model (muon.hpp):
+// every trained tensor with its gradient (throws when the two models' tensors differ);
+struct TrainedPairs {
+  std::vector<TensorView<double>> params, grads;
+};
+TrainedPairs pair_with_grads(const ModelConfig& config, ModelParams<double>& params, ModelParams<double>& grads);
+// zero moments for every tensor of a fresh state (throws when a state does not match), and the step counted;
+void begin_adam_step(AdamState& state, const std::vector<TensorView<double>>& params);
+// AdamW on tensor i, with the bias corrections of state.step.
+void adamw_tensor(const AdamConfig& adam, AdamState& state, size_t i, const TensorView<double>& param,
+                  const TensorView<double>& grad);
+
 }  // namespace moe

@@ -7,11 +7,15 @@
 #include "reference/muon.hpp"
 #include "reference/optimizer.hpp"
 
+#include <string_view>
 #include <vector>
 
 namespace moe {
 
 enum class OptimizerKind { sgd, adam, muon };  // muon: AdamW for what Muon does not take (muon.hpp)
+std::string_view to_string(OptimizerKind kind);  // "sgd", "adam", "muon"
+// The inverse; std::invalid_argument "unknown optimizer 'x' (adam, muon, sgd)" for another name.
+OptimizerKind parse_optimizer_kind(std::string_view name);
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adam;

@@ -380,9 +380,7 @@ dist::RunProblem run_problem(const CheckOptions& o, const CheckRow& row, const d
   for (int s = 0; s < row.steps; ++s) run.batches.push_back(row.run.batch(base.config, row.run.seed + 100 + s));
   run.layout = base.layout;
   run.options = base.options;
-  run.optimizer.config.kind = row.optimizer == "sgd"    ? OptimizerKind::sgd
-                              : row.optimizer == "muon" ? OptimizerKind::muon
-                                                        : OptimizerKind::adam;
+  run.optimizer.config.kind = parse_optimizer_kind(row.optimizer);
   run.optimizer.distributed = row.distributed_optimizer;
   run.optimizer.config.clip_grad = row.clip_grad;
   run.tolerance = base.tolerance;
@@ -561,8 +559,7 @@ void add_check_command(CLI::App& app) {
     finish_layout(*cmd, o->layout);
     if (o->backend != "inproc" && o->backend != "mpi")
       throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
-    if (!o->optimizer.empty() && o->optimizer != "adam" && o->optimizer != "muon" && o->optimizer != "sgd")
-      throw std::invalid_argument("unknown optimizer '" + o->optimizer + "' (adam, muon, sgd)");
+    if (!o->optimizer.empty()) (void)parse_optimizer_kind(o->optimizer);  // refuses an unknown name
     if (o->optimizer == "muon" && o->distributed_optimizer)
       throw std::invalid_argument("--optimizer muon runs with DDP: the distributed optimizer's flat slices cut the "
                                   "matrices Newton-Schulz needs whole; drop --distributed-optimizer");

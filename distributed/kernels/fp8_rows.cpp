@@ -1,10 +1,10 @@
 #include "distributed/kernels/fp8_rows.hpp"
 
-#include "distributed/seeded_bugs.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "distributed/seeded_bugs.hpp"
 
 namespace moe::kernels {
 namespace {

@@ -5,10 +5,10 @@
 // reference/minifloat.hpp's), so that the property suite can hold one against the other.
 #pragma once
 
-#include "reference/tensor.hpp"
-
 #include <cstdint>
 #include <vector>
+
+#include "reference/tensor.hpp"
 
 namespace moe::kernels {
 

@@ -382,14 +382,14 @@ void save_checkpoint(const std::string& dir, Communicator& world, const ModelCon
         for (auto& p : json::parse(storage::RegularFile(f).read_all())) all.push_back(p);
         fs::remove(f);
       }
-      const json meta{{"format", kFormat},
-                      {"written_by", std::string("moe-oracle ") + MOE_ORACLE_VERSION},  // informational
-                      {"model", model_json(config)},
-                      {"training_step", training_step},
-                      {"optimizer_step", moments.step},
-                      {"has_moments", !moments.m.empty()},
-                      {"moments", moments.kind == OptimizerKind::muon ? "muon" : "adam"},
-                      {"pieces", all}};
+      json meta{{"format", kFormat},
+                {"written_by", std::string("moe-oracle ") + MOE_ORACLE_VERSION},  // informational
+                {"model", model_json(config)},
+                {"training_step", training_step},
+                {"optimizer_step", moments.step},
+                {"has_moments", !moments.m.empty()},
+                {"pieces", all}};
+      if (!moments.m.empty()) meta["moments"] = to_string(moments.kind);  // adam or muon
       storage::write_file_synced(staging / "checkpoint.json", meta.dump(1));  // last: it lists the pieces
       staged->commit();
     } catch (const std::exception& e) {
@@ -425,7 +425,7 @@ TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config)
     if (meta.contains("moments")) {
       const std::string of = read.string(meta, "moments");
       if (of != "adam" && of != "muon") read.refuse("'moments' must be \"adam\" or \"muon\", not '" + of + "'");
-      state.moments_of = of == "muon" ? OptimizerKind::muon : OptimizerKind::adam;
+      state.moments_of = parse_optimizer_kind(of);
     }
     state.optimizer_step = read.step(meta, "optimizer_step");
     state.training_step = read.step(meta, "training_step");

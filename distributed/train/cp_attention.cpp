@@ -1,11 +1,12 @@
 #include "distributed/train/cp_attention.hpp"
 
-#include "distributed/seeded_bugs.hpp"
-
 #include <cmath>
 #include <limits>
 #include <span>
 #include <stdexcept>
+
+#include "distributed/comm/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
 
 namespace moe::dist {
 
@@ -32,14 +33,6 @@ struct KvBlock {
   std::vector<int> positions;
 };
 
-auto head_of(Matrix<double>& m, Eigen::Index t, int j, int d) { return m.row(t).segment(Eigen::Index{j} * d, d); }
-auto head_of(const Matrix<double>& m, Eigen::Index t, int j, int d) {
-  return m.row(t).segment(Eigen::Index{j} * d, d);
-}
-
-std::span<double> span_of(Matrix<double>& m) { return {m.data(), static_cast<size_t>(m.size())}; }
-std::span<const double> span_of(const Matrix<double>& m) { return {m.data(), static_cast<size_t>(m.size())}; }
-
 // Calls visit(t, j, key_row, score) for every local query row t, head j and key row of `block` that the query may
 // see (its sequence, a position ≤ its own), score = ⟨q, k⟩/√d.
 template <typename Visit>
@@ -54,7 +47,7 @@ void for_visible_keys(const AttentionConfig& c, const CpAttentionForward& f, int
         if (block.positions[u] > f.positions[i]) continue;
         const Eigen::Index key = static_cast<Eigen::Index>(u) * batch + b;
         for (int j = 0; j < c.heads; ++j)
-          visit(t, j, key, head_of(f.q, t, j, d).dot(head_of(block.k, key, j / per_group, d)) * scale);
+          visit(t, j, key, attention_head(f.q, t, j, d).dot(attention_head(block.k, key, j / per_group, d)) * scale);
       }
     }
 }
@@ -63,8 +56,8 @@ void for_visible_keys(const AttentionConfig& c, const CpAttentionForward& f, int
 std::vector<KvBlock> gather_blocks(const CpAttentionForward& f, int seq, Communicator& cp) {
   const int n = cp.size();
   Matrix<double> k(f.k.rows() * n, f.k.cols()), v(f.v.rows() * n, f.v.cols());
-  cp.allgather<double>(span_of(f.k), span_of(k));
-  cp.allgather<double>(span_of(f.v), span_of(v));
+  cp.allgather<double>(const_span_of(f.k), span_of(k));
+  cp.allgather<double>(const_span_of(f.v), span_of(v));
   std::vector<KvBlock> blocks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     KvBlock& b = blocks[static_cast<size_t>(r)];
@@ -80,7 +73,8 @@ void pass_on(KvBlock& block, Communicator& cp, int step, bool with_grads, int se
   const int n = cp.size(), next = (cp.rank() + 1) % n, prev = (cp.rank() + n - 1) % n;
   std::vector<Matrix<double>*> fields{&block.k, &block.v};
   if (with_grads) fields.insert(fields.end(), {&block.dk, &block.dv});
-  for (size_t f = 0; f < fields.size(); ++f) cp.send<double>(span_of(*fields[f]), next, step * 4 + static_cast<int>(f));
+  for (size_t f = 0; f < fields.size(); ++f)
+    cp.send<double>(const_span_of(*fields[f]), next, step * 4 + static_cast<int>(f));
   for (size_t f = 0; f < fields.size(); ++f) cp.recv<double>(span_of(*fields[f]), prev, step * 4 + static_cast<int>(f));
   // The block now in hand started at rank (rank − step − 1) mod n.
   block.positions = cp_positions(seq, n, ((cp.rank() - step - 1) % n + n) % n);
@@ -112,12 +106,12 @@ CpAttentionForward cp_attention_forward(const AttentionConfig& c, const Attentio
       if (score > m(t, j)) {
         const double shrink = std::exp(m(t, j) - score);
         l(t, j) *= shrink;
-        head_of(f.o, t, j, d) *= shrink;
+        attention_head(f.o, t, j, d) *= shrink;
         m(t, j) = score;
       }
       const double w = std::exp(score - m(t, j));
       l(t, j) += w;
-      head_of(f.o, t, j, d) += w * head_of(block.v, key, j / per_group, d);
+      attention_head(f.o, t, j, d) += w * attention_head(block.v, key, j / per_group, d);
     });
   };
   if (exchange == KvExchange::all_gather) {
@@ -136,7 +130,7 @@ CpAttentionForward cp_attention_forward(const AttentionConfig& c, const Attentio
   }
   f.lse = m.array() + l.array().log();
   for (Eigen::Index t = 0; t < x.rows(); ++t)
-    for (int j = 0; j < c.heads; ++j) head_of(f.o, t, j, d) /= l(t, j);  // every query sees itself: l ≥ 1
+    for (int j = 0; j < c.heads; ++j) attention_head(f.o, t, j, d) /= l(t, j);  // every query sees itself: l ≥ 1
   f.out = f.o * p.wo.transpose();
   return f;
 }
@@ -151,17 +145,17 @@ AttentionGrads cp_attention_backward(const AttentionConfig& c, const AttentionPa
   // D = Σ dO ⊙ O per row and head: the softmax backward's Σ_u p_u·dp_u.
   Matrix<double> D(x.rows(), c.heads);
   for (Eigen::Index t = 0; t < x.rows(); ++t)
-    for (int j = 0; j < c.heads; ++j) D(t, j) = head_of(d_o, t, j, d).dot(head_of(f.o, t, j, d));
+    for (int j = 0; j < c.heads; ++j) D(t, j) = attention_head(d_o, t, j, d).dot(attention_head(f.o, t, j, d));
   Matrix<double> dq = Matrix<double>::Zero(f.q.rows(), f.q.cols());
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto backward_block = [&](KvBlock& block) {
     for_visible_keys(c, f, batch, block, [&](Eigen::Index t, int j, Eigen::Index key, double score) {
       const int g = j / per_group;
       const double prob = std::exp(score - f.lse(t, j));
-      const double ds = prob * (head_of(d_o, t, j, d).dot(head_of(block.v, key, g, d)) - D(t, j)) * scale;
-      head_of(dq, t, j, d) += ds * head_of(block.k, key, g, d);
-      head_of(block.dk, key, g, d) += ds * head_of(f.q, t, j, d);
-      head_of(block.dv, key, g, d) += prob * head_of(d_o, t, j, d);
+      const double ds = prob * (attention_head(d_o, t, j, d).dot(attention_head(block.v, key, g, d)) - D(t, j)) * scale;
+      attention_head(dq, t, j, d) += ds * attention_head(block.k, key, g, d);
+      attention_head(block.dk, key, g, d) += ds * attention_head(f.q, t, j, d);
+      attention_head(block.dv, key, g, d) += prob * attention_head(d_o, t, j, d);
     });
   };
   Matrix<double> dk, dv;
@@ -181,8 +175,8 @@ AttentionGrads cp_attention_backward(const AttentionConfig& c, const AttentionPa
     dk = blocks[static_cast<size_t>(cp.rank())].dk;
     dv = blocks[static_cast<size_t>(cp.rank())].dv;
 #else
-    cp.reduce_scatter<double>(span_of(dk_all), span_of(dk), ReduceOp::sum);
-    cp.reduce_scatter<double>(span_of(dv_all), span_of(dv), ReduceOp::sum);
+    cp.reduce_scatter<double>(const_span_of(dk_all), span_of(dk), ReduceOp::sum);
+    cp.reduce_scatter<double>(const_span_of(dv_all), span_of(dv), ReduceOp::sum);
 #endif
   } else {
     KvBlock block{f.k, f.v, Matrix<double>::Zero(f.k.rows(), f.k.cols()), Matrix<double>::Zero(f.v.rows(), f.v.cols()),

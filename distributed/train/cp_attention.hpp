@@ -14,10 +14,10 @@
 // dense parameters over dp_cp.
 #pragma once
 
+#include <vector>
+
 #include "distributed/comm/communicator.hpp"
 #include "reference/attention.hpp"
-
-#include <vector>
 
 namespace moe::dist {
 
@@ -38,8 +38,7 @@ CpAttentionForward cp_attention_forward(const AttentionConfig& config, const Att
                                         const Matrix<double>& x, int batch, int seq, Communicator& cp,
                                         KvExchange exchange);
 AttentionGrads cp_attention_backward(const AttentionConfig& config, const AttentionParams& params,
-                                     const Matrix<double>& x, int batch, int seq, Communicator& cp,
-                                     KvExchange exchange, const CpAttentionForward& forward,
-                                     const Matrix<double>& dout);
+                                     const Matrix<double>& x, int batch, int seq, Communicator& cp, KvExchange exchange,
+                                     const CpAttentionForward& forward, const Matrix<double>& dout);
 
 }  // namespace moe::dist

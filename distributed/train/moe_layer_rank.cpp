@@ -49,8 +49,7 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
     aligned_ = kernels::align_groups(rows_.group_sizes, kernels::kFp8RowAlignment);
     aligned_rows_.x = kernels_.scatter_add_rows(rows_.x, aligned_.position, aligned_.rows);
     aligned_rows_.probs = Vector<T>::Zero(aligned_.rows);
-    for (size_t i = 0; i < aligned_.position.size(); ++i)
-      aligned_rows_.probs(aligned_.position[i]) = rows_.probs(static_cast<Eigen::Index>(i));
+    aligned_rows_.probs(aligned_.position) = rows_.probs;
     aligned_rows_.group_sizes = aligned_.group_sizes;
   }
   const ExpertRows<T>& in = expert_rows();
@@ -111,9 +110,7 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
                                              pre_, d_rows, grads.experts);
   if (c.fp8_dispatch) {  // strip the alignment rows again
     eb.dx = kernels_.gather_rows(eb.dx, aligned_.position);
-    Vector<T> dprob(static_cast<Eigen::Index>(aligned_.position.size()));
-    for (size_t i = 0; i < aligned_.position.size(); ++i) dprob(static_cast<Eigen::Index>(i)) = eb.dprob(aligned_.position[i]);
-    eb.dprob = std::move(dprob);
+    eb.dprob = Vector<T>(eb.dprob(aligned_.position));
   }
   Matrix<T> du, d_probs;
   dispatcher_->dispatch_backward(eb.dx, eb.dprob, du, d_probs);

@@ -1,12 +1,12 @@
 #include "distributed/train/muon_exchange.hpp"
 
-#include "distributed/seeded_bugs.hpp"
-
 #include <algorithm>
 #include <map>
 #include <numeric>
 #include <set>
 #include <stdexcept>
+
+#include "distributed/seeded_bugs.hpp"
 
 namespace moe::dist {
 namespace {
@@ -22,17 +22,25 @@ ModelParams<double> index_model(const ModelConfig& config) {
 
 MuonExchange::MuonExchange(const ModelConfig& config, const ProcessGroups& groups, const RankGroups& comms,
                            ModelShard<double>& params)
-    : me_(comms.rank), ep_(comms.ep.get()), pp_(comms.pp.get()) {
+    : ep_(comms.ep.get()), pp_(comms.pp.get()) {
+  const int me = comms.rank;
   ModelParams<double> indices = index_model(config);
   std::map<std::string, std::vector<Eigen::Index>> logical_shape;
   for (const auto& t : trained_tensors(config, indices)) logical_shape[t.name] = t.shape;
 
   const int experts = config.layer.num_experts;
-  const auto mine = shard_tensors(params, groups.experts_of(me_, experts).first);
+  const auto mine = shard_tensors(params, groups.experts_of(me, experts).first);
   is_muon_.resize(mine.size());
   for (size_t i = 0; i < mine.size(); ++i) is_muon_[i] = is_muon_matrix(mine[i].name, logical_shape.at(mine[i].name));
 
-  const std::vector<int> members[2] = {groups.group(GroupKind::tp_dp_cp, me_), expt_tp_dp_members(groups, me_)};
+  const std::vector<int> members[2] = {groups.group(GroupKind::tp_dp_cp, me), expt_tp_dp_members(groups, me)};
+  // Each member's cut of the index model, once: a rank is in both groups, and so are its tp/etp peers.
+  std::map<int, ModelShard<double>> cuts;
+  auto cut_of = [&](int member) -> ModelShard<double>& {
+    auto at = cuts.find(member);
+    if (at == cuts.end()) at = cuts.emplace(member, shard_model(config, indices, groups, member)).first;
+    return at->second;
+  };
   const GroupKind replica_axis[2] = {GroupKind::dp_cp, GroupKind::expt_dp};
   groups_[0].comm = comms.tp_dp_cp.get();
   groups_[1].comm = comms.expt_tp_dp.get();
@@ -48,9 +56,8 @@ MuonExchange::MuonExchange(const ModelConfig& config, const ProcessGroups& group
     for (size_t j = 0; j < g.matrices.size(); ++j) position[mine[g.matrices[j].tensor].name] = j;
     for (int member : members[k]) {
       g.replica.push_back(groups.rank_in(replica_axis[k], member));
-      ModelShard<double> cut = shard_model(config, indices, groups, member);
       size_t found = 0;
-      for (const auto& t : shard_tensors(cut, groups.experts_of(member, experts).first)) {
+      for (const auto& t : shard_tensors(cut_of(member), groups.experts_of(member, experts).first)) {
         const auto at = position.find(t.name);
         if (at == position.end()) continue;
         std::vector<std::int64_t>& piece = g.matrices[at->second].pieces.emplace_back();
@@ -89,8 +96,10 @@ std::vector<std::vector<std::vector<double>>> MuonExchange::all_to_all(const Muo
     }
   for (int source = 0; source < n; ++source)
     for (const MuonMatrix& m : g.matrices)
-      if (receives(source, m)) recv_counts[static_cast<size_t>(source)] += static_cast<std::int64_t>(arriving(source, m));
-  std::vector<double> recv(static_cast<size_t>(std::accumulate(recv_counts.begin(), recv_counts.end(), std::int64_t{0})));
+      if (receives(source, m))
+        recv_counts[static_cast<size_t>(source)] += static_cast<std::int64_t>(arriving(source, m));
+  std::vector<double> recv(
+      static_cast<size_t>(std::accumulate(recv_counts.begin(), recv_counts.end(), std::int64_t{0})));
   g.comm->alltoallv<double>(send, send_counts, recv, recv_counts);
 
   std::vector<std::vector<std::vector<double>>> received(g.matrices.size());
@@ -151,8 +160,10 @@ Matrix<double> MuonExchange::assemble(const MuonGroup& g, const MuonMatrix& m,
     }
     if (std::find(filled.begin(), filled.end(), false) != filled.end())
       throw std::logic_error("muon: the pieces of one replica do not cover the whole matrix");
-    if (k == 0) whole = std::move(partial);
-    else whole += partial;
+    if (k == 0)
+      whole = std::move(partial);
+    else
+      whole += partial;
   }
   return whole;
 }
@@ -273,7 +284,8 @@ void MuonExchange::set_momentum(const std::vector<std::vector<double>>& pieces) 
     }
     const auto received = to_owners(g, mine);
     for (size_t j = 0; j < g.matrices.size(); ++j)
-      if (g.matrices[j].owner == g.comm->rank()) g.matrices[j].momentum = assemble(g, g.matrices[j], received[j], false);
+      if (g.matrices[j].owner == g.comm->rank())
+        g.matrices[j].momentum = assemble(g, g.matrices[j], received[j], false);
   }
 }
 

@@ -18,14 +18,14 @@
 // each element's flat index, cut by shard_model for each member of the group.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <vector>
+
 #include "distributed/train/grad_sync.hpp"
 #include "distributed/train/model_shard.hpp"
 #include "distributed/train/rank_groups.hpp"
 #include "reference/muon.hpp"
-
-#include <cstdint>
-#include <functional>
-#include <vector>
 
 namespace moe::dist {
 
@@ -55,14 +55,14 @@ class MuonExchange {
     size_t tensor = 0;  // index in shard_tensors
     Eigen::Index rows = 0, cols = 0;
     ParamClass param_class = ParamClass::dense;
-    int owner = 0;  // rank in the Muon group
+    int owner = 0;                                  // rank in the Muon group
     std::vector<std::vector<std::int64_t>> pieces;  // per group member: the flat index of each of its elements
     // Owner only: the synchronised whole gradient and the momentum buffer.
     Matrix<double> grad, momentum;
   };
   struct MuonGroup {
     Communicator* comm = nullptr;
-    std::vector<int> replica;          // per member: its data-parallel replica index
+    std::vector<int> replica;  // per member: its data-parallel replica index
     int replicas = 1;
     std::vector<MuonMatrix> matrices;  // the same list on every member
   };
@@ -78,12 +78,11 @@ class MuonExchange {
   using Whole = std::function<const Matrix<double>&(size_t j)>;
   std::vector<std::vector<double>> from_owners(const MuonGroup& g, const Whole& whole) const;
   // The whole matrix from the pieces the owner received: replicas summed (sum) or replica 0 taken (sum = false).
-  Matrix<double> assemble(const MuonGroup& g, const MuonMatrix& m,
-                          const std::vector<std::vector<double>>& received, bool sum) const;
+  Matrix<double> assemble(const MuonGroup& g, const MuonMatrix& m, const std::vector<std::vector<double>>& received,
+                          bool sum) const;
   // Orthogonalising the whole matrix (or, under the seeded Muon shard bug, each piece on its own).
   Matrix<double> direction(const MuonConfig& muon, const MuonGroup& g, const MuonMatrix& m) const;
 
-  int me_ = 0;  // rank in both Muon groups is comm->rank()
   std::vector<bool> is_muon_;
   MuonGroup groups_[2];  // dense, expert
   Communicator *ep_, *pp_;

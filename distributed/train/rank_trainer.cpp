@@ -38,12 +38,12 @@ RankTrainer::RankTrainer(const ModelConfig& config, const TrainingState& state, 
                          const RankGroups& comms, const StepOptions& options, const OptimizerSettings& optimizer)
     : RankTrainer(config, state.params, groups, comms, options, optimizer) {
   const OptimizerKind kind = optimizer.config.kind;
-  const char* name = kind == OptimizerKind::muon ? "Muon" : "Adam";
+  auto name = [](OptimizerKind k) { return std::string(k == OptimizerKind::muon ? "Muon" : "Adam"); };
   if (kind != OptimizerKind::sgd && !state.has_moments && state.optimizer_step > 0)
-    throw std::runtime_error(std::string("checkpoint: ") + name + " needs moments but the checkpoint has none (written by SGD?)");
+    throw std::runtime_error("checkpoint: " + name(kind) + " needs moments but the checkpoint has none (written by SGD?)");
   if (kind != OptimizerKind::sgd && state.has_moments && state.moments_of != kind)
-    throw std::runtime_error(std::string("checkpoint: its moments were written by ") +
-                             (state.moments_of == OptimizerKind::muon ? "Muon" : "Adam") + ", this run's optimizer is " + name);
+    throw std::runtime_error("checkpoint: its moments were written by " + name(state.moments_of) +
+                             ", this run's optimizer is " + name(kind));
   optimizer_.set_moments(shard_moments(config, state, groups, comms.rank));
   steps_ = state.training_step;
 }

@@ -3,14 +3,14 @@
 // and a one-token case by hand.
 #include "reference/attention.hpp"
 
-#include "reference/random_init.hpp"
-#include "reference/tolerance.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 #include <string>
+
+#include "reference/random_init.hpp"
+#include "reference/tolerance.hpp"
 
 namespace moe {
 namespace {
@@ -43,8 +43,8 @@ void expect_matches_central_differences(const std::string& name, Matrix<double>&
     const double down = j();
     m.data()[i] = keep;
     const double numeric = (up - down) / (2 * h);
-    EXPECT_TRUE(tol.admits(analytic.data()[i], numeric)) << name << "[" << i << "]: " << analytic.data()[i] << " vs "
-                                                         << numeric;
+    EXPECT_TRUE(tol.admits(analytic.data()[i], numeric))
+        << name << "[" << i << "]: " << analytic.data()[i] << " vs " << numeric;
   }
 }
 
@@ -72,8 +72,10 @@ TEST(Attention, ATokenSeesOnlyEarlierPositionsOfItsOwnSequence) {
   const Matrix<double> b = attention_forward(kGqa, p, changed, kBatch).out;
   for (int s = 0; s < kSeq; ++s) {
     EXPECT_EQ(a.row(s * kBatch + 1), b.row(s * kBatch + 1)) << "sequence 1, position " << s;
-    if (s < 3) EXPECT_EQ(a.row(s * kBatch), b.row(s * kBatch)) << "sequence 0, position " << s;
-    else EXPECT_NE(a.row(s * kBatch), b.row(s * kBatch)) << "sequence 0, position " << s;
+    if (s < 3)
+      EXPECT_EQ(a.row(s * kBatch), b.row(s * kBatch)) << "sequence 0, position " << s;
+    else
+      EXPECT_NE(a.row(s * kBatch), b.row(s * kBatch)) << "sequence 0, position " << s;
   }
 }
 

@@ -3,24 +3,24 @@
 // own step for the tensors Muon does not take.
 #include "reference/muon.hpp"
 
-#include "reference/global_step.hpp"
-
 #include <gtest/gtest.h>
 
 #include <Eigen/SVD>
-
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "reference/global_step.hpp"
+
 namespace moe {
 namespace {
 
 // The five quintic steps applied to one normalised singular value.
 double quintic_polynomial(double sigma) {
-  for (const auto& [a, b, c] : kQuinticNewtonSchulz) sigma = a * sigma + b * std::pow(sigma, 3) + c * std::pow(sigma, 5);
+  for (const auto& [a, b, c] : kQuinticNewtonSchulz)
+    sigma = a * sigma + b * std::pow(sigma, 3) + c * std::pow(sigma, 5);
   return sigma;
 }
 
@@ -104,8 +104,8 @@ TEST(Muon, TwoStepsFollowTheFormulas) {
   const auto& fc1_g2 = g2.layers[1].expert_fc1[2];
   const Matrix<double> m2 = 0.9 * 0.1 * fc1_g1 + 0.1 * fc1_g2;
   const Matrix<double> u = fc1_g2 + 0.9 * (m2 - fc1_g2);
-  const Matrix<double> want = after_one.layers[1].expert_fc1[2] * (1 - 0.02 * 0.1) -
-                              0.02 * 0.5 * std::sqrt(6.0) * newton_schulz_by_svd(u);
+  const Matrix<double> want =
+      after_one.layers[1].expert_fc1[2] * (1 - 0.02 * 0.1) - 0.02 * 0.5 * std::sqrt(6.0) * newton_schulz_by_svd(u);
   EXPECT_LT((params.layers[1].expert_fc1[2] - want).cwiseAbs().maxCoeff(), 1e-14);
   const auto names = trained_tensors(c, params);
   for (size_t i = 0; i < names.size(); ++i) {
@@ -173,8 +173,8 @@ TEST(Muon, MatchesNvidiasEmergingOptimizers) {
       head >> nesterov >> rows >> cols;
       const Matrix<double> p0 = read_hex_row(file, rows, cols), g1 = read_hex_row(file, rows, cols),
                            g2 = read_hex_row(file, rows, cols), want = read_hex_row(file, rows, cols);
-      const MuonConfig muon{.lr = 0.02, .momentum = 0.9, .nesterov = nesterov != 0, .weight_decay = 0.1,
-                            .extra_scale = 0.5};
+      const MuonConfig muon{
+          .lr = 0.02, .momentum = 0.9, .nesterov = nesterov != 0, .weight_decay = 0.1, .extra_scale = 0.5};
       Matrix<double> p = p0, m = Matrix<double>::Zero(rows, cols);
       for (const Matrix<double>* g : {&g1, &g2}) {  // muon_step's matrix branch, on one matrix
         m += (1 - muon.momentum) * (*g - m);
