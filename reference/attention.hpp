@@ -1,7 +1,5 @@
-// Causal self-attention with grouped-query heads and rotary positions: the token-mixing layer that issue 13 puts
-// around the MoE (dense attention, not DeepSeek-V4's compressed sparse attention). Not yet part of the model
-// (reference/model.hpp): this is the layer and its backward, checked by finite differences, that the pre-norm block
-// and context parallelism will build on.
+// Causal self-attention with grouped-query heads and rotary positions: the token-mixing layer of the model's
+// pre-norm blocks (reference/model.hpp) — dense attention, not DeepSeek-V4's compressed sparse attention.
 //
 // Rows are the model's, t = s·batch + b (position s of sequence b); a token attends to the positions s' ≤ s of its
 // own sequence. With H query heads, G key/value groups (H a multiple of G; head j reads group j / (H/G)) and head
@@ -28,12 +26,14 @@ struct AttentionConfig {
   void validate() const;  // std::invalid_argument naming the rule
 };
 
-struct AttentionParams {
-  Matrix<double> wq;  // [H·d, h]
-  Matrix<double> wk;  // [G·d, h]
-  Matrix<double> wv;  // [G·d, h]
-  Matrix<double> wo;  // [h, H·d]
+template <typename T>
+struct AttentionWeights {
+  Matrix<T> wq;  // [H·d, h]
+  Matrix<T> wk;  // [G·d, h]
+  Matrix<T> wv;  // [G·d, h]
+  Matrix<T> wo;  // [h, H·d]
 };
+using AttentionParams = AttentionWeights<double>;
 
 // What the backward needs from the forward.
 struct AttentionForward {

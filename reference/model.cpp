@@ -42,6 +42,26 @@ void validate_params(const ModelConfig& c, const ModelParams<T>& p) {
   require(static_cast<int>(p.block_norm.size()) == c.num_layers && static_cast<int>(p.layers.size()) == c.num_layers,
           "block_norm and layers must have one entry per layer");
   for (const auto& w : p.block_norm) require(w.size() == h, "every block_norm must have hidden entries");
+  const size_t with_attention = c.has_attention() ? static_cast<size_t>(c.num_layers) : 0;
+  require(p.attention.size() == with_attention && p.attention_norm.size() == with_attention,
+          "attention and attention_norm must have one entry per layer with attention, none without");
+  for (const auto& w : p.attention_norm) require(w.size() == h, "every attention_norm must have hidden entries");
+}
+
+// RMSNorm of every row.
+template <typename T>
+Matrix<T> norm_rows(const Matrix<T>& x, const Vector<T>& w, double eps) {
+  Matrix<T> out(x.rows(), x.cols());
+  for (Eigen::Index t = 0; t < x.rows(); ++t) out.row(t) = rms_norm<T>(x.row(t), w, eps);
+  return out;
+}
+
+// dx of y = RMSNorm(x; w) for every row, w's gradient accumulated into gw.
+template <typename T>
+Matrix<T> norm_rows_backward(const Matrix<T>& x, const Vector<T>& w, double eps, const Matrix<T>& dy, Vector<T>& gw) {
+  Matrix<T> dx(x.rows(), x.cols());
+  for (Eigen::Index t = 0; t < x.rows(); ++t) dx.row(t) = rms_norm_backward<T>(x.row(t), w, eps, dy.row(t), gw);
+  return dx;
 }
 
 }  // namespace
@@ -58,6 +78,7 @@ void ModelConfig::validate() const {
   require(n_hash_layers >= 0 && n_hash_layers <= num_layers, "n_hash_layers must be in [0, num_layers]");
   require(vocab > 0, "vocab must be > 0");
   require(rms_eps > 0, "rms_eps must be > 0");
+  if (has_attention()) attention.validate();
   for (int l = 0; l < n_hash_layers; ++l) layer_config(l).validate();
 }
 
@@ -100,13 +121,19 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
   for (Eigen::Index t = 0; t < tokens; ++t) padding[static_cast<size_t>(t)] = !at_row(batch.loss_mask, batch, t);
 
   for (int l = 0; l < config.num_layers; ++l) {
+    const auto li = static_cast<size_t>(l);
+    if (config.has_attention()) {
+      f.attention_in.push_back(norm_rows<T>(f.hidden.back(), params.attention_norm[li], config.rms_eps));
+      f.attention.push_back(attention_forward(config.attention, params.attention[li], f.attention_in.back(),
+                                              batch.batch));
+      f.mid.push_back(f.hidden.back() + f.attention.back().out);
+    }
+    const Matrix<T>& residual = config.has_attention() ? f.mid.back() : f.hidden.back();
     const MoeConfig lc = config.layer_config(l);
     MoeInputs<T> in;
     in.seq = batch.seq;
     in.batch = batch.batch;
-    in.x.resize(tokens, config.layer.hidden);
-    for (Eigen::Index t = 0; t < tokens; ++t)
-      in.x.row(t) = rms_norm<T>(f.hidden.back().row(t), params.block_norm[static_cast<size_t>(l)], config.rms_eps);
+    in.x = norm_rows<T>(residual, params.block_norm[li], config.rms_eps);
     if (lc.hash_routing) in.input_ids = batch.input_ids;
     if (!config.semantics().has(Deviation::router_counts_padding)) in.padding_mask = padding;
     in.partition = batch.partition;
@@ -114,7 +141,7 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
     if (!global_aux_group.empty()) in.global_aux_group = global_aux_group[static_cast<size_t>(l)];
     f.layers.push_back(moe_forward(lc, params.layers[static_cast<size_t>(l)], in));
     f.layer_inputs.push_back(std::move(in));
-    f.hidden.push_back(f.hidden.back() + f.layers.back().y);
+    f.hidden.push_back(residual + f.layers.back().y);
     f.aux_sum += f.layers.back().aux_loss;
     f.z_sum += f.layers.back().z_loss;
   }
@@ -144,6 +171,10 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
   g.final_norm = Vector<T>::Zero(h);
   g.block_norm.assign(static_cast<size_t>(config.num_layers), Vector<T>::Zero(h));
   g.layers.resize(static_cast<size_t>(config.num_layers));
+  if (config.has_attention()) {
+    g.attention_norm.assign(static_cast<size_t>(config.num_layers), Vector<T>::Zero(h));
+    g.attention.resize(static_cast<size_t>(config.num_layers));
+  }
 
   // Cross-entropy: d CE_t / d logits_t = softmax(logits_t) − onehot(label_t), valid tokens only.
   Matrix<T> grad_logits = Matrix<T>::Zero(tokens, params.head.rows());
@@ -169,16 +200,23 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
     grad_h.row(t) = rms_norm_backward<T>(forward.hidden.back().row(t), params.final_norm, config.rms_eps,
                                          grad_normed.row(t), g.final_norm);
 
-  // Blocks in reverse: hˡ⁺¹ = hˡ + MoE(RMSNorm(hˡ)), so dhˡ = dhˡ⁺¹ + RMSNorm'ᵀ·(dx of the layer).
+  // Blocks in reverse: hˡ⁺¹ = mˡ + MoE(RMSNorm(mˡ)), so dmˡ = dhˡ⁺¹ + RMSNorm'ᵀ·(dx of the layer); then the same
+  // through mˡ = hˡ + Attn(RMSNorm(hˡ)) with attention (else mˡ = hˡ).
   const LossScales scales{weights.aux, weights.z, weights.aux_rows};
   for (int l = config.num_layers - 1; l >= 0; --l) {
     const auto li = static_cast<size_t>(l);
     MoeGradients<T> lg = moe_backward(config.layer_config(l), params.layers[li], forward.layer_inputs[li],
                                       forward.layers[li], grad_h, scales);
-    for (Eigen::Index t = 0; t < tokens; ++t)
-      grad_h.row(t) += rms_norm_backward<T>(forward.hidden[li].row(t), params.block_norm[li], config.rms_eps,
-                                            lg.x.row(t), g.block_norm[li]);
+    const Matrix<T>& residual = config.has_attention() ? forward.mid[li] : forward.hidden[li];
+    grad_h += norm_rows_backward<T>(residual, params.block_norm[li], config.rms_eps, lg.x, g.block_norm[li]);
     g.layers[li] = std::move(lg.params);
+    if (config.has_attention()) {
+      AttentionGrads ag = attention_backward(config.attention, params.attention[li], forward.attention_in[li],
+                                             batch.batch, forward.attention[li], grad_h);
+      grad_h += norm_rows_backward<T>(forward.hidden[li], params.attention_norm[li], config.rms_eps, ag.dx,
+                                      g.attention_norm[li]);
+      g.attention[li] = std::move(ag.params);
+    }
   }
 
   for (Eigen::Index t = 0; t < tokens; ++t) g.embedding.row(at_row(batch.input_ids, batch, t)) += grad_h.row(t);
@@ -199,6 +237,14 @@ std::vector<TensorView<T>> trained_tensors(const ModelConfig& config, ModelParam
     const auto li = static_cast<size_t>(l);
     const std::string pre = "layer" + std::to_string(l) + ".";
     MoeParams<T>& layer = p.layers[li];
+    if (config.has_attention()) {
+      AttentionWeights<T>& a = p.attention[li];
+      add(pre + "attention_norm", p.attention_norm[li]);
+      add(pre + "attention_wq", a.wq);
+      add(pre + "attention_wk", a.wk);
+      add(pre + "attention_wv", a.wv);
+      add(pre + "attention_wo", a.wo);
+    }
     add(pre + "block_norm", p.block_norm[li]);
     add(pre + "router_weight", layer.router_weight);
     for (size_t e = 0; e < layer.expert_fc1.size(); ++e) {
@@ -228,6 +274,17 @@ ModelParams<T> random_model_params(const ModelConfig& config, std::uint64_t seed
   for (int l = 0; l < config.num_layers; ++l) {
     p.block_norm.push_back(Vector<T>::Ones(h) + rng.matrix<T>(h, 1, 0.1));
     p.layers.push_back(random_params<T>(config.layer_config(l), config.vocab, rng.bits()));
+  }
+  // Drawn after everything else, so a model without attention keeps the parameters its seed always gave.
+  if (config.has_attention()) {
+    const AttentionConfig& a = config.attention;
+    const int qd = a.heads * a.head_dim, kd = a.groups * a.head_dim;
+    const double in_scale = 1.0 / std::sqrt(static_cast<double>(h)), out_scale = 1.0 / std::sqrt(double(qd));
+    for (int l = 0; l < config.num_layers; ++l) {
+      p.attention_norm.push_back(Vector<T>::Ones(h) + rng.matrix<T>(h, 1, 0.1));
+      p.attention.push_back({rng.matrix<T>(qd, h, in_scale), rng.matrix<T>(kd, h, in_scale),
+                             rng.matrix<T>(kd, h, in_scale), rng.matrix<T>(h, qd, out_scale)});
+    }
   }
   return p;
 }

@@ -1,7 +1,8 @@
 // The model around the MoE layer — what makes every parallel group mean something:
 //
 //   h⁰_t   = embedding[input_id_t]                               [T, h], row t = s·batch + b
-//   hˡ⁺¹   = hˡ + MoE_l(RMSNorm(hˡ; w_l))                         l = 0 … L−1 (hash routing for l < n_hash_layers)
+//   mˡ     = hˡ + Attn_l(RMSNorm(hˡ; a_l))                        with attention (else mˡ = hˡ)
+//   hˡ⁺¹   = mˡ + MoE_l(RMSNorm(mˡ; w_l))                         l = 0 … L−1 (hash routing for l < n_hash_layers)
 //   logits = RMSNorm(hᴸ; w_f) · headᵀ                             [T, V]
 //   CE_sum = Σ_{t : loss_mask} (logsumexp(logits_t) − logits_t[label_t])
 //
@@ -11,6 +12,7 @@
 // with the weights the caller passes (per row where they differ between rows).
 #pragma once
 
+#include "reference/attention.hpp"
 #include "reference/moe_layer.hpp"
 
 #include <cstdint>
@@ -25,7 +27,9 @@ struct ModelConfig {
   int n_hash_layers = 0;  // the first n layers route by tid2eid (DeepSeek-V4: 3)
   int vocab = 0;
   double rms_eps = 1e-6;
+  AttentionConfig attention{};  // heads = 0: no attention (blocks are RMSNorm → MoE only)
 
+  bool has_attention() const { return attention.heads > 0; }
   // Throws std::invalid_argument naming the rule.
   void validate() const;
   const Semantics& semantics() const { return layer.semantics; }
@@ -40,6 +44,8 @@ struct ModelParams {
   Matrix<T> embedding;                // [V, h]
   std::vector<Vector<T>> block_norm;  // L × [h]
   std::vector<MoeParams<T>> layers;   // L
+  std::vector<Vector<T>> attention_norm;         // L × [h], or empty without attention
+  std::vector<AttentionWeights<T>> attention;    // L, or empty without attention
   Vector<T> final_norm;               // [h]
   Matrix<T> head;                     // [V, h]
 };
@@ -64,6 +70,9 @@ struct TokenBatch {
 template <typename T>
 struct ModelForward {
   std::vector<Matrix<T>> hidden;         // L + 1 residual streams, hidden[0] = embeddings
+  std::vector<Matrix<T>> mid;            // with attention: L streams mˡ between attention and MoE
+  std::vector<Matrix<T>> attention_in;   // with attention: L normed inputs of the attention
+  std::vector<AttentionForward> attention;
   std::vector<MoeInputs<T>> layer_inputs;
   std::vector<MoeForward<T>> layers;
   Matrix<T> logits;                      // [T, V]

@@ -32,10 +32,9 @@ ModelConfig tiny_model(AuxLossType aux) {
   return m;
 }
 
-class ModelGradientCheck : public ::testing::TestWithParam<AuxLossType> {};
-
-TEST_P(ModelGradientCheck, EmbeddingToLossMatchesCentralDifferences) {
-  const ModelConfig config = tiny_model(GetParam());
+// Central differences of up to 12 entries of every trained tensor; returns the names of the tensors checked.
+std::vector<std::string> check_against_central_differences(const ModelConfig& config) {
+  std::vector<std::string> names;
   ModelParams<double> params = random_model_params<double>(config, 21);
   TokenBatch batch = random_token_batch(config, 4, 2, 22);
   batch.loss_mask(1, 3) = false;  // one padded token: out of the CE, the aux statistics and the z mean
@@ -45,8 +44,8 @@ TEST_P(ModelGradientCheck, EmbeddingToLossMatchesCentralDifferences) {
   };
 
   const auto f0 = model_forward(config, params, batch);
-  ASSERT_GT(f0.aux_sum, 0.0);
-  ASSERT_GT(f0.z_sum, 0.0);
+  EXPECT_GT(f0.aux_sum, 0.0);
+  EXPECT_GT(f0.z_sum, 0.0);
   const auto g = model_backward(config, params, batch, f0, weights);
   const double h = 1e-6;
   int checked = 0;
@@ -54,6 +53,7 @@ TEST_P(ModelGradientCheck, EmbeddingToLossMatchesCentralDifferences) {
   const auto values = trained_tensors(config, params);
   const auto analytic = trained_tensors(config, grads);
   for (size_t v = 0; v < values.size(); ++v) {
+    names.push_back(values[v].name);
     const Eigen::Index count = std::min<Eigen::Index>(values[v].size, 12);
     for (Eigen::Index k = 0; k < count; ++k) {
       const Eigen::Index i = k * values[v].size / count;
@@ -65,7 +65,7 @@ TEST_P(ModelGradientCheck, EmbeddingToLossMatchesCentralDifferences) {
       const auto fm = model_forward(config, params, batch);
       value[i] = saved;
       for (size_t l = 0; l < f0.layers.size(); ++l)
-        ASSERT_TRUE(fp.layers[l].routing.routing_map == f0.layers[l].routing.routing_map &&
+        EXPECT_TRUE(fp.layers[l].routing.routing_map == f0.layers[l].routing.routing_map &&
                     fm.layers[l].routing.routing_map == f0.layers[l].routing.routing_map)
             << values[v].name << "[" << i << "] moved layer " << l << "'s routing";
       const double numeric = (loss(fp) - loss(fm)) / (2 * h);
@@ -75,6 +75,24 @@ TEST_P(ModelGradientCheck, EmbeddingToLossMatchesCentralDifferences) {
     }
   }
   EXPECT_GT(checked, 200);
+  return names;
+}
+
+class ModelGradientCheck : public ::testing::TestWithParam<AuxLossType> {};
+
+TEST_P(ModelGradientCheck, EmbeddingToLossMatchesCentralDifferences) {
+  check_against_central_differences(tiny_model(GetParam()));
+}
+
+// The pre-norm blocks with attention (GQA: 4 heads over 2 groups): every attention weight and norm, and every
+// tensor below them, whose gradients now pass through the attention's backward.
+TEST(ModelGradient, AttentionBlocksMatchCentralDifferences) {
+  ModelConfig config = tiny_model(AuxLossType::seq_aux);
+  config.attention = {.heads = 4, .groups = 2, .head_dim = 4};
+  const std::vector<std::string> names = check_against_central_differences(config);
+  for (const char* n : {"layer0.attention_norm", "layer0.attention_wq", "layer1.attention_wk", "layer1.attention_wv",
+                        "layer1.attention_wo"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
 }
 
 INSTANTIATE_TEST_SUITE_P(AuxTypes, ModelGradientCheck,
