@@ -62,3 +62,5 @@
 #define MOE_BUG_CP_ZIGZAG_SECOND_HALF_REVERSED 29  // a rank's second (mirrored) chunk of positions in reverse order
 #define MOE_BUG_CP_GATHER_DKV_NOT_REDUCED 30    // all_gather: each rank keeps its own dK/dV partial, no reduce-scatter
 #define MOE_BUG_CP_RING_ONE_STEP_SHORT 31       // p2p: the forward ring stops after cp − 1 blocks
+// train/attention_rank.cpp — attention under TP with sequence parallelism
+#define MOE_BUG_ATTENTION_DX_NOT_REDUCE_SCATTERED 32  // dx: each TP rank keeps its own heads' share of its rows

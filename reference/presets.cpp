@@ -47,6 +47,13 @@ std::vector<LayerPreset> make_presets() {
   std::vector<LayerPreset> presets;
   presets.push_back({"tiny-v4", "DeepSeek-V4 options at test size: h 32, 16 experts, top-6, ffn 16",
                      v4_like(32, 16, 6, 16, 1.5), 16, 2, 64});
+  {
+    // tiny-v4 in pre-norm blocks with causal attention: 4 heads over 2 key/value groups (GQA), head width 8, RoPE.
+    LayerPreset p{"tiny-attention", "tiny-v4 in blocks with causal GQA attention: 4 heads, 2 groups, head width 8",
+                  v4_like(32, 16, 6, 16, 1.5), 16, 2, 64};
+    p.attention = {.heads = 4, .groups = 2, .head_dim = 8};
+    presets.push_back(p);
+  }
   presets.push_back({"tiny-v3", "DeepSeek-V3 options at test size: h 32, 16 experts in 4 groups keep 2, top-4",
                      v3_like(32, 16, 4, 16, 4, 2), 16, 2, 64});
   // The main job's other test-size models: between them and tiny-v4/v3, every option of the oracle runs.

@@ -1,6 +1,7 @@
 // Named layer configurations. tiny-* run in tests and on the command line; full-size ones are for accounting.
 #pragma once
 
+#include "reference/attention.hpp"
 #include "reference/config.hpp"
 
 #include <string>
@@ -21,6 +22,7 @@ struct LayerPreset {
   int num_layers = 0;
   int num_dense_layers = 0;  // leading blocks with a dense FFN, before the MoE blocks (accounting only)
   int n_hash_layers = 0;     // of the MoE layers, the first n route by tid2eid (DeepSeek-V4: 3)
+  AttentionConfig attention{};  // the blocks' attention (heads 0: blocks without attention)
 };
 
 // Throws std::invalid_argument listing the known names.

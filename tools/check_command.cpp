@@ -47,6 +47,7 @@ struct CheckOptions {
   int steps = 0;          // 0: one step, gradients compared before any optimizer
   std::string resume_as;  // "world=4,ep=2,etp=2" (steps ≥ 2)
   std::string optimizer;  // empty: each row's own (adam, muon in the Muon row)
+  std::string cp_comm_type;  // empty: each row's own (all_gather, p2p in the default set's p2p row)
   bool distributed_optimizer = false;
   double clip_grad = 0;
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
@@ -123,6 +124,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     r.distributed_optimizer = r.distributed_optimizer || o.distributed_optimizer;
     if (o.clip_grad > 0) r.clip_grad = o.clip_grad;
     if (!o.optimizer.empty()) r.optimizer = o.optimizer;
+    if (!o.cp_comm_type.empty()) r.cp_comm_type = o.cp_comm_type;
     if (r.optimizer == "muon" && r.distributed_optimizer && r.steps > 0) {
       // Only default rows get here (--distributed-optimizer with --optimizer muon is refused): they run with DDP.
       r.distributed_optimizer = false;
@@ -454,6 +456,7 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
         problem.options = {kind, row.run.mode(), row.run.micro_batch};
         problem.options.kernels = &kernels;
         problem.options.precision = precision_of(o.dtype);
+        problem.options.kv_exchange = dist::parse_kv_exchange(row.cp_comm_type);
         const auto start = std::chrono::steady_clock::now();
         dist::RankComparison result;
         std::vector<dist::RankComparison> steps;
@@ -509,6 +512,9 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
                   "where resumed runs write their checkpoint (default: a fresh folder under $TMPDIR, or under /dev/shm "
                   "when TMPDIR is unset, removed after)");
+  cmd->add_option("--cp-comm-type", o->cp_comm_type,
+                  "with attention: how keys and values cross the cp group, all_gather or p2p (a ring with an online "
+                  "softmax); default: each row's own (all_gather, p2p in the default set's p2p row)");
   cmd->add_option("--optimizer", o->optimizer,
                   "adam, muon (Newton-Schulz on every matrix but the embedding and head, AdamW for the rest; DDP "
                   "only) or sgd, with --steps (default: adam, muon in the default set's Muon row)");
@@ -560,6 +566,7 @@ void add_check_command(CLI::App& app) {
     if (o->backend != "inproc" && o->backend != "mpi")
       throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
     if (!o->optimizer.empty()) (void)parse_optimizer_kind(o->optimizer);  // refuses an unknown name
+    if (!o->cp_comm_type.empty()) (void)dist::parse_kv_exchange(o->cp_comm_type);
     if (o->optimizer == "muon" && o->distributed_optimizer)
       throw std::invalid_argument("--optimizer muon runs with DDP: the distributed optimizer's flat slices cut the "
                                   "matrices Newton-Schulz needs whole; drop --distributed-optimizer");
@@ -573,6 +580,10 @@ void add_check_command(CLI::App& app) {
     if (cmd->count("--atol") == 0) o->atol = table.atol;
     if (cmd->count("--rtol") == 0) o->rtol = table.rtol;
     std::vector<CheckRow> rows = rows_of(*o);
+    if (!o->cp_comm_type.empty() &&
+        std::none_of(rows.begin(), rows.end(), [](const CheckRow& r) { return r.run.model().has_attention(); }))
+      throw std::invalid_argument("--cp-comm-type: the model has no attention (give --num-attention-heads or "
+                                  "--preset tiny-attention)");
     if (single) {
       // The optimizer state is double: multi-step rows run in double only.
       if (o->steps > 0) throw std::invalid_argument("--steps runs in double (the optimizer state is double); drop --dtype float");
@@ -582,7 +593,12 @@ void add_check_command(CLI::App& app) {
         throw std::invalid_argument("--quant " + o->run.quant + " runs in double only: in float a rounding of the "
                                     "input can move an element across an e4m3 rounding boundary, an error of up to "
                                     "1/16 of it that no float tolerance admits");
-      std::erase_if(rows, [](const CheckRow& r) { return r.steps > 0 || r.run.quant != "none"; });
+      // And attention: the CPU parallel system runs it in double.
+      if (o->custom_model && rows.front().run.model().has_attention())
+        throw std::invalid_argument("--dtype float: the parallel system runs attention in double only");
+      std::erase_if(rows, [](const CheckRow& r) {
+        return r.steps > 0 || r.run.quant != "none" || r.run.model().has_attention();
+      });
     }
     bool print = true;
     std::unique_ptr<MpiRuntime> mpi;

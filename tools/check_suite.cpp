@@ -82,6 +82,17 @@ std::vector<CheckRow> default_rows() {
   // momentum carried through a checkpoint into another layout, and clipping over both of Muon's groups.
   rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}},
                   2, "world=4,tp=2,ep=4", false, 0.5, "muon"});
+  // Blocks with causal attention: heads over TP with SP, keys and values over CP by each of Megatron's two
+  // exchanges (all_gather; the p2p ring), the load-balanced chunks at cp 2 and 4, and attention between pipeline
+  // stages of an interleaved schedule.
+  rows.push_back({"tiny-attention", run_of("tiny-attention", 2, "sum"),
+                  {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .cp = 2, .ep = 2},
+                   ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4},
+                   ParallelLayout{.world = 8, .tp = 2, .pp = 2, .ep = 2, .vpp = 2}}});
+  CheckRow ring{"tiny-attention p2p", run_of("tiny-attention", 1, "per-token"),
+                {ParallelLayout{.world = 4, .cp = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}};
+  ring.cp_comm_type = "p2p";
+  rows.push_back(ring);
   return rows;
 }
 
@@ -95,6 +106,7 @@ const std::vector<std::string>& all_features() {
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
                                "allgather", "flex",
+                               "attention", "cp all_gather", "cp p2p",
                                "training steps", "distributed optimizer", "gradient clipping", "muon",
                                "resume under another layout"};
     for (const auto& d : deviation_catalogue())
@@ -147,6 +159,9 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(l.etp > 1, "etp");
   add_if(l.edp() > 1, "edp");
   f.insert(dispatcher);
+  add_if(m.has_attention(), "attention");
+  add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == "all_gather", "cp all_gather");
+  add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == "p2p", "cp p2p");
   add_if(row.steps > 0, "training steps");
   add_if(row.steps > 0 && row.distributed_optimizer, "distributed optimizer");
   add_if(row.steps > 0 && row.clip_grad > 0, "gradient clipping");

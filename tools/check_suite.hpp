@@ -21,6 +21,7 @@ struct CheckRow {
   bool distributed_optimizer = false;
   double clip_grad = 0;  // with steps: clip the global gradient norm to this (0: off)
   std::string optimizer = "adam";  // with steps: adam, muon or sgd
+  std::string cp_comm_type = "all_gather";  // with attention: how keys and values cross the cp group (or p2p)
 };
 
 std::vector<CheckRow> default_rows();

@@ -45,6 +45,23 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
   if (f.pad_to_capacity) c.pad_to_capacity = true;
   if (f.shared_ffn_hidden) c.shared_expert_ffn_hidden = *f.shared_ffn_hidden;
   if (f.num_layers) m.num_layers = *f.num_layers;
+  // Attention, as Megatron defaults it: query groups = heads (no GQA), kv channels = hidden / heads.
+  AttentionConfig& a = m.attention;
+  if (f.num_attention_heads) {
+    const bool had = a.heads > 0;
+    a.heads = *f.num_attention_heads;
+    if (!had) {
+      a.groups = a.heads;
+      a.head_dim = a.heads > 0 ? c.hidden / a.heads : 0;
+    }
+  }
+  if ((f.num_query_groups || f.kv_channels || f.rotary_base) && a.heads == 0)
+    throw std::invalid_argument("--num-query-groups, --kv-channels and --rotary-base need attention: give "
+                                "--num-attention-heads");
+  if (f.num_query_groups) a.groups = *f.num_query_groups;
+  if (f.kv_channels) a.head_dim = *f.kv_channels;
+  if (f.rotary_base) a.rope_base = *f.rotary_base;
+  if (a.heads == 0) a = AttentionConfig{};
 }
 
 }  // namespace
@@ -56,6 +73,7 @@ LayerPreset ModelOptions::resolve() const {
   apply(flags, m);
   try {
     m.config.validate();
+    if (m.attention.heads > 0) m.attention.validate();
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(source() + ": " + e.what());
   }
@@ -89,12 +107,13 @@ const std::vector<std::string>& model_option_names() {
       "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-num-groups",
       "--moe-router-group-topk", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff",
       "--moe-expert-capacity-factor", "--moe-token-drop-policy", "--moe-pad-expert-input-to-capacity",
-      "--moe-shared-expert-intermediate-size", "--layers"};
+      "--moe-shared-expert-intermediate-size", "--layers", "--num-attention-heads", "--num-query-groups",
+      "--kv-channels", "--rotary-base"};
   return names;
 }
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
-  cmd.add_option("--preset", o.preset, "a named model (tiny-v4, tiny-v3, tiny-capacity, tiny-softmax, tiny-top1, "
+  cmd.add_option("--preset", o.preset, "a named model (tiny-v4, tiny-attention, tiny-v3, tiny-capacity, tiny-softmax, tiny-top1, "
                                        "v4-flash, v4-pro, v3; default " + o.default_preset + ")");
   cmd.add_option("--model", o.model_file,
                  "a model file: ours (moe-model/1), a golden case.json, or a Hugging Face config.json (DeepSeek-V3, "
@@ -124,6 +143,14 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--moe-shared-expert-intermediate-size", f.shared_ffn_hidden, "shared expert width (0: none)");
   cmd.add_option("--layers,--num-layers", f.num_layers, "MoE layers of the model (default: the model's)")
       ->check(CLI::PositiveNumber);
+  cmd.add_option("--num-attention-heads", f.num_attention_heads,
+                 "attention heads of every block (0: blocks without attention; default: the model's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--num-query-groups", f.num_query_groups, "key/value heads (GQA; default: the heads)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--kv-channels", f.kv_channels, "width of a head (default: hidden / heads)")
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--rotary-base", f.rotary_base, "RoPE base (default 10000)")->check(CLI::PositiveNumber);
 }
 
 void add_layout_flags(CLI::App& cmd, ParallelLayout& layout, bool world_required) {

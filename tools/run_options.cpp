@@ -46,6 +46,7 @@ ModelConfig RunOptions::model() const {
   m.num_layers = p.num_layers > 0 ? p.num_layers : 4;
   m.n_hash_layers = hash_layers.value_or(p.n_hash_layers);
   m.vocab = p.vocab;
+  m.attention = p.attention;
   m.validate();
   return m;
 }

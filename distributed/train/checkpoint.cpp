@@ -34,7 +34,7 @@ std::uint64_t fnv1a(const double* data, Eigen::Index n) {
 json model_json(const ModelConfig& m) {
   const MoeConfig& c = m.layer;
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
-  return {{"hidden", c.hidden},
+  json j{{"hidden", c.hidden},
           {"num_experts", c.num_experts},
           {"topk", c.topk},
           {"ffn_hidden", c.ffn_hidden},
@@ -63,6 +63,13 @@ json model_json(const ModelConfig& m) {
           {"n_hash_layers", m.n_hash_layers},
           {"vocab", m.vocab},
           {"rms_eps", m.rms_eps}};
+  // Only with attention, so that checkpoints of models without it read as they always did.
+  if (m.has_attention())
+    j["attention"] = {{"heads", m.attention.heads},
+                      {"groups", m.attention.groups},
+                      {"head_dim", m.attention.head_dim},
+                      {"rope_base", m.attention.rope_base}};
+  return j;
 }
 
 // A piece of a logical tensor: where it sits and its values.
@@ -111,6 +118,18 @@ std::vector<Piece> pieces_to_write(const ModelConfig& config, const ProcessGroup
                layer.experts.fc2[static_cast<size_t>(i)], groups.rank_in(GroupKind::expt_tp, rank));
     if (shared_writer && layer.shared_fc1.size() > 0)
       swiglu(pre + "shared", layer.shared_fc1, layer.shared_fc2, groups.rank_in(GroupKind::tp, rank));
+    if (!s.attention.empty()) {
+      // This TP rank's heads: rows of wq, wk, wv and columns of wo.
+      whole(pre + "attention_norm", s.attention_norm[li]);
+      const AttentionWeights<double>& a = s.attention[li];
+      const int j = groups.rank_in(GroupKind::tp, rank);
+      if (shared_writer) {
+        out.push_back({pre + "attention_wq" + suffix, j * a.wq.rows(), 0, a.wq});
+        out.push_back({pre + "attention_wk" + suffix, j * a.wk.rows(), 0, a.wk});
+        out.push_back({pre + "attention_wv" + suffix, j * a.wv.rows(), 0, a.wv});
+        out.push_back({pre + "attention_wo" + suffix, 0, j * a.wo.cols(), a.wo});
+      }
+    }
   }
   return out;
 }
@@ -166,6 +185,14 @@ std::vector<Logical> catalogue(const ModelConfig& c, const ModelParams<double>& 
     const MoeParams<double>& layer = shape.layers[li];
     add_vector(out, shape.block_norm[li].size(), moments, pre + "block_norm",
                [li](P& p) -> Vector<double>& { return p.block_norm[li]; });
+    if (c.has_attention()) {
+      add_vector(out, shape.attention_norm[li].size(), moments, pre + "attention_norm",
+                 [li](P& p) -> Vector<double>& { return p.attention_norm[li]; });
+      add_logical(out, shape, true, moments, pre + "attention_wq", [li](P& p) -> Matrix<double>& { return p.attention[li].wq; });
+      add_logical(out, shape, true, moments, pre + "attention_wk", [li](P& p) -> Matrix<double>& { return p.attention[li].wk; });
+      add_logical(out, shape, true, moments, pre + "attention_wv", [li](P& p) -> Matrix<double>& { return p.attention[li].wv; });
+      add_logical(out, shape, true, moments, pre + "attention_wo", [li](P& p) -> Matrix<double>& { return p.attention[li].wo; });
+    }
     add_vector(out, layer.expert_bias.size(), moments, pre + "expert_bias",
                [li](P& p) -> Vector<double>& { return p.layers[li].expert_bias; }, false);
     if (layer.tid2eid.size() > 0)

@@ -4,7 +4,8 @@
 //   layer3.expert17.fc1.up   [d, w]   stay paired whatever the ETP of the loader)
 //   layer3.expert17.fc2      [w, d]   columns sharded by ETP
 //   layer3.shared.fc1.gate / .fc1.up / .fc2   sharded by TP the same way
-//   embedding, head, final_norm, layerL.block_norm, .router_weight, .expert_bias, .tid2eid, .shared_gate,
+//   layer3.attention_wq / _wk / _wv           rows sharded by TP (a rank's heads), attention_wo columns
+//   embedding, head, final_norm, layerL.block_norm, .attention_norm, .router_weight, .expert_bias, .tid2eid, .shared_gate,
 //   .latent_down, .latent_up          whole
 // Experts are found by global id, never by local index; Adam moments are stored the same way with ".adam_m" /
 // ".adam_v" appended (under Muon, .adam_m of a matrix is its momentum buffer and .adam_v is zero; checkpoint.json's

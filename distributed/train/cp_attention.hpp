@@ -14,6 +14,7 @@
 // dense parameters over dp_cp.
 #pragma once
 
+#include <string_view>
 #include <vector>
 
 #include "distributed/comm/communicator.hpp"
@@ -22,6 +23,9 @@
 namespace moe::dist {
 
 enum class KvExchange { all_gather, p2p };
+std::string_view to_string(KvExchange exchange);  // Megatron's cp_comm_type names: "all_gather", "p2p"
+// Throws std::invalid_argument naming the choices (Megatron's a2a and a2a+p2p are not built).
+KvExchange parse_kv_exchange(std::string_view name);
 
 // The positions CP rank `rank` holds, in local order (the parallel system's own copy of the data split).
 std::vector<int> cp_positions(int seq, int cp, int rank);

@@ -1,5 +1,7 @@
 #include "distributed/train/model_shard.hpp"
 
+#include "distributed/train/attention_rank.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -32,6 +34,11 @@ ModelShard<T> shard_model(const ModelConfig& config, const ModelParams<T>& globa
     for (int l = chunk.first; l < chunk.first + chunk.count; ++l) {
       s.block_norm.push_back(global.block_norm[static_cast<size_t>(l)]);
       s.layers.push_back(shard_layer(config.layer_config(l), global.layers[static_cast<size_t>(l)], groups, rank));
+      if (config.has_attention()) {
+        s.attention_norm.push_back(global.attention_norm[static_cast<size_t>(l)]);
+        s.attention.push_back(tp_attention_slice(config.attention, global.attention[static_cast<size_t>(l)],
+                                                 groups.layout().tp, groups.rank_in(GroupKind::tp, rank)));
+      }
     }
   return s;
 }
@@ -45,6 +52,9 @@ ModelShard<T> zeros_like(const ModelShard<T>& s) {
   z.embedding = Matrix<T>::Zero(s.embedding.rows(), s.embedding.cols());
   for (const auto& w : s.block_norm) z.block_norm.push_back(Vector<T>::Zero(w.size()));
   for (const auto& layer : s.layers) z.layers.push_back(zeros_like(layer));
+  auto zero = [](const Matrix<T>& m) { return Matrix<T>::Zero(m.rows(), m.cols()).eval(); };
+  for (const auto& w : s.attention_norm) z.attention_norm.push_back(Vector<T>::Zero(w.size()));
+  for (const auto& a : s.attention) z.attention.push_back({zero(a.wq), zero(a.wk), zero(a.wv), zero(a.wo)});
   z.final_norm = Vector<T>::Zero(s.final_norm.size());
   z.head = Matrix<T>::Zero(s.head.rows(), s.head.cols());
   return z;
@@ -61,6 +71,14 @@ std::vector<ShardTensor<T>> shard_tensors(ModelShard<T>& s, int first_expert) {
   for (size_t li = 0; li < s.layers.size(); ++li) {
     const std::string pre = "layer" + std::to_string(s.layer_id(li)) + ".";
     LayerShard<T>& layer = s.layers[li];
+    if (!s.attention.empty()) {
+      AttentionWeights<T>& a = s.attention[li];
+      add(pre + "attention_norm", sp, s.attention_norm[li]);
+      add(pre + "attention_wq", ParamClass::dense, a.wq);
+      add(pre + "attention_wk", ParamClass::dense, a.wk);
+      add(pre + "attention_wv", ParamClass::dense, a.wv);
+      add(pre + "attention_wo", ParamClass::dense, a.wo);
+    }
     add(pre + "block_norm", sp, s.block_norm[li]);
     add(pre + "router_weight", sp, layer.router_weight);
     for (size_t i = 0; i < layer.experts.fc1.size(); ++i) {
@@ -94,6 +112,8 @@ ModelShard<To> cast_shard(const ModelShard<From>& s) {
     c.tid2eid = l.tid2eid;
     out.layers.push_back(std::move(c));
   }
+  for (const auto& w : s.attention_norm) out.attention_norm.push_back(m(w));
+  for (const auto& a : s.attention) out.attention.push_back({m(a.wq), m(a.wk), m(a.wv), m(a.wo)});
   out.final_norm = m(s.final_norm);
   out.head = m(s.head);
   return out;

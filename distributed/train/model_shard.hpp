@@ -1,6 +1,7 @@
 // What one rank holds of the whole model (reference/model.hpp's ModelParams cut by the layout): its pipeline
-// stage's layers (one LayerShard each), the embedding on the first stage, the final norm and head on the last —
-// replicated like the router (sequence-parallel params: each TP rank sees other tokens). Listing its tensors
+// stage's layers (one LayerShard each, and with attention its TP rank's heads: attention_rank.hpp), the embedding on
+// the first stage, the final norm and head on the last — replicated like the router (sequence-parallel params: each
+// TP rank sees other tokens). Listing its tensors
 // with their parameter class is what gradient sync, the optimizer, checkpoints and the comparison with the oracle
 // iterate over.
 #pragma once
@@ -32,6 +33,8 @@ struct ModelShard {
   Matrix<T> embedding;                // [V, h] on the first stage, else empty
   std::vector<Vector<T>> block_norm;  // this stage's layers × [h]
   std::vector<LayerShard<T>> layers;
+  std::vector<Vector<T>> attention_norm;       // this stage's layers × [h] with attention, else empty
+  std::vector<AttentionWeights<T>> attention;  // this TP rank's heads of each layer with attention, else empty
   Vector<T> final_norm;               // [h] on the last stage, else empty
   Matrix<T> head;                     // [V, h] on the last stage, else empty
 

@@ -2,6 +2,7 @@
 
 #include "distributed/comm/row_collectives.hpp"
 #include "distributed/seeded_bugs.hpp"
+#include "distributed/train/attention_rank.hpp"
 #include "distributed/train/dense_ops.hpp"
 #include "distributed/train/grad_sync.hpp"
 #include "distributed/train/loss_weights.hpp"
@@ -9,6 +10,7 @@
 #include "distributed/train/pipeline_schedule.hpp"
 
 #include <map>
+#include <type_traits>
 #include <memory>
 
 namespace moe::dist {
@@ -64,8 +66,10 @@ template <typename T>
 struct InFlight {
   LocalBatch batch;
   LossWeights weights{};
-  std::vector<Matrix<T>> block_in;
+  std::vector<Matrix<T>> block_in;      // each layer's residual stream entering the MoE's norm
   std::vector<std::unique_ptr<MoeLayerRank<T>>> layers;
+  std::vector<Matrix<T>> attention_in;  // with attention: each layer's residual stream entering the attention's norm
+  std::vector<std::unique_ptr<AttentionRank>> attention;
   Matrix<T> out;          // the stage's output activation (last stage: before the final norm)
   Matrix<T> grad_logits;  // last stage only
 };
@@ -138,6 +142,14 @@ class StageRunner {
     const size_t end = begin + static_cast<size_t>(shard_.chunks[static_cast<size_t>(chunk)].count);
     for (size_t li = begin; li < end; ++li) {
       const int global_layer = shard_.layer_id(li);
+      if (c_.has_attention()) {
+        if constexpr (std::is_same_v<T, double>) {
+          f.attention_in.push_back(hidden);
+          f.attention.push_back(std::make_unique<AttentionRank>(c_.attention, shard_.attention[li], comms_,
+                                                                options_.kv_exchange, tb.batch, tb.seq));
+          hidden += f.attention.back()->forward(rms_norm_rows(hidden, shard_.attention_norm[li], c_.rms_eps));
+        }
+      }
       f.block_in.push_back(hidden);
       f.layers.push_back(std::make_unique<MoeLayerRank<T>>(c_.layer_config(global_layer), shard_.layers[li], comms_,
                                                             options_.dispatcher, *options_.kernels));
@@ -181,6 +193,13 @@ class StageRunner {
       const Matrix<T> dx = f.layers[j]->backward(d_hidden, static_cast<T>(f.weights.aux),
                                                  static_cast<T>(f.weights.z), g.layers[li]);
       d_hidden += rms_norm_rows_backward<T>(f.block_in[j], shard_.block_norm[li], c_.rms_eps, dx, g.block_norm[li]);
+      if (c_.has_attention()) {
+        if constexpr (std::is_same_v<T, double>) {
+          const Matrix<T> da = f.attention[j]->backward(d_hidden, g.attention[li]);
+          d_hidden += rms_norm_rows_backward<T>(f.attention_in[j], shard_.attention_norm[li], c_.rms_eps, da,
+                                                g.attention_norm[li]);
+        }
+      }
     }
     if (vs == 0) {
       for (Eigen::Index k = 0; k < f.batch.ids.size(); ++k) g.embedding.row(f.batch.ids(k)) += d_hidden.row(k);
@@ -248,6 +267,8 @@ RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, c
   auto sync_plan = [&] { return GradSyncPlan(groups, comms, options.mode, c.semantics(), false); };
   if (options.precision == Precision::bfloat16)
     throw std::invalid_argument("the CPU training step runs in float64 or float32, not bfloat16");
+  if (options.precision == Precision::float32 && c.has_attention())
+    throw std::invalid_argument("the CPU training step runs attention in float64 only");
   if (options.precision == Precision::float32) {
     const ModelShard<float> single = cast_shard<float>(shard);
     ModelShard<float> grads = zeros_like(single);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/train/cp_attention.hpp"
 #include "distributed/train/model_shard.hpp"
 #include "distributed/train/rank_groups.hpp"
 #include "reference/global_step.hpp"
@@ -24,6 +25,7 @@ struct StepOptions {
   LossMode mode = LossMode::sum;
   int micro_batch = 1;
   Schedule schedule = Schedule::one_forward_one_backward;
+  KvExchange kv_exchange = KvExchange::all_gather;  // how attention's keys and values cross the cp group
   bool synchronise = true;  // false: leave each rank's raw gradients for an optimizer that syncs them itself
   const KernelBackend* kernels = &cpu_kernels();  // the data work of the MoE layers (kernel_backend.hpp)
   Precision precision = Precision::float64;  // of the data and the gradients (losses accumulate in double); float32:

@@ -1,0 +1,64 @@
+#include "distributed/train/attention_rank.hpp"
+
+#include "distributed/comm/row_collectives.hpp"
+#include "distributed/seeded_bugs.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace moe::dist {
+
+AttentionConfig tp_attention_config(const AttentionConfig& config, int tp) {
+  if (config.heads % tp != 0 || config.groups % tp != 0)
+    throw std::invalid_argument("attention: tp (" + std::to_string(tp) + ") must divide the heads (" +
+                                std::to_string(config.heads) + ") and the key/value groups (" +
+                                std::to_string(config.groups) + ")");
+  AttentionConfig c = config;
+  c.heads /= tp;
+  c.groups /= tp;
+  return c;
+}
+
+AttentionWeights<double> tp_attention_slice(const AttentionConfig& config, const AttentionWeights<double>& global,
+                                            int tp, int tp_rank) {
+  const AttentionConfig local = tp_attention_config(config, tp);
+  const Eigen::Index qd = Eigen::Index{local.heads} * local.head_dim, kd = Eigen::Index{local.groups} * local.head_dim;
+  return {global.wq.middleRows(tp_rank * qd, qd), global.wk.middleRows(tp_rank * kd, kd),
+          global.wv.middleRows(tp_rank * kd, kd), global.wo.middleCols(tp_rank * qd, qd)};
+}
+
+AttentionRank::AttentionRank(const AttentionConfig& config, const AttentionWeights<double>& weights,
+                             const RankGroups& comms, KvExchange exchange, int batch, int seq)
+    : config_(tp_attention_config(config, comms.tp->size())),
+      weights_(weights),
+      comms_(comms),
+      exchange_(exchange),
+      batch_(batch),
+      seq_(seq) {}
+
+Matrix<double> AttentionRank::forward(const Matrix<double>& x) {
+  sp_rows_ = allgather_count(*comms_.tp, x.rows());
+  x_ = allgatherv_rows(*comms_.tp, x, sp_rows_);
+  forward_ = cp_attention_forward(config_, weights_, x_, batch_, seq_, *comms_.cp, exchange_);
+  return reduce_scatterv_rows(*comms_.tp, forward_.out, sp_rows_);
+}
+
+Matrix<double> AttentionRank::backward(const Matrix<double>& dout, AttentionWeights<double>& grads) {
+  const Matrix<double> dout_cp = allgatherv_rows(*comms_.tp, dout, sp_rows_);
+  const AttentionGrads g =
+      cp_attention_backward(config_, weights_, x_, batch_, seq_, *comms_.cp, exchange_, forward_, dout_cp);
+  grads.wq += g.params.wq;
+  grads.wk += g.params.wk;
+  grads.wv += g.params.wv;
+  grads.wo += g.params.wo;
+#if MOE_SEEDED_BUG == MOE_BUG_ATTENTION_DX_NOT_REDUCE_SCATTERED
+  // This rank's heads' share of dx, its own rows cut out without the other TP ranks' shares.
+  Eigen::Index first = 0;
+  for (int r = 0; r < comms_.tp->rank(); ++r) first += sp_rows_[static_cast<size_t>(r)];
+  return g.dx.middleRows(first, sp_rows_[static_cast<size_t>(comms_.tp->rank())]);
+#else
+  return reduce_scatterv_rows(*comms_.tp, g.dx, sp_rows_);
+#endif
+}
+
+}  // namespace moe::dist
