@@ -165,6 +165,15 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
       s.config.num_layers = std::max(s.config.num_layers, l.pp * l.vpp);
       s.config.validate();
     }
+    if (shape.attention) {
+      // Heads over tp: tp divides the key/value groups, which divide the heads (MHA, GQA or MQA per TP rank).
+      AttentionConfig& a = s.config.attention;
+      a.groups = l.tp * weighted<int>({{2, 1}, {1, 2}});
+      a.heads = a.groups * weighted<int>({{2, 1}, {1, 2}});
+      a.head_dim = *element(2, 4);
+      s.options.kv_exchange = *element(dist::KvExchange::all_gather, dist::KvExchange::p2p);
+      s.config.validate();
+    }
     return s;
   });
 }

@@ -25,6 +25,7 @@ struct ScenarioShape {
   bool bias_update = false;                    // sigmoid/sqrtsoftplus with expert bias and its update
   bool megatron = false;                       // a Megatron semantics profile (or its API-user variant, whose
                                                // router sees the padding mask), with padding
+  bool attention = false;                      // blocks with causal attention (heads over tp, K/V over cp)
 };
 
 // One of `options`, chosen with probability ∝ its weight, shrinking toward the first option (RapidCheck's

@@ -36,6 +36,7 @@ set(MOE_SEEDED_BUGS
   "cp_zigzag_second_half_reversed 29 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
   "cp_gather_dkv_not_reduced      30 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
   "cp_ring_one_step_short         31 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
+  "attention_dx_not_reduce_scattered 32 train/attention_rank.cpp TrainStep.AttentionModelMatchesOracle"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

@@ -103,6 +103,19 @@ MOE_PROPERTY(TrainStep, CapacityMatchesOracleOnPartition, 80, ()) {
   require_oracle_match(p, dist::oracle_step(p), "the step with capacity");
 }
 
+// Blocks with causal attention: heads over TP with SP, keys and values over CP by either exchange, between
+// pipeline stages, under every scaling path and dispatcher; the whole step against the oracle.
+MOE_PROPERTY(TrainStep, AttentionModelMatchesOracle, 300, ()) {
+  ScenarioShape shape;
+  shape.attention = true;
+  const Scenario s = *scenarios(shape);
+  tag(s);
+  RC_TAG(s.layout.cp > 1 ? std::string("cp ") + std::string(dist::to_string(s.options.kv_exchange)) : "no cp",
+         s.layout.tp > 1 ? "heads over tp" : "tp 1");
+  const dist::CheckProblem p = make_problem(s);
+  require_oracle_match(p, dist::oracle_step(p), "the step with attention");
+}
+
 // Hash layers look their experts up by input id; ids arrive [B, S] while rows are s·B + b, so with B > 1 a
 // missing transpose or a mis-normalised weight shows up as a different routing or scale.
 MOE_PROPERTY(TrainStep, HashRoutingAlignment, 60, ()) {

@@ -93,6 +93,10 @@ std::vector<CheckRow> default_rows() {
                 {ParallelLayout{.world = 4, .cp = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}};
   ring.cp_comm_type = "p2p";
   rows.push_back(ring);
+  // Attention trained and resumed where TP changes: each rank's heads, and their Adam moments, regathered from the
+  // checkpoint's TP pieces into another cut.
+  rows.push_back({"tiny-attention", run_of("tiny-attention", 1, "sum"),
+                  {ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}, 2, "world=4,cp=2,ep=2", false, 0.5});
   return rows;
 }
 

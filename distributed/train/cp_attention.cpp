@@ -23,10 +23,14 @@ KvExchange parse_kv_exchange(std::string_view name) {
 }
 
 std::vector<int> cp_positions(int seq, int cp, int rank) {
+  std::vector<int> positions;
+  if (cp == 1 && rank == 0 && seq > 0) {  // no context parallelism: every position, in order, whatever seq is
+    for (int s = 0; s < seq; ++s) positions.push_back(s);
+    return positions;
+  }
   if (cp < 1 || rank < 0 || rank >= cp || seq % (2 * cp) != 0)
     throw std::invalid_argument("context parallelism: seq must divide by 2·cp and 0 <= rank < cp");
   const int chunk = seq / (2 * cp);
-  std::vector<int> positions;
   for (int s = rank * chunk; s < (rank + 1) * chunk; ++s) positions.push_back(s);
   const int mirror = 2 * cp - 1 - rank;
 #if MOE_SEEDED_BUG == MOE_BUG_CP_ZIGZAG_SECOND_HALF_REVERSED
