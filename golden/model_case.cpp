@@ -26,6 +26,20 @@ ModelCaseHeader parse_header(const json& root, const std::string& origin) {
   h.model.n_hash_layers = model.integer("n_hash_layers", 0);
   h.model.vocab = model.integer("vocab", model.required("vocab"));
   h.model.rms_eps = model.number("rms_eps", model.required("rms_eps"));
+  if (const json* a = model.find("attention")) {  // absent: blocks without attention
+    StrictObject attention(*a, origin + ": model.attention");
+    AttentionConfig& c = h.model.attention;
+    c.heads = attention.integer("heads", attention.required("heads"));
+    c.groups = attention.integer("groups", attention.required("groups"));
+    c.head_dim = attention.integer("head_dim", attention.required("head_dim"));
+    c.rope_base = attention.number("rope_base", attention.required("rope_base"));
+    attention.reject_unknown();
+    try {
+      c.validate();
+    } catch (const std::invalid_argument& e) {
+      throw CaseFormatError(origin + ": model." + e.what());
+    }
+  }
   model.reject_unknown();
 
   StrictObject layout(top.required("layout"), origin + ": layout");
@@ -61,8 +75,17 @@ std::vector<ModelTensorSpec> trained_specs(const ModelCaseHeader& h) {
   const std::int64_t H = c.hidden, V = m.vocab, E = c.num_experts, d = c.ffn_hidden, w = c.expert_width(),
                      ds = c.shared_expert_ffn_hidden, lat = c.latent_size;
   std::vector<ModelTensorSpec> specs{real("embedding", {V, H})};
+  const std::int64_t qd = std::int64_t{m.attention.heads} * m.attention.head_dim,
+                     kd = std::int64_t{m.attention.groups} * m.attention.head_dim;
   for (int l = 0; l < m.num_layers; ++l) {
     const std::string pre = layer_prefix(l);
+    if (m.has_attention()) {
+      specs.push_back(real(pre + "attention_norm", {H}));
+      specs.push_back(real(pre + "attention_wq", {qd, H}));
+      specs.push_back(real(pre + "attention_wk", {kd, H}));
+      specs.push_back(real(pre + "attention_wv", {kd, H}));
+      specs.push_back(real(pre + "attention_wo", {H, qd}));
+    }
     specs.push_back(real(pre + "block_norm", {H}));
     specs.push_back(real(pre + "router_weight", {E, H}));
     for (int e = 0; e < c.num_experts; ++e) {

@@ -46,6 +46,11 @@ ModelOracleInputs model_oracle_inputs(const ModelCase& c) {
     const MoeConfig lc = h.model.layer_config(l);
     const std::string pre = layer_prefix(l);
     const auto at = [&](const std::string& name) -> const NpyArray& { return t.at(pre + name); };
+    if (h.model.has_attention()) {
+      p.attention_norm.push_back(to_vector(at("attention_norm")));
+      p.attention.push_back({to_matrix(at("attention_wq")), to_matrix(at("attention_wk")),
+                             to_matrix(at("attention_wv")), to_matrix(at("attention_wo"))});
+    }
     p.block_norm.push_back(to_vector(at("block_norm")));
     MoeParams<double> layer;
     layer.router_weight = to_matrix(at("router_weight"));

@@ -65,6 +65,14 @@ ModelFile from_ours(const json& root) {
   m.num_dense_layers = top.integer("num_dense_layers", 0);
   m.n_hash_layers = top.integer("n_hash_layers", 0);
   m.vocab = top.integer("vocab", top.required("vocab"));
+  if (const json* a = top.find("attention")) {  // absent: blocks without attention
+    golden::StrictObject attention(*a, std::string(kModelFormat) + ": attention");
+    m.attention.heads = attention.integer("heads", attention.required("heads"));
+    m.attention.groups = attention.integer("groups", m.attention.heads);  // Megatron's default: no GQA
+    m.attention.head_dim = attention.integer("head_dim", attention.required("head_dim"));
+    m.attention.rope_base = attention.number("rope_base", m.attention.rope_base);
+    attention.reject_unknown();
+  }
   // The run shape is optional: a full-size model is described by its layer and depth; 4096 × 1 is what the
   // full-size presets use.
   const json* seq = top.find("seq");
@@ -144,6 +152,7 @@ ModelFile from_model_case(const json& root, const fs::path& path) {
   m.num_layers = h.model.num_layers;
   m.n_hash_layers = h.model.n_hash_layers;
   m.vocab = h.model.vocab;
+  m.attention = h.model.attention;
   m.seq = h.seq;
   m.batch = h.micro_batch;
   out.ignored.push_back("model.rms_eps = " + json(h.model.rms_eps).dump() +
@@ -184,6 +193,7 @@ void check_model(const LayerPreset& m) {
   model.num_layers = m.num_layers;
   model.n_hash_layers = m.n_hash_layers;
   model.vocab = m.vocab;
+  model.attention = m.attention;
   model.validate();
 }
 
@@ -212,6 +222,11 @@ nlohmann::ordered_json model_file_json(const LayerPreset& m) {
   j["num_dense_layers"] = m.num_dense_layers;
   j["n_hash_layers"] = m.n_hash_layers;
   j["vocab"] = m.vocab;
+  if (m.attention.heads > 0)
+    j["attention"] = {{"heads", m.attention.heads},
+                      {"groups", m.attention.groups},
+                      {"head_dim", m.attention.head_dim},
+                      {"rope_base", m.attention.rope_base}};
   j["seq"] = m.seq;
   j["micro_batch"] = m.batch;
   return j;

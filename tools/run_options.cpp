@@ -69,6 +69,14 @@ LayerPreset shrink_model(const LayerPreset& model, int ep_multiple) {
   s.n_hash_layers = std::min(s.n_hash_layers, 1);
   s.num_dense_layers = 0;
   s.vocab = 64;
+  if (s.attention.heads > 0) {
+    // The kind of attention kept (MHA, MQA or GQA), at 4 heads of width 8 at most.
+    AttentionConfig& a = s.attention;
+    const int heads = std::min(a.heads, 4);
+    a.groups = a.groups == a.heads ? heads : a.groups == 1 ? 1 : std::gcd(std::min(a.groups, 2), heads);
+    a.heads = heads;
+    a.head_dim = std::min(a.head_dim, 8);
+  }
   s.name += " (shrunk)";
   try {
     c.validate();

@@ -41,9 +41,10 @@ void add_run_options(CLI::App& cmd, RunOptions& o);
 // --shrink: a model's structure at a size a CPU checks in seconds. Kept: top-k, score function, normalisation, α,
 // groups (num_groups, group_topk), expert bias and its update, the aux type and coefficients, z-loss, capacity
 // (factor, policy, padding), the clamp, the shared expert and its gate, latent MoE, probs on the input, the
-// semantics. Scaled: hidden → 32, routed and shared widths → 16, latent → 16, MoE layers → at most 4 (hash layers
-// at most 1), vocab → 64, and E → the smallest multiple of lcm(num_groups, ep_multiple) that is ≥ 2k and gives each
-// group at least k/group_topk experts (never more than E).
+// semantics, the kind of attention (MHA, GQA, MQA). Scaled: hidden → 32, routed and shared widths → 16, latent →
+// 16, attention → at most 4 heads of width 8, MoE layers → at most 4 (hash layers at most 1), vocab → 64, and E →
+// the smallest multiple of lcm(num_groups, ep_multiple) that is ≥ 2k and gives each group at least k/group_topk
+// experts (never more than E).
 LayerPreset shrink_model(const LayerPreset& model, int ep_multiple);
 
 // "world=4,cp=2,ep=2" (commas or spaces; unnamed sizes 1; world defaults to tp·cp·pp·dp with dp=… allowed).

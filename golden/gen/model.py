@@ -1,7 +1,8 @@
 """The model around the MoE layer, on one microbatch, forward and hand-derived backward:
 
     h⁰_t   = embedding[id_t]                                    [T, h], row t = s·b + bi
-    hˡ⁺¹   = hˡ + MoE_l(RMSNorm(hˡ; block_norm_l))                l = 0 … L−1 (hash routing for l < n_hash_layers)
+    mˡ     = hˡ + Attn_l(RMSNorm(hˡ; attention_norm_l))           with attention (mcfg["attention"]), else mˡ = hˡ
+    hˡ⁺¹   = mˡ + MoE_l(RMSNorm(mˡ; block_norm_l))                l = 0 … L−1 (hash routing for l < n_hash_layers)
     logits = RMSNorm(hᴸ; final_norm) · headᵀ                      [T, V]
     CE_t   = logsumexp(logits_t) − logits_t[label_t]              on valid tokens (loss_mask), else 0
     RMSNorm(x; w) = x / sqrt(mean(x²) + eps) ⊙ w
@@ -12,6 +13,7 @@ layers[l], each the tensors of a layer case (router_weight, expert_fc1 [E, 2d, w
 """
 import numpy as np
 
+import attention
 import layer
 from moe_math import logsumexp, softmax
 
@@ -48,8 +50,16 @@ def forward(mcfg, params, mb, decisions=None, global_aux=None):
     for l in range(mcfg["num_layers"]):
         cfg = layer_config(mcfg, l)
         p = params["layers"][l]
-        x, r = rms_norm(hidden[-1], p["block_norm"], eps)
-        t = dict(p, x=x)
+        att = None
+        mid = hidden[-1]
+        if mcfg.get("attention"):
+            xa, ra = rms_norm(hidden[-1], p["attention_norm"], eps)
+            out_a, cache_a = attention.forward(mcfg["attention"], seq, batch, p, xa)
+            att = dict(x=xa, r=ra, cache=cache_a)
+            mid = hidden[-1] + out_a
+        x, r = rms_norm(mid, p["block_norm"], eps)
+        t = {k: v for k, v in p.items() if not k.startswith("attention")}
+        t["x"] = x
         if cfg["hash_routing"]:
             t["input_ids"] = mb["ids"].reshape(seq, batch).T  # [batch, seq]: the layer transposes it back
         context = dict(padding=mb["router_padding"], parts=mb["parts"],
@@ -57,8 +67,8 @@ def forward(mcfg, params, mb, decisions=None, global_aux=None):
         y, cache = layer.forward(cfg, seq, batch, t, None if decisions is None else decisions[l], context)
         out["aux"] += float(y.get("aux_loss", 0.0))
         out["z"] += float(y.get("z_loss", 0.0))
-        layers.append(dict(cfg=cfg, t=t, r=r, cache=cache, out=y))
-        hidden.append(hidden[-1] + y["y"])
+        layers.append(dict(cfg=cfg, t=t, r=r, cache=cache, out=y, mid=mid, att=att))
+        hidden.append(mid + y["y"])
     normed, r_final = rms_norm(hidden[-1], params["final_norm"], eps)
     logits = normed @ params["head"].T
     ce_rows = np.where(mb["valid"], logsumexp(logits) - logits[np.arange(logits.shape[0]), mb["labels"]], 0.0)
@@ -81,9 +91,17 @@ def backward(mcfg, params, mb, cache, ce_weights, aux_weights, z_weight):
     for l in reversed(range(mcfg["num_layers"])):
         c = cache["layers"][l]
         g = layer.backward(c["cfg"], mb["seq"], mb["batch"], c["t"], c["cache"], dh, aux_weights, z_weight)
-        dx, grads[f"layer{l}.block_norm"] = rms_norm_backward(cache["hidden"][l], params["layers"][l]["block_norm"],
-                                                              c["r"], g["grad_x"])
+        p = params["layers"][l]
+        dx, grads[f"layer{l}.block_norm"] = rms_norm_backward(c["mid"], p["block_norm"], c["r"], g["grad_x"])
         dh = dh + dx
+        if c["att"] is not None:
+            a = c["att"]
+            dxa, ga = attention.backward(mcfg["attention"], mb["seq"], mb["batch"], p, a["x"], a["cache"], dh)
+            dxn, grads[f"layer{l}.attention_norm"] = rms_norm_backward(cache["hidden"][l], p["attention_norm"],
+                                                                       a["r"], dxa)
+            dh = dh + dxn
+            for name, value in ga.items():
+                grads[f"layer{l}.{name}"] = value
         for name, value in g.items():
             if name in ("grad_expert_fc1", "grad_expert_fc2"):
                 for e in range(value.shape[0]):
@@ -102,6 +120,8 @@ def trained_names(mcfg):
     names = ["embedding"]
     for l in range(mcfg["num_layers"]):
         pre = f"layer{l}."
+        if mcfg.get("attention"):
+            names += [pre + "attention_norm"] + [pre + n for n in attention.PARAMETERS]
         names += [pre + "block_norm", pre + "router_weight"]
         for e in range(c["num_experts"]):
             names += [f"{pre}expert_fc1[{e}]", f"{pre}expert_fc2[{e}]"]

@@ -18,13 +18,14 @@ def layer(score_function, **extra):
 
 class ModelCase:
     def __init__(self, name, description, config, semantics="intended", tp=1, cp=1, dp=1, seq=8, size=2,
-                 micro_batch=1, loss_mode="sum", padding=(), num_layers=1, n_hash_layers=0, pins=()):
+                 micro_batch=1, loss_mode="sum", padding=(), num_layers=1, n_hash_layers=0, pins=(), attention=None):
         self.name, self.description, self.pins = name, description, tuple(pins)
         # The twins share their seed: the intended case's name.
         self.seed_name = name.replace("_megatron_main", "").replace("_megatron_core", "").replace("_megatron", "")
         self.spec = dict(
             mcfg=dict(layer=case_format.full_config(dict(config, semantics=semantics)), num_layers=num_layers,
-                      n_hash_layers=n_hash_layers, vocab=VOCAB, rms_eps=1e-6),
+                      n_hash_layers=n_hash_layers, vocab=VOCAB, rms_eps=1e-6,
+                      attention=None if attention is None else dict(dict(rope_base=10000.0), **attention)),
             tp=tp, cp=cp, dp=dp, seq=seq, size=size, micro_batch=micro_batch, loss_mode=loss_mode,
             padding=list(padding) or [0] * size)
 
@@ -64,4 +65,9 @@ MODEL_CASES = [
            layer("softmax", aux_loss_type="aux", aux_loss_coeff=0.05, z_loss_coeff=0.01,
                  shared_expert_ffn_hidden=4), CORE, ("router-counts-padding",), cp=2, loss_mode="avg",
            padding=(1, 3), num_layers=2, n_hash_layers=1),
+    ModelCase("attention_block", "pre-norm blocks with causal GQA attention (4 heads over 2 groups, RoPE) and MoE "
+              "(a hash layer, then sigmoid with seq_aux and a shared expert) on TP2·CP2, padded",
+              layer("sigmoid", aux_loss_type="seq_aux", aux_loss_coeff=0.05, shared_expert_ffn_hidden=4), tp=2, cp=2,
+              padding=(3, 0), num_layers=2, n_hash_layers=1,
+              attention=dict(heads=4, groups=2, head_dim=4)),
 ]

@@ -42,7 +42,8 @@ def header(case, description, tolerance):
     config = {k: mcfg["layer"][k] for k in case_format.KEY_ORDER}
     config["semantics"] = mcfg["layer"]["semantics"]
     return {"format": FORMAT, "description": description, "config": config,
-            "model": {k: mcfg[k] for k in ("num_layers", "n_hash_layers", "vocab", "rms_eps")},
+            "model": {k: mcfg[k] for k in ("num_layers", "n_hash_layers", "vocab", "rms_eps", "attention")
+                      if k in mcfg and mcfg[k] is not None},
             "layout": {k: case[k] for k in ("tp", "cp", "dp")},
             "batch": {"seq": case["seq"], "size": case["size"], "micro_batch": case["micro_batch"]},
             "loss_mode": case["loss_mode"], "tolerance": tolerance}

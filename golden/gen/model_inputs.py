@@ -44,9 +44,23 @@ def layer_parameters(cfg, vocab, rng):
     return p
 
 
+def attention_parameters(acfg, h, rng):
+    qd, kd = acfg["heads"] * acfg["head_dim"], acfg["groups"] * acfg["head_dim"]
+    return {"attention_norm": 1.0 + dyadic(rng, (h,), 0.25),
+            "attention_wq": dyadic(rng, (qd, h), 2.0 / np.sqrt(h)),
+            "attention_wk": dyadic(rng, (kd, h), 2.0 / np.sqrt(h)),
+            "attention_wv": dyadic(rng, (kd, h), 2.0 / np.sqrt(h)),
+            "attention_wo": dyadic(rng, (h, qd), 2.0 / np.sqrt(qd))}
+
+
 def parameters(case, rng):
     mcfg = case["mcfg"]
     h, vocab = mcfg["layer"]["hidden"], mcfg["vocab"]
-    return dict(embedding=dyadic(rng, (vocab, h), 1.0), head=dyadic(rng, (vocab, h), 1.0 / np.sqrt(h)),
-                final_norm=1.0 + dyadic(rng, (h,), 0.25),
-                layers=[layer_parameters(model.layer_config(mcfg, l), vocab, rng) for l in range(mcfg["num_layers"])])
+    out = dict(embedding=dyadic(rng, (vocab, h), 1.0), head=dyadic(rng, (vocab, h), 1.0 / np.sqrt(h)),
+               final_norm=1.0 + dyadic(rng, (h,), 0.25), layers=[])
+    for l in range(mcfg["num_layers"]):
+        p = layer_parameters(model.layer_config(mcfg, l), vocab, rng)
+        if mcfg.get("attention"):  # drawn after the layer's own, so models without attention draw as before
+            p.update(attention_parameters(mcfg["attention"], h, rng))
+        out["layers"].append(p)
+    return out

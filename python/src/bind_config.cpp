@@ -21,6 +21,34 @@ int integer_key(const nlohmann::json& object, const std::string& key, int fallba
   return it->get<int>();
 }
 
+py::dict attention_to_dict(const AttentionConfig& a) {
+  py::dict d;
+  d["heads"] = a.heads;
+  d["groups"] = a.groups;
+  d["head_dim"] = a.head_dim;
+  d["rope_base"] = a.rope_base;
+  return d;
+}
+
+AttentionConfig attention_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument("model config: 'attention' must be a dict");
+  static const std::set<std::string> known{"heads", "groups", "head_dim", "rope_base"};
+  for (const auto& [key, value] : j.items())
+    if (!known.count(key))
+      throw std::invalid_argument("model config: attention: unknown key '" + key +
+                                  "' (known: heads, groups, head_dim, rope_base)");
+  AttentionConfig a;
+  a.heads = integer_key(j, "heads", 0);
+  a.groups = integer_key(j, "groups", a.heads);  // Megatron's default: no GQA
+  a.head_dim = integer_key(j, "head_dim", 0);
+  if (j.contains("rope_base") && !j["rope_base"].is_null()) {
+    if (!j["rope_base"].is_number()) throw std::invalid_argument("model config: attention: 'rope_base' must be a number");
+    a.rope_base = j["rope_base"].get<double>();
+  }
+  a.validate();
+  return a;
+}
+
 py::dict model_config_to_dict(const ModelConfig& c) {
   py::dict d;
   d["layer"] = layer_config_to_dict(c.layer);
@@ -28,6 +56,7 @@ py::dict model_config_to_dict(const ModelConfig& c) {
   d["n_hash_layers"] = c.n_hash_layers;
   d["vocab"] = c.vocab;
   d["rms_eps"] = c.rms_eps;
+  if (c.has_attention()) d["attention"] = attention_to_dict(c.attention);
   return d;
 }
 
@@ -41,6 +70,7 @@ py::dict preset_to_dict(const LayerPreset& p) {
   d["vocab"] = p.vocab;
   d["num_layers"] = p.num_layers;
   d["num_dense_layers"] = p.num_dense_layers;
+  if (p.attention.heads > 0) d["attention"] = attention_to_dict(p.attention);
   return d;
 }
 
@@ -64,11 +94,11 @@ py::dict layer_config_to_dict(const MoeConfig& config) {
 ModelConfig model_config_from_dict(py::handle config) {
   if (!py::isinstance<py::dict>(config)) throw std::invalid_argument("model config must be a dict");
   const nlohmann::json j = json_from_python(config, "model config");
-  static const std::set<std::string> known{"layer", "num_layers", "n_hash_layers", "vocab", "rms_eps"};
+  static const std::set<std::string> known{"layer", "num_layers", "n_hash_layers", "vocab", "rms_eps", "attention"};
   for (const auto& [key, value] : j.items()) {
     if (!known.count(key))
       throw std::invalid_argument("model config: unknown key '" + key +
-                                  "' (known: layer, num_layers, n_hash_layers, vocab, rms_eps)");
+                                  "' (known: layer, num_layers, n_hash_layers, vocab, rms_eps, attention)");
   }
   for (const char* required : {"layer", "vocab"}) {
     if (!j.contains(required) || j[required].is_null())
@@ -83,6 +113,7 @@ ModelConfig model_config_from_dict(py::handle config) {
     if (!j["rms_eps"].is_number()) throw std::invalid_argument("model config: 'rms_eps' must be a number");
     c.rms_eps = j["rms_eps"].get<double>();
   }
+  if (j.contains("attention") && !j["attention"].is_null()) c.attention = attention_from_json(j["attention"]);
   c.validate();
   return c;
 }
@@ -107,7 +138,9 @@ Returns every key in the golden order; ``semantics`` only when it is not ``inten
 
 Keys: ``layer`` (a layer config dict, see ``layer_config``; every MoE layer's options), ``vocab`` (required),
 ``num_layers`` (default 1), ``n_hash_layers`` (the first n layers route by tid2eid; default 0), ``rms_eps``
-(default 1e-6). Unknown keys raise ValueError.)doc");
+(default 1e-6), ``attention`` (optional: ``{"heads": H, "groups": G, "head_dim": d, "rope_base": 10000.0}``, causal
+GQA attention with RoPE before the MoE in every block; groups default to the heads). Unknown keys raise
+ValueError.)doc");
 
   m.def(
       "presets",
@@ -117,7 +150,7 @@ Keys: ``layer`` (a layer config dict, see ``layer_config``; every MoE layer's op
         return out;
       },
       R"doc(The named layer presets, by name: {name: {description, config, seq, batch, vocab, num_layers,
-num_dense_layers}}. ``tiny-v4`` and ``tiny-v3`` are test-sized; the others are full size (for accounting).)doc");
+num_dense_layers, and attention where the preset has it}}. ``tiny-v4`` and ``tiny-v3`` are test-sized; the others are full size (for accounting).)doc");
 }
 
 }  // namespace moe::python

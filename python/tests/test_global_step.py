@@ -76,3 +76,29 @@ def test_float32_params_are_widened(tiny_model):
     b = moe_oracle.global_step(tiny_model, widened, batch, {"world": 1})
     assert a["objective"] == b["objective"]
     assert a["grads"]["head"].dtype == np.float64
+
+
+def test_attention_weights_are_named_and_differentiated(tiny_model):
+    # Blocks with GQA attention: the dict round-trips, the four weights and the norm of each layer are parameters
+    # with their shapes, and their gradients are the derivative of J (CP 2: the oracle's split with attention).
+    model = moe_oracle.model_config(dict(tiny_model, attention={"heads": 4, "groups": 2, "head_dim": 4}))
+    assert model["attention"] == {"heads": 4, "groups": 2, "head_dim": 4, "rope_base": 10000.0}
+    params = moe_oracle.random_model_params(model, seed=5)
+    h = model["layer"]["hidden"]
+    assert params["layer1.attention_wq"].shape == (16, h) and params["layer1.attention_wk"].shape == (8, h)
+    assert params["layer0.attention_wo"].shape == (h, 16) and params["layer0.attention_norm"].shape == (h,)
+    batch = moe_oracle.random_global_batch(model, seq=4, size=2, seed=6)
+    layout = {"world": 2, "cp": 2}
+    grads = moe_oracle.global_step(model, params, batch, layout, 1, "sum")["grads"]
+    eps, tol = 1e-6, moe_oracle.tolerance("finite_difference")
+    for name, index in [("layer0.attention_wq", (5, 3)), ("layer1.attention_wk", (2, 1)),
+                        ("layer1.attention_wv", (7, 0)), ("layer0.attention_wo", (1, 9)),
+                        ("layer1.attention_norm", (2,))]:
+        saved = params[name][index]
+        objectives = []
+        for step_size in (eps, -eps):
+            params[name][index] = saved + step_size
+            objectives.append(moe_oracle.global_step(model, params, batch, layout, 1, "sum")["objective"])
+        params[name][index] = saved
+        numeric = (objectives[0] - objectives[1]) / (2 * eps)
+        assert abs(grads[name][index] - numeric) <= tol["atol"] + tol["rtol"] * abs(numeric), (name, numeric)

@@ -325,6 +325,28 @@ TEST(ModelFile, OursRoundTrips) {
   EXPECT_EQ(json(model_file_json(read_model_file(shipped).model)), load(shipped));
 }
 
+TEST(ModelFile, AttentionRoundTripsAndComesFromGoldenModelCases) {
+  LayerPreset p = layer_preset("tiny-attention");
+  const fs::path path = scratch() / "attention.json";
+  write_model_file(path, p);
+  const ModelFile back = read_model_file(path);
+  EXPECT_EQ(back.model.attention.heads, 4);
+  EXPECT_EQ(back.model.attention.groups, 2);
+  EXPECT_EQ(back.model.attention.head_dim, 8);
+  EXPECT_EQ(back.model.attention.rope_base, 10000.0);
+  EXPECT_EQ(json(model_file_json(back.model)), load(path));
+  json j = load(path);
+  j["attention"]["groups"] = 3;  // 4 heads cannot share 3 groups
+  EXPECT_THROW(read_model_file(write_json("bad_attention.json", j)), std::invalid_argument);
+  j["attention"] = {{"heads", 4}, {"head_dim", 8}, {"window", 2}};
+  EXPECT_THROW(read_model_file(write_json("unknown_attention_key.json", j)), std::invalid_argument);
+
+  const ModelFile golden = read_model_file(kCases / "attention_block" / "case.json");
+  EXPECT_EQ(golden.model.attention.heads, 4);
+  EXPECT_EQ(golden.model.attention.groups, 2);
+  EXPECT_EQ(golden.model.attention.head_dim, 4);
+}
+
 TEST(ModelFile, OursDefaultsTheRunShape) {
   json j = load(kModels / "tiny-v4.moe-model.json");
   j.erase("seq");
