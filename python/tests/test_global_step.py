@@ -11,6 +11,21 @@ import pytest
 import moe_oracle
 
 
+def expect_central_differences(model, params, batch, layout, mode, grads, entries):
+    """Each (name, index) of `entries`: grads[name][index] equals the central difference of J within tolerance."""
+    eps, tol = 1e-6, moe_oracle.tolerance("finite_difference")
+    for name, index in entries:
+        saved = params[name][index]
+        objectives = []
+        for step_size in (eps, -eps):
+            params[name][index] = saved + step_size
+            objectives.append(moe_oracle.global_step(model, params, batch, layout, 1, mode)["objective"])
+        params[name][index] = saved
+        numeric = (objectives[0] - objectives[1]) / (2 * eps)
+        assert abs(grads[name][index] - numeric) <= tol["atol"] + tol["rtol"] * abs(numeric), (name, numeric,
+                                                                                             grads[name][index])
+
+
 def cp_example(model, semantics, cp):
     model = dict(model, layer=dict(model["layer"], semantics=semantics))
     params = moe_oracle.random_model_params(model, seed=1)
@@ -53,18 +68,9 @@ def test_gradients_are_named_shaped_and_the_derivative_of_the_objective(tiny_mod
     assert set(step["expert_bias_updated"]) == {"layer1.expert_bias"}
 
     # Central differences of J on a few entries of differently shaped tensors.
-    eps = 1e-6
-    for name, index in [("head", (3, 1)), ("layer1.router_weight", (2, 0)), ("layer1.expert_fc2[1]", (0, 2)),
-                        ("final_norm", (4,)), ("embedding", (int(batch["input_ids"][0, 0]), 1))]:
-        saved = params[name][index]
-        objectives = []
-        for step_size in (eps, -eps):
-            params[name][index] = saved + step_size
-            objectives.append(moe_oracle.global_step(tiny_model, params, batch, layout, 1, "per-token")["objective"])
-        params[name][index] = saved
-        numeric = (objectives[0] - objectives[1]) / (2 * eps)
-        tol = moe_oracle.tolerance("finite_difference")
-        assert abs(grads[name][index] - numeric) <= tol["atol"] + tol["rtol"] * abs(numeric), (name, numeric, grads[name][index])
+    expect_central_differences(tiny_model, params, batch, layout, "per-token", grads,
+                               [("head", (3, 1)), ("layer1.router_weight", (2, 0)), ("layer1.expert_fc2[1]", (0, 2)),
+                                ("final_norm", (4,)), ("embedding", (int(batch["input_ids"][0, 0]), 1))])
 
 
 def test_float32_params_are_widened(tiny_model):
@@ -90,15 +96,7 @@ def test_attention_weights_are_named_and_differentiated(tiny_model):
     batch = moe_oracle.random_global_batch(model, seq=4, size=2, seed=6)
     layout = {"world": 2, "cp": 2}
     grads = moe_oracle.global_step(model, params, batch, layout, 1, "sum")["grads"]
-    eps, tol = 1e-6, moe_oracle.tolerance("finite_difference")
-    for name, index in [("layer0.attention_wq", (5, 3)), ("layer1.attention_wk", (2, 1)),
-                        ("layer1.attention_wv", (7, 0)), ("layer0.attention_wo", (1, 9)),
-                        ("layer1.attention_norm", (2,))]:
-        saved = params[name][index]
-        objectives = []
-        for step_size in (eps, -eps):
-            params[name][index] = saved + step_size
-            objectives.append(moe_oracle.global_step(model, params, batch, layout, 1, "sum")["objective"])
-        params[name][index] = saved
-        numeric = (objectives[0] - objectives[1]) / (2 * eps)
-        assert abs(grads[name][index] - numeric) <= tol["atol"] + tol["rtol"] * abs(numeric), (name, numeric)
+    expect_central_differences(model, params, batch, layout, "sum", grads,
+                               [("layer0.attention_wq", (5, 3)), ("layer1.attention_wk", (2, 1)),
+                                ("layer1.attention_wv", (7, 0)), ("layer0.attention_wo", (1, 9)),
+                                ("layer1.attention_norm", (2,))])
