@@ -54,6 +54,19 @@ TEST(BadInput, ClippingInterleavingAndFp8CombinationsAreRefused) {
   expect_refused("check --dtype float --filter muon", "matches no run");
 }
 
+// Attention's options: an exchange Megatron has but this build does not, an exchange for a model without attention,
+// heads that TP or the groups cannot split, and float (the CPU parallel system runs attention in double).
+TEST(BadInput, AttentionOptionsAreRefused) {
+  expect_refused("check --preset tiny-attention --cp-comm-type a2a", "not built");
+  expect_refused("check --cp-comm-type p2p --preset tiny-v4", "no attention");
+  expect_refused("check --num-query-groups 2", "--num-attention-heads");
+  expect_refused("check --preset tiny-attention --num-query-groups 3", "multiple of groups");
+  expect_refused("check --preset tiny-attention --num-attention-heads 4 --num-query-groups 1 --world 2 --tp 2",
+                 "tp (2) must divide");
+  expect_refused("check --preset tiny-attention --dtype float", "attention in double only");
+  expect_refused("check --dtype float --filter attention", "matches no run");
+}
+
 TEST(BadInput, EmptyNanAndNegativeValuesAreRefused) {
   expect_refused("check --seed ''", "empty");
   expect_refused("layer --seed ''", "empty");
