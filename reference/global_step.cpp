@@ -46,7 +46,9 @@ StepForward forward_step(const ModelConfig& config, const ModelParams<double>& p
       auto& g = group[static_cast<size_t>(l)];
       const auto& counts = f.layers[static_cast<size_t>(l)].aux_counts;
       for (size_t e = 0; e < counts.size(); ++e) g.counts[e] += static_cast<double>(counts[e]);
-      g.tokens += static_cast<double>(b.router_tokens(config.semantics()));
+      // An MTP block's router sees the batch rolled by its depth (its padding mask rolled too).
+      const TokenBatch& seen = l < config.num_layers ? b : rolled_batch(b, l - config.num_layers + 1);
+      g.tokens += static_cast<double>(seen.router_tokens(config.semantics()));
     }
   }
   for (const auto& b : step.batches) step.forwards.push_back(model_forward(config, params, b, state, group));
@@ -199,6 +201,7 @@ TokenBatch microbatch(const GlobalBatch& batch, const ParallelLayout& layout, in
 GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& params, const GlobalBatch& batch,
                        const ParallelLayout& layout, int micro_batch, LossMode mode) {
   model.validate();
+  model.require_modelled(mode);
   layout.validate();
   require(batch.input_ids.rows() == batch.size && batch.input_ids.cols() == batch.seq, "input_ids must be [B, S]");
   const ModelConfig config = model.in_mode(mode);

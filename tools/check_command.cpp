@@ -429,6 +429,9 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
     for (const ParallelLayout& layout : row.layouts) {
       layout.validate();
       num_microbatches(layout, row.run.global_batch, row.run.micro_batch);
+      if (model.mtp_depth > 0 && layout.pp > 1)
+        throw std::invalid_argument("layout " + layout_name(layout) + ": multi-token prediction runs with pp = 1 "
+                                    "here (its depths need the embedding, which lives on the first stage)");
       require_fits(check_memory(model, row.run, layout, row.steps),
                    "checking " + row.run.source.source() + " on " + layout_name(layout),
                    "check its structure at test size with --shrink, or give a smaller --seq / --global-batch");
