@@ -146,10 +146,7 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
     f.z_sum += f.layers.back().z_loss;
   }
 
-  Matrix<T> normed(tokens, config.layer.hidden);
-  for (Eigen::Index t = 0; t < tokens; ++t)
-    normed.row(t) = rms_norm<T>(f.hidden.back().row(t), params.final_norm, config.rms_eps);
-  f.logits = normed * params.head.transpose();
+  f.logits = norm_rows<T>(f.hidden.back(), params.final_norm, config.rms_eps) * params.head.transpose();
   f.ce_rows = Vector<T>::Zero(tokens);
   for (Eigen::Index t = 0; t < tokens; ++t) {
     if (padding[static_cast<size_t>(t)]) continue;
@@ -190,15 +187,9 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
     for (Eigen::Index t = 0; t < tokens; ++t) grad_logits.row(t) *= static_cast<T>(weights.ce_rows[static_cast<size_t>(t)]);
   }
 
-  Matrix<T> normed(tokens, h);
-  for (Eigen::Index t = 0; t < tokens; ++t)
-    normed.row(t) = rms_norm<T>(forward.hidden.back().row(t), params.final_norm, config.rms_eps);
-  g.head = grad_logits.transpose() * normed;
-  const Matrix<T> grad_normed = grad_logits * params.head;
-  Matrix<T> grad_h(tokens, h);
-  for (Eigen::Index t = 0; t < tokens; ++t)
-    grad_h.row(t) = rms_norm_backward<T>(forward.hidden.back().row(t), params.final_norm, config.rms_eps,
-                                         grad_normed.row(t), g.final_norm);
+  g.head = grad_logits.transpose() * norm_rows<T>(forward.hidden.back(), params.final_norm, config.rms_eps);
+  Matrix<T> grad_h = norm_rows_backward<T>(forward.hidden.back(), params.final_norm, config.rms_eps,
+                                           grad_logits * params.head, g.final_norm);
 
   // Blocks in reverse: hˡ⁺¹ = mˡ + MoE(RMSNorm(mˡ)), so dmˡ = dhˡ⁺¹ + RMSNorm'ᵀ·(dx of the layer); then the same
   // through mˡ = hˡ + Attn(RMSNorm(hˡ)) with attention (else mˡ = hˡ).

@@ -52,9 +52,9 @@ ModelShard<T> zeros_like(const ModelShard<T>& s) {
   z.embedding = Matrix<T>::Zero(s.embedding.rows(), s.embedding.cols());
   for (const auto& w : s.block_norm) z.block_norm.push_back(Vector<T>::Zero(w.size()));
   for (const auto& layer : s.layers) z.layers.push_back(zeros_like(layer));
-  auto zero = [](const Matrix<T>& m) { return Matrix<T>::Zero(m.rows(), m.cols()).eval(); };
   for (const auto& w : s.attention_norm) z.attention_norm.push_back(Vector<T>::Zero(w.size()));
-  for (const auto& a : s.attention) z.attention.push_back({zero(a.wq), zero(a.wk), zero(a.wv), zero(a.wo)});
+  for (const auto& a : s.attention)
+    z.attention.push_back(map_weights<T>(a, [](const Matrix<T>& m) { return Matrix<T>::Zero(m.rows(), m.cols()).eval(); }));
   z.final_norm = Vector<T>::Zero(s.final_norm.size());
   z.head = Matrix<T>::Zero(s.head.rows(), s.head.cols());
   return z;
@@ -113,7 +113,7 @@ ModelShard<To> cast_shard(const ModelShard<From>& s) {
     out.layers.push_back(std::move(c));
   }
   for (const auto& w : s.attention_norm) out.attention_norm.push_back(m(w));
-  for (const auto& a : s.attention) out.attention.push_back({m(a.wq), m(a.wk), m(a.wv), m(a.wo)});
+  for (const auto& a : s.attention) out.attention.push_back(map_weights<To>(a, m));
   out.final_norm = m(s.final_norm);
   out.head = m(s.head);
   return out;
