@@ -35,6 +35,12 @@ struct AttentionWeights {
 };
 using AttentionParams = AttentionWeights<double>;
 
+// f applied to each of the four weights (a cast, zeros of the same shape).
+template <typename To, typename From, typename F>
+AttentionWeights<To> map_weights(const AttentionWeights<From>& a, F f) {
+  return {f(a.wq), f(a.wk), f(a.wv), f(a.wo)};
+}
+
 // What the backward needs from the forward.
 struct AttentionForward {
   Matrix<double> q, k, v;             // after RoPE (v has none)

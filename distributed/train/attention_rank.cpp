@@ -37,7 +37,9 @@ AttentionRank::AttentionRank(const AttentionConfig& config, const AttentionWeigh
       seq_(seq) {}
 
 Matrix<double> AttentionRank::forward(const Matrix<double>& x) {
-  sp_rows_ = allgather_count(*comms_.tp, x.rows());
+  // The data split gives every TP rank an equal slice of the CP rank's positions (global_step.hpp), so every
+  // rank's row count is this one's: no collective needed to learn them.
+  sp_rows_.assign(static_cast<size_t>(comms_.tp->size()), x.rows());
   x_ = allgatherv_rows(*comms_.tp, x, sp_rows_);
   forward_ = cp_attention_forward(config_, weights_, x_, batch_, seq_, *comms_.cp, exchange_);
   return reduce_scatterv_rows(*comms_.tp, forward_.out, sp_rows_);

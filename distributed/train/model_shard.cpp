@@ -68,17 +68,17 @@ ModelShard<T> zeros_like(const ModelShard<T>& s) {
   z.first_stage = s.first_stage;
   z.last_stage = s.last_stage;
   z.embedding = Matrix<T>::Zero(s.embedding.rows(), s.embedding.cols());
+  auto zero = [](const Matrix<T>& m) { return Matrix<T>::Zero(m.rows(), m.cols()).eval(); };
   for (const auto& w : s.block_norm) z.block_norm.push_back(Vector<T>::Zero(w.size()));
   for (const auto& layer : s.layers) z.layers.push_back(zeros_like(layer));
-  auto zero = [](const Matrix<T>& m) { return Matrix<T>::Zero(m.rows(), m.cols()).eval(); };
   for (const auto& w : s.attention_norm) z.attention_norm.push_back(Vector<T>::Zero(w.size()));
-  for (const auto& a : s.attention) z.attention.push_back({zero(a.wq), zero(a.wk), zero(a.wv), zero(a.wo)});
+  for (const auto& a : s.attention) z.attention.push_back(map_weights<T>(a, zero));
   auto zero_vector = [](const Vector<T>& v) { return Vector<T>::Zero(v.size()).eval(); };
   for (const MtpShard<T>& m : s.mtp)
     z.mtp.push_back({{zero_vector(m.own.enorm), zero_vector(m.own.hnorm), zero(m.own.eh_proj),
                       zero_vector(m.own.final_norm)},
                      zero_vector(m.attention_norm),
-                     {zero(m.attention.wq), zero(m.attention.wk), zero(m.attention.wv), zero(m.attention.wo)},
+                     map_weights<T>(m.attention, zero),
                      zero_vector(m.block_norm),
                      zeros_like(m.layer)});
   z.final_norm = Vector<T>::Zero(s.final_norm.size());
@@ -152,13 +152,13 @@ ModelShard<To> cast_shard(const ModelShard<From>& s) {
     out.layers.push_back(std::move(c));
   }
   for (const auto& w : s.attention_norm) out.attention_norm.push_back(m(w));
-  for (const auto& a : s.attention) out.attention.push_back({m(a.wq), m(a.wk), m(a.wv), m(a.wo)});
+  for (const auto& a : s.attention) out.attention.push_back(map_weights<To>(a, m));
   for (const MtpShard<From>& d : s.mtp) {
     LayerShard<To> c = map_trained<To>(d.layer, m);
     c.expert_bias = m(d.layer.expert_bias);
     out.mtp.push_back({{m(d.own.enorm), m(d.own.hnorm), m(d.own.eh_proj), m(d.own.final_norm)},
                        m(d.attention_norm),
-                       {m(d.attention.wq), m(d.attention.wk), m(d.attention.wv), m(d.attention.wo)},
+                       map_weights<To>(d.attention, m),
                        m(d.block_norm),
                        std::move(c)});
   }
