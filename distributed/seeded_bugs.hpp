@@ -64,3 +64,5 @@
 #define MOE_BUG_CP_RING_ONE_STEP_SHORT 31       // p2p: the forward ring stops after cp − 1 blocks
 // train/attention_rank.cpp — attention under TP with sequence parallelism
 #define MOE_BUG_ATTENTION_DX_NOT_REDUCE_SCATTERED 32  // dx: each TP rank keeps its own heads' share of its rows
+// train/train_step.cpp — multi-token prediction
+#define MOE_BUG_MTP_GRADIENT_NOT_INTO_MAIN 33   // the MTP depths' gradient of f⁰ never reaches the main model

@@ -40,6 +40,8 @@ ModelCaseHeader parse_header(const json& root, const std::string& origin) {
       throw CaseFormatError(origin + ": model." + e.what());
     }
   }
+  h.model.mtp_depth = model.integer("mtp_depth", 0);  // absent: no multi-token prediction
+  if (h.model.mtp_depth > 0) h.model.mtp_loss_scale = model.number("mtp_loss_scale", model.required("mtp_loss_scale"));
   model.reject_unknown();
 
   StrictObject layout(top.required("layout"), origin + ": layout");
@@ -61,7 +63,6 @@ ModelCaseHeader parse_header(const json& root, const std::string& origin) {
   return h;
 }
 
-std::string layer_prefix(int l) { return "layer" + std::to_string(l) + "."; }
 
 ModelTensorSpec real(std::string trained, std::vector<std::int64_t> shape) {
   return {tensor_file_stem(trained), NpyDtype::f8, std::move(shape), trained};
@@ -77,8 +78,14 @@ std::vector<ModelTensorSpec> trained_specs(const ModelCaseHeader& h) {
   std::vector<ModelTensorSpec> specs{real("embedding", {V, H})};
   const std::int64_t qd = std::int64_t{m.attention.heads} * m.attention.head_dim,
                      kd = std::int64_t{m.attention.groups} * m.attention.head_dim;
-  for (int l = 0; l < m.num_layers; ++l) {
-    const std::string pre = layer_prefix(l);
+  for (int l = 0; l < m.num_blocks(); ++l) {
+    const std::string pre = m.block_prefix(l);
+    const bool mtp = l >= m.num_layers;
+    if (mtp) {
+      specs.push_back(real(pre + "enorm", {H}));
+      specs.push_back(real(pre + "hnorm", {H}));
+      specs.push_back(real(pre + "eh_proj", {H, 2 * H}));
+    }
     if (m.has_attention()) {
       specs.push_back(real(pre + "attention_norm", {H}));
       specs.push_back(real(pre + "attention_wq", {qd, H}));
@@ -101,6 +108,7 @@ std::vector<ModelTensorSpec> trained_specs(const ModelCaseHeader& h) {
       specs.push_back(real(pre + "latent_down", {lat, H}));
       specs.push_back(real(pre + "latent_up", {H, lat}));
     }
+    if (mtp) specs.push_back(real(pre + "final_norm", {H}));
   }
   specs.push_back(real("final_norm", {H}));
   specs.push_back(real("head", {V, H}));
@@ -143,11 +151,11 @@ std::vector<ModelTensorSpec> model_input_specs(const ModelCaseHeader& h) {
                                      {"loss_mask", NpyDtype::b1, {B, S}, ""}};
   const std::vector<ModelTensorSpec> trained = trained_specs(h);
   specs.insert(specs.end(), trained.begin(), trained.end());
-  for (int l = 0; l < h.model.num_layers; ++l) {
+  for (int l = 0; l < h.model.num_blocks(); ++l) {
     const MoeConfig lc = h.model.layer_config(l);
-    if (lc.expert_bias) specs.push_back({layer_prefix(l) + "expert_bias", NpyDtype::f8, {lc.num_experts}, ""});
-    if (lc.hash_routing)
-      specs.push_back({layer_prefix(l) + "tid2eid", NpyDtype::i8, {h.model.vocab, lc.topk}, ""});
+    const std::string pre = h.model.block_prefix(l);
+    if (lc.expert_bias) specs.push_back({pre + "expert_bias", NpyDtype::f8, {lc.num_experts}, ""});
+    if (lc.hash_routing) specs.push_back({pre + "tid2eid", NpyDtype::i8, {h.model.vocab, lc.topk}, ""});
   }
   return specs;
 }
@@ -155,13 +163,14 @@ std::vector<ModelTensorSpec> model_input_specs(const ModelCaseHeader& h) {
 std::vector<ModelTensorSpec> model_output_specs(const ModelCaseHeader& h) {
   std::vector<ModelTensorSpec> specs;
   for (const char* scalar : {"objective", "ce_term", "aux_term", "z_term"}) specs.push_back({scalar, NpyDtype::f8, {}, ""});
+  if (h.model.mtp_depth > 0) specs.push_back({"mtp_term", NpyDtype::f8, {}, ""});
   specs.push_back({"ce_weights", NpyDtype::f8, {h.global_batch, h.seq}, ""});
   for (const ModelTensorSpec& p : trained_specs(h)) specs.push_back({"grad." + p.stem, p.dtype, p.shape, p.trained});
-  for (int l = 0; l < h.model.num_layers; ++l) {
+  for (int l = 0; l < h.model.num_blocks(); ++l) {
     const MoeConfig lc = h.model.layer_config(l);
-    specs.push_back({layer_prefix(l) + "bias_counts", NpyDtype::i8, {lc.num_experts}, ""});
-    if (lc.bias_update_rate)
-      specs.push_back({layer_prefix(l) + "expert_bias_updated", NpyDtype::f8, {lc.num_experts}, ""});
+    const std::string pre = h.model.block_prefix(l);
+    specs.push_back({pre + "bias_counts", NpyDtype::i8, {lc.num_experts}, ""});
+    if (lc.bias_update_rate) specs.push_back({pre + "expert_bias_updated", NpyDtype::f8, {lc.num_experts}, ""});
   }
   return specs;
 }

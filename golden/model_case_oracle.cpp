@@ -8,8 +8,6 @@
 namespace moe::golden {
 namespace {
 
-std::string layer_prefix(int l) { return "layer" + std::to_string(l) + "."; }
-
 BoolMatrix to_bool_matrix(const NpyArray& a) {
   BoolMatrix m(a.shape[0], a.shape[1]);
   for (std::int64_t i = 0; i < a.size(); ++i) m.data()[i] = a.booleans[static_cast<size_t>(i)] != 0;
@@ -42,10 +40,13 @@ ModelOracleInputs model_oracle_inputs(const ModelCase& c) {
   p.embedding = to_matrix(t.at("embedding"));
   p.head = to_matrix(t.at("head"));
   p.final_norm = to_vector(t.at("final_norm"));
-  for (int l = 0; l < h.model.num_layers; ++l) {
+  for (int l = 0; l < h.model.num_blocks(); ++l) {
     const MoeConfig lc = h.model.layer_config(l);
-    const std::string pre = layer_prefix(l);
+    const std::string pre = h.model.block_prefix(l);
     const auto at = [&](const std::string& name) -> const NpyArray& { return t.at(pre + name); };
+    if (l >= h.model.num_layers)
+      p.mtp.push_back({to_vector(at("enorm")), to_vector(at("hnorm")), to_matrix(at("eh_proj")),
+                       to_vector(at("final_norm"))});
     if (h.model.has_attention()) {
       p.attention_norm.push_back(to_vector(at("attention_norm")));
       p.attention.push_back({to_matrix(at("attention_wq")), to_matrix(at("attention_wk")),
@@ -81,6 +82,7 @@ std::map<std::string, NpyArray> model_oracle_outputs(const ModelCaseHeader& h, c
   out.emplace("ce_term", from_scalar(step.ce_term));
   out.emplace("aux_term", from_scalar(step.aux_term));
   out.emplace("z_term", from_scalar(step.z_term));
+  if (h.model.mtp_depth > 0) out.emplace("mtp_term", from_scalar(step.mtp_term));
   out.emplace("ce_weights", from_matrix(step.ce_weights));
 
   // Gradients: the oracle's trained tensors, which must be the case's, in the same order.
@@ -99,11 +101,12 @@ std::map<std::string, NpyArray> model_oracle_outputs(const ModelCaseHeader& h, c
     out.emplace(s.stem, NpyArray::of_reals(s.shape, {views[i].data, views[i].data + views[i].size}));
   }
 
-  for (int l = 0; l < h.model.num_layers; ++l) {
+  for (int l = 0; l < h.model.num_blocks(); ++l) {
     const auto li = static_cast<size_t>(l);
-    out.emplace(layer_prefix(l) + "bias_counts", from_counts(step.bias_counts[li]));
+    const std::string pre = h.model.block_prefix(l);
+    out.emplace(pre + "bias_counts", from_counts(step.bias_counts[li]));
     if (h.model.layer_config(l).bias_update_rate)
-      out.emplace(layer_prefix(l) + "expert_bias_updated", from_vector(step.expert_bias_updated[li]));
+      out.emplace(pre + "expert_bias_updated", from_vector(step.expert_bias_updated[li]));
   }
   return out;
 }

@@ -158,14 +158,20 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     s.batch_seed = *inRange<std::uint64_t>(0, 1000);
     // The pipeline last, so that every draw above stays as it was: the world grows by pp (dp and edp stay), and
     // two interleaved chunks per rank where the microbatches allow it (m a multiple of pp).
-    if (l.world <= 16) {
+    if (l.world <= 16 && !shape.mtp) {  // MTP runs with pp = 1 (its depths need the embedding)
       l.pp = weighted<int>({{5, 1}, {2, 2}});
       if (l.pp == 2 && m % 2 == 0 && *rc::gen::arbitrary<bool>()) l.vpp = 2;
       l.world *= l.pp;
       s.config.num_layers = std::max(s.config.num_layers, l.pp * l.vpp);
       s.config.validate();
     }
-    if (shape.attention) {
+    if (shape.mtp) {
+      s.config.mtp_depth = weighted<int>({{3, 1}, {1, 2}});
+      s.config.mtp_loss_scale = *element(0.3, 1.0);
+      // Per-token MTP is modelled for the intended objective only (ModelConfig::require_modelled).
+      if (s.options.mode == LossMode::per_token) s.config.layer.semantics = Semantics{};
+    }
+    if (shape.attention || (shape.mtp && *rc::gen::arbitrary<bool>())) {
       // Heads over tp: tp divides the key/value groups, which divide the heads (MHA, GQA or MQA per TP rank).
       AttentionConfig& a = s.config.attention;
       a.groups = l.tp * weighted<int>({{2, 1}, {1, 2}});

@@ -26,6 +26,7 @@ struct ScenarioShape {
   bool megatron = false;                       // a Megatron semantics profile (or its API-user variant, whose
                                                // router sees the padding mask), with padding
   bool attention = false;                      // blocks with causal attention (heads over tp, K/V over cp)
+  bool mtp = false;                            // multi-token prediction (pp = 1), with or without attention
 };
 
 // One of `options`, chosen with probability ∝ its weight, shrinking toward the first option (RapidCheck's

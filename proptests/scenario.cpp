@@ -69,6 +69,7 @@ std::string describe(const Scenario& s) {
     os << " capacity=" << *c.capacity_factor << "/" << to_string(c.drop_policy) << (c.pad_to_capacity ? "+pad" : "");
   if (c.aux_loss_type != AuxLossType::none) os << " " << to_string(c.aux_loss_type) << "=" << c.aux_loss_coeff;
   if (c.z_loss_coeff > 0) os << " z=" << c.z_loss_coeff;
+  if (s.config.mtp_depth > 0) os << " mtp=" << s.config.mtp_depth << "x" << s.config.mtp_loss_scale;
   if (s.config.has_attention())
     os << " attention=" << s.config.attention.heads << "/" << s.config.attention.groups << "x"
        << s.config.attention.head_dim << "(" << dist::to_string(s.options.kv_exchange) << ")";

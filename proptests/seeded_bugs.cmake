@@ -37,6 +37,7 @@ set(MOE_SEEDED_BUGS
   "cp_gather_dkv_not_reduced      30 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
   "cp_ring_one_step_short         31 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
   "attention_dx_not_reduce_scattered 32 train/attention_rank.cpp TrainStep.AttentionModelMatchesOracle"
+  "mtp_gradient_not_into_main     33 train/train_step.cpp          TrainStep.MtpModelMatchesOracle"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

@@ -116,6 +116,18 @@ MOE_PROPERTY(TrainStep, AttentionModelMatchesOracle, 300, ()) {
   require_oracle_match(p, dist::oracle_step(p), "the step with attention");
 }
 
+// Multi-token prediction: each depth on every source rank's rows of the rolled batch, its gradient back into the
+// main model through f⁰, its CE normalised by its own tokens; with attention or without, any dispatcher and path.
+MOE_PROPERTY(TrainStep, MtpModelMatchesOracle, 150, ()) {
+  ScenarioShape shape;
+  shape.mtp = true;
+  const Scenario s = *scenarios(shape);
+  tag(s);
+  RC_TAG(s.config.mtp_depth == 1 ? "depth 1" : "depth 2", s.config.has_attention() ? "attention" : "no attention");
+  const dist::CheckProblem p = make_problem(s);
+  require_oracle_match(p, dist::oracle_step(p), "the step with MTP");
+}
+
 // Hash layers look their experts up by input id; ids arrive [B, S] while rows are s·B + b, so with B > 1 a
 // missing transpose or a mis-normalised weight shows up as a different routing or scale.
 MOE_PROPERTY(TrainStep, HashRoutingAlignment, 60, ()) {

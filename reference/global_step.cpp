@@ -2,6 +2,7 @@
 
 #include "reference/expert_bias.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -37,15 +38,17 @@ StepForward forward_step(const ModelConfig& config, const ModelParams<double>& p
   }
   // global_aux: a first pass finds every replica's aux-map counts (they depend on activations only), their sum
   // is the group's statistic for this step; the second pass evaluates each replica's share with it.
-  std::vector<GlobalAuxGroup> group(static_cast<size_t>(config.num_layers));
+  std::vector<GlobalAuxGroup> group(static_cast<size_t>(config.num_blocks()));
   for (auto& g : group) g.counts.assign(static_cast<size_t>(config.layer.num_experts), 0.0);
   for (const auto& b : step.batches) {
     const auto f = model_forward(config, params, b, state);
-    for (int l = 0; l < config.num_layers; ++l) {
+    for (int l = 0; l < config.num_blocks(); ++l) {
       auto& g = group[static_cast<size_t>(l)];
       const auto& counts = f.layers[static_cast<size_t>(l)].aux_counts;
       for (size_t e = 0; e < counts.size(); ++e) g.counts[e] += static_cast<double>(counts[e]);
-      g.tokens += static_cast<double>(b.router_tokens(config.semantics()));
+      // An MTP block's router sees the batch rolled by its depth (its padding mask rolled too).
+      const TokenBatch& seen = l < config.num_layers ? b : rolled_batch(b, l - config.num_layers + 1);
+      g.tokens += static_cast<double>(seen.router_tokens(config.semantics()));
     }
   }
   for (const auto& b : step.batches) step.forwards.push_back(model_forward(config, params, b, state, group));
@@ -67,7 +70,7 @@ std::vector<double> part_tokens(const TokenBatch& b, bool all = false) {
 // batch's valid tokens, step_tokens the router's tokens of step i over every replica. CE counts the loss mask; the
 // router's terms count the tokens the router counts (all of them under router-counts-padding).
 ModelLossWeights objective_weights(const ModelConfig& c, LossMode mode, const ParallelLayout& l, const TokenBatch& b,
-                                   int m, double n_total, double step_tokens) {
+                                   int m, double n_total, double step_tokens, const std::vector<double>& mtp_totals) {
   const Semantics& sem = c.semantics();
   const double dp = l.dp(), cp = l.cp, tp = l.tp;
   const double n = static_cast<double>(b.valid_tokens());
@@ -83,6 +86,30 @@ ModelLossWeights objective_weights(const ModelConfig& c, LossMode mode, const Pa
     return rows;
   };
   ModelLossWeights w;
+  // CP rank c holds parts [c·tp, (c+1)·tp): the valid tokens of each CP rank, from each part's.
+  const auto per_cp_rank = [&](const std::vector<double>& part_counts) {
+    std::vector<double> n_c(static_cast<size_t>(l.cp), 0.0);
+    for (size_t p = 0; p < part_counts.size(); ++p) n_c[p / static_cast<size_t>(l.tp)] += part_counts[p];
+    return n_c;
+  };
+  const double mtp_scale = c.mtp_depth > 0 ? c.mtp_loss_scale / c.mtp_depth : 0.0;
+  for (int k = 1; k <= c.mtp_depth; ++k) {
+    const TokenBatch rolled = rolled_batch(b, k);
+    const double n_k = static_cast<double>(rolled.valid_tokens());
+    const double total_k = mtp_totals[static_cast<size_t>(k - 1)];
+    if (mode == LossMode::per_token) {
+      w.mtp.push_back(total_k > 0 ? mtp_scale / total_k : 0.0);
+    } else {
+      w.mtp.push_back(n_k > 0 ? mtp_scale / (dp * m * n_k) : 0.0);
+      if (sem.has(Deviation::ce_per_cp_rank)) {  // as the main CE: each CP rank over its own rolled tokens
+        const std::vector<double> n_c = per_cp_rank(part_tokens(rolled));
+        w.mtp_rows.push_back(per_part([&](size_t p) {
+          const double n_cp = n_c[p / static_cast<size_t>(l.tp)];
+          return n_cp > 0 ? mtp_scale / (dp * cp * m * n_cp) : 0.0;
+        }));
+      }
+    }
+  }
   if (mode == LossMode::per_token) {
     w.ce = 1.0 / n_total;
     w.z = n_router / n_total;
@@ -95,9 +122,8 @@ ModelLossWeights objective_weights(const ModelConfig& c, LossMode mode, const Pa
   }
   w.ce = n > 0 ? 1.0 / (dp * m * n) : 0.0;  // Megatron clamps the token count at 1; CE is 0 then
   if (sem.has(Deviation::ce_per_cp_rank)) {
-    // CP rank c holds parts [c·tp, (c+1)·tp) and divides by its own valid tokens N_c.
-    std::vector<double> cp_tokens(static_cast<size_t>(l.cp), 0.0);
-    for (size_t p = 0; p < parts.size(); ++p) cp_tokens[p / static_cast<size_t>(l.tp)] += parts[p];
+    // Each CP rank divides by its own valid tokens N_c.
+    const std::vector<double> cp_tokens = per_cp_rank(parts);
     w.ce_rows = per_part([&](size_t p) {
       const double n_c = cp_tokens[p / static_cast<size_t>(l.tp)];
       return n_c > 0 ? 1.0 / (dp * cp * m * n_c) : 0.0;
@@ -175,6 +201,7 @@ TokenBatch microbatch(const GlobalBatch& batch, const ParallelLayout& layout, in
 GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& params, const GlobalBatch& batch,
                        const ParallelLayout& layout, int micro_batch, LossMode mode) {
   model.validate();
+  model.require_modelled(mode);
   layout.validate();
   require(batch.input_ids.rows() == batch.size && batch.input_ids.cols() == batch.seq, "input_ids must be [B, S]");
   const ModelConfig config = model.in_mode(mode);
@@ -187,8 +214,13 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& para
   const bool global_aux = config.layer.aux_loss_type == AuxLossType::global_aux;
   const double n_total = static_cast<double>(out.valid_tokens);
 
-  std::vector<GlobalAuxState> state(static_cast<size_t>(config.num_layers));
-  out.bias_counts.assign(static_cast<size_t>(config.num_layers),
+  // The valid tokens each MTP depth predicts over the whole batch (its per-token normalisation).
+  std::vector<double> mtp_totals;
+  for (int k = 1; k <= config.mtp_depth; ++k)
+    mtp_totals.push_back(static_cast<double>(batch.loss_mask.rightCols(std::max(batch.seq - k, 0)).cast<std::int64_t>().sum()));
+
+  std::vector<GlobalAuxState> state(static_cast<size_t>(config.num_blocks()));
+  out.bias_counts.assign(static_cast<size_t>(config.num_blocks()),
                          std::vector<std::int64_t>(static_cast<size_t>(config.layer.num_experts), 0));
   out.ce_weights = Matrix<double>::Zero(batch.size, batch.seq);
   bool have_grads = false;
@@ -201,7 +233,7 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& para
     for (int r = 0; r < dp; ++r) {
       const TokenBatch& b = step.batches[static_cast<size_t>(r)];
       const ModelForward<double>& f = step.forwards[static_cast<size_t>(r)];
-      const ModelLossWeights w = objective_weights(config, mode, layout, b, m, n_total, step_tokens);
+      const ModelLossWeights w = objective_weights(config, mode, layout, b, m, n_total, step_tokens, mtp_totals);
       const auto sequences = microbatch_sequences(dp, micro_batch, r, i);
       for (Eigen::Index t = 0; t < b.tokens(); ++t) {
         const double wt = w.ce_rows.empty() ? w.ce : w.ce_rows[static_cast<size_t>(t)];
@@ -216,6 +248,9 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& para
           for (Eigen::Index t = 0; t < layer.aux_rows.size(); ++t) out.aux_term += w.aux_rows[size_t(t)] * layer.aux_rows(t);
       }
       out.z_term += w.z * f.z_sum;
+      for (size_t k = 0; k < f.mtp.size(); ++k)
+        for (Eigen::Index t = 0; t < b.tokens(); ++t)
+          out.mtp_term += (w.mtp_rows.empty() ? w.mtp[k] : w.mtp_rows[k][static_cast<size_t>(t)]) * f.mtp[k].ce_rows(t);
       ModelParams<double> g = model_backward(config, params, b, f, w);
       if (!have_grads) {
         out.grads = std::move(g);
@@ -223,19 +258,19 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& para
       } else {
         add_into(out.grads, config, std::move(g));
       }
-      for (int l = 0; l < config.num_layers; ++l) {
+      for (int l = 0; l < config.num_blocks(); ++l) {
         const auto& counts = f.layers[static_cast<size_t>(l)].routing.bias_counts;
         for (size_t e = 0; e < counts.size(); ++e) out.bias_counts[static_cast<size_t>(l)][e] += counts[e];
       }
     }
     if (global_aux)
-      for (int l = 0; l < config.num_layers; ++l)
+      for (int l = 0; l < config.num_blocks(); ++l)
         state[static_cast<size_t>(l)] = step.forwards.front().layers[static_cast<size_t>(l)].global_aux;
   }
-  out.objective = out.ce_term + out.aux_term + out.z_term;
+  out.objective = out.ce_term + out.aux_term + out.z_term + out.mtp_term;
   out.global_aux = state;
 
-  for (int l = 0; l < config.num_layers; ++l) {
+  for (int l = 0; l < config.num_blocks(); ++l) {
     const MoeConfig lc = config.layer_config(l);
     const auto li = static_cast<size_t>(l);
     out.expert_bias_updated.push_back(

@@ -13,6 +13,9 @@
 //     J = 1/(dp·m) · Σ_{r,i} [ CE_{r,i}/N_{r,i} + Σ_l aux_l(r,i) + Σ_l z_l(r,i) ]
 //   per_token:
 //     J = 1/N · Σ_{r,i} [ CE_{r,i} + N_{r,i}·(Σ_l aux_l(r,i) + Σ_l z_l(r,i)) ]
+// With D MTP depths (model.hpp), depth k's CE normalised like the main CE over its own (rolled) valid tokens Nᵏ
+// and weighted λ/D: sum / avg add 1/(dp·m)·Σ_{r,i} λ/D·CEᵏ_{r,i}/Nᵏ_{r,i}; per_token adds λ/D·Σ_{r,i} CEᵏ_{r,i}/Nᵏ
+// (Nᵏ over the global batch). Its blocks' aux and z losses are Σ_l terms like any other block's.
 // aux and seq_aux take their statistics over one microbatch of one replica (its tp×cp shards: Megatron's
 // tp_cp group). global_aux takes them over step i of all replicas (tp×dp×cp), accumulated over the steps so far:
 // its term for step i is the group's loss, Σ_r aux_l(r,i) with the group's counts and T, entering J as
@@ -75,6 +78,7 @@ struct GlobalStep {
   double ce_term = 0;
   double aux_term = 0;
   double z_term = 0;
+  double mtp_term = 0;                                    // Σ_k of the MTP depths' CE terms (λ/D included)
   std::int64_t valid_tokens = 0;                          // N
   int num_microbatches = 0;                               // m per replica
   ModelParams<double> grads;                              // dJ/dθ

@@ -6,10 +6,18 @@
 //   logits = RMSNorm(hᴸ; w_f) · headᵀ                             [T, V]
 //   CE_sum = Σ_{t : loss_mask} (logsumexp(logits_t) − logits_t[label_t])
 //
+// Multi-token prediction (DeepSeek-V3, Megatron-Core's MultiTokenPredictionBlock), D depths after the main model;
+// depth k = 1 … D sees the microbatch rolled left by k (rolled_batch: the id, label and mask of position s + k at s,
+// the last k positions id 0, label 0, masked), and with f⁰ = RMSNorm(hᴸ; w_f):
+//   uᵏ = [RMSNorm(embedding[id_{s+k}]; enorm_k), RMSNorm(fᵏ⁻¹; hnorm_k)] · eh_proj_kᵀ     [T, 2h] · [2h, h]
+//   fᵏ = RMSNorm(Block_{L+k−1}(uᵏ); final_norm_k)                 a block like the main ones, score-routed
+//   CEᵏ_sum = Σ over the rolled mask of the CE of fᵏ·headᵀ against the rolled labels (the shared embedding, head)
+// The MTP blocks are blocks L … L+D−1 of the block vectors, so their MoE layers count in aux and z like any other.
+//
 // One microbatch at a time. How microbatch losses combine into the global objective (per-token or Megatron's
 // per-microbatch mean) is the global step's business (global_step.hpp); here the backward differentiates
 //   L = w_ce·CE_sum + w_aux·Σ_l aux_l + w_z·Σ_l z_l
-// with the weights the caller passes (per row where they differ between rows).
+// with the weights the caller passes (per row where they differ between rows), plus Σ_k w_k·CEᵏ_sum with MTP.
 #pragma once
 
 #include "reference/attention.hpp"
@@ -28,6 +36,13 @@ struct ModelConfig {
   int vocab = 0;
   double rms_eps = 1e-6;
   AttentionConfig attention{};  // heads = 0: no attention (blocks are RMSNorm → MoE only)
+  int mtp_depth = 0;            // D (Megatron's --mtp-num-layers); 0: no multi-token prediction
+  double mtp_loss_scale = 0.1;  // λ: depth k's CE enters J with λ/D times the main CE's normalisation
+
+  // Blocks: the L main ones, then one per MTP depth (block L + k − 1 is depth k's).
+  int num_blocks() const { return num_layers + mtp_depth; }
+  // "layer3." for a main block, "mtp0." for depth 1's: the prefix of the block's tensor names.
+  std::string block_prefix(int block) const;
 
   bool has_attention() const { return attention.heads > 0; }
   // Throws std::invalid_argument naming the rule.
@@ -35,17 +50,32 @@ struct ModelConfig {
   const Semantics& semantics() const { return layer.semantics; }
   // The same model with only the deviations that take effect under `mode` (Semantics::in_mode).
   ModelConfig in_mode(LossMode mode) const;
-  // Layer l's config: hash layers get hash_routing on and expert bias, its update and groups off.
+  // Throws std::invalid_argument where the objective under `mode` is not modelled: MTP under per-token loss with a
+  // deviation in effect (Megatron scales each CP rank's MTP CE by its own N_c/Nᵏ_c there; not yet a named
+  // deviation, so neither side is picked silently).
+  void require_modelled(LossMode mode) const;
+  // Block l's MoE config: hash layers get hash_routing on and expert bias, its update and groups off (MTP blocks
+  // are never hash layers).
   MoeConfig layer_config(int l) const;
+};
+
+// What an MTP depth has besides its block.
+template <typename T>
+struct MtpParams {
+  Vector<T> enorm;       // [h] on the embedding of the token k ahead
+  Vector<T> hnorm;       // [h] on the previous depth's output
+  Matrix<T> eh_proj;     // [h, 2h]
+  Vector<T> final_norm;  // [h] before the shared head
 };
 
 template <typename T>
 struct ModelParams {
   Matrix<T> embedding;                // [V, h]
-  std::vector<Vector<T>> block_norm;  // L × [h]
-  std::vector<MoeParams<T>> layers;   // L
-  std::vector<Vector<T>> attention_norm;         // L × [h], or empty without attention
-  std::vector<AttentionWeights<T>> attention;    // L, or empty without attention
+  std::vector<Vector<T>> block_norm;  // per block (L + D) × [h]
+  std::vector<MoeParams<T>> layers;   // per block
+  std::vector<Vector<T>> attention_norm;         // per block × [h], or empty without attention
+  std::vector<AttentionWeights<T>> attention;    // per block, or empty without attention
+  std::vector<MtpParams<T>> mtp;                 // D
   Vector<T> final_norm;               // [h]
   Matrix<T> head;                     // [V, h]
 };
@@ -62,24 +92,43 @@ struct TokenBatch {
   std::vector<std::vector<int>> partition;
 
   int tokens() const { return seq * batch; }
+  bool valid(Eigen::Index row) const { return loss_mask(row % batch, row / batch); }  // row t = s·batch + b
   std::int64_t valid_tokens() const;
   // The tokens the router counts as valid: valid_tokens(), or every token under router-counts-padding.
   std::int64_t router_tokens(const Semantics& semantics) const;
 };
 
+// The microbatch depth k sees: position s holds the id, label and mask of s + k (the last k: id 0, label 0, masked,
+// as Megatron's roll_tensor fills them).
+TokenBatch rolled_batch(const TokenBatch& batch, int k);
+
+template <typename T>
+struct MtpForward {
+  TokenBatch batch;           // rolled_batch(·, k)
+  Matrix<T> e, en, hn;        // embedding rows of the rolled ids, RMSNorm(e; enorm), RMSNorm(fᵏ⁻¹; hnorm)
+  Matrix<T> u;                // the block's input
+  Matrix<T> out, normed;      // the block's output, fᵏ
+  Matrix<T> logits;           // [T, V]
+  Vector<T> ce_rows;          // [T], 0 where the rolled mask is false
+  T ce_sum = 0;
+};
+
 template <typename T>
 struct ModelForward {
   std::vector<Matrix<T>> hidden;         // L + 1 residual streams, hidden[0] = embeddings
-  std::vector<Matrix<T>> mid;            // with attention: L streams mˡ between attention and MoE
-  std::vector<Matrix<T>> attention_in;   // with attention: L normed inputs of the attention
+  // Per block (L main, then D MTP):
+  std::vector<Matrix<T>> mid;            // with attention: the streams mˡ between attention and MoE
+  std::vector<Matrix<T>> attention_in;   // with attention: the normed inputs of the attention
   std::vector<AttentionForward> attention;
   std::vector<MoeInputs<T>> layer_inputs;
   std::vector<MoeForward<T>> layers;
+  Matrix<T> normed;                      // f⁰ = RMSNorm(hᴸ; w_f)
   Matrix<T> logits;                      // [T, V]
   Vector<T> ce_rows;                     // [T] CE of each row, 0 on padding
   T ce_sum = 0;
   T aux_sum = 0;                         // Σ_l aux_l (coefficients included)
   T z_sum = 0;
+  std::vector<MtpForward<T>> mtp;        // D
 };
 
 struct ModelLossWeights {
@@ -90,6 +139,9 @@ struct ModelLossWeights {
   // rank differently (ce-per-cp-rank, per-token-aux-local-tokens).
   std::vector<double> ce_rows{};
   std::vector<double> aux_rows{};
+  // Per MTP depth: the weight of its CE (empty: λ/D·ce each), or per row (empty: the depth's scalar).
+  std::vector<double> mtp{};
+  std::vector<std::vector<double>> mtp_rows{};
 };
 
 // global_aux: per-layer state before this microbatch (empty = fresh for every layer); global_aux_group: per-layer
@@ -99,7 +151,7 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
                               const std::vector<GlobalAuxState>& global_aux = {},
                               const std::vector<GlobalAuxGroup>& global_aux_group = {});
 
-// Gradients in the shape of the parameters (expert_bias and tid2eid of each layer stay empty).
+// Gradients in the shape of the parameters (expert_bias and tid2eid of each block stay empty).
 template <typename T>
 ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& params, const TokenBatch& batch,
                               const ModelForward<T>& forward, const ModelLossWeights& weights);

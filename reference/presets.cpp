@@ -53,6 +53,12 @@ std::vector<LayerPreset> make_presets() {
                   v4_like(32, 16, 6, 16, 1.5), 16, 2, 64};
     p.attention = {.heads = 4, .groups = 2, .head_dim = 8};
     presets.push_back(p);
+    // With one multi-token-prediction depth at DeepSeek-V3/V4's first loss weight, λ = 0.3.
+    p.name = "tiny-mtp";
+    p.description = "tiny-attention with one multi-token-prediction depth, loss weight 0.3 (V3/V4)";
+    p.mtp_depth = 1;
+    p.mtp_loss_scale = 0.3;
+    presets.push_back(p);
   }
   presets.push_back({"tiny-v3", "DeepSeek-V3 options at test size: h 32, 16 experts in 4 groups keep 2, top-4",
                      v3_like(32, 16, 4, 16, 4, 2), 16, 2, 64});

@@ -23,6 +23,8 @@ struct LayerPreset {
   int num_dense_layers = 0;  // leading blocks with a dense FFN, before the MoE blocks (accounting only)
   int n_hash_layers = 0;     // of the MoE layers, the first n route by tid2eid (DeepSeek-V4: 3)
   AttentionConfig attention{};  // the blocks' attention (heads 0: blocks without attention)
+  int mtp_depth = 0;            // multi-token-prediction depths after the main model
+  double mtp_loss_scale = 0.1;  // λ (Megatron's default)
 };
 
 // Throws std::invalid_argument listing the known names.

@@ -95,6 +95,12 @@ std::vector<CheckRow> default_rows() {
                 {ParallelLayout{.world = 4, .cp = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}};
   ring.cp_comm_type = "p2p";
   rows.push_back(ring);
+  // Multi-token prediction (one depth, λ 0.3): the rolled batch on every source rank's rows, the depth's block
+  // with attention over CP and TP, its CE normalised by its own tokens.
+  rows.push_back({"tiny-mtp", run_of("tiny-mtp", 2, "sum"),
+                  {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .cp = 2, .ep = 2},
+                   ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}});
+  rows.push_back({"tiny-mtp", run_of("tiny-mtp", 1, "per-token"), {ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 2, .etp = 2}}});
   return rows;
 }
 
@@ -108,7 +114,7 @@ const std::vector<std::string>& all_features() {
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
                                "allgather", "flex",
-                               "attention", "cp all_gather", "cp p2p",
+                               "attention", "cp all_gather", "cp p2p", "mtp",
                                "training steps", "distributed optimizer", "gradient clipping", "muon",
                                "resume under another layout"};
     for (const auto& d : deviation_catalogue())
@@ -162,6 +168,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(l.edp() > 1, "edp");
   f.insert(dispatcher);
   add_if(m.has_attention(), "attention");
+  add_if(m.mtp_depth > 0, "mtp");
   add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == "all_gather", "cp all_gather");
   add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == "p2p", "cp p2p");
   add_if(row.steps > 0, "training steps");

@@ -62,6 +62,8 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
   if (f.kv_channels) a.head_dim = *f.kv_channels;
   if (f.rotary_base) a.rope_base = *f.rotary_base;
   if (a.heads == 0) a = AttentionConfig{};
+  if (f.mtp_num_layers) m.mtp_depth = *f.mtp_num_layers;
+  if (f.mtp_loss_scaling_factor) m.mtp_loss_scale = *f.mtp_loss_scaling_factor;
 }
 
 }  // namespace
@@ -108,12 +110,12 @@ const std::vector<std::string>& model_option_names() {
       "--moe-router-group-topk", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff",
       "--moe-expert-capacity-factor", "--moe-token-drop-policy", "--moe-pad-expert-input-to-capacity",
       "--moe-shared-expert-intermediate-size", "--layers", "--num-attention-heads", "--num-query-groups",
-      "--kv-channels", "--rotary-base"};
+      "--kv-channels", "--rotary-base", "--mtp-num-layers", "--mtp-loss-scaling-factor"};
   return names;
 }
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
-  cmd.add_option("--preset", o.preset, "a named model (tiny-v4, tiny-attention, tiny-v3, tiny-capacity, tiny-softmax, tiny-top1, "
+  cmd.add_option("--preset", o.preset, "a named model (tiny-v4, tiny-attention, tiny-mtp, tiny-v3, tiny-capacity, tiny-softmax, tiny-top1, "
                                        "v4-flash, v4-pro, v3; default " + o.default_preset + ")");
   cmd.add_option("--model", o.model_file,
                  "a model file: ours (moe-model/1), a golden case.json, or a Hugging Face config.json (DeepSeek-V3, "
@@ -151,6 +153,12 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--kv-channels", f.kv_channels, "width of a head (default: hidden / heads)")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--rotary-base", f.rotary_base, "RoPE base (default 10000)")->check(CLI::PositiveNumber);
+  cmd.add_option("--mtp-num-layers", f.mtp_num_layers,
+                 "multi-token-prediction depths after the main model (0: none; default: the model's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--mtp-loss-scaling-factor", f.mtp_loss_scaling_factor,
+                 "λ: each depth's CE enters the objective with λ/depths (default: the model's, 0.1)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 void add_layout_flags(CLI::App& cmd, ParallelLayout& layout, bool world_required) {

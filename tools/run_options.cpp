@@ -47,6 +47,8 @@ ModelConfig RunOptions::model() const {
   m.n_hash_layers = hash_layers.value_or(p.n_hash_layers);
   m.vocab = p.vocab;
   m.attention = p.attention;
+  m.mtp_depth = p.mtp_depth;
+  m.mtp_loss_scale = p.mtp_loss_scale;
   m.validate();
   return m;
 }

@@ -133,6 +133,11 @@ RankComparison compare_with_trajectory(const ModelConfig& config, const Trajecto
     cmp.check(Quantity::expert_bias, "layer" + std::to_string(params.layer_id(l)) + ".expert_bias",
               g.data(), want.layers[l].expert_bias.data(), g.size());
   }
+  for (size_t k = 0; k < params.mtp.size(); ++k) {
+    const auto& g = params.mtp[k].layer.expert_bias;
+    cmp.check(Quantity::expert_bias, "mtp" + std::to_string(k) + ".expert_bias", g.data(),
+              want.mtp[k].layer.expert_bias.data(), g.size());
+  }
   if (!moments.m.empty()) {
     for (const auto* which : {&oracle.adam.m, &oracle.adam.v}) {
       ModelShard<double> state = shard_model(config, moments_as_model(config, oracle.params, *which), groups, rank);

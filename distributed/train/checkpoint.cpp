@@ -63,6 +63,10 @@ json model_json(const ModelConfig& m) {
           {"n_hash_layers", m.n_hash_layers},
           {"vocab", m.vocab},
           {"rms_eps", m.rms_eps}};
+  if (m.mtp_depth > 0) {  // only with MTP, likewise
+    j["mtp_depth"] = m.mtp_depth;
+    j["mtp_loss_scale"] = m.mtp_loss_scale;
+  }
   // Only with attention, so that checkpoints of models without it read as they always did.
   if (m.has_attention())
     j["attention"] = {{"heads", m.attention.heads},
@@ -100,10 +104,10 @@ std::vector<Piece> pieces_to_write(const ModelConfig& config, const ProcessGroup
   whole("final_norm", s.final_norm);
   whole("head", s.head);
   const ExpertRange experts = groups.experts_of(rank, config.layer.num_experts);
-  for (size_t li = 0; li < s.layers.size(); ++li) {
-    const std::string pre = "layer" + std::to_string(s.layer_id(li)) + ".";
-    const LayerShard<double>& layer = s.layers[li];
-    whole(pre + "block_norm", s.block_norm[li]);
+  // One block under `pre`: its norms and router whole, its experts by ETP, its shared expert and heads by TP.
+  auto block = [&](const std::string& pre, const Vector<double>& block_norm, const LayerShard<double>& layer,
+                   const Vector<double>* attention_norm, const AttentionWeights<double>* a) {
+    whole(pre + "block_norm", block_norm);
     whole(pre + "router_weight", layer.router_weight);
     whole(pre + "shared_gate", layer.shared_gate);
     whole(pre + "latent_down", layer.latent_down);
@@ -118,18 +122,30 @@ std::vector<Piece> pieces_to_write(const ModelConfig& config, const ProcessGroup
                layer.experts.fc2[static_cast<size_t>(i)], groups.rank_in(GroupKind::expt_tp, rank));
     if (shared_writer && layer.shared_fc1.size() > 0)
       swiglu(pre + "shared", layer.shared_fc1, layer.shared_fc2, groups.rank_in(GroupKind::tp, rank));
-    if (!s.attention.empty()) {
+    if (a != nullptr) {
       // This TP rank's heads: rows of wq, wk, wv and columns of wo.
-      whole(pre + "attention_norm", s.attention_norm[li]);
-      const AttentionWeights<double>& a = s.attention[li];
+      whole(pre + "attention_norm", *attention_norm);
       const int j = groups.rank_in(GroupKind::tp, rank);
       if (shared_writer) {
-        out.push_back({pre + "attention_wq" + suffix, j * a.wq.rows(), 0, a.wq});
-        out.push_back({pre + "attention_wk" + suffix, j * a.wk.rows(), 0, a.wk});
-        out.push_back({pre + "attention_wv" + suffix, j * a.wv.rows(), 0, a.wv});
-        out.push_back({pre + "attention_wo" + suffix, 0, j * a.wo.cols(), a.wo});
+        out.push_back({pre + "attention_wq" + suffix, j * a->wq.rows(), 0, a->wq});
+        out.push_back({pre + "attention_wk" + suffix, j * a->wk.rows(), 0, a->wk});
+        out.push_back({pre + "attention_wv" + suffix, j * a->wv.rows(), 0, a->wv});
+        out.push_back({pre + "attention_wo" + suffix, 0, j * a->wo.cols(), a->wo});
       }
     }
+  };
+  const bool attention = config.has_attention();
+  for (size_t li = 0; li < s.layers.size(); ++li)
+    block("layer" + std::to_string(s.layer_id(li)) + ".", s.block_norm[li], s.layers[li],
+          attention ? &s.attention_norm[li] : nullptr, attention ? &s.attention[li] : nullptr);
+  for (size_t k = 0; k < s.mtp.size(); ++k) {
+    const MtpShard<double>& m = s.mtp[k];
+    const std::string pre = config.block_prefix(config.num_layers + static_cast<int>(k));
+    whole(pre + "enorm", m.own.enorm);
+    whole(pre + "hnorm", m.own.hnorm);
+    whole(pre + "eh_proj", m.own.eh_proj);
+    whole(pre + "final_norm", m.own.final_norm);
+    block(pre, m.block_norm, m.layer, attention ? &m.attention_norm : nullptr, attention ? &m.attention : nullptr);
   }
   return out;
 }
@@ -179,10 +195,18 @@ std::vector<Logical> catalogue(const ModelConfig& c, const ModelParams<double>& 
   add_logical(out, shape, true, moments, "embedding", [](P& p) -> Matrix<double>& { return p.embedding; });
   add_logical(out, shape, true, moments, "head", [](P& p) -> Matrix<double>& { return p.head; });
   add_vector(out, shape.final_norm.size(), moments, "final_norm", [](P& p) -> Vector<double>& { return p.final_norm; });
-  for (int l = 0; l < c.num_layers; ++l) {
+  for (int l = 0; l < c.num_blocks(); ++l) {
     const auto li = static_cast<size_t>(l);
-    const std::string pre = "layer" + std::to_string(l) + ".";
+    const std::string pre = c.block_prefix(l);
     const MoeParams<double>& layer = shape.layers[li];
+    if (l >= c.num_layers) {  // an MTP depth's own tensors
+      const size_t k = li - static_cast<size_t>(c.num_layers);
+      add_vector(out, shape.mtp[k].enorm.size(), moments, pre + "enorm", [k](P& p) -> Vector<double>& { return p.mtp[k].enorm; });
+      add_vector(out, shape.mtp[k].hnorm.size(), moments, pre + "hnorm", [k](P& p) -> Vector<double>& { return p.mtp[k].hnorm; });
+      add_logical(out, shape, true, moments, pre + "eh_proj", [k](P& p) -> Matrix<double>& { return p.mtp[k].eh_proj; });
+      add_vector(out, shape.mtp[k].final_norm.size(), moments, pre + "final_norm",
+                 [k](P& p) -> Vector<double>& { return p.mtp[k].final_norm; });
+    }
     add_vector(out, shape.block_norm[li].size(), moments, pre + "block_norm",
                [li](P& p) -> Vector<double>& { return p.block_norm[li]; });
     if (c.has_attention()) {

@@ -25,6 +25,16 @@ struct StageLayers {
 };
 StageLayers stage_layers(int num_layers, int stages, int stage);  // throws unless 1 ≤ stages ≤ num_layers
 
+// One MTP depth on the last stage: its own tensors (replicated like the norms) and its block, cut as a main block.
+template <typename T>
+struct MtpShard {
+  MtpParams<T> own;               // enorm, hnorm, eh_proj, final_norm
+  Vector<T> attention_norm;       // with attention, else empty
+  AttentionWeights<T> attention;  // this TP rank's heads, with attention
+  Vector<T> block_norm;
+  LayerShard<T> layer;
+};
+
 template <typename T>
 struct ModelShard {
   std::vector<StageLayers> chunks{{0, 0}};  // this rank's model chunks in order; `layers` holds them back to back
@@ -37,6 +47,7 @@ struct ModelShard {
   std::vector<AttentionWeights<T>> attention;  // this TP rank's heads of each layer with attention, else empty
   Vector<T> final_norm;               // [h] on the last stage, else empty
   Matrix<T> head;                     // [V, h] on the last stage, else empty
+  std::vector<MtpShard<T>> mtp;       // on the last stage (pp = 1: it needs the embedding too), else empty
 
   // Global index of layers[li].
   int layer_id(size_t li) const {

@@ -51,8 +51,11 @@ RankTrainer::RankTrainer(const ModelConfig& config, const TrainingState& state, 
 double RankTrainer::step(const GlobalBatch& batch) {
   RankStep s = train_step(config_, shard_, batch, groups_, comms_, options_);
   optimizer_.step(s.grads, s.global_tokens);
-  for (size_t li = 0; li < shard_.layers.size(); ++li)
-    if (s.expert_bias_updated[li].size() > 0) shard_.layers[li].expert_bias = s.expert_bias_updated[li];
+  for (size_t li = 0; li < s.expert_bias_updated.size(); ++li) {
+    if (s.expert_bias_updated[li].size() == 0) continue;
+    const size_t layers = shard_.layers.size();  // then the MTP depths
+    (li < layers ? shard_.layers[li] : shard_.mtp[li - layers].layer).expert_bias = s.expert_bias_updated[li];
+  }
   ++steps_;
   return s.objective;
 }

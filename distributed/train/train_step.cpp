@@ -7,8 +7,10 @@
 #include "distributed/train/grad_sync.hpp"
 #include "distributed/train/loss_weights.hpp"
 #include "distributed/train/moe_layer_rank.hpp"
+#include "distributed/train/mtp_rank.hpp"
 #include "distributed/train/pipeline_schedule.hpp"
 
+#include <algorithm>
 #include <map>
 #include <type_traits>
 #include <memory>
@@ -72,6 +74,7 @@ struct InFlight {
   std::vector<std::unique_ptr<AttentionRank>> attention;
   Matrix<T> out;          // the stage's output activation (last stage: before the final norm)
   Matrix<T> grad_logits;  // last stage only
+  std::vector<std::unique_ptr<MtpDepthRank<T>>> mtp;  // last stage, with multi-token prediction
 };
 
 // The stage's share of the step: the layers of each of its model chunks for every microbatch, in the order of
@@ -92,8 +95,15 @@ class StageRunner {
     pp_ = l.pp;
     virtual_stages_ = l.pp * static_cast<int>(shard.chunks.size());
     objective_shares_.assign(shard.chunks.size(), 0.0);
-    global_aux_.resize(shard.layers.size());
-    assignments_.assign(shard.layers.size(), std::vector<std::int64_t>(static_cast<size_t>(c.layer.num_experts), 0));
+    // Per block of the shard: its layers, then its MTP depths.
+    const size_t blocks = shard.layers.size() + shard.mtp.size();
+    global_aux_.resize(blocks);
+    assignments_.assign(blocks, std::vector<std::int64_t>(static_cast<size_t>(c.layer.num_experts), 0));
+    // MTP's per-token normalisation: the valid tokens each depth predicts over the whole batch, and all of them.
+    n_total_ = static_cast<double>(batch.loss_mask.template cast<std::int64_t>().sum());
+    for (int k = 1; k <= c.mtp_depth; ++k)
+      mtp_totals_.push_back(static_cast<double>(
+          batch.loss_mask.rightCols(std::max(batch.seq - k, 0)).template cast<std::int64_t>().sum()));
   }
 
   int microbatches() const { return m_; }
@@ -172,6 +182,34 @@ class StageRunner {
         cross_entropy<T>(normed * shard_.head.transpose(), f.batch.labels, f.batch.padded, f.weights.ce);
     objective_share += f.weights.ce * ce.sum;
     f.grad_logits = std::move(ce.grad_logits);
+    // The MTP depths, each on this rank's rows of the microbatch rolled by k, from f⁰ = the normed output.
+    Matrix<T> previous = normed;
+    for (size_t k = 0; k < shard_.mtp.size(); ++k) {
+      const LocalBatch rolled =
+          local_batch(rolled_batch(tb, static_cast<int>(k) + 1), tb.partition[static_cast<size_t>(source_)]);
+      const size_t block = shard_.layers.size() + k;
+      f.mtp.push_back(std::make_unique<MtpDepthRank<T>>(
+          c_, c_.num_layers + static_cast<int>(k), shard_.mtp[k], comms_, options_,
+          RolledRows{rolled.ids, rolled.labels, rolled.padded, rolled.sequence, static_cast<double>(rolled.valid)},
+          tb.batch, tb.seq));
+      previous = f.mtp.back()->forward(previous, shard_.embedding, shard_.head, mtp_weight(k, rolled.valid),
+                                       f.weights.aux, f.weights.z, global_aux_[block], objective_share);
+      const auto& a = f.mtp.back()->assignments();
+      for (size_t e = 0; e < a.size(); ++e) assignments_[block][e] += a[e];
+    }
+  }
+
+  // Depth k's CE weight: λ/D times the main CE's rule on the depth's own (rolled) token counts; per-token,
+  // λ/D·N/Nᵏ with N and Nᵏ over the whole batch (the step divides every share by N).
+  double mtp_weight(size_t k, std::int64_t local_valid) {
+    const double scale = c_.mtp_loss_scale / c_.mtp_depth;
+    TokenCounts n;
+    n.local = static_cast<double>(local_valid);
+    n.microbatch = all_sum(*comms_.tp_cp, n.local);
+    n.cp_rank = all_sum(*comms_.tp, n.local);
+    n.step = all_sum(*comms_.tp_dp_cp, n.local);
+    if (options_.mode == LossMode::per_token) return mtp_totals_[k] > 0 ? scale * n_total_ / mtp_totals_[k] : 0.0;
+    return scale * loss_weights(c_, options_.mode, sizes_, m_, n, n).ce;
   }
 
   void backward(int chunk, int i) {
@@ -181,9 +219,16 @@ class StageRunner {
     Matrix<T> d_hidden(f.out.rows(), f.out.cols());
     if (vs == virtual_stages_ - 1) {
       const Matrix<T> normed = rms_norm_rows<T>(f.out, shard_.final_norm, c_.rms_eps);
+      // The MTP depths last to first; what reaches f⁰ joins the main CE's gradient at the final norm.
+      Matrix<T> grad_normed = Matrix<T>::Zero(normed.rows(), normed.cols());
+      for (size_t k = f.mtp.size(); k-- > 0;)
+        grad_normed = f.mtp[k]->backward(grad_normed, shard_.embedding, shard_.head, g.mtp[k], g.embedding, g.head);
       g.head += f.grad_logits.transpose() * normed;
-      d_hidden = rms_norm_rows_backward<T>(f.out, shard_.final_norm, c_.rms_eps, f.grad_logits * shard_.head,
-                                           g.final_norm);
+#if MOE_SEEDED_BUG == MOE_BUG_MTP_GRADIENT_NOT_INTO_MAIN
+      grad_normed.setZero();  // as if f⁰ were detached before the MTP depths
+#endif
+      d_hidden = rms_norm_rows_backward<T>(f.out, shard_.final_norm, c_.rms_eps,
+                                           grad_normed + f.grad_logits * shard_.head, g.final_norm);
     } else {
       comms_.pp->recv<T>(span_of(d_hidden), (stage_ + 1) % pp_, boundary_tag(vs, m_, i, true));
     }
@@ -224,6 +269,8 @@ class StageRunner {
   std::vector<std::vector<std::int64_t>> assignments_;
   std::vector<double> objective_shares_;  // per chunk
   double local_valid_ = 0;
+  double n_total_ = 0;
+  std::vector<double> mtp_totals_;  // per MTP depth
 };
 
 // What a stage's schedule leaves besides its gradients.
@@ -255,10 +302,12 @@ StageResult run_stage(const ModelConfig& c, const ModelShard<T>& shard, const Gl
 
 RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, const GlobalBatch& batch,
                     const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options) {
+  model.require_modelled(options.mode);
   const ModelConfig c = model.in_mode(options.mode);  // the deviations in effect under this loss mode
   const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
   RankStep out;
   for (size_t li = 0; li < shard.layers.size(); ++li) out.layers.push_back(shard.layer_id(li));
+  for (size_t k = 0; k < shard.mtp.size(); ++k) out.layers.push_back(c.num_layers + static_cast<int>(k));
   StageResult stage;
   // Tokens are counted once per step (the first stage sees every token); the pp group spreads the total.
   auto count_tokens = [&](double local_valid) {
@@ -287,14 +336,15 @@ RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, c
                                         out.global_tokens);
 
   // Expert bias: real assignments over tp×dp×cp and the whole batch, then β + rate·sign(mean − c).
-  for (size_t li = 0; li < shard.layers.size(); ++li) {
+  for (size_t li = 0; li < out.layers.size(); ++li) {
     auto& counts = stage.assignments[li];
     comms.tp_dp_cp->allreduce<std::int64_t>(counts, ReduceOp::sum);
     out.bias_counts.push_back(counts);
-    const MoeConfig lc = c.layer_config(shard.layer_id(li));
+    const MoeConfig lc = c.layer_config(out.layers[li]);
+    const bool mtp = li >= shard.layers.size();
     Vector<double> bias;
     if (lc.bias_update_rate) {
-      bias = shard.layers[li].expert_bias;
+      bias = mtp ? shard.mtp[li - shard.layers.size()].layer.expert_bias : shard.layers[li].expert_bias;
       const Vector<double> load =
           Eigen::Map<const IndexVector>(counts.data(), static_cast<Eigen::Index>(counts.size())).cast<double>();
       bias.array() += *lc.bias_update_rate * (load.mean() - load.array()).sign();

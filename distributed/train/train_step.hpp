@@ -37,7 +37,8 @@ struct RankStep {
   ModelShard<double> grads;                            // this rank's shard of dJ/dθ after synchronisation
   double objective = 0;                                // J, reduced over the world
   double global_tokens = 0;                            // N, the valid tokens of the global batch
-  std::vector<int> layers;                             // global index of each of this rank's layers
+  std::vector<int> layers;                             // global block index of each of this rank's layers (its
+                                                       // stage's, then its MTP depths': num_layers + k − 1)
   std::vector<std::vector<std::int64_t>> bias_counts;  // per rank layer [E], summed over tp×dp×cp and the batch
   std::vector<Vector<double>> expert_bias_updated;     // per rank layer; empty where the layer has no update
 };

@@ -11,6 +11,8 @@ router-counts-padding, where it sees every token as valid.
 Objective, N_{r,i} valid tokens of microbatch (r, i), N their sum, n_{r,i} the tokens the router counts:
     sum/avg    J = 1/(dp·m)·Σ_{r,i} [ CE_{r,i}/N_{r,i} + Σ_l aux_l + Σ_l z_l ]
     per-token  J = 1/N·Σ_{r,i} [ CE_{r,i} + n_{r,i}·(Σ_l aux_l + Σ_l z_l) ]
+MTP depth k (model.py) adds its CE over the batch rolled by k, weighted λ/D over its own valid tokens Nᵏ: per
+microbatch 1/(dp·m·Nᵏ_{r,i}) in sum/avg (per CP rank under ce-per-cp-rank), 1/Nᵏ of the whole batch per-token.
 global_aux: the statistic of step i is over all replicas (counts and T summed over r, accumulated over steps
 0..i); its term is the group's loss Σ_r aux_l(r,i), weighted 1/m (sum/avg) or n_i/N (per-token), n_i = Σ_r n_{r,i}.
 Deviations (semantics.py; the ones of one loss mode only are dropped in the other):
@@ -70,14 +72,39 @@ def router_tokens(mb):
     return int(mb["valid"].size if mb["router_padding"] is None else mb["valid"].sum())
 
 
+def ce_weights(case, mb, deviations, m, n_total):
+    """[T]: the weight of each row's CE in J, from mb's validity (the main CE's, or a rolled depth's)."""
+    dp, cp, tp = case["dp"], case["cp"], case["tp"]
+    valid = mb["valid"]
+    if case["loss_mode"] == "per-token":
+        return np.full(valid.size, 1.0 / n_total if n_total else 0.0)
+    n = int(valid.sum())
+    ce = np.full(valid.size, 1.0 / (dp * m * n) if n else 0.0)
+    if "ce-per-cp-rank" in deviations:
+        for c in range(cp):
+            rows_c = np.concatenate(mb["parts"][c * tp:(c + 1) * tp])
+            n_c = int(valid[rows_c].sum())
+            ce[rows_c] = 1.0 / (dp * cp * m * n_c) if n_c else 0.0
+    return ce
+
+
+def mtp_weights(case, mb, deviations, m, mtp_totals):
+    """Per MTP depth, [T]: λ/D times the CE rule on the depth's rolled batch (per-token: over its whole-batch
+    count Nᵏ)."""
+    mcfg = case["mcfg"]
+    scale = mcfg["mtp_loss_scale"] / model.depth(mcfg) if model.depth(mcfg) else 0.0
+    return [scale * ce_weights(case, model.rolled(mb, k), deviations, m, mtp_totals[k - 1])
+            for k in range(1, model.depth(mcfg) + 1)]
+
+
 def weights(case, mb, deviations, m, n_total, step_tokens):
     """(ce [T], aux scalar or [T], z scalar): the weights of one microbatch's terms in J."""
     dp, cp, tp = case["dp"], case["cp"], case["tp"]
     global_aux = case["mcfg"]["layer"]["aux_loss_type"] == "global_aux"
     valid, n_router = mb["valid"], router_tokens(mb)
     rows = valid.size
+    ce = ce_weights(case, mb, deviations, m, n_total)
     if case["loss_mode"] == "per-token":
-        ce = np.full(rows, 1.0 / n_total)
         like_aux = not global_aux or "global-aux-dp-average" in deviations
         aux = (n_router if like_aux else step_tokens) / n_total
         if like_aux and "per-token-aux-local-tokens" in deviations:
@@ -86,13 +113,6 @@ def weights(case, mb, deviations, m, n_total, step_tokens):
                 counted = p.size if mb["router_padding"] is None else int(valid[p].sum())
                 aux[p] = counted * tp * cp / n_total
         return ce, aux, n_router / n_total
-    n = int(valid.sum())
-    ce = np.full(rows, 1.0 / (dp * m * n) if n else 0.0)
-    if "ce-per-cp-rank" in deviations:
-        for c in range(cp):
-            rows_c = np.concatenate(mb["parts"][c * tp:(c + 1) * tp])
-            n_c = int(valid[rows_c].sum())
-            ce[rows_c] = 1.0 / (dp * cp * m * n_c) if n_c else 0.0
     aux = 1.0 / m if global_aux and "global-aux-dp-average" not in deviations else 1.0 / (dp * m)
     return ce, aux, 1.0 / (dp * m)
 
@@ -104,12 +124,13 @@ def run(case, params, batch, decisions=None, with_grads=True, term_scales=(1.0, 
     mcfg, dp = case["mcfg"], case["dp"]
     deviations = semantics.in_mode(semantics.active(mcfg["layer"]), case["loss_mode"])
     mcfg = dict(mcfg, layer=dict(mcfg["layer"], semantics=deviations))
-    B, S, L = batch["input_ids"].shape + (mcfg["num_layers"],)
+    B, S, L = batch["input_ids"].shape + (mcfg["num_layers"] + model.depth(mcfg),)  # L: blocks, MTP's last
     m = B // (case["micro_batch"] * dp)
     n_total = int(batch["loss_mask"].sum())
+    mtp_totals = [int(batch["loss_mask"][:, k:].sum()) for k in range(1, model.depth(mcfg) + 1)]
     global_aux = mcfg["layer"]["aux_loss_type"] == "global_aux"
     experts = mcfg["layer"]["num_experts"]
-    result = dict(ce_term=0.0, aux_term=0.0, z_term=0.0, ce_weights=np.zeros((B, S)), margins=[],
+    result = dict(ce_term=0.0, aux_term=0.0, z_term=0.0, mtp_term=0.0, ce_weights=np.zeros((B, S)), margins=[],
                   bias_counts=[np.zeros(experts, dtype=np.int64) for _ in range(L)], grads={})
     taken = {}
     state = [dict(sum=None, steps=0, group=None) for _ in range(L)] if global_aux else None
@@ -125,7 +146,11 @@ def run(case, params, batch, decisions=None, with_grads=True, term_scales=(1.0, 
                 _, cache = model.forward(mcfg, params, mb, frozen(r), state)
                 for l in range(L):
                     counts[l] += cache["layers"][l]["cache"]["aux_counts"]
-            ga = [dict(state[l], group=dict(counts=counts[l], tokens=float(step_tokens))) for l in range(L)]
+            # An MTP block's router sees its depth's rolled batch: it counts those tokens.
+            seen = [float(step_tokens)] * mcfg["num_layers"] + [
+                float(sum(router_tokens(model.rolled(mb, k)) for mb in batches))
+                for k in range(1, model.depth(mcfg) + 1)]
+            ga = [dict(state[l], group=dict(counts=counts[l], tokens=seen[l])) for l in range(L)]
         for r, mb in enumerate(batches):
             out, cache = model.forward(mcfg, params, mb, frozen(r), ga)
             taken[(i, r)] = [c["cache"]["decisions"] for c in cache["layers"]]
@@ -138,22 +163,25 @@ def run(case, params, batch, decisions=None, with_grads=True, term_scales=(1.0, 
                 if c["cache"]["aux_rows"] is not None:
                     result["aux_term"] += float(np.sum(aux_w * c["cache"]["aux_rows"]))
             result["z_term"] += z_w * out["z"]
+            mtp_w = [w * term_scales[0] for w in mtp_weights(case, mb, deviations, m, mtp_totals)]
+            for w, rows_k in zip(mtp_w, out["mtp"]):
+                result["mtp_term"] += float(np.sum(w * rows_k))
             for k, s in enumerate(mb["sequences"]):
                 result["ce_weights"][s] = np.where(mb["valid"][k::mb["batch"]], ce_w[k::mb["batch"]], 0.0)
             for l, c in enumerate(cache["layers"]):
                 result["bias_counts"][l] += c["cache"]["routed"]["bias_counts"]
             if with_grads:
-                for name, g in model.backward(mcfg, params, mb, cache, ce_w, aux_w, z_w).items():
+                for name, g in model.backward(mcfg, params, mb, cache, ce_w, aux_w, z_w, mtp_w).items():
                     result["grads"][name] = result["grads"].get(name, 0.0) + g
         if global_aux:
             state = [dict(sum=cache["layers"][l]["cache"]["global_aux"]["sum"],
                           steps=cache["layers"][l]["cache"]["global_aux"]["steps"], group=None) for l in range(L)]
-    result["objective"] = result["ce_term"] + result["aux_term"] + result["z_term"]
+    result["objective"] = result["ce_term"] + result["aux_term"] + result["z_term"] + result["mtp_term"]
     result["expert_bias_updated"] = {}
     for l in range(L):
         cfg = model.layer_config(mcfg, l)
         if cfg["expert_bias"] and cfg["bias_update_rate"] is not None:
             counts = result["bias_counts"][l].astype(np.float64)
-            result["expert_bias_updated"][l] = (params["layers"][l]["expert_bias"]
+            result["expert_bias_updated"][l] = (model.block_params(params, mcfg, l)["expert_bias"]
                                                 + cfg["bias_update_rate"] * np.sign(counts.mean() - counts))
     return result, taken

@@ -40,86 +40,168 @@ def rms_norm_backward(x, w, r, dy):
     return dx, dw
 
 
-def forward(mcfg, params, mb, decisions=None, global_aux=None):
-    """mb: dict(seq, batch, ids [T], labels [T], valid [T], router_padding [T] or None, parts). decisions: per layer
-    (or None); global_aux: per layer dict(sum, steps, group) (or None). Returns (out, cache)."""
+def depth(mcfg):
+    return mcfg.get("mtp_depth") or 0
+
+
+def block_prefix(mcfg, l):
+    """'layer3.' for a main block, 'mtp0.' for MTP depth 1's (block L)."""
+    return f"layer{l}." if l < mcfg["num_layers"] else f"mtp{l - mcfg['num_layers']}."
+
+
+def block_params(params, mcfg, l):
+    return params["layers"][l] if l < mcfg["num_layers"] else params["mtp"][l - mcfg["num_layers"]]
+
+
+MTP_OWN = ("enorm", "hnorm", "eh_proj", "final_norm")
+
+
+def rolled(mb, k):
+    """The microbatch depth k sees: row s·b + bi holds the id, label and validity of position s + k (the last k
+    positions: id 0, label 0, not valid), as Megatron's roll_tensor fills them."""
+    seq, batch = mb["seq"], mb["batch"]
+
+    def roll(values, fill):
+        table = values.reshape(seq, batch)
+        out = np.full_like(table, fill)
+        out[:seq - k] = table[k:]
+        return out.reshape(-1)
+
+    valid = roll(mb["valid"], False)
+    return dict(mb, ids=roll(mb["ids"], 0), labels=roll(mb["labels"], 0), valid=valid,
+                router_padding=None if mb["router_padding"] is None else ~valid)
+
+
+def block_forward(mcfg, params, l, x, mb, decisions, global_aux, out):
+    """Block l on x: attention (with its norm) and residual, then the MoE layer and residual. Returns (y, cache)."""
     eps, seq, batch = mcfg["rms_eps"], mb["seq"], mb["batch"]
-    h = params["embedding"][mb["ids"]]
-    hidden, layers = [h], []
-    out = dict(aux=0.0, z=0.0)
+    cfg = layer_config(mcfg, l)
+    p = block_params(params, mcfg, l)
+    att, mid = None, x
+    if mcfg.get("attention"):
+        xa, ra = rms_norm(x, p["attention_norm"], eps)
+        out_a, cache_a = attention.forward(mcfg["attention"], seq, batch, p, xa)
+        att = dict(x=xa, r=ra, cache=cache_a)
+        mid = x + out_a
+    xm, r = rms_norm(mid, p["block_norm"], eps)
+    t = {k: v for k, v in p.items() if not k.startswith("attention") and k not in MTP_OWN}
+    t["x"] = xm
+    if cfg["hash_routing"]:
+        t["input_ids"] = mb["ids"].reshape(seq, batch).T  # [batch, seq]: the layer transposes it back
+    context = dict(padding=mb["router_padding"], parts=mb["parts"],
+                   global_aux=None if global_aux is None else global_aux[l])
+    y, cache = layer.forward(cfg, seq, batch, t, None if decisions is None else decisions[l], context)
+    out["aux"] += float(y.get("aux_loss", 0.0))
+    out["z"] += float(y.get("z_loss", 0.0))
+    return mid + y["y"], dict(cfg=cfg, t=t, r=r, cache=cache, out=y, x=x, mid=mid, att=att)
+
+
+def block_backward(mcfg, params, l, mb, c, dy, aux_weights, z_weight, grads):
+    """dx of block l from dy; its parameters' gradients into grads."""
+    pre, p = block_prefix(mcfg, l), block_params(params, mcfg, l)
+    g = layer.backward(c["cfg"], mb["seq"], mb["batch"], c["t"], c["cache"], dy, aux_weights, z_weight)
+    dx, grads[pre + "block_norm"] = rms_norm_backward(c["mid"], p["block_norm"], c["r"], g["grad_x"])
+    dx = dy + dx
+    if c["att"] is not None:
+        a = c["att"]
+        dxa, ga = attention.backward(mcfg["attention"], mb["seq"], mb["batch"], p, a["x"], a["cache"], dx)
+        dxn, grads[pre + "attention_norm"] = rms_norm_backward(c["x"], p["attention_norm"], a["r"], dxa)
+        dx = dx + dxn
+        for name, value in ga.items():
+            grads[pre + name] = value
+    for name, value in g.items():
+        if name in ("grad_expert_fc1", "grad_expert_fc2"):
+            for e in range(value.shape[0]):
+                grads[f"{pre}{name[5:]}[{e}]"] = value[e]
+        elif name != "grad_x":
+            grads[pre + name[5:]] = value
+    return dx
+
+
+def cross_entropy(logits, mb):
+    return np.where(mb["valid"], logsumexp(logits) - logits[np.arange(logits.shape[0]), mb["labels"]], 0.0)
+
+
+def cross_entropy_backward(logits, mb, weights):
+    d = softmax(logits)
+    d[np.arange(logits.shape[0]), mb["labels"]] -= 1.0
+    return d * np.where(mb["valid"], weights, 0.0)[:, None]
+
+
+def forward(mcfg, params, mb, decisions=None, global_aux=None):
+    """mb: dict(seq, batch, ids [T], labels [T], valid [T], router_padding [T] or None, parts). decisions: per block
+    (or None); global_aux: per block dict(sum, steps, group) (or None). Returns (out, cache); with MTP, out["mtp"]
+    holds each depth's CE rows and cache["layers"] the MTP blocks after the main ones."""
+    eps = mcfg["rms_eps"]
+    hidden, layers = [params["embedding"][mb["ids"]]], []
+    out = dict(aux=0.0, z=0.0, mtp=[])
     for l in range(mcfg["num_layers"]):
-        cfg = layer_config(mcfg, l)
-        p = params["layers"][l]
-        att = None
-        mid = hidden[-1]
-        if mcfg.get("attention"):
-            xa, ra = rms_norm(hidden[-1], p["attention_norm"], eps)
-            out_a, cache_a = attention.forward(mcfg["attention"], seq, batch, p, xa)
-            att = dict(x=xa, r=ra, cache=cache_a)
-            mid = hidden[-1] + out_a
-        x, r = rms_norm(mid, p["block_norm"], eps)
-        t = {k: v for k, v in p.items() if not k.startswith("attention")}
-        t["x"] = x
-        if cfg["hash_routing"]:
-            t["input_ids"] = mb["ids"].reshape(seq, batch).T  # [batch, seq]: the layer transposes it back
-        context = dict(padding=mb["router_padding"], parts=mb["parts"],
-                       global_aux=None if global_aux is None else global_aux[l])
-        y, cache = layer.forward(cfg, seq, batch, t, None if decisions is None else decisions[l], context)
-        out["aux"] += float(y.get("aux_loss", 0.0))
-        out["z"] += float(y.get("z_loss", 0.0))
-        layers.append(dict(cfg=cfg, t=t, r=r, cache=cache, out=y, mid=mid, att=att))
-        hidden.append(mid + y["y"])
+        y, c = block_forward(mcfg, params, l, hidden[-1], mb, decisions, global_aux, out)
+        layers.append(c)
+        hidden.append(y)
     normed, r_final = rms_norm(hidden[-1], params["final_norm"], eps)
     logits = normed @ params["head"].T
-    ce_rows = np.where(mb["valid"], logsumexp(logits) - logits[np.arange(logits.shape[0]), mb["labels"]], 0.0)
-    out["ce_rows"] = ce_rows
-    cache = dict(hidden=hidden, layers=layers, normed=normed, r_final=r_final, logits=logits)
+    out["ce_rows"] = cross_entropy(logits, mb)
+    depths, previous = [], normed
+    for k in range(1, depth(mcfg) + 1):
+        # Depth k: [RMSNorm(e(id_{s+k})); RMSNorm(f^{k-1})]·eh_projᵀ, a block, RMSNorm, the shared head.
+        l = mcfg["num_layers"] + k - 1
+        p, mk = params["mtp"][k - 1], rolled(mb, k)
+        e = params["embedding"][mk["ids"]]
+        en, ren = rms_norm(e, p["enorm"], eps)
+        hn, rhn = rms_norm(previous, p["hnorm"], eps)
+        both = np.concatenate([en, hn], axis=1)
+        y, c = block_forward(mcfg, params, l, both @ p["eh_proj"].T, mk, decisions, global_aux, out)
+        layers.append(c)
+        fk, rk = rms_norm(y, p["final_norm"], eps)
+        logits_k = fk @ params["head"].T
+        out["mtp"].append(cross_entropy(logits_k, mk))
+        depths.append(dict(mb=mk, e=e, ren=ren, previous=previous, rhn=rhn, both=both, y=y, f=fk, r=rk,
+                           logits=logits_k))
+        previous = fk
+    cache = dict(hidden=hidden, layers=layers, normed=normed, r_final=r_final, logits=logits, depths=depths)
     return out, cache
 
 
-def backward(mcfg, params, mb, cache, ce_weights, aux_weights, z_weight):
-    """Gradients keyed by trained-tensor name (trained_names order). ce_weights [T]; aux_weights scalar or [T]."""
-    eps = mcfg["rms_eps"]
-    logits = cache["logits"]
-    tokens = logits.shape[0]
-    dlogits = softmax(logits)
-    dlogits[np.arange(tokens), mb["labels"]] -= 1.0
-    dlogits *= np.where(mb["valid"], ce_weights, 0.0)[:, None]
-    grads = {"head": dlogits.T @ cache["normed"]}
+def backward(mcfg, params, mb, cache, ce_weights, aux_weights, z_weight, mtp_weights=()):
+    """Gradients keyed by trained-tensor name (trained_names order). ce_weights [T]; aux_weights scalar or [T];
+    mtp_weights: per depth, [T]."""
+    eps, L = mcfg["rms_eps"], mcfg["num_layers"]
+    grads = {"head": 0.0, "embedding": np.zeros_like(params["embedding"])}
+    # MTP depths last to first; the gradient reaching f⁰ joins the main CE's at the final norm.
+    dnormed = np.zeros_like(cache["normed"])
+    for k in reversed(range(depth(mcfg))):
+        d, p, pre = cache["depths"][k], params["mtp"][k], f"mtp{k}."
+        dlogits = cross_entropy_backward(d["logits"], d["mb"], mtp_weights[k])
+        grads["head"] = grads["head"] + dlogits.T @ d["f"]
+        dy, grads[pre + "final_norm"] = rms_norm_backward(d["y"], p["final_norm"], d["r"],
+                                                          dnormed + dlogits @ params["head"])
+        du = block_backward(mcfg, params, L + k, d["mb"], cache["layers"][L + k], dy, aux_weights, z_weight, grads)
+        grads[pre + "eh_proj"] = du.T @ d["both"]
+        dboth = du @ p["eh_proj"]
+        h = dboth.shape[1] // 2
+        de, grads[pre + "enorm"] = rms_norm_backward(d["e"], p["enorm"], d["ren"], dboth[:, :h])
+        np.add.at(grads["embedding"], d["mb"]["ids"], de)
+        dnormed, grads[pre + "hnorm"] = rms_norm_backward(d["previous"], p["hnorm"], d["rhn"], dboth[:, h:])
+    dlogits = cross_entropy_backward(cache["logits"], mb, ce_weights)
+    grads["head"] = grads["head"] + dlogits.T @ cache["normed"]
     dh, grads["final_norm"] = rms_norm_backward(cache["hidden"][-1], params["final_norm"], cache["r_final"],
-                                                dlogits @ params["head"])
-    for l in reversed(range(mcfg["num_layers"])):
-        c = cache["layers"][l]
-        g = layer.backward(c["cfg"], mb["seq"], mb["batch"], c["t"], c["cache"], dh, aux_weights, z_weight)
-        p = params["layers"][l]
-        dx, grads[f"layer{l}.block_norm"] = rms_norm_backward(c["mid"], p["block_norm"], c["r"], g["grad_x"])
-        dh = dh + dx
-        if c["att"] is not None:
-            a = c["att"]
-            dxa, ga = attention.backward(mcfg["attention"], mb["seq"], mb["batch"], p, a["x"], a["cache"], dh)
-            dxn, grads[f"layer{l}.attention_norm"] = rms_norm_backward(cache["hidden"][l], p["attention_norm"],
-                                                                       a["r"], dxa)
-            dh = dh + dxn
-            for name, value in ga.items():
-                grads[f"layer{l}.{name}"] = value
-        for name, value in g.items():
-            if name in ("grad_expert_fc1", "grad_expert_fc2"):
-                for e in range(value.shape[0]):
-                    grads[f"layer{l}.{name[5:]}[{e}]"] = value[e]
-            elif name != "grad_x":
-                grads[f"layer{l}.{name[5:]}"] = value
-    demb = np.zeros_like(params["embedding"])
-    np.add.at(demb, mb["ids"], dh)
-    grads["embedding"] = demb
+                                                dnormed + dlogits @ params["head"])
+    for l in reversed(range(L)):
+        dh = block_backward(mcfg, params, l, mb, cache["layers"][l], dh, aux_weights, z_weight, grads)
+    np.add.at(grads["embedding"], mb["ids"], dh)
     return grads
 
 
 def trained_names(mcfg):
-    """Every trained tensor, in the order of the format (embedding, per layer, final_norm, head)."""
+    """Every trained tensor, in the order of the format (embedding, per block, final_norm, head); an MTP depth's
+    block has its enorm, hnorm and eh_proj before and its final_norm after."""
     c = mcfg["layer"]
     names = ["embedding"]
-    for l in range(mcfg["num_layers"]):
-        pre = f"layer{l}."
+    for l in range(mcfg["num_layers"] + depth(mcfg)):
+        pre = block_prefix(mcfg, l)
+        if l >= mcfg["num_layers"]:
+            names += [pre + "enorm", pre + "hnorm", pre + "eh_proj"]
         if mcfg.get("attention"):
             names += [pre + "attention_norm"] + [pre + n for n in attention.PARAMETERS]
         names += [pre + "block_norm", pre + "router_weight"]
@@ -131,15 +213,17 @@ def trained_names(mcfg):
             names += [pre + "shared_gate"]
         if c["latent_size"] > 0:
             names += [pre + "latent_down", pre + "latent_up"]
+        if l >= mcfg["num_layers"]:
+            names += [pre + "final_norm"]
     return names + ["final_norm", "head"]
 
 
 def parameter(params, name):
     """The array behind a trained-tensor name (a view: perturbing it perturbs the model)."""
-    if not name.startswith("layer"):
+    if not name.startswith(("layer", "mtp")):
         return params[name]
     head, field = name.split(".", 1)
-    p = params["layers"][int(head[5:])]
+    p = params["layers"][int(head[5:])] if head.startswith("layer") else params["mtp"][int(head[3:])]
     if field.endswith("]"):
         field, e = field[:-1].split("[")
         return p[field][int(e)]

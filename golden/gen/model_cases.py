@@ -18,14 +18,16 @@ def layer(score_function, **extra):
 
 class ModelCase:
     def __init__(self, name, description, config, semantics="intended", tp=1, cp=1, dp=1, seq=8, size=2,
-                 micro_batch=1, loss_mode="sum", padding=(), num_layers=1, n_hash_layers=0, pins=(), attention=None):
+                 micro_batch=1, loss_mode="sum", padding=(), num_layers=1, n_hash_layers=0, pins=(), attention=None,
+                 mtp_depth=0, mtp_loss_scale=0.1):
         self.name, self.description, self.pins = name, description, tuple(pins)
         # The twins share their seed: the intended case's name.
         self.seed_name = name.replace("_megatron_main", "").replace("_megatron_core", "").replace("_megatron", "")
         self.spec = dict(
             mcfg=dict(layer=case_format.full_config(dict(config, semantics=semantics)), num_layers=num_layers,
                       n_hash_layers=n_hash_layers, vocab=VOCAB, rms_eps=1e-6,
-                      attention=None if attention is None else dict(dict(rope_base=10000.0), **attention)),
+                      attention=None if attention is None else dict(dict(rope_base=10000.0), **attention),
+                      mtp_depth=mtp_depth, mtp_loss_scale=mtp_loss_scale if mtp_depth else None),
             tp=tp, cp=cp, dp=dp, seq=seq, size=size, micro_batch=micro_batch, loss_mode=loss_mode,
             padding=list(padding) or [0] * size)
 
@@ -70,4 +72,8 @@ MODEL_CASES = [
               layer("sigmoid", aux_loss_type="seq_aux", aux_loss_coeff=0.05, shared_expert_ffn_hidden=4), tp=2, cp=2,
               padding=(3, 0), num_layers=2, n_hash_layers=1,
               attention=dict(heads=4, groups=2, head_dim=4)),
+    *twins("mtp_cp2", "two MTP depths (λ 0.3) after a block with attention, CP2, padding uneven over the CP ranks",
+           layer("sigmoid", aux_loss_type="aux", aux_loss_coeff=0.05, expert_bias=True, bias_update_rate=1e-3),
+           CORE, ("ce-per-cp-rank",), cp=2, padding=(3, 0), num_layers=1,
+           attention=dict(heads=2, groups=1, head_dim=4), mtp_depth=2, mtp_loss_scale=0.3),
 ]

@@ -19,21 +19,23 @@ def input_tensors(case, batch, params):
     out = dict(batch)
     for name in model.trained_names(mcfg):
         out[stem(name)] = model.parameter(params, name)
-    for l in range(mcfg["num_layers"]):
+    for l in range(mcfg["num_layers"] + model.depth(mcfg)):
         for extra in ("expert_bias", "tid2eid"):
-            if extra in params["layers"][l]:
-                out[f"layer{l}.{extra}"] = params["layers"][l][extra]
+            if extra in model.block_params(params, mcfg, l):
+                out[model.block_prefix(mcfg, l) + extra] = model.block_params(params, mcfg, l)[extra]
     return out
 
 
 def output_tensors(case, result):
-    out = {name: result[name] for name in ("objective", "ce_term", "aux_term", "z_term", "ce_weights")}
+    mcfg = case["mcfg"]
+    scalars = ("objective", "ce_term", "aux_term", "z_term") + (("mtp_term",) if model.depth(mcfg) else ())
+    out = {name: result[name] for name in scalars + ("ce_weights",)}
     for name in model.trained_names(case["mcfg"]):
         out["grad." + stem(name)] = result["grads"][name]
     for l, counts in enumerate(result["bias_counts"]):
-        out[f"layer{l}.bias_counts"] = counts
+        out[model.block_prefix(mcfg, l) + "bias_counts"] = counts
     for l, bias in result["expert_bias_updated"].items():
-        out[f"layer{l}.expert_bias_updated"] = bias
+        out[model.block_prefix(mcfg, l) + "expert_bias_updated"] = bias
     return out
 
 
@@ -42,8 +44,10 @@ def header(case, description, tolerance):
     config = {k: mcfg["layer"][k] for k in case_format.KEY_ORDER}
     config["semantics"] = mcfg["layer"]["semantics"]
     return {"format": FORMAT, "description": description, "config": config,
-            "model": {k: mcfg[k] for k in ("num_layers", "n_hash_layers", "vocab", "rms_eps", "attention")
-                      if k in mcfg and mcfg[k] is not None},
+            # attention and MTP only where the case has them, so the other cases' headers are as they were
+            "model": {k: mcfg[k] for k in ("num_layers", "n_hash_layers", "vocab", "rms_eps", "attention", "mtp_depth",
+                                           "mtp_loss_scale") if mcfg.get(k) is not None and mcfg.get(k) != 0
+                      or k in ("num_layers", "n_hash_layers", "vocab", "rms_eps")},
             "layout": {k: case[k] for k in ("tp", "cp", "dp")},
             "batch": {"seq": case["seq"], "size": case["size"], "micro_batch": case["micro_batch"]},
             "loss_mode": case["loss_mode"], "tolerance": tolerance}

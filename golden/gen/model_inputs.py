@@ -63,4 +63,12 @@ def parameters(case, rng):
         if mcfg.get("attention"):  # drawn after the layer's own, so models without attention draw as before
             p.update(attention_parameters(mcfg["attention"], h, rng))
         out["layers"].append(p)
+    out["mtp"] = []
+    for k in range(1, model.depth(mcfg) + 1):  # after the main blocks: their draws are as without MTP
+        p = layer_parameters(model.layer_config(mcfg, mcfg["num_layers"] + k - 1), vocab, rng)
+        if mcfg.get("attention"):
+            p.update(attention_parameters(mcfg["attention"], h, rng))
+        p.update(enorm=1.0 + dyadic(rng, (h,), 0.25), hnorm=1.0 + dyadic(rng, (h,), 0.25),
+                 eh_proj=dyadic(rng, (h, 2 * h), 2.0 / np.sqrt(2 * h)), final_norm=1.0 + dyadic(rng, (h,), 0.25))
+        out["mtp"].append(p)
     return out

@@ -33,14 +33,20 @@ ModelConfig tiny_model(AuxLossType aux) {
 }
 
 // Central differences of up to 12 entries of every trained tensor; returns the names of the tensors checked.
-std::vector<std::string> check_against_central_differences(const ModelConfig& config) {
+std::vector<std::string> check_against_central_differences(const ModelConfig& config,
+                                                           const std::vector<double>& mtp_weights = {}) {
   std::vector<std::string> names;
   ModelParams<double> params = random_model_params<double>(config, 21);
   TokenBatch batch = random_token_batch(config, 4, 2, 22);
   batch.loss_mask(1, 3) = false;  // one padded token: out of the CE, the aux statistics and the z mean
-  const ModelLossWeights weights{0.7, 1.3, 0.5};
+  ModelLossWeights weights{0.7, 1.3, 0.5};
+  weights.mtp = mtp_weights;
   auto loss = [&](const ModelForward<double>& f) {
-    return weights.ce * f.ce_sum + weights.aux * f.aux_sum + weights.z * f.z_sum;
+    double mtp = 0;  // unset weights: λ/D of the CE's
+    for (size_t k = 0; k < f.mtp.size(); ++k)
+      mtp += (mtp_weights.empty() ? weights.ce * config.mtp_loss_scale / config.mtp_depth : mtp_weights[k]) *
+             f.mtp[k].ce_sum;
+    return weights.ce * f.ce_sum + weights.aux * f.aux_sum + weights.z * f.z_sum + mtp;
   };
 
   const auto f0 = model_forward(config, params, batch);
@@ -82,6 +88,34 @@ class ModelGradientCheck : public ::testing::TestWithParam<AuxLossType> {};
 
 TEST_P(ModelGradientCheck, EmbeddingToLossMatchesCentralDifferences) {
   check_against_central_differences(tiny_model(GetParam()));
+}
+
+// Two MTP depths (their own norms, projection, block and final norm; the shared embedding and head), without and
+// with attention, with the default λ/D weights and with a weight of each depth's own.
+TEST(ModelGradient, MultiTokenPredictionMatchesCentralDifferences) {
+  ModelConfig config = tiny_model(AuxLossType::aux);
+  config.mtp_depth = 2;
+  config.mtp_loss_scale = 0.3;
+  std::vector<std::string> names = check_against_central_differences(config);
+  for (const char* n : {"mtp0.enorm", "mtp0.hnorm", "mtp0.eh_proj", "mtp1.router_weight", "mtp1.expert_fc2[5]",
+                        "mtp1.shared_fc1", "mtp1.final_norm"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  config.attention = {.heads = 2, .groups = 1, .head_dim = 4};
+  names = check_against_central_differences(config, {0.4, 0.9});
+  EXPECT_NE(std::find(names.begin(), names.end(), "mtp1.attention_wq"), names.end());
+}
+
+TEST(Model, RolledBatchShiftsIdsLabelsAndMask) {
+  TokenBatch b;
+  b.seq = 4;
+  b.batch = 1;
+  b.input_ids = IndexMatrix{{5, 6, 7, 8}};
+  b.labels = IndexMatrix{{6, 7, 8, 9}};
+  b.loss_mask = BoolMatrix{{true, true, false, true}};
+  const TokenBatch r = rolled_batch(b, 2);
+  EXPECT_EQ(r.input_ids, (IndexMatrix{{7, 8, 0, 0}}));
+  EXPECT_EQ(r.labels, (IndexMatrix{{8, 9, 0, 0}}));
+  EXPECT_EQ(r.loss_mask, (BoolMatrix{{false, true, false, false}}));
 }
 
 // The pre-norm blocks with attention (GQA: 4 heads over 2 groups): every attention weight and norm, and every
