@@ -26,9 +26,9 @@ void round_bf16_in_place(const Eigen::MatrixBase<Derived>& m_) {
   m = m.unaryExpr([](T v) { return round_bf16(v); });
 }
 
-// m rounded to bf16 when `bf16` holds (a storage point), else m unchanged.
-template <typename T>
-Matrix<T> stored(bool bf16, Matrix<T> m) {
+// m rounded to bf16 when `bf16` holds (a storage point), else m unchanged. m is a Matrix<T> or a Vector<T>.
+template <typename Scalar, int Rows, int Cols, int Options>
+Eigen::Matrix<Scalar, Rows, Cols, Options> stored(bool bf16, Eigen::Matrix<Scalar, Rows, Cols, Options> m) {
   if (bf16) round_bf16_in_place(m);
   return m;
 }
