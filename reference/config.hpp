@@ -46,6 +46,7 @@ struct MoeConfig {
   int latent_size = 0;               // 0 = experts work in h (moe_latent_size)
   bool apply_probs_on_input = false; // k = 1 only (moe_apply_probs_on_input)
   bool fp8_dispatch = false;         // the routed experts' input rows fake-quantised to FP8 (reference/fp8_quant.hpp)
+  bool bf16_storage = false;         // activations rounded to bf16 at the model's storage points (reference/bf16.hpp)
 
   // Capacity (moe_expert_capacity_factor, moe_token_drop_policy, moe_pad_expert_input_to_capacity).
   std::optional<double> capacity_factor;  // unset = dropless

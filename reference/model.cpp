@@ -1,5 +1,6 @@
 #include "reference/model.hpp"
 
+#include "reference/bf16.hpp"
 #include "reference/random_init.hpp"
 #include "reference/rms_norm.hpp"
 #include "reference/score_functions.hpp"
@@ -89,6 +90,8 @@ void ModelConfig::validate() const {
   if (has_attention()) attention.validate();
   require(mtp_depth >= 0, "mtp_depth must be >= 0");
   require(std::isfinite(mtp_loss_scale) && mtp_loss_scale >= 0, "mtp_loss_scale must be finite and >= 0");
+  require(!layer.bf16_storage || (!has_attention() && mtp_depth == 0),
+          "bf16 storage is modelled for blocks without attention and without MTP");
   for (int l = 0; l < n_hash_layers; ++l) layer_config(l).validate();
 }
 
@@ -141,7 +144,7 @@ Matrix<T> block_forward(const ModelConfig& config, const ModelParams<T>& params,
   MoeInputs<T> in;
   in.seq = batch.seq;
   in.batch = batch.batch;
-  in.x = norm_rows<T>(residual, params.block_norm[li], config.rms_eps);
+  in.x = stored(lc.bf16_storage, norm_rows<T>(residual, params.block_norm[li], config.rms_eps));
   if (lc.hash_routing) in.input_ids = batch.input_ids;
   if (!config.semantics().has(Deviation::router_counts_padding)) in.padding_mask = padding;
   in.partition = batch.partition;
@@ -151,7 +154,7 @@ Matrix<T> block_forward(const ModelConfig& config, const ModelParams<T>& params,
   f.layer_inputs.push_back(std::move(in));
   f.aux_sum += f.layers.back().aux_loss;
   f.z_sum += f.layers.back().z_loss;
-  return residual + f.layers.back().y;
+  return stored(lc.bf16_storage, Matrix<T>(residual + f.layers.back().y));
 }
 
 // dx of block l (input x) from the gradient dout of its output; its parameters' gradients into g.
@@ -163,7 +166,9 @@ Matrix<T> block_backward(const ModelConfig& config, const ModelParams<T>& params
   MoeGradients<T> lg = moe_backward(config.layer_config(l), params.layers[li], f.layer_inputs[li], f.layers[li],
                                     dout, scales);
   const Matrix<T>& residual = config.has_attention() ? f.mid[li] : x;
-  Matrix<T> dx = dout + norm_rows_backward<T>(residual, params.block_norm[li], config.rms_eps, lg.x, g.block_norm[li]);
+  Matrix<T> dx = stored(config.layer.bf16_storage,
+                        Matrix<T>(dout + norm_rows_backward<T>(residual, params.block_norm[li], config.rms_eps, lg.x,
+                                                               g.block_norm[li])));
   g.layers[li] = std::move(lg.params);
   if (config.has_attention()) {
     AttentionGrads ag = attention_backward(config.attention, params.attention[li], f.attention_in[li], batch,
@@ -245,8 +250,9 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
   for (int l = 0; l < config.num_layers; ++l)
     f.hidden.push_back(block_forward(config, params, l, f.hidden.back(), batch, padding, global_aux,
                                      global_aux_group, f));
-  f.normed = norm_rows<T>(f.hidden.back(), params.final_norm, config.rms_eps);
-  f.logits = f.normed * params.head.transpose();
+  const bool bf16 = config.layer.bf16_storage;
+  f.normed = stored(bf16, norm_rows<T>(f.hidden.back(), params.final_norm, config.rms_eps));
+  f.logits = stored(bf16, Matrix<T>(f.normed * params.head.transpose()));
   f.ce_rows = cross_entropy_rows<T>(f.logits, batch, f.ce_sum);
 
   for (int k = 1; k <= config.mtp_depth; ++k) {
@@ -318,11 +324,13 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
   }
 
   // The main CE: d CE_t / d logits_t = softmax(logits_t) − onehot(label_t), valid tokens only.
-  const Matrix<T> grad_logits = cross_entropy_backward<T>(forward.logits, batch, weights.ce, weights.ce_rows);
+  const bool bf16 = config.layer.bf16_storage;
+  const Matrix<T> grad_logits =
+      stored(bf16, cross_entropy_backward<T>(forward.logits, batch, weights.ce, weights.ce_rows));
   g.head += grad_logits.transpose() * forward.normed;
   grad_normed += grad_logits * params.head;
-  Matrix<T> grad_h = norm_rows_backward<T>(forward.hidden.back(), params.final_norm, config.rms_eps, grad_normed,
-                                           g.final_norm);
+  Matrix<T> grad_h = stored(bf16, norm_rows_backward<T>(forward.hidden.back(), params.final_norm, config.rms_eps,
+                                                        grad_normed, g.final_norm));
 
   // Blocks in reverse: hˡ⁺¹ = mˡ + MoE(RMSNorm(mˡ)), so dmˡ = dhˡ⁺¹ + RMSNorm'ᵀ·(dx of the layer); then the same
   // through mˡ = hˡ + Attn(RMSNorm(hˡ)) with attention (else mˡ = hˡ).
@@ -448,6 +456,11 @@ template ModelForward<double> model_forward<double>(const ModelConfig&, const Mo
                                                     const std::vector<GlobalAuxState>&,
                                                     const std::vector<GlobalAuxGroup>&);
 template std::vector<TensorView<double>> trained_tensors<double>(const ModelConfig&, ModelParams<double>&);
+
+void round_trained_to_bf16(const ModelConfig& config, ModelParams<double>& params) {
+  for (const TensorView<double>& t : trained_tensors(config, params))
+    for (Eigen::Index i = 0; i < t.size; ++i) t.data[i] = round_bf16(t.data[i]);
+}
 template ModelParams<double> model_backward<double>(const ModelConfig&, const ModelParams<double>&, const TokenBatch&,
                                                     const ModelForward<double>&, const ModelLossWeights&);
 template ModelParams<double> random_model_params<double>(const ModelConfig&, std::uint64_t);

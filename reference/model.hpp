@@ -167,6 +167,9 @@ struct TensorView {
 };
 template <typename T>
 std::vector<TensorView<T>> trained_tensors(const ModelConfig& config, ModelParams<T>& params);
+// The weights a bf16 step computes with: every trained tensor rounded to bf16 (reference/bf16.hpp), as a run's
+// bf16 copy of its fp32 main parameters is. The expert bias, which is not trained, keeps its value.
+void round_trained_to_bf16(const ModelConfig& config, ModelParams<double>& params);
 
 template <typename T>
 ModelParams<T> random_model_params(const ModelConfig& config, std::uint64_t seed);

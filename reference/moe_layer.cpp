@@ -1,5 +1,6 @@
 #include "reference/moe_layer.hpp"
 
+#include "reference/bf16.hpp"
 #include "reference/expert_bias.hpp"
 #include "reference/fp8_quant.hpp"
 #include "reference/router.hpp"
@@ -17,12 +18,19 @@ struct ExpertCall {
   const Matrix<T>& fc2;  // [w, d]
   std::optional<double> clamp;
   bool probs_on_input;
+  bool bf16;  // pre and what fc2 multiplies are stored in bf16, and so are their gradients
 };
+
+// pre = fc1·in (in = p·u with probs on the input), stored.
+template <typename T>
+Vector<T> expert_pre(const ExpertCall<T>& f, const Vector<T>& u, T p) {
+  return stored(f.bf16, f.probs_on_input ? Vector<T>(f.fc1 * (p * u)) : Vector<T>(f.fc1 * u));
+}
 
 template <typename T>
 Vector<T> expert_forward(const ExpertCall<T>& f, const Vector<T>& u, T p) {
-  if (f.probs_on_input) return f.fc2 * swiglu_activation<T>(f.fc1 * (p * u), f.clamp);
-  return f.fc2 * (p * swiglu_activation<T>(f.fc1 * u, f.clamp));
+  const Vector<T> act = swiglu_activation<T>(expert_pre(f, u, p), f.clamp);
+  return f.fc2 * stored(f.bf16, f.probs_on_input ? act : Vector<T>(p * act));
 }
 
 template <typename T>
@@ -37,15 +45,17 @@ template <typename T>
 ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T p, const Vector<T>& grad_out,
                                   Matrix<T>& grad_fc1, Matrix<T>& grad_fc2) {
   const Vector<T> in = f.probs_on_input ? Vector<T>(p * u) : u;
-  const Vector<T> pre = f.fc1 * in;
+  const Vector<T> pre = expert_pre(f, u, p);
   const Vector<T> act = swiglu_activation<T>(pre, f.clamp);
   const T act_scale = f.probs_on_input ? T(1) : p;  // what multiplies act before fc2
-  const Vector<T> grad_scaled_act = f.fc2.transpose() * grad_out;
+  const Vector<T> scaled_act = stored(f.bf16, Vector<T>(act_scale * act));
+  const Vector<T> grad_scaled_act = stored(f.bf16, Vector<T>(f.fc2.transpose() * grad_out));
 
   ExpertBackward<T> b;
-  b.output = f.fc2 * (act_scale * act);
-  grad_fc2.noalias() += grad_out * (act_scale * act).transpose();
-  const Vector<T> grad_pre = swiglu_activation_backward<T>(pre, f.clamp, act_scale * grad_scaled_act);
+  b.output = f.fc2 * scaled_act;
+  grad_fc2.noalias() += grad_out * scaled_act.transpose();
+  const Vector<T> grad_pre =
+      stored(f.bf16, Vector<T>(swiglu_activation_backward<T>(pre, f.clamp, act_scale * grad_scaled_act)));
   grad_fc1.noalias() += grad_pre * in.transpose();
   const Vector<T> grad_in = f.fc1.transpose() * grad_pre;
   if (f.probs_on_input) {
@@ -61,18 +71,18 @@ ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T 
 template <typename T>
 ExpertCall<T> routed_expert(const MoeConfig& c, const MoeParams<T>& p, int e) {
   return {p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)], c.routed_clamp(),
-          c.apply_probs_on_input};
+          c.apply_probs_on_input, c.bf16_storage};
 }
 
 template <typename T>
 ExpertCall<T> shared_expert(const MoeConfig& c, const MoeParams<T>& p) {
-  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), false};
+  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), false, c.bf16_storage};
 }
 
 // u = latent_down·x (latent MoE) or x: the rows the routed experts see, [T, w]; in FP8 with fp8_dispatch.
 template <typename T>
 Matrix<T> expert_inputs(const MoeConfig& c, const MoeParams<T>& p, const Matrix<T>& x) {
-  Matrix<T> u = c.latent_size > 0 ? Matrix<T>(x * p.latent_down.transpose()) : x;
+  Matrix<T> u = c.latent_size > 0 ? stored(c.bf16_storage, Matrix<T>(x * p.latent_down.transpose())) : x;
   return c.fp8_dispatch ? fp8_fake_quant_rows(u) : u;  // the backward passes through the quantisation
 }
 
@@ -124,6 +134,7 @@ MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, c
       f.y.row(t) += gate * expert_forward<T>(shared_expert(config, params), x, T(1)).transpose();
     }
   }
+  f.y = stored(config.bf16_storage, std::move(f.y));
 
   f.global_aux = inputs.global_aux;
   if (config.aux_loss_type != AuxLossType::none) {
@@ -151,7 +162,7 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
 
   // Routed branch, in reverse: y ← latent_up·z, z ← Σ F_e(u).
   const Matrix<T> u = expert_inputs(config, params, inputs.x);
-  const Matrix<T> grad_z = config.latent_size > 0 ? Matrix<T>(grad_y * params.latent_up) : grad_y;
+  const Matrix<T> grad_z = config.latent_size > 0 ? stored(config.bf16_storage, Matrix<T>(grad_y * params.latent_up)) : grad_y;
   Matrix<T> z = Matrix<T>::Zero(tokens, u.cols());
   Matrix<T> grad_u = Matrix<T>::Zero(tokens, u.cols());
   Matrix<T> grad_probs = Matrix<T>::Zero(tokens, config.num_experts);
@@ -208,6 +219,7 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
     grad_logits += static_cast<T>(scales.z) * z_loss(config, r.logits, inputs.padding_mask, inputs.partition).grad_logits;
   g.params.router_weight = grad_logits.transpose() * inputs.x;
   g.x += grad_logits * params.router_weight;
+  g.x = stored(config.bf16_storage, std::move(g.x));
   return g;
 }
 

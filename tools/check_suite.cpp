@@ -101,6 +101,13 @@ std::vector<CheckRow> default_rows() {
                   {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .cp = 2, .ep = 2},
                    ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}});
   rows.push_back({"tiny-mtp", run_of("tiny-mtp", 1, "per-token"), {ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 2, .etp = 2}}});
+  // bf16 storage (float arithmetic, the bf16 tolerance): ETP's and TP's partial sums summed before they are stored,
+  // and the stored residual stream between the stages of an interleaved pipeline.
+  RunOptions bf16 = run_of("tiny-v4", 1, "sum");
+  bf16.bf16_storage = true;
+  rows.push_back({"tiny-v4 bf16", bf16,
+                  {ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4},
+                   ParallelLayout{.world = 4, .pp = 2, .ep = 2, .vpp = 2}}});
   return rows;
 }
 
@@ -109,7 +116,7 @@ const std::vector<std::string>& all_features() {
     std::vector<std::string> n{"softmax", "pre-softmax", "sigmoid", "sqrtsoftplus", "deepseek normalisation",
                                "topk scaling", "expert bias", "bias update", "groups (k/group_topk > 2)",
                                "hash layers", "swiglu clamp", "shared expert", "shared gate", "shared clamp", "latent",
-                               "probs on input", "fp8 dispatch", "capacity by probs", "capacity by position",
+                               "probs on input", "fp8 dispatch", "bf16 storage", "capacity by probs", "capacity by position",
                                "pad to capacity",
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
@@ -148,6 +155,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(c.latent_size > 0, "latent");
   add_if(c.apply_probs_on_input, "probs on input");
   add_if(c.fp8_dispatch, "fp8 dispatch");
+  add_if(c.bf16_storage, "bf16 storage");
   add_if(c.capacity_factor && c.drop_policy == DropPolicy::probs, "capacity by probs");
   add_if(c.capacity_factor && c.drop_policy == DropPolicy::position, "capacity by position");
   add_if(c.pad_to_capacity, "pad to capacity");

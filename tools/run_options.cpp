@@ -43,6 +43,7 @@ ModelConfig RunOptions::model() const {
   m.layer = p.config;
   m.layer.semantics = Semantics::parse(semantics);
   m.layer.fp8_dispatch = quant == "fp8-dispatch";
+  m.layer.bf16_storage = bf16_storage;
   m.num_layers = p.num_layers > 0 ? p.num_layers : 4;
   m.n_hash_layers = hash_layers.value_or(p.n_hash_layers);
   m.vocab = p.vocab;
@@ -115,7 +116,8 @@ std::string RunOptions::describe() const {
     << " hash; h " << m.layer.hidden << ", E " << m.layer.num_experts << ", k " << m.layer.topk << "), global batch "
     << global_batch << " × seq " << seq << ", micro-batch " << micro_batch << ", padding "
     << (padding.empty() ? std::string("none") : "[" + padding + "]") << ", scaling " << scaling << ", semantics "
-    << m.semantics().spec() << (m.layer.fp8_dispatch ? ", FP8 dispatch" : "");
+    << m.semantics().spec() << (m.layer.fp8_dispatch ? ", FP8 dispatch" : "")
+    << (m.layer.bf16_storage ? ", bf16 storage in float" : "");
   return s.str();
 }
 

@@ -25,6 +25,7 @@ struct RunOptions {
   std::string scaling = "sum";
   std::string semantics = "intended";
   std::string quant = "none";  // none or fp8-dispatch (the model's fp8_dispatch)
+  bool bf16_storage = false;   // check --dtype bf16: activations stored in bf16 (the model's bf16_storage)
   std::uint64_t seed = 1;
 
   ModelConfig model() const;  // the model's layer, its depth (4 MoE layers when unknown), the semantics; validated

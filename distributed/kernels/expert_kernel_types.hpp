@@ -19,6 +19,7 @@ struct ExpertShards {
 struct SwigluOptions {
   std::optional<double> clamp;
   bool probs_on_input = false;
+  bool bf16 = false;  // pre, p·act, and their gradients rounded to bf16 (MoeConfig::bf16_storage)
 };
 
 template <typename T>

@@ -1,6 +1,7 @@
 #include "distributed/kernels/grouped_swiglu.hpp"
 
 #include "distributed/seeded_bugs.hpp"
+#include "reference/bf16.hpp"
 
 #include <stdexcept>
 
@@ -78,12 +79,14 @@ GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::ve
           (x.middleRows(begin, n).array().colwise() * p).matrix() * w.fc1[ei].transpose();
     else
       f.pre.middleRows(begin, n).noalias() = x.middleRows(begin, n) * w.fc1[ei].transpose();
+    if (options.bf16) round_bf16_in_place(f.pre.middleRows(begin, n));
     const Activation<T> a(f.pre.middleRows(begin, n), options);
     Matrix<T> h = a.act().matrix();
     if (!options.probs_on_input) h.array().colwise() *= p;
 #if MOE_SEEDED_BUG == MOE_BUG_PROBS_APPLIED_TWICE
     if (!options.probs_on_input) h.array().colwise() *= p;
 #endif
+    h = stored(options.bf16, std::move(h));
     f.y.middleRows(begin, n).noalias() = h * w.fc2[ei].transpose();
   });
   return f;
@@ -99,12 +102,14 @@ GroupedSwigluBackward<T> grouped_swiglu_backward(const Matrix<T>& x, const std::
     const auto p = probs.segment(begin, n).array();
     const Activation<T> a(pre.middleRows(begin, n), options);
     const Matrix<T> act = a.act().matrix();
-    const Matrix<T> g_h = dy.middleRows(begin, n) * w.fc2[ei];  // d L / d (what fc2 multiplies)
+    // d L / d (what fc2 multiplies)
+    const Matrix<T> g_h = stored(options.bf16, Matrix<T>(dy.middleRows(begin, n) * w.fc2[ei]));
     Matrix<T> g_act = g_h;
     if (options.probs_on_input) {
-      grads.fc2[ei].noalias() += dy.middleRows(begin, n).transpose() * act;
+      grads.fc2[ei].noalias() += dy.middleRows(begin, n).transpose() * stored(options.bf16, act);
     } else {
-      grads.fc2[ei].noalias() += dy.middleRows(begin, n).transpose() * (act.array().colwise() * p).matrix();
+      grads.fc2[ei].noalias() +=
+          dy.middleRows(begin, n).transpose() * stored(options.bf16, Matrix<T>(act.array().colwise() * p));
       b.dprob.segment(begin, n) = (act.array() * g_h.array()).rowwise().sum().matrix();
       g_act.array().colwise() *= p;
     }
@@ -114,6 +119,7 @@ GroupedSwigluBackward<T> grouped_swiglu_backward(const Matrix<T>& x, const std::
     const auto d = pre.cols() / 2;
     g_pre.leftCols(d) = (a.gate_pass.template cast<T>() * g_act.array() * a.up * dsilu).matrix();
     g_pre.rightCols(d) = (a.up_pass.template cast<T>() * g_act.array() * a.silu).matrix();
+    if (options.bf16) round_bf16_in_place(g_pre);
     const Matrix<T> g_in = g_pre * w.fc1[ei];
     if (options.probs_on_input) {
       const Matrix<T> in = (x.middleRows(begin, n).array().colwise() * p).matrix();

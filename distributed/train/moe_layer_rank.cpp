@@ -2,18 +2,19 @@
 
 #include "distributed/comm/row_collectives.hpp"
 #include "distributed/kernels/fp8_rows.hpp"
+#include "reference/bf16.hpp"
 
 namespace moe::dist {
 namespace {
 
 template <typename T>
 kernels::SwigluOptions routed_options(const MoeConfig& c) {
-  return {c.routed_clamp(), c.apply_probs_on_input};
+  return {c.routed_clamp(), c.apply_probs_on_input, c.bf16_storage};
 }
 
 template <typename T>
 kernels::SwigluOptions shared_options(const MoeConfig& c) {
-  return {c.shared_clamp(), false};
+  return {c.shared_clamp(), false, c.bf16_storage};
 }
 
 template <typename T>
@@ -39,7 +40,7 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
   if (c.z_loss_coeff > 0) z_loss_ = z_loss_share(c, routing_.logits, tokens, *groups_.tp_cp);
 
   // Routed branch.
-  u_ = c.latent_size > 0 ? Matrix<T>(x * shard_.latent_down.transpose()) : x;
+  u_ = c.latent_size > 0 ? stored(c.bf16_storage, Matrix<T>(x * shard_.latent_down.transpose())) : x;
   // FP8 dispatch: cast at the source to e4m3 codes and tile scales (what the wire would carry) and back; the backward
   // passes gradients straight through.
   if (c.fp8_dispatch) u_ = kernels::fp8_dequantise_rows(kernels::fp8_quantise_rows(u_));
@@ -73,7 +74,7 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
                 : Vector<T>::Ones(x.rows());
     y += (shared_out_.array().colwise() * gate_.array()).matrix();
   }
-  return y;
+  return stored(c.bf16_storage, std::move(y));
 }
 
 template <typename T>
@@ -101,7 +102,7 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
     }
   }
 
-  const Matrix<T> dz = c.latent_size > 0 ? Matrix<T>(dy * shard_.latent_up) : dy;
+  const Matrix<T> dz = c.latent_size > 0 ? stored(c.bf16_storage, Matrix<T>(dy * shard_.latent_up)) : dy;
   if (c.latent_size > 0) grads.latent_up += dy.transpose() * combined_;
   Matrix<T> d_rows = dispatcher_->combine_backward(dz);
   if (c.fp8_dispatch) d_rows = kernels_.scatter_add_rows(d_rows, aligned_.position, aligned_.rows);
@@ -126,7 +127,7 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
   if (c.z_loss_coeff > 0) d_logits += z_weight * z_loss_.grad_logits;
   grads.router_weight += d_logits.transpose() * x_;
   dx += d_logits * shard_.router_weight;
-  return dx;
+  return stored(c.bf16_storage, std::move(dx));
 }
 
 template class MoeLayerRank<double>;

@@ -9,6 +9,7 @@
 #include "distributed/train/moe_layer_rank.hpp"
 #include "distributed/train/mtp_rank.hpp"
 #include "distributed/train/pipeline_schedule.hpp"
+#include "reference/bf16.hpp"
 
 #include <algorithm>
 #include <map>
@@ -93,6 +94,7 @@ class StageRunner {
     source_ = groups.rank_in(GroupKind::cp, comms.rank) * l.tp + groups.rank_in(GroupKind::tp, comms.rank);
     stage_ = groups.rank_in(GroupKind::pp, comms.rank);
     pp_ = l.pp;
+    bf16_ = c.layer.bf16_storage;
     virtual_stages_ = l.pp * static_cast<int>(shard.chunks.size());
     objective_shares_.assign(shard.chunks.size(), 0.0);
     // Per block of the shard: its layers, then its MTP depths.
@@ -165,8 +167,9 @@ class StageRunner {
                                                             options_.dispatcher, *options_.kernels));
       const RouterInputs router{f.batch.ids, router_padding};
       const LocalTokens tokens{router_padding, f.batch.sequence, options_.micro_batch};
-      hidden += f.layers.back()->forward(rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps), router, tokens,
-                                         global_aux_[li]);
+      hidden += f.layers.back()->forward(stored(bf16_, rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps)),
+                                         router, tokens, global_aux_[li]);
+      hidden = stored(bf16_, std::move(hidden));
       objective_share += f.weights.aux * static_cast<double>(f.layers.back()->aux_share()) +
                          f.weights.z * static_cast<double>(f.layers.back()->z_share());
       const auto& a = f.layers.back()->assignments();
@@ -177,11 +180,11 @@ class StageRunner {
       comms_.pp->send<T>(const_span_of(f.out), (stage_ + 1) % pp_, boundary_tag(vs, m_, i, false));
       return;
     }
-    const Matrix<T> normed = rms_norm_rows<T>(hidden, shard_.final_norm, c_.rms_eps);
-    CrossEntropy<T> ce =
-        cross_entropy<T>(normed * shard_.head.transpose(), f.batch.labels, f.batch.padded, f.weights.ce);
+    const Matrix<T> normed = stored(bf16_, rms_norm_rows<T>(hidden, shard_.final_norm, c_.rms_eps));
+    CrossEntropy<T> ce = cross_entropy<T>(stored(bf16_, Matrix<T>(normed * shard_.head.transpose())), f.batch.labels,
+                                          f.batch.padded, f.weights.ce);
     objective_share += f.weights.ce * ce.sum;
-    f.grad_logits = std::move(ce.grad_logits);
+    f.grad_logits = stored(bf16_, std::move(ce.grad_logits));
     // The MTP depths, each on this rank's rows of the microbatch rolled by k, from f⁰ = the normed output.
     Matrix<T> previous = normed;
     for (size_t k = 0; k < shard_.mtp.size(); ++k) {
@@ -218,7 +221,7 @@ class StageRunner {
     ModelShard<T>& g = grads_;
     Matrix<T> d_hidden(f.out.rows(), f.out.cols());
     if (vs == virtual_stages_ - 1) {
-      const Matrix<T> normed = rms_norm_rows<T>(f.out, shard_.final_norm, c_.rms_eps);
+      const Matrix<T> normed = stored(bf16_, rms_norm_rows<T>(f.out, shard_.final_norm, c_.rms_eps));
       // The MTP depths last to first; what reaches f⁰ joins the main CE's gradient at the final norm.
       Matrix<T> grad_normed = Matrix<T>::Zero(normed.rows(), normed.cols());
       for (size_t k = f.mtp.size(); k-- > 0;)
@@ -227,8 +230,8 @@ class StageRunner {
 #if MOE_SEEDED_BUG == MOE_BUG_MTP_GRADIENT_NOT_INTO_MAIN
       grad_normed.setZero();  // as if f⁰ were detached before the MTP depths
 #endif
-      d_hidden = rms_norm_rows_backward<T>(f.out, shard_.final_norm, c_.rms_eps,
-                                           grad_normed + f.grad_logits * shard_.head, g.final_norm);
+      d_hidden = stored(bf16_, rms_norm_rows_backward<T>(f.out, shard_.final_norm, c_.rms_eps,
+                                                        grad_normed + f.grad_logits * shard_.head, g.final_norm));
     } else {
       comms_.pp->recv<T>(span_of(d_hidden), (stage_ + 1) % pp_, boundary_tag(vs, m_, i, true));
     }
@@ -238,6 +241,7 @@ class StageRunner {
       const Matrix<T> dx = f.layers[j]->backward(d_hidden, static_cast<T>(f.weights.aux),
                                                  static_cast<T>(f.weights.z), g.layers[li]);
       d_hidden += rms_norm_rows_backward<T>(f.block_in[j], shard_.block_norm[li], c_.rms_eps, dx, g.block_norm[li]);
+      d_hidden = stored(bf16_, std::move(d_hidden));
       if (c_.has_attention()) {
         if constexpr (std::is_same_v<T, double>) {
           const Matrix<T> da = f.attention[j]->backward(d_hidden, g.attention[li]);
@@ -264,6 +268,7 @@ class StageRunner {
   ModelShard<T>& grads_;
   GroupSizes sizes_;
   int m_ = 0, dp_rank_ = 0, source_ = 0, stage_ = 0, pp_ = 1, virtual_stages_ = 1;
+  bool bf16_ = false;  // activations and their gradients stored in bf16 (MoeConfig::bf16_storage)
   std::map<int, InFlight<T>> in_flight_;
   std::vector<GlobalAuxCounts> global_aux_;
   std::vector<std::vector<std::int64_t>> assignments_;
