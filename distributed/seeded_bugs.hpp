@@ -66,3 +66,6 @@
 #define MOE_BUG_ATTENTION_DX_NOT_REDUCE_SCATTERED 32  // dx: each TP rank keeps its own heads' share of its rows
 // train/train_step.cpp — multi-token prediction
 #define MOE_BUG_MTP_GRADIENT_NOT_INTO_MAIN 33   // the MTP depths' gradient of f⁰ never reaches the main model
+// kernels/grouped_swiglu.cpp — bf16 storage
+#define MOE_BUG_BF16_PARTIAL_SUMS_STORED 34     // each expert's output rounded to bf16 before the combine and the
+                                                // ETP reduction add it up (bf16 reductions)

@@ -38,6 +38,7 @@ set(MOE_SEEDED_BUGS
   "cp_ring_one_step_short         31 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
   "attention_dx_not_reduce_scattered 32 train/attention_rank.cpp TrainStep.AttentionModelMatchesOracle"
   "mtp_gradient_not_into_main     33 train/train_step.cpp          TrainStep.MtpModelMatchesOracle"
+  "bf16_partial_sums_stored       34 kernels/grouped_swiglu.cpp    TrainStep.Bf16StorageMatchesOracle"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

@@ -88,6 +88,9 @@ GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::ve
 #endif
     h = stored(options.bf16, std::move(h));
     f.y.middleRows(begin, n).noalias() = h * w.fc2[ei].transpose();
+#if MOE_SEEDED_BUG == MOE_BUG_BF16_PARTIAL_SUMS_STORED
+    if (options.bf16) round_bf16_in_place(f.y.middleRows(begin, n));  // a partial sum stored before it is whole
+#endif
   });
   return f;
 }
