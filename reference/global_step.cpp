@@ -3,6 +3,7 @@
 #include "reference/expert_bias.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -198,8 +199,12 @@ TokenBatch microbatch(const GlobalBatch& batch, const ParallelLayout& layout, in
   return t;
 }
 
-GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& params, const GlobalBatch& batch,
+GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& main_params, const GlobalBatch& batch,
                        const ParallelLayout& layout, int micro_batch, LossMode mode) {
+  // Under bf16 storage the step computes with a bf16 copy of the main parameters (model.hpp bf16_weights).
+  std::optional<ModelParams<double>> rounded;
+  const ModelParams<double>& params =
+      model.layer.bf16_storage ? rounded.emplace(bf16_weights(model, main_params)) : main_params;
   model.validate();
   model.require_modelled(mode);
   layout.validate();

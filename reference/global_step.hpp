@@ -88,7 +88,8 @@ struct GlobalStep {
   Matrix<double> ce_weights;                              // [B, S] the weight of each token's CE in J (0: padding)
 };
 
-// Runs the forward and backward of every microbatch of every replica and combines them as J above.
+// Runs the forward and backward of every microbatch of every replica and combines them as J above. Under bf16
+// storage the step computes with bf16_weights(params) (model.hpp) and its gradients are for those weights.
 GlobalStep global_step(const ModelConfig& config, const ModelParams<double>& params, const GlobalBatch& batch,
                        const ParallelLayout& layout, int micro_batch, LossMode mode);
 

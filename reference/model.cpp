@@ -457,9 +457,10 @@ template ModelForward<double> model_forward<double>(const ModelConfig&, const Mo
                                                     const std::vector<GlobalAuxGroup>&);
 template std::vector<TensorView<double>> trained_tensors<double>(const ModelConfig&, ModelParams<double>&);
 
-void round_trained_to_bf16(const ModelConfig& config, ModelParams<double>& params) {
-  for (const TensorView<double>& t : trained_tensors(config, params))
+ModelParams<double> bf16_weights(const ModelConfig& config, ModelParams<double> main) {
+  for (const TensorView<double>& t : trained_tensors(config, main))
     for (Eigen::Index i = 0; i < t.size; ++i) t.data[i] = round_bf16(t.data[i]);
+  return main;
 }
 template ModelParams<double> model_backward<double>(const ModelConfig&, const ModelParams<double>&, const TokenBatch&,
                                                     const ModelForward<double>&, const ModelLossWeights&);

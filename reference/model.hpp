@@ -167,9 +167,11 @@ struct TensorView {
 };
 template <typename T>
 std::vector<TensorView<T>> trained_tensors(const ModelConfig& config, ModelParams<T>& params);
-// The weights a bf16 step computes with: every trained tensor rounded to bf16 (reference/bf16.hpp), as a run's
-// bf16 copy of its fp32 main parameters is. The expert bias, which is not trained, keeps its value.
-void round_trained_to_bf16(const ModelConfig& config, ModelParams<double>& params);
+// The weights a bf16 step computes with: its main parameters with every trained tensor rounded to bf16
+// (reference/bf16.hpp), the copy a mixed-precision run makes of its fp32 main parameters before each forward. The
+// step's gradients are for this copy; the optimizer applies them to the main parameters. The expert bias, which is
+// not trained by gradients, keeps its value.
+ModelParams<double> bf16_weights(const ModelConfig& config, ModelParams<double> main);
 
 template <typename T>
 ModelParams<T> random_model_params(const ModelConfig& config, std::uint64_t seed);

@@ -108,6 +108,9 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-v4 bf16", bf16,
                   {ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4},
                    ParallelLayout{.world = 4, .pp = 2, .ep = 2, .vpp = 2}}});
+  // Whole bf16 steps: each step's bf16 copy of the main parameters, the update applied to the main parameters
+  // (in double: the optimizer keeps double state), sharded by the distributed optimizer.
+  rows.push_back({"tiny-v4 bf16", bf16, {ParallelLayout{.world = 4, .ep = 2, .etp = 2}}, 2, "", true});
   return rows;
 }
 
@@ -116,7 +119,7 @@ const std::vector<std::string>& all_features() {
     std::vector<std::string> n{"softmax", "pre-softmax", "sigmoid", "sqrtsoftplus", "deepseek normalisation",
                                "topk scaling", "expert bias", "bias update", "groups (k/group_topk > 2)",
                                "hash layers", "swiglu clamp", "shared expert", "shared gate", "shared clamp", "latent",
-                               "probs on input", "fp8 dispatch", "bf16 storage", "capacity by probs", "capacity by position",
+                               "probs on input", "fp8 dispatch", "bf16 storage", "bf16 main parameters", "capacity by probs", "capacity by position",
                                "pad to capacity",
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
@@ -156,6 +159,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(c.apply_probs_on_input, "probs on input");
   add_if(c.fp8_dispatch, "fp8 dispatch");
   add_if(c.bf16_storage, "bf16 storage");
+  add_if(c.bf16_storage && row.steps > 0, "bf16 main parameters");
   add_if(c.capacity_factor && c.drop_policy == DropPolicy::probs, "capacity by probs");
   add_if(c.capacity_factor && c.drop_policy == DropPolicy::position, "capacity by position");
   add_if(c.pad_to_capacity, "pad to capacity");

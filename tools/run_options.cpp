@@ -117,7 +117,7 @@ std::string RunOptions::describe() const {
     << global_batch << " × seq " << seq << ", micro-batch " << micro_batch << ", padding "
     << (padding.empty() ? std::string("none") : "[" + padding + "]") << ", scaling " << scaling << ", semantics "
     << m.semantics().spec() << (m.layer.fp8_dispatch ? ", FP8 dispatch" : "")
-    << (m.layer.bf16_storage ? ", bf16 storage in float" : "");
+    << (m.layer.bf16_storage ? ", bf16 storage" : "");
   return s.str();
 }
 

@@ -1,6 +1,7 @@
 #include "distributed/train/model_shard.hpp"
 
 #include "distributed/train/attention_rank.hpp"
+#include "reference/bf16.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -165,6 +166,12 @@ ModelShard<To> cast_shard(const ModelShard<From>& s) {
   out.final_norm = m(s.final_norm);
   out.head = m(s.head);
   return out;
+}
+
+ModelShard<double> bf16_weights(ModelShard<double> main) {
+  for (const ShardTensor<double>& t : shard_tensors(main, 0))
+    for (Eigen::Index i = 0; i < t.size; ++i) t.data[i] = round_bf16(t.data[i]);
+  return main;
 }
 
 template ModelShard<float> cast_shard<float, double>(const ModelShard<double>&);

@@ -88,4 +88,8 @@ struct ShardTensor {
 template <typename T>
 std::vector<ShardTensor<T>> shard_tensors(ModelShard<T>& shard, int first_expert);
 
+// The weights a bf16 step computes with: the shard of main parameters with every trained tensor rounded to bf16
+// (reference/model.hpp bf16_weights, shard by shard).
+ModelShard<double> bf16_weights(ModelShard<double> main);
+
 }  // namespace moe::dist

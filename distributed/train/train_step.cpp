@@ -15,6 +15,7 @@
 #include <map>
 #include <type_traits>
 #include <memory>
+#include <optional>
 
 namespace moe::dist {
 namespace {
@@ -305,8 +306,12 @@ StageResult run_stage(const ModelConfig& c, const ModelShard<T>& shard, const Gl
 
 }  // namespace
 
-RankStep train_step(const ModelConfig& model, const ModelShard<double>& shard, const GlobalBatch& batch,
+RankStep train_step(const ModelConfig& model, const ModelShard<double>& main_shard, const GlobalBatch& batch,
                     const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options) {
+  // Under bf16 storage the step computes with a bf16 copy of the main parameters (model_shard.hpp bf16_weights).
+  std::optional<ModelShard<double>> rounded;
+  const ModelShard<double>& shard =
+      model.layer.bf16_storage ? rounded.emplace(bf16_weights(main_shard)) : main_shard;
   model.require_modelled(options.mode);
   const ModelConfig c = model.in_mode(options.mode);  // the deviations in effect under this loss mode
   const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
