@@ -69,6 +69,9 @@
 // kernels/grouped_swiglu.cpp — bf16 storage
 #define MOE_BUG_BF16_PARTIAL_SUMS_STORED 34     // each expert's output rounded to bf16 before the combine and the
                                                 // ETP reduction add it up (bf16 reductions)
+// train/cp_attention.cpp — bf16 storage
+#define MOE_BUG_BF16_RING_PARTIALS_STORED 36    // p2p: the running (unnormalised) attention output stored in bf16
+                                                // after each ring step instead of once whole
 // train/rank_trainer.cpp — bf16 storage
 #define MOE_BUG_BF16_MAIN_PARAMS_IN_BF16 35     // the main parameters kept in bf16: each step's bf16 copy replaces
                                                 // them, so the optimizer's updates land on rounded weights

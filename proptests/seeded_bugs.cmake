@@ -40,6 +40,7 @@ set(MOE_SEEDED_BUGS
   "mtp_gradient_not_into_main     33 train/train_step.cpp          TrainStep.MtpModelMatchesOracle"
   "bf16_partial_sums_stored       34 kernels/grouped_swiglu.cpp    TrainStep.Bf16StorageMatchesOracle"
   "bf16_main_params_in_bf16       35 train/rank_trainer.cpp        Optimizer.Bf16MainParametersMatchTrajectory"
+  "bf16_ring_partials_stored      36 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

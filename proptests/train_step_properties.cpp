@@ -130,12 +130,22 @@ MOE_PROPERTY(TrainStep, MtpModelMatchesOracle, 150, ()) {
 
 // bf16 storage: the parallel system rounds at the oracle's storage points (the weights' bf16 copy, the residual
 // stream, norm outputs, the experts' pre-activations and what fc2 multiplies, the MoE output, the logits, and the
-// gradients of each) and nowhere else. In double arithmetic the two then agree to double tolerance: a storage point missing or
-// added on either side differs by a bf16 rounding, ~1e-3 of the value, far beyond it.
-MOE_PROPERTY(TrainStep, Bf16StorageMatchesOracle, 100, ()) {
-  Scenario s = *scenarios();
+// gradients of each) and nowhere else. A third of the cases have attention (q, k, v, the context, the output and
+// their gradients, each stored once whole: after the KV exchange, after TP's reduction), a third MTP (the depth's
+// norms, its projection, its logits). In double arithmetic the two then agree to double tolerance: a storage point
+// missing or added on either side differs by a bf16 rounding, ~1e-3 of the value, far beyond it.
+MOE_PROPERTY(TrainStep, Bf16StorageMatchesOracle, 150, ()) {
+  ScenarioShape shape;
+  const int kind = *rc::gen::inRange(0, 3);
+  shape.attention = kind == 1;
+  shape.mtp = kind == 2;
+  Scenario s = *scenarios(shape);
   s.config.layer.bf16_storage = true;
   tag(s);
+  RC_TAG(shape.mtp           ? std::string(s.config.has_attention() ? "mtp with attention" : "mtp")
+         : !shape.attention  ? std::string("moe blocks")
+         : s.layout.cp > 1   ? "attention, cp " + std::string(dist::to_string(s.options.kv_exchange))
+                             : std::string("attention, cp 1"));
   const dist::CheckProblem p = make_problem(s);
   require_oracle_match(p, dist::oracle_step(p), "the step with bf16 storage");
 }

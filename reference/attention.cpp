@@ -1,5 +1,7 @@
 #include "reference/attention.hpp"
 
+#include "reference/bf16.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -47,14 +49,16 @@ AttentionForward attention_forward(const AttentionConfig& c, const AttentionPara
   const Eigen::Index seq = x.rows() / batch;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   AttentionForward f;
-  f.q = x * p.wq.transpose();
-  f.k = x * p.wk.transpose();
-  f.v = x * p.wv.transpose();
+  f.q = stored(c.bf16, Matrix<double>(x * p.wq.transpose()));
+  f.k = stored(c.bf16, Matrix<double>(x * p.wk.transpose()));
+  f.v = stored(c.bf16, Matrix<double>(x * p.wv.transpose()));
   for (Eigen::Index t = 0; t < x.rows(); ++t) {
     const int position = static_cast<int>(t / batch);
     apply_rope(f.q.row(t).data(), c.heads, d, c.rope_base, position);
     apply_rope(f.k.row(t).data(), c.groups, d, c.rope_base, position);
   }
+  f.q = stored(c.bf16, std::move(f.q));
+  f.k = stored(c.bf16, std::move(f.k));
   f.o = Matrix<double>::Zero(x.rows(), f.q.cols());
   for (int b = 0; b < batch; ++b)
     for (int j = 0; j < c.heads; ++j) {
@@ -72,7 +76,8 @@ AttentionForward attention_forward(const AttentionConfig& c, const AttentionPara
       }
       f.probs.push_back(std::move(probs));  // index b·H + j
     }
-  f.out = f.o * p.wo.transpose();
+  f.o = stored(c.bf16, std::move(f.o));
+  f.out = stored(c.bf16, Matrix<double>(f.o * p.wo.transpose()));
   return f;
 }
 
@@ -86,7 +91,7 @@ AttentionGrads attention_backward(const AttentionConfig& c, const AttentionParam
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   AttentionGrads grads;
   grads.params.wo = dout.transpose() * f.o;
-  const Matrix<double> d_o = dout * p.wo;
+  const Matrix<double> d_o = stored(c.bf16, Matrix<double>(dout * p.wo));
   Matrix<double> dq = Matrix<double>::Zero(f.q.rows(), f.q.cols());
   Matrix<double> dk = Matrix<double>::Zero(f.k.rows(), f.k.cols());
   Matrix<double> dv = Matrix<double>::Zero(f.v.rows(), f.v.cols());
@@ -96,11 +101,12 @@ AttentionGrads attention_backward(const AttentionConfig& c, const AttentionParam
       const Matrix<double>& probs = f.probs[static_cast<size_t>(b * c.heads + j)];
       for (Eigen::Index s = 0; s < seq; ++s) {
         const Eigen::Index t = s * batch + b;
-        // dp_u = ⟨do_t, v_u⟩; softmax backward: ds_u = p_u·(dp_u − Σ p·dp).
+        // dp_u = ⟨do_t, v_u⟩; softmax backward: ds_u = p_u·(dp_u − Σ p·dp), where Σ p·dp = ⟨do_t, o_t⟩ is taken
+        // from the stored o, as FlashAttention's backward does (under bf16 storage o is the rounded one).
         Vector<double> dp(s + 1);
         for (Eigen::Index u = 0; u <= s; ++u)
           dp(u) = attention_head(d_o, t, j, d).dot(attention_head(f.v, u * batch + b, g, d));
-        const double mean = probs.row(s).head(s + 1).dot(dp.transpose());
+        const double mean = attention_head(d_o, t, j, d).dot(attention_head(f.o, t, j, d));
         for (Eigen::Index u = 0; u <= s; ++u) {
           const Eigen::Index tu = u * batch + b;
           const double ds = probs(s, u) * (dp(u) - mean) * scale;
@@ -113,17 +119,23 @@ AttentionGrads attention_backward(const AttentionConfig& c, const AttentionParam
   std::vector<int> positions(static_cast<size_t>(x.rows()));
   for (Eigen::Index t = 0; t < x.rows(); ++t) positions[static_cast<size_t>(t)] = static_cast<int>(t / batch);
   projection_backward(c, p, x, positions, std::move(dq), std::move(dk), dv, grads);
+  grads.dx = stored(c.bf16, std::move(grads.dx));
   return grads;
 }
 
 void projection_backward(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x,
                          const std::vector<int>& row_positions, Matrix<double> dq, Matrix<double> dk,
-                         const Matrix<double>& dv, AttentionGrads& grads) {
+                         const Matrix<double>& dv_whole, AttentionGrads& grads) {
+  const Matrix<double> dv = stored(c.bf16, dv_whole);
+  dq = stored(c.bf16, std::move(dq));
+  dk = stored(c.bf16, std::move(dk));
   for (Eigen::Index t = 0; t < x.rows(); ++t) {  // RoPE is a rotation: its backward rotates back
     const int position = row_positions[static_cast<size_t>(t)];
     apply_rope(dq.row(t).data(), c.heads, c.head_dim, c.rope_base, position, true);
     apply_rope(dk.row(t).data(), c.groups, c.head_dim, c.rope_base, position, true);
   }
+  dq = stored(c.bf16, std::move(dq));
+  dk = stored(c.bf16, std::move(dk));
   grads.params.wq = dq.transpose() * x;
   grads.params.wk = dk.transpose() * x;
   grads.params.wv = dv.transpose() * x;

@@ -22,6 +22,10 @@ struct AttentionConfig {
   int groups = 0;    // G (GQA: H/G query heads share one key/value head)
   int head_dim = 0;  // d, even
   double rope_base = 10000.0;
+  // q, k and v (after the projection and after RoPE), the context o, the output, and the gradient of each stored
+  // in bf16 (ModelConfig::attention_config: the model's bf16 storage). Values partial over TP are stored by the
+  // caller once whole: the output and dx.
+  bool bf16 = false;
 
   void validate() const;  // std::invalid_argument naming the rule
 };
@@ -61,7 +65,8 @@ AttentionGrads attention_backward(const AttentionConfig& config, const Attention
                                   int batch, const AttentionForward& forward, const Matrix<double>& dout);
 
 // The backward of the projections, shared with the context-parallel layer: dq and dk (gradients after RoPE) are
-// rotated back at each row's position, then give the weight gradients and dx (into `grads`).
+// rotated back at each row's position, then give the weight gradients and dx (into `grads`). Under bf16 storage
+// dq, dk and dv are stored as they come (whole) and dq, dk again after the rotation; dx is the caller's to store.
 void projection_backward(const AttentionConfig& config, const AttentionParams& params, const Matrix<double>& x,
                          const std::vector<int>& row_positions, Matrix<double> dq, Matrix<double> dk,
                          const Matrix<double>& dv, AttentionGrads& grads);

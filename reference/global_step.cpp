@@ -21,6 +21,16 @@ void add_into(ModelParams<double>& sum, const ModelConfig& config, ModelParams<d
     for (Eigen::Index j = 0; j < into[i].size; ++j) into[i].data[j] += from[i].data[j];
 }
 
+// The weights of N·J's terms: w with every weight times `scale`.
+ModelLossWeights scaled(ModelLossWeights w, double scale) {
+  for (double* v : {&w.ce, &w.aux, &w.z}) *v *= scale;
+  for (auto* rows : {&w.ce_rows, &w.aux_rows, &w.mtp})
+    for (double& v : *rows) v *= scale;
+  for (auto& rows : w.mtp_rows)
+    for (double& v : rows) v *= scale;
+  return w;
+}
+
 // One step i: the microbatches of every replica, forward, with the per-layer global_aux state shared by all.
 struct StepForward {
   std::vector<TokenBatch> batches;
@@ -218,6 +228,10 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& main
   const int m = out.num_microbatches;
   const bool global_aux = config.layer.aux_loss_type == AuxLossType::global_aux;
   const double n_total = static_cast<double>(out.valid_tokens);
+  // Per-token loss divides the gradients by the step's valid tokens N after the backward (Megatron's
+  // finalize_model_grads), so the backward runs on N·J: under bf16 storage the gradients stored on the way are
+  // those of N·J, as in a run. In double the two orders agree to rounding.
+  const double backward_scale = mode == LossMode::per_token ? n_total : 1.0;
 
   // The valid tokens each MTP depth predicts over the whole batch (its per-token normalisation).
   std::vector<double> mtp_totals;
@@ -256,7 +270,7 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& main
       for (size_t k = 0; k < f.mtp.size(); ++k)
         for (Eigen::Index t = 0; t < b.tokens(); ++t)
           out.mtp_term += (w.mtp_rows.empty() ? w.mtp[k] : w.mtp_rows[k][static_cast<size_t>(t)]) * f.mtp[k].ce_rows(t);
-      ModelParams<double> g = model_backward(config, params, b, f, w);
+      ModelParams<double> g = model_backward(config, params, b, f, scaled(w, backward_scale));
       if (!have_grads) {
         out.grads = std::move(g);
         have_grads = true;
@@ -274,6 +288,9 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& main
   }
   out.objective = out.ce_term + out.aux_term + out.z_term + out.mtp_term;
   out.global_aux = state;
+  if (backward_scale != 1.0)
+    for (const TensorView<double>& t : trained_tensors(config, out.grads))
+      for (Eigen::Index j = 0; j < t.size; ++j) t.data[j] /= backward_scale;
 
   for (int l = 0; l < config.num_blocks(); ++l) {
     const MoeConfig lc = config.layer_config(l);

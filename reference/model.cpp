@@ -90,8 +90,6 @@ void ModelConfig::validate() const {
   if (has_attention()) attention.validate();
   require(mtp_depth >= 0, "mtp_depth must be >= 0");
   require(std::isfinite(mtp_loss_scale) && mtp_loss_scale >= 0, "mtp_loss_scale must be finite and >= 0");
-  require(!layer.bf16_storage || (!has_attention() && mtp_depth == 0),
-          "bf16 storage is modelled for blocks without attention and without MTP");
   for (int l = 0; l < n_hash_layers; ++l) layer_config(l).validate();
 }
 
@@ -134,10 +132,11 @@ Matrix<T> block_forward(const ModelConfig& config, const ModelParams<T>& params,
                         const std::vector<GlobalAuxGroup>& global_aux_group, ModelForward<T>& f) {
   const auto li = static_cast<size_t>(l);
   if (config.has_attention()) {
-    f.attention_in.push_back(norm_rows<T>(x, params.attention_norm[li], config.rms_eps));
-    f.attention.push_back(attention_forward(config.attention, params.attention[li], f.attention_in.back(),
+    const bool bf16 = config.layer.bf16_storage;
+    f.attention_in.push_back(stored(bf16, norm_rows<T>(x, params.attention_norm[li], config.rms_eps)));
+    f.attention.push_back(attention_forward(config.attention_config(), params.attention[li], f.attention_in.back(),
                                             batch.batch));
-    f.mid.push_back(x + f.attention.back().out);
+    f.mid.push_back(stored(bf16, Matrix<T>(x + f.attention.back().out)));
   }
   const Matrix<T>& residual = config.has_attention() ? f.mid.back() : x;
   const MoeConfig lc = config.layer_config(l);
@@ -171,9 +170,10 @@ Matrix<T> block_backward(const ModelConfig& config, const ModelParams<T>& params
                                                                g.block_norm[li])));
   g.layers[li] = std::move(lg.params);
   if (config.has_attention()) {
-    AttentionGrads ag = attention_backward(config.attention, params.attention[li], f.attention_in[li], batch,
+    AttentionGrads ag = attention_backward(config.attention_config(), params.attention[li], f.attention_in[li], batch,
                                            f.attention[li], dx);
     dx += norm_rows_backward<T>(x, params.attention_norm[li], config.rms_eps, ag.dx, g.attention_norm[li]);
+    dx = stored(config.layer.bf16_storage, std::move(dx));
     g.attention[li] = std::move(ag.params);
   }
   return dx;
@@ -261,15 +261,15 @@ ModelForward<T> model_forward(const ModelConfig& config, const ModelParams<T>& p
     m.batch = rolled_batch(batch, k);
     m.e.resize(tokens, config.layer.hidden);
     for (Eigen::Index t = 0; t < tokens; ++t) m.e.row(t) = params.embedding.row(at_row(m.batch.input_ids, m.batch, t));
-    m.en = norm_rows<T>(m.e, p.enorm, config.rms_eps);
-    m.hn = norm_rows<T>(k == 1 ? f.normed : f.mtp.back().normed, p.hnorm, config.rms_eps);
+    m.en = stored(bf16, norm_rows<T>(m.e, p.enorm, config.rms_eps));
+    m.hn = stored(bf16, norm_rows<T>(k == 1 ? f.normed : f.mtp.back().normed, p.hnorm, config.rms_eps));
     Matrix<T> both(tokens, 2 * config.layer.hidden);
     both << m.en, m.hn;
-    m.u = both * p.eh_proj.transpose();
+    m.u = stored(bf16, Matrix<T>(both * p.eh_proj.transpose()));
     m.out = block_forward(config, params, config.num_layers + k - 1, m.u, m.batch, padding_of(m.batch), global_aux,
                           global_aux_group, f);
-    m.normed = norm_rows<T>(m.out, p.final_norm, config.rms_eps);
-    m.logits = m.normed * params.head.transpose();
+    m.normed = stored(bf16, norm_rows<T>(m.out, p.final_norm, config.rms_eps));
+    m.logits = stored(bf16, Matrix<T>(m.normed * params.head.transpose()));
     m.ce_rows = cross_entropy_rows<T>(m.logits, m.batch, m.ce_sum);
     f.mtp.push_back(std::move(m));
   }
@@ -297,6 +297,7 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
   for (size_t k = 0; k < depth; ++k)
     g.mtp.push_back({Vector<T>::Zero(h), Vector<T>::Zero(h), Matrix<T>::Zero(h, 2 * h), Vector<T>::Zero(h)});
   const LossScales scales{weights.aux, weights.z, weights.aux_rows};
+  const bool bf16 = config.layer.bf16_storage;
 
   // MTP depths last to first: dfᵏ comes from depth k's CE and from depth k + 1's hnorm input; df⁰ joins the main
   // CE's gradient at the final norm's output.
@@ -306,25 +307,28 @@ ModelParams<T> model_backward(const ModelConfig& config, const ModelParams<T>& p
     const MtpParams<T>& p = params.mtp[k];
     MtpParams<T>& gp = g.mtp[k];
     const double w = weights.mtp.empty() ? weights.ce * config.mtp_loss_scale / config.mtp_depth : weights.mtp[k];
-    const Matrix<T> grad_logits =
-        cross_entropy_backward<T>(m.logits, m.batch, w, weights.mtp_rows.empty() ? std::vector<double>{} : weights.mtp_rows[k]);
+    const Matrix<T> grad_logits = stored(
+        bf16, cross_entropy_backward<T>(m.logits, m.batch, w,
+                                        weights.mtp_rows.empty() ? std::vector<double>{} : weights.mtp_rows[k]));
     g.head += grad_logits.transpose() * m.normed;
     const Matrix<T> grad_f = grad_normed + grad_logits * params.head;
-    const Matrix<T> grad_out = norm_rows_backward<T>(m.out, p.final_norm, config.rms_eps, grad_f, gp.final_norm);
+    const Matrix<T> grad_out =
+        stored(bf16, norm_rows_backward<T>(m.out, p.final_norm, config.rms_eps, grad_f, gp.final_norm));
     const Matrix<T> grad_u = block_backward(config, params, config.num_layers + static_cast<int>(k), m.u, forward,
                                             grad_out, scales, batch.batch, g);
     Matrix<T> both(m.u.rows(), 2 * h);
     both << m.en, m.hn;
     gp.eh_proj += grad_u.transpose() * both;
-    const Matrix<T> grad_both = grad_u * p.eh_proj;
-    const Matrix<T> grad_e = norm_rows_backward<T>(m.e, p.enorm, config.rms_eps, grad_both.leftCols(h), gp.enorm);
+    const Matrix<T> grad_both = stored(bf16, Matrix<T>(grad_u * p.eh_proj));
+    const Matrix<T> grad_e =
+        stored(bf16, norm_rows_backward<T>(m.e, p.enorm, config.rms_eps, grad_both.leftCols(h), gp.enorm));
     for (Eigen::Index t = 0; t < grad_e.rows(); ++t) g.embedding.row(at_row(m.batch.input_ids, m.batch, t)) += grad_e.row(t);
     const Matrix<T>& previous = k == 0 ? forward.normed : forward.mtp[k - 1].normed;
-    grad_normed = norm_rows_backward<T>(previous, p.hnorm, config.rms_eps, grad_both.rightCols(h), gp.hnorm);
+    grad_normed = stored(bf16, norm_rows_backward<T>(previous, p.hnorm, config.rms_eps, grad_both.rightCols(h),
+                                                     gp.hnorm));
   }
 
   // The main CE: d CE_t / d logits_t = softmax(logits_t) − onehot(label_t), valid tokens only.
-  const bool bf16 = config.layer.bf16_storage;
   const Matrix<T> grad_logits =
       stored(bf16, cross_entropy_backward<T>(forward.logits, batch, weights.ce, weights.ce_rows));
   g.head += grad_logits.transpose() * forward.normed;

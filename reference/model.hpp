@@ -45,6 +45,12 @@ struct ModelConfig {
   std::string block_prefix(int block) const;
 
   bool has_attention() const { return attention.heads > 0; }
+  // The attention as the blocks compute it: `attention` with the model's bf16 storage.
+  AttentionConfig attention_config() const {
+    AttentionConfig a = attention;
+    a.bf16 = layer.bf16_storage;
+    return a;
+  }
   // Throws std::invalid_argument naming the rule.
   void validate() const;
   const Semantics& semantics() const { return layer.semantics; }

@@ -2,6 +2,7 @@
 
 #include "distributed/comm/row_collectives.hpp"
 #include "distributed/seeded_bugs.hpp"
+#include "reference/bf16.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -42,7 +43,7 @@ Matrix<double> AttentionRank::forward(const Matrix<double>& x) {
   sp_rows_.assign(static_cast<size_t>(comms_.tp->size()), x.rows());
   x_ = allgatherv_rows(*comms_.tp, x, sp_rows_);
   forward_ = cp_attention_forward(config_, weights_, x_, batch_, seq_, *comms_.cp, exchange_);
-  return reduce_scatterv_rows(*comms_.tp, forward_.out, sp_rows_);
+  return stored(config_.bf16, reduce_scatterv_rows(*comms_.tp, forward_.out, sp_rows_));  // whole once reduced
 }
 
 Matrix<double> AttentionRank::backward(const Matrix<double>& dout, AttentionWeights<double>& grads) {
@@ -57,9 +58,9 @@ Matrix<double> AttentionRank::backward(const Matrix<double>& dout, AttentionWeig
   // This rank's heads' share of dx, its own rows cut out without the other TP ranks' shares.
   Eigen::Index first = 0;
   for (int r = 0; r < comms_.tp->rank(); ++r) first += sp_rows_[static_cast<size_t>(r)];
-  return g.dx.middleRows(first, sp_rows_[static_cast<size_t>(comms_.tp->rank())]);
+  return stored(config_.bf16, Matrix<double>(g.dx.middleRows(first, sp_rows_[static_cast<size_t>(comms_.tp->rank())])));
 #else
-  return reduce_scatterv_rows(*comms_.tp, g.dx, sp_rows_);
+  return stored(config_.bf16, reduce_scatterv_rows(*comms_.tp, g.dx, sp_rows_));  // whole once reduced
 #endif
 }
 

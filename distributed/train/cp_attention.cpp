@@ -8,6 +8,7 @@
 
 #include "distributed/comm/row_collectives.hpp"
 #include "distributed/seeded_bugs.hpp"
+#include "reference/bf16.hpp"
 
 namespace moe::dist {
 
@@ -106,13 +107,15 @@ CpAttentionForward cp_attention_forward(const AttentionConfig& c, const Attentio
   if (x.rows() != static_cast<Eigen::Index>(f.positions.size()) * batch)
     throw std::invalid_argument("cp attention: a rank holds seq/cp positions of each of its sequences");
   const int d = c.head_dim, per_group = c.heads / c.groups;
-  f.q = x * p.wq.transpose();
-  f.k = x * p.wk.transpose();
-  f.v = x * p.wv.transpose();
+  f.q = stored(c.bf16, Matrix<double>(x * p.wq.transpose()));
+  f.k = stored(c.bf16, Matrix<double>(x * p.wk.transpose()));
+  f.v = stored(c.bf16, Matrix<double>(x * p.wv.transpose()));
   for (Eigen::Index t = 0; t < x.rows(); ++t) {
     apply_rope(f.q.row(t).data(), c.heads, d, c.rope_base, f.positions[static_cast<size_t>(t / batch)]);
     apply_rope(f.k.row(t).data(), c.groups, d, c.rope_base, f.positions[static_cast<size_t>(t / batch)]);
   }
+  f.q = stored(c.bf16, std::move(f.q));
+  f.k = stored(c.bf16, std::move(f.k));
   // Online softmax over the blocks: running max m, running sum l, unnormalised output o.
   Matrix<double> m = Matrix<double>::Constant(x.rows(), c.heads, -std::numeric_limits<double>::infinity());
   Matrix<double> l = Matrix<double>::Zero(x.rows(), c.heads);
@@ -141,13 +144,17 @@ CpAttentionForward cp_attention_forward(const AttentionConfig& c, const Attentio
 #endif
     for (int step = 0; step < steps; ++step) {
       attend(block);
+#if MOE_SEEDED_BUG == MOE_BUG_BF16_RING_PARTIALS_STORED
+      f.o = stored(c.bf16, std::move(f.o));  // the unnormalised output kept in bf16 between ring steps
+#endif
       if (step + 1 < cp.size()) pass_on(block, cp, step, false, seq);
     }
   }
   f.lse = m.array() + l.array().log();
   for (Eigen::Index t = 0; t < x.rows(); ++t)
     for (int j = 0; j < c.heads; ++j) attention_head(f.o, t, j, d) /= l(t, j);  // every query sees itself: l ≥ 1
-  f.out = f.o * p.wo.transpose();
+  f.o = stored(c.bf16, std::move(f.o));  // whole: every block has been attended
+  f.out = f.o * p.wo.transpose();         // partial over TP: the caller stores it once reduced
   return f;
 }
 
@@ -157,7 +164,7 @@ AttentionGrads cp_attention_backward(const AttentionConfig& c, const AttentionPa
   const int d = c.head_dim, per_group = c.heads / c.groups;
   AttentionGrads grads;
   grads.params.wo = dout.transpose() * f.o;
-  const Matrix<double> d_o = dout * p.wo;
+  const Matrix<double> d_o = stored(c.bf16, Matrix<double>(dout * p.wo));
   // D = Σ dO ⊙ O per row and head: the softmax backward's Σ_u p_u·dp_u.
   Matrix<double> D(x.rows(), c.heads);
   for (Eigen::Index t = 0; t < x.rows(); ++t)

@@ -158,9 +158,11 @@ class StageRunner {
       if (c_.has_attention()) {
         if constexpr (std::is_same_v<T, double>) {
           f.attention_in.push_back(hidden);
-          f.attention.push_back(std::make_unique<AttentionRank>(c_.attention, shard_.attention[li], comms_,
+          f.attention.push_back(std::make_unique<AttentionRank>(c_.attention_config(), shard_.attention[li], comms_,
                                                                 options_.kv_exchange, tb.batch, tb.seq));
-          hidden += f.attention.back()->forward(rms_norm_rows(hidden, shard_.attention_norm[li], c_.rms_eps));
+          hidden += f.attention.back()->forward(stored(bf16_, rms_norm_rows(hidden, shard_.attention_norm[li],
+                                                                            c_.rms_eps)));
+          hidden = stored(bf16_, std::move(hidden));
         }
       }
       f.block_in.push_back(hidden);
@@ -248,6 +250,7 @@ class StageRunner {
           const Matrix<T> da = f.attention[j]->backward(d_hidden, g.attention[li]);
           d_hidden += rms_norm_rows_backward<T>(f.attention_in[j], shard_.attention_norm[li], c_.rms_eps, da,
                                                 g.attention_norm[li]);
+          d_hidden = stored(bf16_, std::move(d_hidden));
         }
       }
     }
