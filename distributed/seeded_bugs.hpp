@@ -72,6 +72,8 @@
 // train/cp_attention.cpp — bf16 storage
 #define MOE_BUG_BF16_RING_PARTIALS_STORED 36    // p2p: the running (unnormalised) attention output stored in bf16
                                                 // after each ring step instead of once whole
+// train/train_step.cpp — multi-token prediction
+#define MOE_BUG_MTP_PER_TOKEN_GLOBAL_RATIO 37   // mtp-per-token-local-ratio ignored: the batch's N/Nᵏ on every rank
 // train/rank_trainer.cpp — bf16 storage
 #define MOE_BUG_BF16_MAIN_PARAMS_IN_BF16 35     // the main parameters kept in bf16: each step's bf16 copy replaces
                                                 // them, so the optimizer's updates land on rounded weights

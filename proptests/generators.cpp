@@ -168,8 +168,6 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     if (shape.mtp) {
       s.config.mtp_depth = weighted<int>({{3, 1}, {1, 2}});
       s.config.mtp_loss_scale = *element(0.3, 1.0);
-      // Per-token MTP is modelled for the intended objective only (ModelConfig::require_modelled).
-      if (s.options.mode == LossMode::per_token) s.config.layer.semantics = Semantics{};
     }
     if (shape.attention || (shape.mtp && *rc::gen::arbitrary<bool>())) {
       // Heads over tp: tp divides the key/value groups, which divide the heads (MHA, GQA or MQA per TP rank).

@@ -41,6 +41,7 @@ set(MOE_SEEDED_BUGS
   "bf16_partial_sums_stored       34 kernels/grouped_swiglu.cpp    TrainStep.Bf16StorageMatchesOracle"
   "bf16_main_params_in_bf16       35 train/rank_trainer.cpp        Optimizer.Bf16MainParametersMatchTrajectory"
   "bf16_ring_partials_stored      36 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
+  "mtp_per_token_global_ratio     37 train/train_step.cpp          TrainStep.MegatronProfileMatchesOracle"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

@@ -39,10 +39,12 @@ MOE_PROPERTY(TrainStep, MatchesGlobalStepOracle, 150, ()) {
 
 // Under a Megatron profile, with padding, the parallel system reproduces that version's numbers: the same
 // deviations on both sides (CE per CP rank, local z mean, the shared seq_aux T, per-token aux × local tokens,
-// global_aux averaged over dp, padded slots in the bias counts, clamps, the router counting padding).
+// global_aux averaged over dp, padded slots in the bias counts, clamps, the router counting padding), and in a
+// third of the cases MTP (its CE per CP rank; per-token, each CP rank's own N_c/Nᵏ_c).
 MOE_PROPERTY(TrainStep, MegatronProfileMatchesOracle, 150, ()) {
   ScenarioShape shape;
   shape.megatron = true;
+  shape.mtp = *rc::gen::inRange(0, 3) == 0;
   const Scenario s = *scenarios(shape);
   tag(s);
   RC_TAG(s.config.layer.semantics.spec());

@@ -110,6 +110,13 @@ ModelLossWeights objective_weights(const ModelConfig& c, LossMode mode, const Pa
     const double total_k = mtp_totals[static_cast<size_t>(k - 1)];
     if (mode == LossMode::per_token) {
       w.mtp.push_back(total_k > 0 ? mtp_scale / total_k : 0.0);
+      if (sem.has(Deviation::mtp_per_token_local_ratio)) {  // each CP rank: λ/D·N_c/Nᵏ_c, then ÷ N
+        const std::vector<double> n_c = per_cp_rank(parts), nk_c = per_cp_rank(part_tokens(rolled));
+        w.mtp_rows.push_back(per_part([&](size_t p) {
+          const size_t rank = p / static_cast<size_t>(l.tp);
+          return nk_c[rank] > 0 ? mtp_scale * n_c[rank] / nk_c[rank] / n_total : 0.0;
+        }));
+      }
     } else {
       w.mtp.push_back(n_k > 0 ? mtp_scale / (dp * m * n_k) : 0.0);
       if (sem.has(Deviation::ce_per_cp_rank)) {  // as the main CE: each CP rank over its own rolled tokens
@@ -216,7 +223,6 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& main
   const ModelParams<double>& params =
       model.layer.bf16_storage ? rounded.emplace(bf16_weights(model, main_params)) : main_params;
   model.validate();
-  model.require_modelled(mode);
   layout.validate();
   require(batch.input_ids.rows() == batch.size && batch.input_ids.cols() == batch.seq, "input_ids must be [B, S]");
   const ModelConfig config = model.in_mode(mode);

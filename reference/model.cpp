@@ -97,12 +97,6 @@ std::string ModelConfig::block_prefix(int block) const {
   return block < num_layers ? "layer" + std::to_string(block) + "." : "mtp" + std::to_string(block - num_layers) + ".";
 }
 
-void ModelConfig::require_modelled(LossMode mode) const {
-  require(mtp_depth == 0 || mode != LossMode::per_token || semantics().in_mode(mode).deviations().empty(),
-          "multi-token prediction under per-token loss is modelled for the intended objective only (Megatron scales "
-          "each CP rank's MTP CE by its own N_c/Nᵏ_c there, which is not yet a named deviation)");
-}
-
 ModelConfig ModelConfig::in_mode(LossMode mode) const {
   ModelConfig c = *this;
   c.layer.semantics = layer.semantics.in_mode(mode);

@@ -56,10 +56,6 @@ struct ModelConfig {
   const Semantics& semantics() const { return layer.semantics; }
   // The same model with only the deviations that take effect under `mode` (Semantics::in_mode).
   ModelConfig in_mode(LossMode mode) const;
-  // Throws std::invalid_argument where the objective under `mode` is not modelled: MTP under per-token loss with a
-  // deviation in effect (Megatron scales each CP rank's MTP CE by its own N_c/Nᵏ_c there; not yet a named
-  // deviation, so neither side is picked silently).
-  void require_modelled(LossMode mode) const;
   // Block l's MoE config: hash layers get hash_routing on and expert bias, its update and groups off (MTP blocks
   // are never hash layers).
   MoeConfig layer_config(int l) const;

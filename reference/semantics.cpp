@@ -111,6 +111,16 @@ const std::vector<DeviationInfo>& catalogue() {
    "NVIDIA/Megatron-LM issue #6111, PR #6114 (on main since 723db5a7, 2026-08-20; not in 0.19.2)",
    "an expert-bias update with a padding mask that reaches the router (only with -router-counts-padding); the "
    "oracle refuses such a step", true, true, false},
+  {mtp_per_token_local_ratio, "mtp-per-token-local-ratio", modelled,
+   "under per-token loss each CP rank scales depth k's MTP CE by λ/D·N_c/Nᵏ_c, its own valid tokens over its own "
+   "rolled valid tokens in the microbatch; the step then divides by N",
+   "λ/D·N/Nᵏ with N and Nᵏ the whole batch's: every depth-k token weighs λ/D/Nᵏ",
+   "transformer/multi_token_prediction.py: process_mtp_loss (original_num_tokens = loss_mask.sum() and "
+   "roll_tensor's sum, both of the CP shard)",
+   "-",
+   "multi-token prediction under per-token loss wherever the rolled-away tokens are not in proportion on every "
+   "rank: padding, or any dp, cp or micro-batch split (the last k positions of a sequence sit on one CP rank)",
+   false, true, true},
 };
   return entries;
 }
@@ -124,13 +134,13 @@ const std::vector<SemanticsProfile>& profiles() {
    ",+fused-swiglu-ignores-clamp when it fuses; -router-counts-padding for a loop that passes padding_mask)",
    {ce_per_cp_rank, z_loss_local_mean, seq_aux_mean_length, bias_counts_padded_slots, per_token_aux_local_tokens,
     global_aux_dp_average, shared_expert_clamped, position_drop_tie_order, pad_filler_tie_order,
-    gtp_factor_missing, router_counts_padding, bias_counts_mask_broadcast}},
+    gtp_factor_missing, router_counts_padding, bias_counts_mask_broadcast, mtp_per_token_local_ratio}},
   {"megatron-main", "NVIDIA/Megatron-LM main d98e8a64 (2026-08-22)",
    "what Megatron-LM main computed at the snapshot read for this catalogue, trained through pretrain_gpt.py with "
    "bias_activation_fusion off",
    {ce_per_cp_rank, z_loss_local_mean, seq_aux_mean_length, bias_counts_padded_slots, per_token_aux_local_tokens,
     global_aux_dp_average, shared_expert_clamped, position_drop_tie_order, pad_filler_tie_order,
-    gtp_factor_missing, router_counts_padding}},
+    gtp_factor_missing, router_counts_padding, mtp_per_token_local_ratio}},
   };
   return entries;
 }

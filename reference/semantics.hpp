@@ -39,8 +39,9 @@ enum class Deviation {
   gtp_factor_missing,          // no egtp/gtp correction of expert grads under GTP
   router_counts_padding,       // no padding mask reaches the router: padded tokens count in its statistics
   bias_counts_mask_broadcast,  // expert-bias counting with a padding mask raises (megatron-core 0.19.2)
+  mtp_per_token_local_ratio,   // per-token MTP CE × each CP rank's own N_c/Nᵏ_c instead of the batch's N/Nᵏ
 };
-constexpr int kDeviations = 13;
+constexpr int kDeviations = 14;
 
 enum class DeviationKind { modelled, replayed, scaling, refused };
 std::string_view to_string(DeviationKind kind);  // "modelled", "replayed", "scaling", "refused"

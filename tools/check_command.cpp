@@ -132,18 +132,6 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
                         "whole matrices, the distributed optimizer cuts flat slices)");
     }
   }
-  // Rows whose objective is not modelled under the semantics asked for (MTP with per-token loss under a Megatron
-  // profile) are left out of the default set with a note; the user's own configuration is refused.
-  std::erase_if(rows, [&o](const CheckRow& r) {
-    try {
-      r.run.model().require_modelled(r.run.mode());
-      return false;
-    } catch (const std::invalid_argument& e) {
-      if (o.custom_model || o.layout.world > 0) throw;
-      o.notes.push_back(r.name + " (" + r.run.scaling + ") left out under " + r.run.semantics + ": " + e.what());
-      return true;
-    }
-  });
   return rows;
 }
 

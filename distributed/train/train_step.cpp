@@ -198,7 +198,8 @@ class StageRunner {
           c_, c_.num_layers + static_cast<int>(k), shard_.mtp[k], comms_, options_,
           RolledRows{rolled.ids, rolled.labels, rolled.padded, rolled.sequence, static_cast<double>(rolled.valid)},
           tb.batch, tb.seq));
-      previous = f.mtp.back()->forward(previous, shard_.embedding, shard_.head, mtp_weight(k, rolled.valid),
+      previous = f.mtp.back()->forward(previous, shard_.embedding, shard_.head,
+                                       mtp_weight(k, rolled.valid, loss_counts),
                                        f.weights.aux, f.weights.z, global_aux_[block], objective_share);
       const auto& a = f.mtp.back()->assignments();
       for (size_t e = 0; e < a.size(); ++e) assignments_[block][e] += a[e];
@@ -206,14 +207,21 @@ class StageRunner {
   }
 
   // Depth k's CE weight: λ/D times the main CE's rule on the depth's own (rolled) token counts; per-token,
-  // λ/D·N/Nᵏ with N and Nᵏ over the whole batch (the step divides every share by N).
-  double mtp_weight(size_t k, std::int64_t local_valid) {
+  // λ/D·N/Nᵏ with N and Nᵏ over the whole batch (the step divides every share by N), or under
+  // mtp-per-token-local-ratio λ/D·N_c/Nᵏ_c with the CP rank's counts of the microbatch (`main`: its main CE's).
+  double mtp_weight(size_t k, std::int64_t local_valid, const TokenCounts& main) {
     const double scale = c_.mtp_loss_scale / c_.mtp_depth;
     TokenCounts n;
     n.local = static_cast<double>(local_valid);
     n.microbatch = all_sum(*comms_.tp_cp, n.local);
     n.cp_rank = all_sum(*comms_.tp, n.local);
     n.step = all_sum(*comms_.tp_dp_cp, n.local);
+#if MOE_SEEDED_BUG != MOE_BUG_MTP_PER_TOKEN_GLOBAL_RATIO
+    if (options_.mode == LossMode::per_token && c_.semantics().has(Deviation::mtp_per_token_local_ratio))
+      return n.cp_rank > 0 ? scale * main.cp_rank / n.cp_rank : 0.0;
+#else
+    (void)main;  // the batch's ratio whatever the semantics
+#endif
     if (options_.mode == LossMode::per_token) return mtp_totals_[k] > 0 ? scale * n_total_ / mtp_totals_[k] : 0.0;
     return scale * loss_weights(c_, options_.mode, sizes_, m_, n, n).ce;
   }
@@ -315,7 +323,6 @@ RankStep train_step(const ModelConfig& model, const ModelShard<double>& main_sha
   std::optional<ModelShard<double>> rounded;
   const ModelShard<double>& shard =
       model.layer.bf16_storage ? rounded.emplace(bf16_weights(main_shard)) : main_shard;
-  model.require_modelled(options.mode);
   const ModelConfig c = model.in_mode(options.mode);  // the deviations in effect under this loss mode
   const int first_expert = groups.experts_of(comms.rank, c.layer.num_experts).first;
   RankStep out;

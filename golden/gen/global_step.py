@@ -88,13 +88,25 @@ def ce_weights(case, mb, deviations, m, n_total):
     return ce
 
 
-def mtp_weights(case, mb, deviations, m, mtp_totals):
+def mtp_weights(case, mb, deviations, m, mtp_totals, n_total):
     """Per MTP depth, [T]: λ/D times the CE rule on the depth's rolled batch (per-token: over its whole-batch
-    count Nᵏ)."""
+    count Nᵏ; under mtp-per-token-local-ratio each CP rank's N_c/Nᵏ_c of the microbatch, over N)."""
     mcfg = case["mcfg"]
     scale = mcfg["mtp_loss_scale"] / model.depth(mcfg) if model.depth(mcfg) else 0.0
-    return [scale * ce_weights(case, model.rolled(mb, k), deviations, m, mtp_totals[k - 1])
-            for k in range(1, model.depth(mcfg) + 1)]
+    out = []
+    for k in range(1, model.depth(mcfg) + 1):
+        rolled = model.rolled(mb, k)
+        if case["loss_mode"] == "per-token" and "mtp-per-token-local-ratio" in deviations:
+            w = np.zeros(rolled["valid"].size)
+            tp = case["tp"]
+            for c in range(case["cp"]):
+                rows_c = np.concatenate(mb["parts"][c * tp:(c + 1) * tp])
+                n_c, nk_c = int(mb["valid"][rows_c].sum()), int(rolled["valid"][rows_c].sum())
+                w[rows_c] = n_c / nk_c / n_total if nk_c else 0.0
+            out.append(scale * w)
+        else:
+            out.append(scale * ce_weights(case, rolled, deviations, m, mtp_totals[k - 1]))
+    return out
 
 
 def weights(case, mb, deviations, m, n_total, step_tokens):
@@ -163,7 +175,7 @@ def run(case, params, batch, decisions=None, with_grads=True, term_scales=(1.0, 
                 if c["cache"]["aux_rows"] is not None:
                     result["aux_term"] += float(np.sum(aux_w * c["cache"]["aux_rows"]))
             result["z_term"] += z_w * out["z"]
-            mtp_w = [w * term_scales[0] for w in mtp_weights(case, mb, deviations, m, mtp_totals)]
+            mtp_w = [w * term_scales[0] for w in mtp_weights(case, mb, deviations, m, mtp_totals, n_total)]
             for w, rows_k in zip(mtp_w, out["mtp"]):
                 result["mtp_term"] += float(np.sum(w * rows_k))
             for k, s in enumerate(mb["sequences"]):

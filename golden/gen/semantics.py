@@ -12,18 +12,19 @@ PROFILES = {
     "megatron-core-0.19": (
         "ce-per-cp-rank", "z-loss-local-mean", "seq-aux-mean-length", "bias-counts-padded-slots",
         "per-token-aux-local-tokens", "global-aux-dp-average", "shared-expert-clamped", "position-drop-tie-order",
-        "pad-filler-tie-order", "gtp-factor-missing", "router-counts-padding", "bias-counts-mask-broadcast"),
+        "pad-filler-tie-order", "gtp-factor-missing", "router-counts-padding", "bias-counts-mask-broadcast",
+        "mtp-per-token-local-ratio"),
     "megatron-main": (
         "ce-per-cp-rank", "z-loss-local-mean", "seq-aux-mean-length", "bias-counts-padded-slots",
         "per-token-aux-local-tokens", "global-aux-dp-average", "shared-expert-clamped", "position-drop-tie-order",
-        "pad-filler-tie-order", "gtp-factor-missing", "router-counts-padding"),
+        "pad-filler-tie-order", "gtp-factor-missing", "router-counts-padding", "mtp-per-token-local-ratio"),
 }
 DEVIATIONS = PROFILES["megatron-core-0.19"] + ("fused-swiglu-ignores-clamp",)
 
 # Megatron's per-microbatch mean losses (sum/avg) and its per-token loss take different code paths: these
 # deviations live on only one of them.
 MEAN_MODES_ONLY = frozenset({"ce-per-cp-rank", "z-loss-local-mean", "gtp-factor-missing"})
-PER_TOKEN_ONLY = frozenset({"per-token-aux-local-tokens"})
+PER_TOKEN_ONLY = frozenset({"per-token-aux-local-tokens", "mtp-per-token-local-ratio"})
 
 
 @functools.lru_cache(maxsize=None)
