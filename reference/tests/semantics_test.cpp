@@ -239,11 +239,13 @@ double layout_dependence(ModelConfig c, const Semantics& semantics, LossMode mod
 // Every layout dependence is a named deviation: with padding, the intended objective does not change with tp or
 // cp; the Megatron profiles' does (the API-user variant, whose router sees the padding mask, in both loss modes);
 // turning off exactly the catalogue's tp/cp-dependent deviations restores the invariance; and each of them alone
-// breaks it (so none is listed without cause).
+// breaks it (so none is listed without cause). With one MTP depth, whose per-token weight is one of them.
 TEST(SemanticsOracle, TpCpDependenceIsAccountedForByNamedDeviations) {
   ModelConfig c = tiny_model(AuxLossType::aux, 0.2);
   c.layer.score_function = ScoreFunction::sigmoid;
   c.num_layers = 2;
+  c.mtp_depth = 1;
+  c.mtp_loss_scale = 0.3;
   std::vector<Deviation> dependent;
   for (const auto& d : deviation_catalogue())
     if (d.tp_cp_dependent) dependent.push_back(d.id);
