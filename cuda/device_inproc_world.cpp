@@ -55,7 +55,7 @@ void HostStagedCommunicator::recv_bytes(ElementType type, void* data, std::int64
 }
 
 void run_device_ranks(int size, int device, const std::function<void(Communicator&)>& fn) {
-  InprocWorld(size).run([&](Communicator& host) {
+  InprocWorld(size, RankExecution::threads).run([&](Communicator& host) {  // a thread per rank, as CUDA expects
     MOE_CUDA_CHECK(cudaSetDevice(device));
     HostStagedCommunicator comm(host, device);
     fn(comm);

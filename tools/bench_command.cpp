@@ -342,7 +342,7 @@ void add_bench_command(CLI::App& app) {
     if (o->experts % o->world) throw std::invalid_argument("--experts must divide by --world");
     for_each_size([&](const BenchOptions& sized, dist::DispatcherKind k) {
       std::mutex mu;
-      InprocWorld(o->world).run([&](Communicator& world) {
+      InprocWorld(o->world, RankExecution::threads).run([&](Communicator& world) {  // concurrent transfers
         Result r = bench_rank(world, sized, k, false);
         std::lock_guard<std::mutex> lock(mu);
         if (world.rank() == 0) results.push_back(r);

@@ -23,6 +23,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -34,6 +35,7 @@
 #include "tools/commands.hpp"
 #include "tools/kernel_choice.hpp"
 #include "tools/layout_options.hpp"
+#include "tools/side_by_side.hpp"
 
 namespace moe::cli {
 namespace {
@@ -48,6 +50,7 @@ struct CheckOptions {
   std::string resume_as;  // "world=4,ep=2,etp=2" (steps ≥ 2)
   std::string optimizer;  // empty: each row's own (adam, muon in the Muon row)
   std::string cp_comm_type;  // empty: each row's own (all_gather, p2p in the default set's p2p row)
+  int jobs = hardware_jobs();  // in-process runs side by side
   bool distributed_optimizer = false;
   double clip_grad = 0;
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
@@ -486,52 +489,79 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
   if (chosen == 0)
     throw std::invalid_argument("--filter matches no run (names look like \"" +
                                 run_name(rows.front(), rows.front().layouts.front(), kinds.front()) + "\")");
-  std::vector<Run> runs;
+  // One task per (row, layout): the oracle of a layout is computed once and shared by its dispatchers.
+  struct Task {
+    const CheckRow* row;
+    const ParallelLayout* layout;
+    std::size_t row_index;
+    std::string checkpoint_dir;
+  };
+  std::vector<Task> tasks;
+  std::vector<ModelParams<double>> params;  // per row: the main parameters; under bf16 storage each step computes
+  std::vector<GlobalBatch> batches;         // with their bf16 copy (global_step, train_step)
   for (const CheckRow& row : rows) {
     const ModelConfig model = row.run.model();
-    // The main parameters; under bf16 storage each step computes with their bf16 copy (global_step, train_step).
-    const ModelParams<double> params = random_model_params<double>(model, row.run.seed);
-    const GlobalBatch batch = row.run.batch(model, row.run.seed + 1);
-    for (const ParallelLayout& layout : row.layouts) {
-      dist::CheckProblem problem{model, params, batch, layout, {}, {o.atol, o.rtol}};
-      LayoutOracle oracle;
-      for (auto kind : kinds) {
-        if (!selected(o, run_name(row, layout, kind))) continue;
-        problem.options = {kind, row.run.mode(), row.run.micro_batch};
-        problem.options.kernels = &kernels;
-        // A bf16 row runs in float or in double (bf16_in_double), with its own tolerance unless one was given.
-        const bool in_double = bf16_in_double(row);
-        problem.options.precision = row.run.bf16_storage ? in_double ? Precision::float64 : Precision::float32
-                                                         : arithmetic_of(o.dtype);
-        if (row.run.bf16_storage && !o.tolerance_given) problem.tolerance = bf16_row_tolerance(row);
-        problem.options.kv_exchange = dist::parse_kv_exchange(row.cp_comm_type);
-        const auto start = std::chrono::steady_clock::now();
-        dist::RankComparison result;
-        std::vector<dist::RankComparison> steps;
-        if (row.steps > 0) {
-          const dist::RunProblem run = run_problem(o, row, problem);
-          if (!oracle.trajectory) oracle.trajectory = dist::oracle_trajectory(run);
-          steps = world ? dist::check_run_on_world(*world, run, *oracle.trajectory)
-                        : dist::check_run_inproc(run, *oracle.trajectory);
-          for (const auto& s : steps) result.merge(s);
+    params.push_back(random_model_params<double>(model, row.run.seed));
+    batches.push_back(row.run.batch(model, row.run.seed + 1));
+    for (const ParallelLayout& layout : row.layouts)
+      if (std::any_of(kinds.begin(), kinds.end(), [&](auto k) { return selected(o, run_name(row, layout, k)); }))
+        tasks.push_back({&row, &layout, params.size() - 1, o.checkpoint_dir});
+  }
+  // Runs side by side must not share a checkpoint: with more than one resumed task each saves in a subfolder.
+  if (std::count_if(tasks.begin(), tasks.end(), [](const Task& t) { return !t.row->resume_as.empty(); }) > 1)
+    for (std::size_t t = 0; t < tasks.size(); ++t)
+      tasks[t].checkpoint_dir = (std::filesystem::path(o.checkpoint_dir) / ("run-" + std::to_string(t + 1))).string();
+
+  std::vector<std::vector<Run>> done(tasks.size());
+  std::mutex progress;
+  int finished = 0;
+  run_side_by_side(int(tasks.size()), world ? 1 : o.jobs, [&](int t) {
+    const CheckRow& row = *tasks[std::size_t(t)].row;
+    const ParallelLayout& layout = *tasks[std::size_t(t)].layout;
+    const std::size_t r = tasks[std::size_t(t)].row_index;
+    dist::CheckProblem problem{row.run.model(), params[r], batches[r], layout, {}, {o.atol, o.rtol}};
+    LayoutOracle oracle;
+    for (auto kind : kinds) {
+      if (!selected(o, run_name(row, layout, kind))) continue;
+      problem.options = {kind, row.run.mode(), row.run.micro_batch};
+      problem.options.kernels = &kernels;
+      // A bf16 row runs in float or in double (bf16_in_double), with its own tolerance unless one was given.
+      const bool in_double = bf16_in_double(row);
+      problem.options.precision = row.run.bf16_storage ? in_double ? Precision::float64 : Precision::float32
+                                                       : arithmetic_of(o.dtype);
+      if (row.run.bf16_storage && !o.tolerance_given) problem.tolerance = bf16_row_tolerance(row);
+      problem.options.kv_exchange = dist::parse_kv_exchange(row.cp_comm_type);
+      const auto start = std::chrono::steady_clock::now();
+      dist::RankComparison result;
+      std::vector<dist::RankComparison> steps;
+      if (row.steps > 0) {
+        dist::RunProblem run = run_problem(o, row, problem);
+        if (!row.resume_as.empty()) run.checkpoint_dir = tasks[std::size_t(t)].checkpoint_dir;
+        if (!oracle.trajectory) oracle.trajectory = dist::oracle_trajectory(run);
+        steps = world ? dist::check_run_on_world(*world, run, *oracle.trajectory)
+                      : dist::check_run_inproc(run, *oracle.trajectory);
+        for (const auto& s : steps) result.merge(s);
+      } else {
+        if (!oracle.step) oracle.step = dist::oracle_step(problem);
+        if (world) {
+          // The first layout.world ranks run it; the rest sit it out in their own color.
+          auto sub = world->split(world->rank() < layout.world ? 0 : 1, world->rank());
+          if (world->rank() < layout.world) result = dist::check_on_world(*sub, problem, *oracle.step);
         } else {
-          if (!oracle.step) oracle.step = dist::oracle_step(problem);
-          if (world) {
-            // The first layout.world ranks run it; the rest sit it out in their own color.
-            auto sub = world->split(world->rank() < layout.world ? 0 : 1, world->rank());
-            if (world->rank() < layout.world) result = dist::check_on_world(*sub, problem, *oracle.step);
-          } else {
-            result = dist::check_inproc(problem, *oracle.step);
-          }
+          result = dist::check_inproc(problem, *oracle.step);
         }
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        runs.push_back({&row, layout, kind, result, seconds, steps});
-        if (!o.json && (!world || world->rank() == 0))
-          std::cerr << "  [" << runs.size() << "/" << chosen << "] " << run_name(row, layout, kind) << ": "
-                    << (result.pass() ? "pass" : "FAIL") << "\n";
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      done[std::size_t(t)].push_back({&row, layout, kind, result, seconds, steps});
+      if (!o.json && (!world || world->rank() == 0)) {
+        std::lock_guard lock(progress);
+        std::cerr << "  [" << ++finished << "/" << chosen << "] " << run_name(row, layout, kind) << ": "
+                  << (result.pass() ? "pass" : "FAIL") << "\n";
       }
     }
-  }
+  });
+  std::vector<Run> runs;
+  for (auto& task_runs : done) runs.insert(runs.end(), task_runs.begin(), task_runs.end());
   return runs;
 }
 
@@ -559,7 +589,7 @@ void add_check_command(CLI::App& app) {
                   "e.g. world=4,ep=2,etp=2");
   cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
                   "where resumed runs write their checkpoint (default: a fresh folder under $TMPDIR, or under /dev/shm "
-                  "when TMPDIR is unset, removed after)");
+                  "when TMPDIR is unset, removed after); with several resumed runs, each in a subfolder run-N");
   cmd->add_option("--cp-comm-type", o->cp_comm_type,
                   "with attention: how keys and values cross the cp group, all_gather or p2p (a ring with an online "
                   "softmax); default: each row's own (all_gather, p2p in the default set's p2p row)");
@@ -598,6 +628,10 @@ void add_check_command(CLI::App& app) {
       ->check(tolerance);
   cmd->add_flag("--json", o->json, "machine-readable output (with the version, each run's model and semantics)");
   cmd->add_option("--junit", o->junit, "also write JUnit XML here: one testcase per run");
+  cmd->add_option("--jobs,-j", o->jobs,
+                  "in-process runs to execute side by side, each a world of ranks on one thread (default: the number "
+                  "of hardware threads; 1 runs them one after another)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--filter", o->filters,
                   "run only the runs whose name holds this text (e.g. cp2, flex, megatron); repeatable: any of them");
   cmd->callback([o, cmd] {
@@ -616,6 +650,16 @@ void add_check_command(CLI::App& app) {
     finish_layout(*cmd, o->layout);
     if (o->backend != "inproc" && o->backend != "mpi")
       throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
+    if (cmd->count("--jobs") > 0 && o->backend == "mpi")
+      throw std::invalid_argument("--jobs is for in-process ranks; under mpirun the processes run one layout at a "
+                                  "time");
+    if (o->kernels != "cpu") {
+      // One device and its streams serve every run: the device runs go one after another.
+      if (cmd->count("--jobs") > 0 && o->jobs > 1)
+        throw std::invalid_argument("--jobs " + std::to_string(o->jobs) + " with --kernels " + o->kernels +
+                                    ": the device runs go one after another");
+      o->jobs = 1;
+    }
     if (!o->optimizer.empty()) (void)parse_optimizer_kind(o->optimizer);  // refuses an unknown name
     if (!o->cp_comm_type.empty()) (void)dist::parse_kv_exchange(o->cp_comm_type);
     if (o->optimizer == "muon" && o->distributed_optimizer)

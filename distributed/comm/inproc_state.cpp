@@ -18,7 +18,16 @@ void WorldState::wait(std::unique_lock<std::mutex>& lock, int global_rank, const
   me.waiting_for = &what;
   me.ready = &ready;
   abort_if_deadlocked();
-  me.changed.wait(lock, [&] { return aborted_ || ready(); });
+  if (fibers_) {
+    // One thread runs every rank: the lock is free whenever this rank does not run.
+    while (!aborted_ && !ready()) {
+      lock.unlock();
+      fibers_->yield();
+      lock.lock();
+    }
+  } else {
+    me.changed.wait(lock, [&] { return aborted_ || ready(); });
+  }
   me.waiting_for = nullptr;
   me.ready = nullptr;
   if (aborted_) throw WorldAborted("world aborted: " + reason_);
@@ -31,11 +40,18 @@ void WorldState::abort(const std::string& reason) {
   notify_all();
 }
 
+bool WorldState::may_resume(int global_rank) const {
+  const RankState& r = ranks_[std::size_t(global_rank)];
+  return aborted_ || r.ready == nullptr || (*r.ready)();
+}
+
 void WorldState::notify(std::span<const int> global_ranks) {
+  if (fibers_) return;  // the scheduler asks may_resume() instead
   for (int g : global_ranks) ranks_[std::size_t(g)].changed.notify_one();
 }
 
 void WorldState::notify_all() {
+  if (fibers_) return;
   for (RankState& r : ranks_) r.changed.notify_one();
 }
 

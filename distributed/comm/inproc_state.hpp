@@ -2,7 +2,8 @@
 //
 // WorldState: one per InprocWorld::run. Its single mutex guards everything the ranks share, including every
 // Group's rendezvous and mailbox: ranks are few, data is copied outside the lock, and with one lock, aborting and
-// deadlock detection see a consistent picture of every rank.
+// deadlock detection see a consistent picture of every rank. wait() is the only place a rank blocks: a thread
+// sleeps on its own condition variable, a fiber yields to the FiberScheduler (fiber.hpp) with the lock released.
 //
 // Group: one per communicator (the world and each split). A collective is one or two rendezvous:
 //   arrive   every rank posts its call and buffers; the last to arrive checks the calls of all ranks
@@ -19,6 +20,7 @@
 #pragma once
 
 #include "distributed/comm/collective_call.hpp"
+#include "distributed/comm/fiber.hpp"
 
 #include <array>
 #include <condition_variable>
@@ -57,6 +59,11 @@ class WorldState {
   // With the lock held: the rank's function has returned or thrown.
   void finish(int global_rank);
 
+  // The ranks run as fibers of `scheduler` (InprocWorld::run) instead of threads: wait() yields to it instead of
+  // sleeping, and it asks may_resume() (with the lock held) before switching back to a waiting rank.
+  void run_as_fibers(FiberScheduler* scheduler) { fibers_ = scheduler; }
+  bool may_resume(int global_rank) const;
+
   bool aborted() const { return aborted_; }
   const std::string& abort_reason() const { return reason_; }
 
@@ -72,6 +79,7 @@ class WorldState {
   void notify_all();
 
   std::vector<RankState> ranks_;  // sized once: a condition variable does not move
+  FiberScheduler* fibers_ = nullptr;
   bool aborted_ = false;
   std::string reason_;
 };

@@ -1,8 +1,10 @@
 #include "distributed/comm/inproc_world.hpp"
 
+#include "distributed/comm/fiber.hpp"
 #include "distributed/comm/inproc_communicator.hpp"
 #include "distributed/comm/inproc_state.hpp"
 
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <numeric>
@@ -25,12 +27,19 @@ std::string describe(const std::exception_ptr& error) {
 
 }  // namespace
 
-InprocWorld::InprocWorld(int size) : size_(size) {
+RankExecution default_rank_execution() {
+  const char* value = std::getenv("MOE_INPROC_RANKS");
+  if (value == nullptr || *value == '\0' || std::string(value) == "fibers") return RankExecution::fibers;
+  if (std::string(value) == "threads") return RankExecution::threads;
+  throw std::invalid_argument("MOE_INPROC_RANKS=" + std::string(value) + ": expected fibers or threads");
+}
+
+InprocWorld::InprocWorld(int size, RankExecution execution) : size_(size), execution_(execution) {
   if (size < 1) {
     throw std::invalid_argument("InprocWorld: size " + std::to_string(size) + " (a world has at least one rank)");
   }
   if (size > kMaxRanks) {
-    throw std::invalid_argument("in-process ranks are threads: a world of " + std::to_string(size) +
+    throw std::invalid_argument("in-process ranks: a world of " + std::to_string(size) +
                                 " is more than " + std::to_string(kMaxRanks) + "; run it under mpirun (--backend mpi)");
   }
 }
@@ -59,16 +68,23 @@ void InprocWorld::run(const std::function<void(Communicator&)>& fn) const {
     world->finish(r);
   };
 
-  std::vector<std::jthread> threads;
-  try {
-    for (int r = 0; r < size_; ++r) threads.emplace_back(rank_main, r);
-  } catch (...) {
-    std::lock_guard lock(world->mutex);  // ranks already started must not wait for the ones that never will
-    world->abort("could not start " + std::to_string(size_) + " rank threads");
-    throw;
-  }
-  threads.clear();  // joins
-
+  if (execution_ == RankExecution::fibers) {
+    inproc::FiberScheduler scheduler(size_);
+    world->run_as_fibers(&scheduler);
+    scheduler.run(rank_main, [&](int r) {
+      std::lock_guard lock(world->mutex);
+      return world->may_resume(r);
+    });
+  } else {
+    std::vector<std::jthread> threads;
+    try {
+      for (int r = 0; r < size_; ++r) threads.emplace_back(rank_main, r);
+    } catch (...) {
+      std::lock_guard lock(world->mutex);  // ranks already started must not wait for the ones that never will
+      world->abort("could not start " + std::to_string(size_) + " rank threads");
+      throw;
+    }
+  }  // joins
   if (first_failure >= 0) std::rethrow_exception(errors[std::size_t(first_failure)]);
   if (world->aborted()) throw WorldAborted(world->abort_reason());
 }

@@ -1,4 +1,5 @@
-// The conformance body on in-process worlds of 1, 2, 3, 4 and 8 ranks, and proof that it catches seeded faults.
+// The conformance body on in-process worlds of 1, 2, 3, 4 and 8 ranks, as fibers and as threads, and proof that it
+// catches seeded faults.
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/tests/conformance.hpp"
 #include "distributed/tests/faulty_communicator.hpp"
@@ -15,9 +16,10 @@ namespace {
 
 // Tallies summed over ranks and the first rank's error, in case order; with a fault, every rank runs through a
 // FaultyCommunicator.
-std::vector<CaseResult> run_world(int size, std::optional<Fault> fault = std::nullopt, std::string_view prefix = {}) {
+std::vector<CaseResult> run_world(int size, std::optional<Fault> fault = std::nullopt, std::string_view prefix = {},
+                                  RankExecution execution = RankExecution::fibers) {
   std::vector<std::vector<CaseResult>> per_rank(static_cast<std::size_t>(size));
-  InprocWorld(size).run([&](Communicator& comm) {
+  InprocWorld(size, execution).run([&](Communicator& comm) {
     auto& results = per_rank[std::size_t(comm.rank())];
     if (!fault) {
       results = run_conformance(comm, prefix);
@@ -39,12 +41,15 @@ std::vector<CaseResult> run_world(int size, std::optional<Fault> fault = std::nu
 class InprocConformance : public ::testing::TestWithParam<int> {};
 
 TEST_P(InprocConformance, EveryCasePasses) {
-  const auto totals = run_world(GetParam());
-  ASSERT_FALSE(totals.empty());
-  for (const CaseResult& c : totals) {
-    EXPECT_GT(c.tally.checked, 0) << c.name << " checks nothing";
-    EXPECT_EQ(c.tally.wrong, 0) << c.name << ": #wrong " << c.tally.wrong << " of " << c.tally.checked << " "
-                                << c.error;
+  for (RankExecution execution : {RankExecution::fibers, RankExecution::threads}) {
+    const auto totals = run_world(GetParam(), std::nullopt, {}, execution);
+    ASSERT_FALSE(totals.empty());
+    const char* as = execution == RankExecution::fibers ? " (fibers)" : " (threads)";
+    for (const CaseResult& c : totals) {
+      EXPECT_GT(c.tally.checked, 0) << c.name << as << " checks nothing";
+      EXPECT_EQ(c.tally.wrong, 0) << c.name << as << ": #wrong " << c.tally.wrong << " of " << c.tally.checked << " "
+                                  << c.error;
+    }
   }
 }
 

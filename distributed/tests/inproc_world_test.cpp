@@ -1,5 +1,6 @@
-// What in-process ranks promise beyond the conformance body: failures and deadlocks end the world instead of
-// hanging it, barriers really separate phases, and reductions do not depend on thread timing.
+// What in-process ranks promise beyond the conformance body, as fibers and as threads: failures and deadlocks end
+// the world instead of hanging it, barriers really separate phases, and reductions do not depend on timing. And
+// what fibers must carry across a switch: each rank's own exception being handled.
 #include "distributed/comm/inproc_world.hpp"
 
 #include "distributed/comm/inproc_state.hpp"
@@ -7,9 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <functional>
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -20,15 +25,23 @@ namespace {
 
 using namespace std::chrono_literals;
 
+}  // namespace
+
+void PrintTo(RankExecution execution, std::ostream* out) {
+  *out << (execution == RankExecution::fibers ? "fibers" : "threads");
+}
+
+namespace {
+
 struct RankFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
 // Runs fn on `size` ranks and returns the message of the exception run() throws as E (fails if none).
 template <typename E>
-std::string message_of(int size, const std::function<void(Communicator&)>& fn) {
+std::string message_of(RankExecution execution, int size, const std::function<void(Communicator&)>& fn) {
   try {
-    InprocWorld(size).run(fn);
+    InprocWorld(size, execution).run(fn);
   } catch (const E& e) {
     return e.what();
   }
@@ -37,21 +50,23 @@ std::string message_of(int size, const std::function<void(Communicator&)>& fn) {
 }
 
 TEST(InprocWorld, RejectsAnEmptyWorld) { EXPECT_THROW(InprocWorld(0), std::invalid_argument); }
-TEST(InprocWorld, RejectsMoreRanksThanThreadsItCanRun) {
+TEST(InprocWorld, RejectsMoreRanksThanItCanRun) {
   EXPECT_NO_THROW(InprocWorld(InprocWorld::kMaxRanks));
   EXPECT_THROW(InprocWorld(InprocWorld::kMaxRanks + 1), std::invalid_argument);
 }
 
-TEST(InprocWorld, RethrowsTheFailingRanksExceptionWhileOthersWaitInACollective) {
-  const std::string what = message_of<RankFailure>(4, [](Communicator& comm) {
+class InprocRanks : public ::testing::TestWithParam<RankExecution> {};
+
+TEST_P(InprocRanks, RethrowsTheFailingRanksExceptionWhileOthersWaitInACollective) {
+  const std::string what = message_of<RankFailure>(GetParam(), 4, [](Communicator& comm) {
     if (comm.rank() == 2) throw RankFailure("rank 2 gave up");
     comm.barrier();
   });
   EXPECT_EQ(what, "rank 2 gave up");
 }
 
-TEST(InprocWorld, AbortsRanksWaitingInRecvAndInSubCommunicators) {
-  const std::string what = message_of<RankFailure>(4, [](Communicator& comm) {
+TEST_P(InprocRanks, AbortsRanksWaitingInRecvAndInSubCommunicators) {
+  const std::string what = message_of<RankFailure>(GetParam(), 4, [](Communicator& comm) {
     if (comm.rank() == 0) {
       std::this_thread::sleep_for(10ms);  // let the others block first
       throw RankFailure("rank 0 failed");
@@ -66,8 +81,8 @@ TEST(InprocWorld, AbortsRanksWaitingInRecvAndInSubCommunicators) {
   EXPECT_EQ(what, "rank 0 failed");
 }
 
-TEST(InprocWorld, ReportsADeadlockOfTwoReceives) {
-  const std::string what = message_of<WorldAborted>(2, [](Communicator& comm) {
+TEST_P(InprocRanks, ReportsADeadlockOfTwoReceives) {
+  const std::string what = message_of<WorldAborted>(GetParam(), 2, [](Communicator& comm) {
     std::vector<float> in(1);
     comm.recv<float>(in, 1 - comm.rank(), 7);
   });
@@ -75,16 +90,16 @@ TEST(InprocWorld, ReportsADeadlockOfTwoReceives) {
   EXPECT_NE(what.find("rank 0 waits in recv from rank 1 tag 7 on world"), std::string::npos) << what;
 }
 
-TEST(InprocWorld, ReportsARankThatReturnedWhileOthersWait) {
-  const std::string what = message_of<WorldAborted>(3, [](Communicator& comm) {
+TEST_P(InprocRanks, ReportsARankThatReturnedWhileOthersWait) {
+  const std::string what = message_of<WorldAborted>(GetParam(), 3, [](Communicator& comm) {
     if (comm.rank() != 2) comm.barrier();
   });
   EXPECT_NE(what.find("rank 2 has returned"), std::string::npos) << what;
   EXPECT_NE(what.find("rank 0 waits in barrier on world"), std::string::npos) << what;
 }
 
-TEST(InprocWorld, AnUncaughtCollectiveMismatchReachesTheCaller) {
-  const std::string what = message_of<std::invalid_argument>(2, [](Communicator& comm) {
+TEST_P(InprocRanks, AnUncaughtCollectiveMismatchReachesTheCaller) {
+  const std::string what = message_of<std::invalid_argument>(GetParam(), 2, [](Communicator& comm) {
     if (comm.rank() == 0)
       comm.barrier();
     else
@@ -94,11 +109,11 @@ TEST(InprocWorld, AnUncaughtCollectiveMismatchReachesTheCaller) {
 }
 
 // Ranks arrive late by different amounts; nobody may see a count below size() after the barrier.
-TEST(InprocWorld, BarrierSeparatesPhases) {
+TEST_P(InprocRanks, BarrierSeparatesPhases) {
   constexpr int size = 4, rounds = 10;
   std::vector<std::atomic<int>> arrived(rounds);
   std::atomic<int> early{0};
-  InprocWorld(size).run([&](Communicator& comm) {
+  InprocWorld(size, GetParam()).run([&](Communicator& comm) {
     for (int k = 0; k < rounds; ++k) {
       std::this_thread::sleep_for(std::chrono::microseconds(200 * ((comm.rank() + k) % size)));
       ++arrived[std::size_t(k)];
@@ -110,13 +125,13 @@ TEST(InprocWorld, BarrierSeparatesPhases) {
 }
 
 // The same reduction under different arrival orders gives the same bits.
-TEST(InprocWorld, ReductionsDoNotDependOnTiming) {
+TEST_P(InprocRanks, ReductionsDoNotDependOnTiming) {
   constexpr int size = 5;
   constexpr std::size_t n = 513;
   std::vector<std::vector<double>> results;
   for (int trial = 0; trial < 4; ++trial) {
     std::vector<double> result(n);
-    InprocWorld(size).run([&](Communicator& comm) {
+    InprocWorld(size, GetParam()).run([&](Communicator& comm) {
       std::this_thread::sleep_for(std::chrono::microseconds(300 * ((comm.rank() * 3 + trial) % size)));
       std::vector<double> x(n);
       for (std::size_t i = 0; i < n; ++i)
@@ -135,9 +150,9 @@ TEST(InprocWorld, ReductionsDoNotDependOnTiming) {
 // read in place behind a second rendezvous; in both, every rank must see each peer's data of that very round.
 // Rank r sends counts[r] elements to every peer, so a mixed round (one large sender) takes the second
 // rendezvous on every rank.
-int rounds_with_stale_data(int size, const std::vector<std::int64_t>& counts, int rounds) {
+int rounds_with_stale_data(RankExecution execution, int size, const std::vector<std::int64_t>& counts, int rounds) {
   std::atomic<int> stale{0};
-  InprocWorld(size).run([&](Communicator& comm) {
+  InprocWorld(size, execution).run([&](Communicator& comm) {
     const int me = comm.rank();
     std::vector<std::int64_t> send_counts(std::size_t(size), counts[std::size_t(me)]);
     std::vector<std::int64_t> recv_counts(counts.begin(), counts.end());
@@ -156,22 +171,23 @@ int rounds_with_stale_data(int size, const std::vector<std::int64_t>& counts, in
   return stale;
 }
 
-TEST(InprocWorld, ASmallSendBufferIsFreeAsSoonAsTheCollectiveReturns) {
-  EXPECT_EQ(rounds_with_stale_data(4, {64, 64, 64, 64}, 3000), 0);
+TEST_P(InprocRanks, ASmallSendBufferIsFreeAsSoonAsTheCollectiveReturns) {
+  EXPECT_EQ(rounds_with_stale_data(GetParam(), 4, {64, 64, 64, 64}, 3000), 0);
 }
 
-TEST(InprocWorld, ALargeSendBufferIsReadInPlaceBeforeAnyRankLeaves) {
+TEST_P(InprocRanks, ALargeSendBufferIsReadInPlaceBeforeAnyRankLeaves) {
   const std::int64_t large = std::int64_t(inproc::Group::kStageBytes / sizeof(double)) / 4 + 1;  // over the limit
-  EXPECT_EQ(rounds_with_stale_data(4, {large, large, large, large}, 200), 0);
-  EXPECT_EQ(rounds_with_stale_data(4, {large, 8, 8, 8}, 300), 0);  // one large sender: everyone waits for readers
+  EXPECT_EQ(rounds_with_stale_data(GetParam(), 4, {large, large, large, large}, 200), 0);
+  // One large sender: everyone waits for readers.
+  EXPECT_EQ(rounds_with_stale_data(GetParam(), 4, {large, 8, 8, 8}, 300), 0);
 }
 
 // An in-place allreduce writes its result into the buffer peers read from: small or large, every rank's result
 // is the sum of what all ranks held before.
-TEST(InprocWorld, InPlaceReductionsOfAnySizeReadTheInputsOfTheirRound) {
+TEST_P(InprocRanks, InPlaceReductionsOfAnySizeReadTheInputsOfTheirRound) {
   for (std::size_t n : {std::size_t(16), inproc::Group::kStageBytes / sizeof(double) + 1}) {
     std::atomic<int> wrong{0};
-    InprocWorld(4).run([&](Communicator& comm) {
+    InprocWorld(4, GetParam()).run([&](Communicator& comm) {
       std::vector<double> x(n);
       for (int k = 0; k < 50; ++k) {
         std::fill(x.begin(), x.end(), double(comm.rank() + k));
@@ -182,6 +198,76 @@ TEST(InprocWorld, InPlaceReductionsOfAnySizeReadTheInputsOfTheirRound) {
     EXPECT_EQ(wrong, 0) << n << " elements";
   }
 }
+
+// A rank that waits in a collective inside a catch block, while the ranks that run meanwhile throw and catch their
+// own exceptions, must find its own exception when it rethrows: the C++ runtime keeps the exceptions being
+// handled per thread, and every fiber of a world shares the thread.
+TEST_P(InprocRanks, ARankWaitingInsideACatchBlockKeepsItsOwnException) {
+  std::vector<std::string> rethrown(4);
+  InprocWorld(4, GetParam()).run([&](Communicator& comm) {
+    const std::string mine = "rank " + std::to_string(comm.rank());
+    for (int round = 0; round < 3; ++round) {
+      try {
+        try {
+          throw RankFailure(mine);
+        } catch (const RankFailure&) {
+          comm.barrier();  // the others throw, catch and reach this barrier meanwhile
+          throw;
+        }
+      } catch (const RankFailure& e) {
+        rethrown[std::size_t(comm.rank())] = e.what();
+      }
+      EXPECT_EQ(std::uncaught_exceptions(), 0);
+    }
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(rethrown[std::size_t(r)], "rank " + std::to_string(r));
+}
+
+TEST_P(InprocRanks, FibersShareTheCallersThreadAndThreadsDoNot) {
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<std::thread::id> ids(4);
+  InprocWorld(4, GetParam()).run([&](Communicator& comm) {
+    comm.barrier();
+    ids[std::size_t(comm.rank())] = std::this_thread::get_id();
+  });
+  for (const auto& id : ids) EXPECT_EQ(id == caller, GetParam() == RankExecution::fibers);
+}
+
+// A rank may use as much stack as a thread's default allows, less a margin: 6 MiB of locals in one frame chain.
+TEST_P(InprocRanks, ARankHasAThreadsStack) {
+  std::vector<double> sums(2);
+  InprocWorld(2, GetParam()).run([&](Communicator& comm) {
+    std::function<double(int)> deep = [&](int depth) -> double {
+      volatile char frame[64 * 1024];
+      frame[0] = char(depth);
+      const double below = depth == 0 ? 0.0 : deep(depth - 1);
+      return below + double(frame[0]);
+    };
+    comm.barrier();
+    sums[std::size_t(comm.rank())] = deep(96);
+  });
+  EXPECT_EQ(sums[0], 96.0 * 97.0 / 2.0);
+  EXPECT_EQ(sums[1], sums[0]);
+}
+
+TEST(InprocWorld, TheDefaultComesFromTheEnvironment) {
+  const char* saved = std::getenv("MOE_INPROC_RANKS");
+  const std::string before = saved ? saved : "";
+  ::setenv("MOE_INPROC_RANKS", "threads", 1);
+  EXPECT_EQ(default_rank_execution(), RankExecution::threads);
+  ::setenv("MOE_INPROC_RANKS", "fibers", 1);
+  EXPECT_EQ(default_rank_execution(), RankExecution::fibers);
+  ::setenv("MOE_INPROC_RANKS", "processes", 1);
+  EXPECT_THROW(default_rank_execution(), std::invalid_argument);
+  ::unsetenv("MOE_INPROC_RANKS");
+  EXPECT_EQ(default_rank_execution(), RankExecution::fibers);
+  if (saved) ::setenv("MOE_INPROC_RANKS", before.c_str(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Execution, InprocRanks, ::testing::Values(RankExecution::fibers, RankExecution::threads),
+                         [](const ::testing::TestParamInfo<RankExecution>& param) {
+                           return param.param == RankExecution::fibers ? "fibers" : "threads";
+                         });
 
 }  // namespace
 }  // namespace moe
