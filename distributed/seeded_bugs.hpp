@@ -77,3 +77,5 @@
 // train/rank_trainer.cpp — bf16 storage
 #define MOE_BUG_BF16_MAIN_PARAMS_IN_BF16 35     // the main parameters kept in bf16: each step's bf16 copy replaces
                                                 // them, so the optimizer's updates land on rounded weights
+// train/mtp_rank.cpp — bf16 storage
+#define MOE_BUG_BF16_MTP_PROJECTION_NOT_STORED 38  // an MTP depth's eh_proj output kept in the working precision

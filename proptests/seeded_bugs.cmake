@@ -42,6 +42,7 @@ set(MOE_SEEDED_BUGS
   "bf16_main_params_in_bf16       35 train/rank_trainer.cpp        Optimizer.Bf16MainParametersMatchTrajectory"
   "bf16_ring_partials_stored      36 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
   "mtp_per_token_global_ratio     37 train/train_step.cpp          TrainStep.MegatronProfileMatchesOracle"
+  "bf16_mtp_projection_not_stored 38 train/mtp_rank.cpp            TrainStep.Bf16StorageMatchesOracle"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

@@ -49,16 +49,9 @@ AttentionForward attention_forward(const AttentionConfig& c, const AttentionPara
   const Eigen::Index seq = x.rows() / batch;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   AttentionForward f;
-  f.q = stored(c.bf16, Matrix<double>(x * p.wq.transpose()));
-  f.k = stored(c.bf16, Matrix<double>(x * p.wk.transpose()));
-  f.v = stored(c.bf16, Matrix<double>(x * p.wv.transpose()));
-  for (Eigen::Index t = 0; t < x.rows(); ++t) {
-    const int position = static_cast<int>(t / batch);
-    apply_rope(f.q.row(t).data(), c.heads, d, c.rope_base, position);
-    apply_rope(f.k.row(t).data(), c.groups, d, c.rope_base, position);
-  }
-  f.q = stored(c.bf16, std::move(f.q));
-  f.k = stored(c.bf16, std::move(f.k));
+  std::vector<int> positions(static_cast<size_t>(x.rows()));
+  for (Eigen::Index t = 0; t < x.rows(); ++t) positions[static_cast<size_t>(t)] = static_cast<int>(t / batch);
+  projection_forward(c, p, x, positions, f.q, f.k, f.v);
   f.o = Matrix<double>::Zero(x.rows(), f.q.cols());
   for (int b = 0; b < batch; ++b)
     for (int j = 0; j < c.heads; ++j) {
@@ -121,6 +114,21 @@ AttentionGrads attention_backward(const AttentionConfig& c, const AttentionParam
   projection_backward(c, p, x, positions, std::move(dq), std::move(dk), dv, grads);
   grads.dx = stored(c.bf16, std::move(grads.dx));
   return grads;
+}
+
+void projection_forward(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x,
+                        const std::vector<int>& row_positions, Matrix<double>& q, Matrix<double>& k,
+                        Matrix<double>& v) {
+  q = stored(c.bf16, Matrix<double>(x * p.wq.transpose()));
+  k = stored(c.bf16, Matrix<double>(x * p.wk.transpose()));
+  v = stored(c.bf16, Matrix<double>(x * p.wv.transpose()));
+  for (Eigen::Index t = 0; t < x.rows(); ++t) {
+    const int position = row_positions[static_cast<size_t>(t)];
+    apply_rope(q.row(t).data(), c.heads, c.head_dim, c.rope_base, position);
+    apply_rope(k.row(t).data(), c.groups, c.head_dim, c.rope_base, position);
+  }
+  q = stored(c.bf16, std::move(q));
+  k = stored(c.bf16, std::move(k));
 }
 
 void projection_backward(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x,

@@ -64,6 +64,12 @@ AttentionForward attention_forward(const AttentionConfig& config, const Attentio
 AttentionGrads attention_backward(const AttentionConfig& config, const AttentionParams& params, const Matrix<double>& x,
                                   int batch, const AttentionForward& forward, const Matrix<double>& dout);
 
+// The projections, shared with the context-parallel layer: q, k and v of rows x, q and k rotated at each row's
+// position (row_positions[t]); under bf16 storage each is stored after the projection and q, k again after RoPE.
+void projection_forward(const AttentionConfig& config, const AttentionParams& params, const Matrix<double>& x,
+                        const std::vector<int>& row_positions, Matrix<double>& q, Matrix<double>& k,
+                        Matrix<double>& v);
+
 // The backward of the projections, shared with the context-parallel layer: dq and dk (gradients after RoPE) are
 // rotated back at each row's position, then give the weight gradients and dx (into `grads`). Under bf16 storage
 // dq, dk and dv are stored as they come (whole) and dq, dk again after the rotation; dx is the caller's to store.

@@ -97,6 +97,13 @@ void pass_on(KvBlock& block, Communicator& cp, int step, bool with_grads, int se
   block.positions = cp_positions(seq, n, ((cp.rank() - step - 1) % n + n) % n);
 }
 
+// The sequence position of each row t = s·batch + b of this rank's chunk.
+std::vector<int> row_positions(const std::vector<int>& positions, Eigen::Index rows, int batch) {
+  std::vector<int> at(static_cast<size_t>(rows));
+  for (Eigen::Index t = 0; t < rows; ++t) at[static_cast<size_t>(t)] = positions[static_cast<size_t>(t / batch)];
+  return at;
+}
+
 }  // namespace
 
 CpAttentionForward cp_attention_forward(const AttentionConfig& c, const AttentionParams& p, const Matrix<double>& x,
@@ -107,15 +114,7 @@ CpAttentionForward cp_attention_forward(const AttentionConfig& c, const Attentio
   if (x.rows() != static_cast<Eigen::Index>(f.positions.size()) * batch)
     throw std::invalid_argument("cp attention: a rank holds seq/cp positions of each of its sequences");
   const int d = c.head_dim, per_group = c.heads / c.groups;
-  f.q = stored(c.bf16, Matrix<double>(x * p.wq.transpose()));
-  f.k = stored(c.bf16, Matrix<double>(x * p.wk.transpose()));
-  f.v = stored(c.bf16, Matrix<double>(x * p.wv.transpose()));
-  for (Eigen::Index t = 0; t < x.rows(); ++t) {
-    apply_rope(f.q.row(t).data(), c.heads, d, c.rope_base, f.positions[static_cast<size_t>(t / batch)]);
-    apply_rope(f.k.row(t).data(), c.groups, d, c.rope_base, f.positions[static_cast<size_t>(t / batch)]);
-  }
-  f.q = stored(c.bf16, std::move(f.q));
-  f.k = stored(c.bf16, std::move(f.k));
+  projection_forward(c, p, x, row_positions(f.positions, x.rows(), batch), f.q, f.k, f.v);
   // Online softmax over the blocks: running max m, running sum l, unnormalised output o.
   Matrix<double> m = Matrix<double>::Constant(x.rows(), c.heads, -std::numeric_limits<double>::infinity());
   Matrix<double> l = Matrix<double>::Zero(x.rows(), c.heads);
@@ -211,10 +210,7 @@ AttentionGrads cp_attention_backward(const AttentionConfig& c, const AttentionPa
     dk = std::move(block.dk);
     dv = std::move(block.dv);
   }
-  std::vector<int> row_positions(static_cast<size_t>(x.rows()));
-  for (Eigen::Index t = 0; t < x.rows(); ++t)
-    row_positions[static_cast<size_t>(t)] = f.positions[static_cast<size_t>(t / batch)];
-  projection_backward(c, p, x, row_positions, std::move(dq), std::move(dk), dv, grads);
+  projection_backward(c, p, x, row_positions(f.positions, x.rows(), batch), std::move(dq), std::move(dk), dv, grads);
   return grads;
 }
 
