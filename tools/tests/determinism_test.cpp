@@ -44,6 +44,17 @@ TEST(Determinism, CheckTrainingStepsWithTheDistributedOptimizer) {
   expect_deterministic("--world 8 --tp 2 --ep 4 --etp 2 --steps 2 --distributed-optimizer --seed 5");
 }
 
+// Runs side by side (check's default --jobs: one per hardware thread, each a world of fiber ranks) print what one
+// after another prints, in the same order. The filter picks both resumed rows of the default set, each resumed
+// three times: side by side, each needs its own checkpoint folder.
+TEST(Determinism, RunsSideBySideEqualRunsOneAfterAnother) {
+  const std::string one = without_seconds(check_json("--jobs 1 --filter resume --filter \"tiny-top1 sum b2\""));
+  const std::string four = without_seconds(check_json("--jobs 4 --filter resume --filter \"tiny-top1 sum b2\""));
+  EXPECT_EQ(one, four) << "check --jobs 4 printed other JSON than --jobs 1";
+  EXPECT_EQ(run("check --jobs 2 --backend mpi").status, 2);  // under mpirun one layout runs at a time
+  EXPECT_EQ(run("check --jobs 0").status, 2);
+}
+
 TEST(Determinism, AnotherSeedPrintsOtherNumbers) {
   const std::string seed5 = without_seconds(check_json("--world 4 --ep 2 --seed 5"));
   const std::string seed6 = without_seconds(check_json("--world 4 --ep 2 --seed 6"));
