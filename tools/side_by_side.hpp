@@ -4,8 +4,8 @@
 // task's, is the one a serial loop would have met first, whatever the timing.
 //
 // The workers share the OpenMP threads: each sets its own thread count (a per-thread setting) to its share, so two
-// workers on two cores do not each start a team of two for every Eigen GEMM above its size threshold (strace of
-// the default check: 99k futex calls from such teams before, on a machine already busy with the other worker).
+// workers on two cores do not each start a team of two for every Eigen GEMM above its size threshold, on a
+// machine already busy with the other worker (default check, median of 5: 3.3 s with full teams, 2.64 s shared).
 #pragma once
 
 #include <algorithm>
