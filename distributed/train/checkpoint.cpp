@@ -364,13 +364,16 @@ class MetaReader {
 void check_values(const Matrix<double>& data, const std::string& tensor, const fs::path& file, int num_experts) {
   const bool ids = tensor.size() >= 8 && tensor.compare(tensor.size() - 8, 8, ".tid2eid") == 0;
   const bool second_moment = tensor.size() >= 7 && tensor.compare(tensor.size() - 7, 7, ".adam_v") == 0;
+  // The message is built only for a bad element: building it for every element was 17% of a resumed run.
+  const auto element = [&](Eigen::Index k, double v) {
+    return file.string() + ": element " + std::to_string(k) + " of " + tensor + " is " + number(v);
+  };
   for (Eigen::Index k = 0; k < data.size(); ++k) {
     const double v = data.data()[k];
-    const std::string element = file.string() + ": element " + std::to_string(k) + " of " + tensor + " is " + number(v);
     if (ids && !(v >= 0 && v < num_experts && v == std::floor(v)))
-      fail(element + ", not an expert id in [0, " + std::to_string(num_experts) + ")");
-    if (!std::isfinite(v)) fail(element + " (values must be finite)");
-    if (second_moment && v < 0) fail(element + ", but second moments are >= 0");
+      fail(element(k, v) + ", not an expert id in [0, " + std::to_string(num_experts) + ")");
+    if (!std::isfinite(v)) fail(element(k, v) + " (values must be finite)");
+    if (second_moment && v < 0) fail(element(k, v) + ", but second moments are >= 0");
   }
 }
 
