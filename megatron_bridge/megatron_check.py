@@ -1,6 +1,7 @@
 """The Megatron-Core matrix: every case of matrix.py run through Megatron's real MoE layer on CPU (driver.py), each
 dump compared with the oracle by `moe-oracle compare`, the loss-side checks of loss_checks.py (Megatron's own
-schedule code against `explain` and `scaling`), an independent PyTorch layer (torch_example.py) compared the same
+schedule code against `explain` and `scaling`), the process groups of group_checks.py (Megatron's own
+initialize_model_parallel, GTP axes included, against `groups`), an independent PyTorch layer (torch_example.py) compared the same
 way, and a table of the outcomes. Exit 0 only when every case ends
 as it must: a plain case passes; a case that runs a known Megatron deviation under semantics that leave it out
 fails *and* the comparison names that deviation; a seeded bug fails and names the expected tensor first.
@@ -20,6 +21,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import driver  # noqa: E402  (imports torch and Megatron once; every case forks from here)
+import group_checks  # noqa: E402
 import loss_checks  # noqa: E402
 import matrix  # noqa: E402
 import seeded_bugs  # noqa: E402
@@ -64,14 +66,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--oracle", required=True, help="the moe-oracle binary")
     parser.add_argument("--work", help="where the dumps go (default: a temporary folder, removed at the end)")
-    parser.add_argument("--only", help="run the cases whose name contains this ('loss_checks', 'torch_example': "
-                                       "only those)")
+    parser.add_argument("--only", help="run the cases whose name contains this ('loss_checks', 'torch_example', "
+                                       "'process_groups': only those)")
     parser.add_argument("--keep", action="store_true", help="keep the dumps")
     parser.add_argument("--json", help="also write the results as JSON to this file")
     a = parser.parse_args()
     work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="megatron-check-"))
     cases = [c for c in matrix.cases() if not a.only or a.only in c["name"]]
-    if not cases and a.only not in ("loss_checks", "torch_example"):
+    if not cases and a.only not in ("loss_checks", "torch_example", "process_groups"):
         raise SystemExit(f"megatron-check: no case matches '{a.only}'")
 
     rows, failures = [], 0
@@ -90,6 +92,11 @@ def main():
             rows.append({"case": name, "layout": "w1 (PyTorch)", "dispatcher": "-", "semantics": "intended",
                          "worst": max(t["max_ratio"] or 0.0 for t in report["tensors"]) if report else float("nan"),
                          "seconds": 0.0, "ok": ok, "what": what})
+    if not a.only or a.only == "process_groups":
+        for name, ok, what in group_checks.run(a.oracle):
+            failures += not ok
+            rows.append({"case": name, "layout": "-", "dispatcher": "-", "semantics": "-",
+                         "worst": 0.0, "seconds": 0.0, "ok": ok, "what": what})
     if not a.only or a.only == "loss_checks":
         for name, ok, what in loss_checks.run(a.oracle):
             failures += not ok

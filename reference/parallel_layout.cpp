@@ -1,7 +1,9 @@
 #include "reference/parallel_layout.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace moe {
 namespace {
@@ -15,21 +17,34 @@ std::string str(int v) { return std::to_string(v); }
 }  // namespace
 
 void ParallelLayout::validate() const {
+  validate_mesh();
+  require(gtp == 1 && egtp == 1, "gtp (" + str(gtp) + ") and egtp (" + str(egtp) +
+                                     ") must be 1 here: the oracle and the parallel system do not run GTP weight "
+                                     "rematerialisation yet (`groups` and `scaling` take it)");
+}
+
+void ParallelLayout::validate_mesh() const {
   require(world >= 1, "world must be >= 1");
   // The meshes list every rank: a world beyond this is an accounting question no rank table answers.
   require(world <= kMaxWorld, "world (" + str(world) + ") must be <= " + str(kMaxWorld));
-  require(tp >= 1 && cp >= 1 && pp >= 1 && ep >= 1 && etp >= 1, "tp, cp, pp, ep and etp must be >= 1");
-  require(gtp == 1 && egtp == 1, "gtp and egtp must be 1 (GTP rematerialisation is not modelled)");
+  require(tp >= 1 && cp >= 1 && pp >= 1 && ep >= 1 && etp >= 1 && gtp >= 1 && egtp >= 1,
+          "tp, cp, pp, ep, etp, gtp and egtp must be >= 1");
   require(vpp >= 1 && vpp <= 1024, "vpp must be between 1 and 1024");
   require(vpp == 1 || pp > 1, "vpp > 1 (the interleaved pipeline) needs pp > 1");
   // Products in 64 bits, each factor at most world: tp·cp·pp cannot overflow before it is compared.
-  require(tp <= world && cp <= world && pp <= world && ep <= world && etp <= world,
-          "tp, cp, pp, ep and etp must each be <= world (" + str(world) + ")");
+  require(tp <= world && cp <= world && pp <= world && ep <= world && etp <= world && gtp <= world && egtp <= world,
+          "tp, cp, pp, ep, etp, gtp and egtp must each be <= world (" + str(world) + ")");
+  // Products in 64 bits of factors <= world <= 2^20: tp·cp·pp fits, and is compared before gtp multiplies it.
   const long long dense = 1LL * tp * cp * pp, expert = 1LL * etp * ep * pp;
-  require(dense <= world && world % dense == 0, "world (" + str(world) + ") must be divisible by tp·cp·pp (" +
-                                                    std::to_string(dense) + ") so that dp = world/(tp·cp·pp)");
-  require(expert <= world && world % expert == 0, "world (" + str(world) + ") must be divisible by etp·ep·pp (" +
-                                                      std::to_string(expert) + ") so that edp = world/(etp·ep·pp)");
+  const auto mesh_rule = [&](long long product, const std::string& names, const std::string& dp_name) {
+    require(product <= world && world % product == 0, "world (" + str(world) + ") must be divisible by " + names +
+                                                          " (" + std::to_string(product) + ") so that " + dp_name +
+                                                          " = world/(" + names + ")");
+  };
+  if (gtp == 1) mesh_rule(dense, "tp·cp·pp", "dp");
+  else mesh_rule(dense <= world ? dense * gtp : dense, "tp·cp·pp·gtp", "dp");
+  if (egtp == 1) mesh_rule(expert, "etp·ep·pp", "edp");
+  else mesh_rule(expert <= world ? expert * egtp : expert, "etp·ep·pp·egtp", "edp");
   // Order tokens: known, not repeated, and every axis of size > 1 in either mesh named (RankGenerator's rules).
   try {
     dense_mesh();
@@ -51,17 +66,40 @@ void ParallelLayout::validate() const {
           "the dense and expert meshes must have equal pp groups under order '" + order + "'");
 }
 
-RankGenerator ParallelLayout::dense_mesh() const { return RankGenerator(tp, 1, dp(), pp, cp, order); }
+namespace {
 
-RankGenerator ParallelLayout::expert_mesh() const { return RankGenerator(etp, ep, edp(), pp, 1, order); }
+// `order` with gtp_remat after `anchor` (after tp if the order lacks it; first if it lacks both).
+std::string with_gtp_axis(const std::string& order, const std::string& anchor) {
+  std::vector<std::string> tokens = parse_order(order);
+  if (std::find(tokens.begin(), tokens.end(), "gtp_remat") != tokens.end()) return order;
+  auto at = std::find(tokens.begin(), tokens.end(), anchor);
+  if (at == tokens.end()) at = std::find(tokens.begin(), tokens.end(), "tp");
+  tokens.insert(at == tokens.end() ? tokens.begin() : at + 1, "gtp_remat");
+  std::string out;
+  for (const auto& t : tokens) out += (out.empty() ? "" : "-") + t;
+  return out;
+}
+
+}  // namespace
+
+std::string ParallelLayout::dense_order() const { return with_gtp_axis(order, "tp"); }
+
+std::string ParallelLayout::expert_order() const { return with_gtp_axis(order, "ep"); }
+
+RankGenerator ParallelLayout::dense_mesh() const { return RankGenerator(tp, 1, dp(), pp, cp, dense_order(), gtp); }
+
+RankGenerator ParallelLayout::expert_mesh() const {
+  return RankGenerator(etp, ep, edp(), pp, 1, expert_order(), egtp);
+}
 
 int num_microbatches(const ParallelLayout& layout, int global_batch, int micro_batch) {
   if (global_batch < 1 || micro_batch < 1)
     throw std::invalid_argument("microbatch rule: global_batch and micro_batch must be >= 1");
-  const long long per_step = static_cast<long long>(micro_batch) * layout.dp();
+  const long long per_step = static_cast<long long>(micro_batch) * layout.dp_with_gtp();
   if (global_batch % per_step != 0)
-    throw std::invalid_argument("microbatch rule: global_batch (" + str(global_batch) +
-                                ") must be divisible by micro_batch·dp (" + std::to_string(per_step) + ")");
+    throw std::invalid_argument("microbatch rule: global_batch (" + str(global_batch) + ") must be divisible by " +
+                                (layout.gtp > 1 ? "micro_batch·dp·gtp (" : "micro_batch·dp (") +
+                                std::to_string(per_step) + ")");
   return static_cast<int>(global_batch / per_step);
 }
 

@@ -6,8 +6,11 @@
 //   expert mesh: world = etp · ep · edp · pp · egtp     (edp = D_e, expert data parallelism, "expt_dp")
 // dp and edp are derived, never given. EP does not appear in the dense mesh and CP does not appear in the
 // expert mesh: tokens of different sequences or context shards regroup freely by expert inside the MoE layer.
-// gtp/egtp (GTP weight rematerialisation) are part of the type so that the scaling rules can name them, but only
-// size 1 is modelled.
+// gtp/egtp are the GTP weight-rematerialisation axes (Megatron's gtp_remat and expt gtp_remat): the ranks of one
+// gtp group hold distinct data, like dp ranks, but each keeps a 1/gtp shard of the layer weights and gathers the
+// rest before a GEMM. So dp counts the replicas of a weight shard and dp·gtp the ranks with distinct data.
+// The meshes and groups take gtp, egtp > 1 (validate_mesh: `groups`, `scaling`); the oracle and the parallel
+// system do not run them yet (validate).
 #pragma once
 
 #include "reference/rank_generator.hpp"
@@ -27,20 +30,30 @@ struct ParallelLayout {
   int pp = 1;    // pipeline parallel
   int ep = 1;    // expert parallel
   int etp = 1;   // expert tensor parallel
-  int gtp = 1;   // dense GTP rematerialisation axis (only 1 is modelled)
-  int egtp = 1;  // expert GTP rematerialisation axis (only 1 is modelled)
+  int gtp = 1;   // dense GTP rematerialisation axis (gtp_remat in the dense mesh)
+  int egtp = 1;  // expert GTP rematerialisation axis (gtp_remat in the expert mesh)
   std::string order = "tp-cp-ep-dp-pp";  // fastest-varying axis first
   int vpp = 1;   // virtual pipeline stages per pp rank (model chunks, run by the interleaved 1F1B schedule)
 
   int dp() const { return world / (tp * cp * pp * gtp); }
   int edp() const { return world / (etp * ep * pp * egtp); }
+  // The ranks of one pipeline stage and CP rank that see distinct samples: Megatron's data-parallel group "with
+  // gtp_remat" (batch split, number of microbatches).
+  int dp_with_gtp() const { return dp() * gtp; }
 
-  // Throws std::invalid_argument naming the first broken rule: sizes >= 1, gtp = egtp = 1, the divisibility of
-  // world by each mesh, the order tokens, equal dp and edp unless the order ends in pp, equal pp groups.
+  // Throws std::invalid_argument naming the first broken rule of the meshes: sizes >= 1, the divisibility of world
+  // by each mesh, the order tokens, equal dp and edp unless the order ends in pp, equal pp groups.
+  void validate_mesh() const;
+  // validate_mesh, and gtp = egtp = 1: what the oracle and the parallel system run.
   void validate() const;
 
-  // Megatron's initialize_model_parallel: dense generator (tp, ep = 1, cp, dp) and expert generator
-  // (etp as tp, ep, cp = 1, edp as dp), both over the same order. Call on a validated layout.
+  // The orders of the two meshes: `order` with the gtp_remat axis put after tp (dense: GTP peers adjacent) and after
+  // ep (expert: EP stays the more local axis), unless `order` names gtp_remat itself (Megatron's
+  // _inject_gtp_remat_axis).
+  std::string dense_order() const;
+  std::string expert_order() const;
+  // Megatron's initialize_model_parallel: dense generator (tp, ep = 1, cp, dp, gtp_remat = gtp) and expert
+  // generator (etp as tp, ep, cp = 1, edp as dp, gtp_remat = egtp). Call on a validated layout.
   RankGenerator dense_mesh() const;
   RankGenerator expert_mesh() const;
 };
@@ -52,9 +65,10 @@ struct ParallelLayout {
 ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const std::string& where,
                                  const std::string& order = ParallelLayout().order);
 
-// Number of microbatches per global batch on each pipeline: m = B / (b · dp). CP, EP and ETP split the work of
-// a sample, not the samples, so they do not enter (docs/parallelism.md). Throws std::invalid_argument when
-// b · dp does not divide B.
+// Number of microbatches per global batch on each pipeline: m = B / (b · dp · gtp). CP, EP and ETP split the work
+// of a sample, not the samples, so they do not enter (docs/parallelism.md); GTP peers take distinct samples
+// (Megatron: micro_batch_size · data_parallel_size · gtp_weight_remat_size). Throws std::invalid_argument when
+// b · dp · gtp does not divide B.
 int num_microbatches(const ParallelLayout& layout, int global_batch, int micro_batch);
 
 }  // namespace moe

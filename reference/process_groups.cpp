@@ -15,18 +15,24 @@ std::string_view token_set(GroupKind kind) {
     case GroupKind::dp: return "dp";
     case GroupKind::dp_cp: return "dp-cp";
     case GroupKind::tp_cp: return "tp-cp";
-    case GroupKind::tp_dp_cp: return "tp-dp-cp";
+    case GroupKind::tp_dp_cp: return "tp-gtp_remat-dp-cp";
     case GroupKind::pp: return "pp";
+    case GroupKind::gtp: return "gtp_remat";
+    case GroupKind::dp_gtp: return "gtp_remat-dp";
+    case GroupKind::dp_cp_gtp: return "gtp_remat-dp-cp";
     case GroupKind::ep: return "ep";
     case GroupKind::expt_tp: return "tp";
     case GroupKind::tp_ep: return "tp-ep";
     case GroupKind::expt_dp: return "dp";
+    case GroupKind::expt_gtp: return "gtp_remat";
+    case GroupKind::expt_dp_gtp: return "gtp_remat-dp";
   }
   throw std::logic_error("unknown GroupKind");
 }
 
-ParallelLayout validated(const ParallelLayout& layout) {
-  layout.validate();
+ParallelLayout validated(const ParallelLayout& layout, bool mesh_only) {
+  if (mesh_only) layout.validate_mesh();
+  else layout.validate();
   return layout;
 }
 
@@ -41,22 +47,27 @@ std::string_view to_string(GroupKind kind) {
     case GroupKind::tp_cp: return "tp_cp";
     case GroupKind::tp_dp_cp: return "tp_dp_cp";
     case GroupKind::pp: return "pp";
+    case GroupKind::gtp: return "gtp";
+    case GroupKind::dp_gtp: return "dp_gtp";
+    case GroupKind::dp_cp_gtp: return "dp_cp_gtp";
     case GroupKind::ep: return "ep";
     case GroupKind::expt_tp: return "expt_tp";
     case GroupKind::tp_ep: return "tp_ep";
     case GroupKind::expt_dp: return "expt_dp";
+    case GroupKind::expt_gtp: return "expt_gtp";
+    case GroupKind::expt_dp_gtp: return "expt_dp_gtp";
   }
   throw std::logic_error("unknown GroupKind");
 }
 
 std::vector<GroupKind> all_group_kinds() {
-  return {GroupKind::tp,    GroupKind::cp, GroupKind::dp,      GroupKind::dp_cp, GroupKind::tp_cp, GroupKind::tp_dp_cp,
-          GroupKind::pp,    GroupKind::ep, GroupKind::expt_tp, GroupKind::tp_ep, GroupKind::expt_dp};
+  using enum GroupKind;
+  return {tp, cp, dp, dp_cp, tp_cp, tp_dp_cp, pp, gtp, dp_gtp, dp_cp_gtp, ep, expt_tp, tp_ep, expt_dp, expt_gtp, expt_dp_gtp};
 }
 
 bool is_expert_group(GroupKind kind) {
-  return kind == GroupKind::ep || kind == GroupKind::expt_tp || kind == GroupKind::tp_ep ||
-         kind == GroupKind::expt_dp;
+  using enum GroupKind;
+  return kind == ep || kind == expt_tp || kind == tp_ep || kind == expt_dp || kind == expt_gtp || kind == expt_dp_gtp;
 }
 
 ExpertRange local_experts(int num_experts, int ep_size, int ep_rank) {
@@ -71,7 +82,12 @@ ExpertRange local_experts(int num_experts, int ep_size, int ep_rank) {
 }
 
 ProcessGroups::ProcessGroups(const ParallelLayout& layout)
-    : layout_(validated(layout)), dense_(layout_.dense_mesh()), expert_(layout_.expert_mesh()) {}
+    : layout_(validated(layout, false)), dense_(layout_.dense_mesh()), expert_(layout_.expert_mesh()) {}
+
+ProcessGroups::ProcessGroups(const ParallelLayout& layout, MeshOnly)
+    : layout_(validated(layout, true)), dense_(layout_.dense_mesh()), expert_(layout_.expert_mesh()) {}
+
+ProcessGroups ProcessGroups::of_mesh(const ParallelLayout& layout) { return ProcessGroups(layout, MeshOnly{}); }
 
 const RankGenerator& ProcessGroups::mesh(GroupKind kind) const { return is_expert_group(kind) ? expert_ : dense_; }
 

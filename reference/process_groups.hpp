@@ -1,11 +1,13 @@
 // The named process groups of a layout, and which routed experts each rank holds.
 //
 // Each group is a token set of one of the two meshes (megatron/core/parallel_state.py: initialize_model_parallel):
-//   dense mesh:  tp 'tp', cp 'cp', dp 'dp', dp_cp 'dp-cp', tp_cp 'tp-cp', tp_dp_cp 'tp-dp-cp', pp 'pp'
-//   expert mesh: ep 'ep', expt_tp 'tp', tp_ep 'tp-ep', expt_dp 'dp'
-// (tp_dp_cp is Megatron's 'tp-gtp_remat-dp-cp' with the gtp axis of size 1.) Who uses which: the dense gradient
-// buffer reduces over dp_cp, the expert buffer over expt_dp; router statistics over tp_cp or tp_dp_cp; the
-// AlltoAll dispatcher exchanges over ep, gathers over expt_tp, counts over tp_ep.
+//   dense mesh:  tp 'tp', cp 'cp', dp 'dp', dp_cp 'dp-cp', tp_cp 'tp-cp', tp_dp_cp 'tp-gtp_remat-dp-cp', pp 'pp',
+//                gtp 'gtp_remat', dp_gtp 'gtp_remat-dp', dp_cp_gtp 'gtp_remat-dp-cp'
+//   expert mesh: ep 'ep', expt_tp 'tp', tp_ep 'tp-ep', expt_dp 'dp', expt_gtp 'gtp_remat', expt_dp_gtp 'gtp_remat-dp'
+// Who uses which: the dense gradient buffer reduces over dp_cp, the expert buffer over expt_dp (both leave the GTP
+// axis out: its peers hold different weight shards); router statistics over tp_cp or tp_dp_cp; the AlltoAll
+// dispatcher exchanges over ep, gathers over expt_tp, counts over tp_ep. Under GTP a weight shard is gathered
+// over gtp / expt_gtp, and the groups "with gtp" (Megatron's with_gtp_remat=True) hold every rank of distinct data.
 #pragma once
 
 #include "reference/parallel_layout.hpp"
@@ -15,7 +17,10 @@
 
 namespace moe {
 
-enum class GroupKind { tp, cp, dp, dp_cp, tp_cp, tp_dp_cp, pp, ep, expt_tp, tp_ep, expt_dp };
+enum class GroupKind {
+  tp, cp, dp, dp_cp, tp_cp, tp_dp_cp, pp, gtp, dp_gtp, dp_cp_gtp,  // dense mesh
+  ep, expt_tp, tp_ep, expt_dp, expt_gtp, expt_dp_gtp                // expert mesh
+};
 
 std::string_view to_string(GroupKind kind);  // Megatron's name, e.g. "expt_dp"
 std::vector<GroupKind> all_group_kinds();
@@ -34,8 +39,10 @@ ExpertRange local_experts(int num_experts, int ep_size, int ep_rank);
 
 class ProcessGroups {
  public:
-  // Validates the layout (ParallelLayout::validate) and builds its two meshes.
+  // Validates the layout for a run (ParallelLayout::validate: no GTP axes) and builds its two meshes.
   explicit ProcessGroups(const ParallelLayout& layout);
+  // The groups of any valid mesh, GTP axes included (ParallelLayout::validate_mesh): for `groups` and `scaling`.
+  static ProcessGroups of_mesh(const ParallelLayout& layout);
 
   const ParallelLayout& layout() const { return layout_; }
 
@@ -49,6 +56,8 @@ class ProcessGroups {
   ExpertRange experts_of(int rank, int num_experts) const;
 
  private:
+  struct MeshOnly {};
+  ProcessGroups(const ParallelLayout& layout, MeshOnly);
   const RankGenerator& mesh(GroupKind kind) const;
 
   ParallelLayout layout_;

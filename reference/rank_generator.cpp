@@ -36,7 +36,7 @@ int inner_product(const std::vector<int>& a, const std::vector<int>& b) {
 
 }  // namespace
 
-std::vector<std::string> rank_axis_names() { return {"tp", "cp", "ep", "dp", "pp"}; }
+std::vector<std::string> rank_axis_names() { return {"tp", "cp", "ep", "dp", "pp", "gtp_remat"}; }
 
 std::vector<std::string> parse_order(std::string_view order) {
   const auto known = rank_axis_names();
@@ -44,7 +44,7 @@ std::vector<std::string> parse_order(std::string_view order) {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (std::find(known.begin(), known.end(), tokens[i]) == known.end())
       throw std::invalid_argument("order rule: token '" + tokens[i] + "' in '" + std::string(order) +
-                                  "' is not one of tp, cp, ep, dp, pp");
+                                  "' is not one of tp, cp, ep, dp, pp, gtp_remat");
     if (std::find(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(i), tokens[i]) !=
         tokens.begin() + static_cast<std::ptrdiff_t>(i))
       throw std::invalid_argument("order rule: token '" + tokens[i] + "' appears more than once in '" +
@@ -53,13 +53,14 @@ std::vector<std::string> parse_order(std::string_view order) {
   return tokens;
 }
 
-RankGenerator::RankGenerator(int tp, int ep, int dp, int pp, int cp, std::string_view order)
+RankGenerator::RankGenerator(int tp, int ep, int dp, int pp, int cp, std::string_view order, int gtp_remat)
     : order_(parse_order(order)) {
   const auto size_of = [&](const std::string& axis) {
     if (axis == "tp") return tp;
     if (axis == "cp") return cp;
     if (axis == "ep") return ep;
     if (axis == "dp") return dp;
+    if (axis == "gtp_remat") return gtp_remat;
     return pp;
   };
   for (const auto& axis : rank_axis_names()) {
@@ -85,7 +86,7 @@ std::vector<bool> RankGenerator::mask(std::string_view token_set) const {
     const auto it = std::find(order_.begin(), order_.end(), token);
     if (it == order_.end())
       throw std::invalid_argument("group rule: token '" + token + "' of group '" + std::string(token_set) +
-                                  "' is not one of tp, cp, ep, dp, pp");
+                                  "' is not one of tp, cp, ep, dp, pp, gtp_remat");
     masked[static_cast<std::size_t>(it - order_.begin())] = true;
   }
   return masked;
@@ -126,7 +127,7 @@ std::vector<std::vector<int>> RankGenerator::rank_groups(std::string_view token_
 int RankGenerator::stride(std::string_view axis) const {
   const auto it = std::find(order_.begin(), order_.end(), axis);
   if (it == order_.end())
-    throw std::invalid_argument("group rule: axis '" + std::string(axis) + "' is not one of tp, cp, ep, dp, pp");
+    throw std::invalid_argument("group rule: axis '" + std::string(axis) + "' is not one of tp, cp, ep, dp, pp, gtp_remat");
   return strides_[static_cast<std::size_t>(it - order_.begin())];
 }
 

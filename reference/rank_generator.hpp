@@ -1,6 +1,7 @@
 // Megatron's RankGenerator: which global ranks form a process group, for one device mesh.
 //
-// A mesh has five axes, named as in Megatron: tp, cp, ep, dp, pp. The order string lists them
+// A mesh has six axes, named as in Megatron: tp, cp, ep, dp, pp and gtp_remat (the GTP weight-rematerialisation
+// axis: its ranks hold distinct data and shards of the same weights). The order string lists them
 // fastest-varying first ("tp-cp-ep-dp-pp": consecutive ranks differ in tp), and an axis of size 1 that the
 // order leaves out is appended (it changes no stride). With sizes s_i in that order:
 //   stride_i = Π_{j<i} s_j,   rank = Σ_i idx_i · stride_i.
@@ -18,7 +19,7 @@
 
 namespace moe {
 
-// The five axis names an order string may use.
+// The six axis names an order string may use.
 std::vector<std::string> rank_axis_names();
 
 // Splits "tp-cp-ep-dp-pp" into tokens; throws std::invalid_argument on an unknown or repeated token.
@@ -26,9 +27,10 @@ std::vector<std::string> parse_order(std::string_view order);
 
 class RankGenerator {
  public:
-  // Same argument order as Megatron's RankGenerator(tp, ep, dp, pp, cp, order). Throws std::invalid_argument if a
-  // size is < 1, or an axis of size > 1 is missing from the order.
-  RankGenerator(int tp, int ep, int dp, int pp, int cp, std::string_view order);
+  // Same argument order as Megatron's RankGenerator(tp, ep, dp, pp, cp, order, rank_offset = 0, gtp_remat = 1),
+  // without the offset. Throws std::invalid_argument if a size is < 1, or an axis of size > 1 is missing from the
+  // order.
+  RankGenerator(int tp, int ep, int dp, int pp, int cp, std::string_view order, int gtp_remat = 1);
 
   int world_size() const { return world_size_; }
   // The complete order (the given tokens, then the omitted size-1 axes) and the size of each of its axes.

@@ -644,7 +644,7 @@ void add_check_command(CLI::App& app) {
     o->custom_quant = cmd->count("--quant") > 0;
     o->seq_given = cmd->count("--seq") > 0;
     o->global_batch_given = cmd->count("--global-batch") > 0;
-    for (const char* flag : {"--tp", "--cp", "--pp", "--ep", "--etp", "--order", "--vpp"})
+    for (const char* flag : {"--tp", "--cp", "--pp", "--ep", "--etp", "--gtp", "--egtp", "--order", "--vpp"})
       if (cmd->count(flag) > 0 && o->layout.world == 0)
         throw std::invalid_argument(std::string(flag) + " needs --world (without it check runs its built-in layouts)");
     finish_layout(*cmd, o->layout);

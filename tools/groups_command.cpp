@@ -59,7 +59,7 @@ std::vector<int> stage_ranks(const ProcessGroups& g, int rank) {
 }
 
 void run(const GroupsArgs& a) {
-  const ProcessGroups g(a.layout);
+  const ProcessGroups g = ProcessGroups::of_mesh(a.layout);
   const LayerPreset preset = a.model.resolve();
   const int num_experts = preset.config.num_experts;
   if (a.rank < 0 || a.rank >= a.layout.world)

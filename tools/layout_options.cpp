@@ -10,9 +10,12 @@ namespace moe::cli {
 
 std::string describe(const ParallelLayout& l) {
   std::ostringstream s;
-  s << "world " << l.world << " = tp " << l.tp << " · cp " << l.cp << " · dp " << l.dp() << " · pp " << l.pp
-    << " (dense) = etp " << l.etp << " · ep " << l.ep << " · edp " << l.edp() << " · pp " << l.pp
-    << " (expert), order " << l.order;
+  s << "world " << l.world << " = tp " << l.tp << " · cp " << l.cp << " · dp " << l.dp() << " · pp " << l.pp;
+  if (l.gtp > 1) s << " · gtp " << l.gtp;
+  s << " (dense) = etp " << l.etp << " · ep " << l.ep << " · edp " << l.edp() << " · pp " << l.pp;
+  if (l.egtp > 1) s << " · egtp " << l.egtp;
+  s << " (expert), order " << l.order;
+  if (l.gtp > 1 || l.egtp > 1) s << " (dense " << l.dense_order() << ", expert " << l.expert_order() << ")";
   if (l.vpp > 1) s << ", " << l.vpp << " virtual stages per pp rank";
   return s.str();
 }

@@ -32,10 +32,10 @@ struct ScalingArgs {
 };
 
 void run(const ScalingArgs& a) {
-  const ProcessGroups groups(a.layout);
+  const ProcessGroups groups = ProcessGroups::of_mesh(a.layout);
   const auto mode = parse_loss_mode(a.scaling);
   const auto sizes = group_sizes(groups);
-  const int global_batch = a.global_batch.value_or(a.micro_batch * a.layout.dp());
+  const int global_batch = a.global_batch.value_or(a.micro_batch * a.layout.dp_with_gtp());
   const int m = num_microbatches(a.layout, global_batch, a.micro_batch);
   const Semantics semantics = Semantics::parse(a.semantics);
   const auto grads = grad_sync_table(mode, sizes, a.distributed_optimizer, semantics);
@@ -86,8 +86,13 @@ void run(const ScalingArgs& a) {
   std::cout << "layout: " << describe(a.layout) << "\n";
   std::cout << "loss mode " << to_string(mode) << ": |tp| " << sizes.tp << ", |cp| " << sizes.cp << ", |tp_cp| "
             << sizes.tp_cp << ", |dp_cp| " << sizes.dp_cp << ", |expt_dp| " << sizes.expt_dp << ", gtp " << sizes.gtp
-            << ", egtp " << sizes.egtp << "; m = B/(b·dp) = " << global_batch << "/(" << a.micro_batch << "·"
-            << a.layout.dp() << ") = " << m << "\n\n";
+            << ", egtp " << sizes.egtp << "; m = "
+            << (a.layout.gtp > 1 ? "B/(b·dp·gtp) = " + std::to_string(global_batch) + "/(" +
+                                       std::to_string(a.micro_batch) + "·" + std::to_string(a.layout.dp()) + "·" +
+                                       std::to_string(a.layout.gtp) + ")"
+                                 : "B/(b·dp) = " + std::to_string(global_batch) + "/(" +
+                                       std::to_string(a.micro_batch) + "·" + std::to_string(a.layout.dp()) + ")")
+            << " = " << m << "\n\n";
   TextTable grad_table({"param class", "pre-scale", "value", "collective", "group", "then", "÷ global tokens",
                         "net factor"});
   for (const auto& r : grads) {

@@ -22,8 +22,8 @@ def test_groups_of_a_rank():
     assert g["ep"] == {"ranks": [4, 5], "index": 1}
     assert g["expt_dp"] == {"ranks": [1, 3, 5, 7], "index": 2}
     assert g["experts"] == {"first": 4, "count": 4}
-    assert set(g) == {"tp", "cp", "dp", "dp_cp", "tp_cp", "tp_dp_cp", "pp", "ep", "expt_tp", "tp_ep", "expt_dp",
-                      "experts"}
+    assert set(g) == {"tp", "cp", "dp", "dp_cp", "tp_cp", "tp_dp_cp", "pp", "gtp", "dp_gtp", "dp_cp_gtp", "ep",
+                      "expt_tp", "tp_ep", "expt_dp", "expt_gtp", "expt_dp_gtp", "experts"}
     all_groups = moe_oracle.all_process_groups({"world": 8, "tp": 2, "ep": 2})
     assert all_groups["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     with pytest.raises(ValueError, match="outside the world"):

@@ -44,7 +44,17 @@ TEST(ParallelLayout, RejectsBrokenRules) {
 
   l = seed_layout();
   l.gtp = 2;
-  expect_rule(l, "gtp and egtp must be 1");
+  expect_rule(l, "gtp (2) and egtp (1) must be 1 here");
+  l.validate_mesh();  // the meshes take it: 1024 = 1·2·32·8·2
+
+  l = seed_layout();
+  l.egtp = 3;
+  try {
+    l.validate_mesh();
+    FAIL() << "accepted egtp 3 on 1024 ranks";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("divisible by etp·ep·pp·egtp (1536)"), std::string::npos) << e.what();
+  }
 
   l = seed_layout();
   l.order = "tp-cp-xp-dp-pp";
@@ -145,6 +155,31 @@ TEST(ParallelLayout, MicrobatchesFollowAttentionDp) {
     EXPECT_NE(std::string(e.what()).find("must be divisible by micro_batch·dp (192)"), std::string::npos) << e.what();
   }
   EXPECT_THROW(num_microbatches(l, 0, 1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moe
+
+namespace moe {
+namespace {
+
+// Megatron's _inject_gtp_remat_axis: after tp in the dense order, after ep in the expert order, unless the order
+// names the axis itself; without the anchor, after tp, and first without either.
+TEST(ParallelLayout, GtpAxisGoesAfterTpDenseAndAfterEpExpert) {
+  ParallelLayout l{.world = 16, .tp = 2, .ep = 2, .etp = 2, .gtp = 2, .egtp = 2};
+  EXPECT_EQ(l.dense_order(), "tp-gtp_remat-cp-ep-dp-pp");
+  EXPECT_EQ(l.expert_order(), "tp-cp-ep-gtp_remat-dp-pp");
+  l.order = "dp-ep-gtp_remat-tp-cp-pp";
+  EXPECT_EQ(l.dense_order(), l.order);
+  EXPECT_EQ(l.expert_order(), l.order);
+  l.order = "cp-dp";
+  EXPECT_EQ(l.expert_order(), "gtp_remat-cp-dp");
+  // dp counts the replicas of a weight shard; dp·gtp the ranks of distinct samples, which split the batch.
+  l = ParallelLayout{.world = 16, .tp = 2, .gtp = 2};
+  EXPECT_EQ(l.dp(), 4);
+  EXPECT_EQ(l.dp_with_gtp(), 8);
+  EXPECT_EQ(num_microbatches(l, 16, 1), 2);
+  EXPECT_THROW(num_microbatches(l, 12, 1), std::invalid_argument);
 }
 
 }  // namespace

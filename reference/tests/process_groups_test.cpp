@@ -80,12 +80,38 @@ TEST(ProcessGroups, MegatronSixteenRankExample) {
   EXPECT_EQ(g.all_groups(GroupKind::expt_tp), singletons);
 }
 
+// Megatron-Core 0.19.2's initialize_model_parallel (run with a recording torch.distributed), world 16, TP2 ETP2
+// EP2 GTP2 EGTP2: dense order tp-gtp_remat-cp-ep-dp-pp, expert order tp-cp-ep-gtp_remat-dp-pp. The groups of
+// ranks 0 and 5 as it built them; megatron_bridge/group_checks.py compares every rank against it in CI.
+TEST(ProcessGroups, MegatronGtpExample) {
+  const ProcessGroups g =
+      ProcessGroups::of_mesh(ParallelLayout{.world = 16, .tp = 2, .ep = 2, .etp = 2, .gtp = 2, .egtp = 2});
+  using V = std::vector<int>;
+  EXPECT_EQ(g.group(GroupKind::tp, 0), (V{0, 1}));
+  EXPECT_EQ(g.group(GroupKind::gtp, 0), (V{0, 2}));
+  EXPECT_EQ(g.group(GroupKind::dp, 0), (V{0, 4, 8, 12}));
+  EXPECT_EQ(g.group(GroupKind::dp_gtp, 0), (V{0, 2, 4, 6, 8, 10, 12, 14}));
+  EXPECT_EQ(g.group(GroupKind::ep, 0), (V{0, 2}));
+  EXPECT_EQ(g.group(GroupKind::expt_gtp, 0), (V{0, 4}));
+  EXPECT_EQ(g.group(GroupKind::expt_dp, 0), (V{0, 8}));
+  EXPECT_EQ(g.group(GroupKind::expt_dp_gtp, 0), (V{0, 4, 8, 12}));
+  EXPECT_EQ(g.group(GroupKind::tp, 5), (V{4, 5}));
+  EXPECT_EQ(g.group(GroupKind::gtp, 5), (V{5, 7}));
+  EXPECT_EQ(g.group(GroupKind::expt_gtp, 5), (V{1, 5}));
+  EXPECT_EQ(g.group(GroupKind::expt_dp, 5), (V{5, 13}));
+  EXPECT_EQ(g.group(GroupKind::ep, 5), (V{5, 7}));
+  // A run refuses the layout; only the meshes take it.
+  EXPECT_THROW(ProcessGroups(g.layout()), std::invalid_argument);
+}
+
 // Every kind of group partitions the world, and each group's size is the product of its axes.
 TEST(ProcessGroups, GroupsPartitionTheWorld) {
   for (const auto& l : {ParallelLayout{.world = 16, .tp = 2, .pp = 2, .ep = 4},
                         ParallelLayout{.world = 48, .tp = 2, .cp = 3, .pp = 2, .ep = 4, .etp = 2},
-                        ParallelLayout{.world = 32, .cp = 2, .pp = 2, .ep = 8, .etp = 2}}) {
-    const ProcessGroups g(l);
+                        ParallelLayout{.world = 32, .cp = 2, .pp = 2, .ep = 8, .etp = 2},
+                        ParallelLayout{.world = 96, .tp = 2, .cp = 2, .pp = 2, .ep = 4, .etp = 1, .gtp = 3,
+                                       .egtp = 2}}) {
+    const ProcessGroups g = ProcessGroups::of_mesh(l);
     const int dp = l.dp(), edp = l.edp();
     for (GroupKind kind : all_group_kinds()) {
       std::vector<int> seen(static_cast<std::size_t>(l.world), 0);
@@ -95,7 +121,11 @@ TEST(ProcessGroups, GroupsPartitionTheWorld) {
     }
     EXPECT_EQ(g.group(GroupKind::dp_cp, 0).size(), static_cast<std::size_t>(dp * l.cp));
     EXPECT_EQ(g.group(GroupKind::tp_cp, 0).size(), static_cast<std::size_t>(l.tp * l.cp));
-    EXPECT_EQ(g.group(GroupKind::tp_dp_cp, 0).size(), static_cast<std::size_t>(l.tp * dp * l.cp));
+    EXPECT_EQ(g.group(GroupKind::tp_dp_cp, 0).size(), static_cast<std::size_t>(l.tp * l.gtp * dp * l.cp));
+    EXPECT_EQ(g.group(GroupKind::gtp, 0).size(), static_cast<std::size_t>(l.gtp));
+    EXPECT_EQ(g.group(GroupKind::dp_cp_gtp, 0).size(), static_cast<std::size_t>(dp * l.cp * l.gtp));
+    EXPECT_EQ(g.group(GroupKind::expt_gtp, 0).size(), static_cast<std::size_t>(l.egtp));
+    EXPECT_EQ(g.group(GroupKind::expt_dp_gtp, 0).size(), static_cast<std::size_t>(edp * l.egtp));
     EXPECT_EQ(g.group(GroupKind::tp_ep, 0).size(), static_cast<std::size_t>(l.etp * l.ep));
     EXPECT_EQ(g.group(GroupKind::expt_dp, 0).size(), static_cast<std::size_t>(edp));
     EXPECT_EQ(g.group(GroupKind::pp, 0).size(), static_cast<std::size_t>(l.pp));

@@ -28,10 +28,10 @@ TEST(RankGenerator, FirstOrderTokenVariesFastest) {
 
 TEST(RankGenerator, AppendsOmittedSizeOneAxes) {
   const RankGenerator g(2, 1, 2, 1, 1, "tp-dp");
-  ASSERT_EQ(g.order().size(), 5u);
+  ASSERT_EQ(g.order().size(), 6u);  // tp, dp, then cp, ep, pp and gtp_remat of size 1
   EXPECT_EQ(g.order()[0], "tp");
   EXPECT_EQ(g.order()[1], "dp");
-  for (std::size_t i = 2; i < 5; ++i) EXPECT_EQ(g.sizes()[i], 1) << g.order()[i];
+  for (std::size_t i = 2; i < 6; ++i) EXPECT_EQ(g.sizes()[i], 1) << g.order()[i];
   EXPECT_EQ(g.world_size(), 4);
   // An omitted size-1 axis still names a (singleton) group.
   EXPECT_EQ(g.rank_groups("ep"), (Groups{{0}, {1}, {2}, {3}}));
