@@ -15,30 +15,34 @@ constexpr std::string_view kDdpFactors =
 constexpr std::string_view kTokenDivision = "distributed/finalize_model_grads.py: finalize_model_grads (num_tokens "
                                             "all-reduced over dp_cp, scale_gradients(1/num_tokens))";
 constexpr std::string_view kTpSum = "distributed/finalize_model_grads.py: _allreduce_non_tensor_model_parallel_grads";
+constexpr std::string_view kGtpSharded = "tensor_parallel/generalized_tensor_parallelism.py: _reduce_scatter "
+                                         "(_prescale_wgrads_for_mean_rs: × 1/size unless calculate_per_token_loss)";
+constexpr std::string_view kGtpReplicated = "distributed/finalize_model_grads.py: "
+                                            "_allreduce_replicated_grads_over_gtp_remat_group (AVG, SUM per-token)";
 
 // clang-format off
 const std::vector<GradSyncRule> kGradSyncRules = {
-  // class            mode       prescale                      gtp    op             group               tp sum ÷tokens
+  // class            mode       prescale                      gtp    op             group               tp sum ÷tokens  source  gtp step
   // DDP SUM path: gradient_scaling_factor = expert_gradient_scaling_factor = 1/dp_cp_size; dense buffers
   // reduce over intra_dp_cp_group, expert buffers (BufferKey.is_expert_parallel = not param.allreduce) over
   // intra_expt_dp_group. No EP factor: an expert grad already sums its EP peers' tokens (PR #5956). The expert
   // prescale carries the egtp/gtp correction of PR #7165 (dp_cp excludes the GTP axis).
-  {dense,             sum,       Prescale::inv_dp_cp,          false, SyncOp::sum, GroupKind::dp_cp,   false, false, kDdpFactors},
-  {expert,            sum,       Prescale::inv_dp_cp,          true,  SyncOp::sum, GroupKind::expt_dp, false, false, kDdpFactors},
+  {dense,             sum,       Prescale::inv_dp_cp,          false, SyncOp::sum, GroupKind::dp_cp,   false, false, kDdpFactors, GtpStep::reduce_scatter_mean, kGtpSharded},
+  {expert,            sum,       Prescale::inv_dp_cp,          true,  SyncOp::sum, GroupKind::expt_dp, false, false, kDdpFactors, GtpStep::reduce_scatter_mean, kGtpSharded},
   // Router weight, norms, shared gate: dense buffer, then SUM over TP in finalize_model_grads
   // (_allreduce_non_tensor_model_parallel_grads), for every loss mode.
-  {sequence_parallel, sum,       Prescale::inv_dp_cp,          false, SyncOp::sum, GroupKind::dp_cp,   true,  false, kTpSum},
+  {sequence_parallel, sum,       Prescale::inv_dp_cp,          false, SyncOp::sum, GroupKind::dp_cp,   true,  false, kTpSum, GtpStep::all_reduce_avg, kGtpReplicated},
   // DDP average_in_collective: gradient_scaling_factor = 1; expert_gradient_scaling_factor =
   // expt_dp_group.size() / dp_cp_group.size(), then reduce_op = AVG over expt_dp, which lands on 1/dp_cp too.
-  {dense,             avg,       Prescale::one,                false, SyncOp::avg, GroupKind::dp_cp,   false, false, kDdpFactors},
-  {expert,            avg,       Prescale::expt_dp_over_dp_cp, true,  SyncOp::avg, GroupKind::expt_dp, false, false, kDdpFactors},
-  {sequence_parallel, avg,       Prescale::one,                false, SyncOp::avg, GroupKind::dp_cp,   true,  false, kTpSum},
+  {dense,             avg,       Prescale::one,                false, SyncOp::avg, GroupKind::dp_cp,   false, false, kDdpFactors, GtpStep::none, "average_in_collective is refused with GTP"},
+  {expert,            avg,       Prescale::expt_dp_over_dp_cp, true,  SyncOp::avg, GroupKind::expt_dp, false, false, kDdpFactors, GtpStep::none, "average_in_collective is refused with GTP"},
+  {sequence_parallel, avg,       Prescale::one,                false, SyncOp::avg, GroupKind::dp_cp,   true,  false, kTpSum, GtpStep::none, "average_in_collective is refused with GTP"},
   // DDP calculate_per_token_loss: both factors 1.0, SUM; then finalize_model_grads broadcasts num_tokens from
   // the last PP stage, all-reduces it over dp_cp and scales every grad by 1/clamp(num_tokens, min=1). GTP-sharded
   // weights skip their mean pre-scale here (_prescale_wgrads_for_mean_rs), so no egtp/gtp correction.
-  {dense,             per_token, Prescale::one,                false, SyncOp::sum, GroupKind::dp_cp,   false, true,  kTokenDivision},
-  {expert,            per_token, Prescale::one,                false, SyncOp::sum, GroupKind::expt_dp, false, true,  kTokenDivision},
-  {sequence_parallel, per_token, Prescale::one,                false, SyncOp::sum, GroupKind::dp_cp,   true,  true,  kTokenDivision},
+  {dense,             per_token, Prescale::one,                false, SyncOp::sum, GroupKind::dp_cp,   false, true,  kTokenDivision, GtpStep::reduce_scatter_sum, kGtpSharded},
+  {expert,            per_token, Prescale::one,                false, SyncOp::sum, GroupKind::expt_dp, false, true,  kTokenDivision, GtpStep::reduce_scatter_sum, kGtpSharded},
+  {sequence_parallel, per_token, Prescale::one,                false, SyncOp::sum, GroupKind::dp_cp,   true,  true,  kTokenDivision, GtpStep::all_reduce_sum, kGtpReplicated},
 };
 
 // Loss scales. Outside per-token mode every rank's loss is a per-microbatch mean ÷ m, and the dp_cp reduction's
@@ -137,6 +141,17 @@ std::string_view to_string(TokenFactor factor) {
 
 std::string_view to_string(SyncOp op) { return op == SyncOp::sum ? "SUM" : "AVG"; }
 
+std::string_view to_string(GtpStep step) {
+  switch (step) {
+    case GtpStep::none: return "none";
+    case GtpStep::reduce_scatter_mean: return "reduce-scatter mean";
+    case GtpStep::reduce_scatter_sum: return "reduce-scatter SUM";
+    case GtpStep::all_reduce_avg: return "all-reduce AVG";
+    case GtpStep::all_reduce_sum: return "all-reduce SUM";
+  }
+  throw std::logic_error("unknown GtpStep");
+}
+
 std::string_view to_string(LossTerm term) {
   switch (term) {
     case LossTerm::ce: return "ce";
@@ -183,6 +198,10 @@ std::vector<GradSync> grad_sync_table(LossMode mode, const GroupSizes& sizes, bo
     row.group_size = rule.group == GroupKind::expt_dp ? sizes.expt_dp : sizes.dp_cp;
     row.tp_size = sizes.tp;
     row.net_factor = rule.op == SyncOp::avg ? row.prescale / row.group_size : row.prescale;
+    row.gtp_group = rule.param_class == expert ? GroupKind::expt_gtp : GroupKind::gtp;
+    row.gtp_size = rule.param_class == expert ? sizes.egtp : sizes.gtp;
+    if (rule.gtp_step == GtpStep::reduce_scatter_mean || rule.gtp_step == GtpStep::all_reduce_avg)
+      row.net_factor /= row.gtp_size;
     rows.push_back(row);
   }
   return rows;

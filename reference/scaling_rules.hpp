@@ -28,10 +28,17 @@ enum class SyncOp { sum, avg };
 // The data-parallel pre-scale, symbolically.
 enum class Prescale { one, inv_dp_cp, expt_dp_over_dp_cp };
 enum class LossTerm { ce, aux, global_aux, z };
+// What completes the GTP rematerialisation axis of a class's gradient (an identity while gtp = egtp = 1):
+//   GTP-sharded weights (dense linear layers over gtp, routed experts over expt_gtp) reduce-scatter the temporary
+//   full wgrad back to the shard, pre-scaled by 1/size into a mean except under per-token loss;
+//   replicated ones (router, norms, shared gate) are all-reduced over gtp after the data-parallel collective:
+//   AVG, or SUM under per-token loss.
+enum class GtpStep { none, reduce_scatter_mean, reduce_scatter_sum, all_reduce_avg, all_reduce_sum };
 
 std::string_view to_string(ParamClass param_class);
 std::string_view to_string(SyncOp op);  // "SUM", "AVG"
 std::string_view to_string(LossTerm term);
+std::string_view to_string(GtpStep step);  // e.g. "reduce-scatter mean"
 
 // The sizes the rules depend on. gtp/egtp are the GTP rematerialisation axes (1 in every layout we build).
 struct GroupSizes {
@@ -56,6 +63,8 @@ struct GradSyncRule {
   bool then_sum_over_tp;         // a second all-reduce, SUM over tp
   bool divide_by_global_tokens;  // finally ÷ the valid-token count all-reduced over dp_cp
   std::string_view source;       // the Megatron code it encodes
+  GtpStep gtp_step;              // over gtp (dense mesh) or expt_gtp (expert class)
+  std::string_view gtp_source;   // the Megatron code of that step
 };
 // All rows: 3 parameter classes × 3 loss modes.
 const std::vector<GradSyncRule>& grad_sync_rules();
@@ -69,8 +78,11 @@ struct GradSync {
   std::string collective;        // "all-reduce", or "reduce-scatter" with the distributed optimizer
   int group_size = 1;
   int tp_size = 1;
-  // The factor on the plain sum of the group's gradients: prescale, ÷ group size when the collective averages.
-  // With every GTP axis at 1 it is 1/|dp_cp| for dense and expert alike in sum and avg, and 1 in per_token.
+  GroupKind gtp_group = GroupKind::gtp;  // expt_gtp for the expert class
+  int gtp_size = 1;                      // |gtp| or |expt_gtp|
+  // The factor on the plain sum of the group's gradients (over the GTP axis too): prescale, ÷ group size when the
+  // collective averages, ÷ gtp_size when the GTP step is a mean. 1/(|dp_cp|·gtp) for every class in sum and avg
+  // (with the egtp/gtp correction), 1 in per_token.
   double net_factor = 1.0;
 };
 // Throws std::invalid_argument for avg with GTP (Megatron's DDP asserts not (gtp_active and average_in_collective)).

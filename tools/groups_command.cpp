@@ -1,5 +1,6 @@
 // `moe-oracle groups`: for a layout and a rank, every process group it belongs to and the routed experts it holds;
-// with --grid, the coordinates of every rank of its pipeline stage in both meshes.
+// with --grid, the coordinates of every rank of its pipeline stage in both meshes. GTP/EGTP layouts are taken
+// (ProcessGroups::of_mesh): their groups are checked against Megatron's own (megatron_bridge/group_checks.py).
 #include "reference/presets.hpp"
 #include "reference/process_groups.hpp"
 #include "tools/commands.hpp"
@@ -91,6 +92,8 @@ void run(const GroupsArgs& a) {
                                {"expt_tp", g.rank_in(GroupKind::expt_tp, r)},
                                {"ep", g.rank_in(GroupKind::ep, r)},
                                {"expt_dp", g.rank_in(GroupKind::expt_dp, r)},
+                               {"gtp", g.rank_in(GroupKind::gtp, r)},
+                               {"expt_gtp", g.rank_in(GroupKind::expt_gtp, r)},
                                {"experts", {{"first", e.first}, {"count", e.count}}}});
       }
     }
@@ -103,14 +106,24 @@ void run(const GroupsArgs& a) {
             << ", holds routed experts " << format_experts(experts) << " of " << num_experts << " (" << preset.name
             << ", " << experts.count << " per rank per MoE layer)\n\n";
   if (a.grid) {
-    std::cout << "stage " << stage << ": dense coordinates (tp, cp, dp) and expert coordinates (expt_tp, ep, "
-              << "expt_dp) of every rank\n";
-    TextTable table({"rank", "tp", "cp", "dp", "expt_tp", "ep", "expt_dp", "experts"});
+    // The GTP coordinates appear only when a GTP axis is on (they are all 0 otherwise).
+    const bool gtp = a.layout.gtp > 1 || a.layout.egtp > 1;
+    std::cout << "stage " << stage << ": dense coordinates (tp, cp, dp" << (gtp ? ", gtp" : "")
+              << ") and expert coordinates (expt_tp, ep, expt_dp" << (gtp ? ", expt_gtp" : "") << ") of every rank\n";
+    std::vector<std::string> header{"rank", "tp", "cp", "dp"};
+    if (gtp) header.push_back("gtp");
+    for (const char* column : {"expt_tp", "ep", "expt_dp"}) header.push_back(column);
+    if (gtp) header.push_back("expt_gtp");
+    header.push_back("experts");
+    TextTable table(header);
+    const auto at = [&](GroupKind kind, int r) { return std::to_string(g.rank_in(kind, r)); };
     for (int r : stage_ranks(g, a.rank)) {
-      table.add_row({std::to_string(r), std::to_string(g.rank_in(GroupKind::tp, r)),
-                     std::to_string(g.rank_in(GroupKind::cp, r)), std::to_string(g.rank_in(GroupKind::dp, r)),
-                     std::to_string(g.rank_in(GroupKind::expt_tp, r)), std::to_string(g.rank_in(GroupKind::ep, r)),
-                     std::to_string(g.rank_in(GroupKind::expt_dp, r)), format_experts(g.experts_of(r, num_experts))});
+      std::vector<std::string> row{std::to_string(r), at(GroupKind::tp, r), at(GroupKind::cp, r), at(GroupKind::dp, r)};
+      if (gtp) row.push_back(at(GroupKind::gtp, r));
+      for (GroupKind kind : {GroupKind::expt_tp, GroupKind::ep, GroupKind::expt_dp}) row.push_back(at(kind, r));
+      if (gtp) row.push_back(at(GroupKind::expt_gtp, r));
+      row.push_back(format_experts(g.experts_of(r, num_experts)));
+      table.add_row(row);
     }
     table.print(std::cout);
     return;

@@ -21,6 +21,15 @@ std::string token_count_suffix(TokenFactor f) {
   return f == TokenFactor::none ? "" : " × " + std::string(to_string(f));
 }
 
+// The steps after the data-parallel collective: the SUM over tp, and the GTP axis's step when it has size > 1.
+std::string then_steps(const GradSync& r) {
+  std::string steps = r.rule.then_sum_over_tp ? "all-reduce SUM over tp (" + std::to_string(r.tp_size) + ")" : "";
+  if (r.gtp_size > 1 && r.rule.gtp_step != GtpStep::none)
+    steps += (steps.empty() ? "" : "; ") + std::string(to_string(r.rule.gtp_step)) + " over " +
+             std::string(to_string(r.gtp_group)) + " (" + std::to_string(r.gtp_size) + ")";
+  return steps.empty() ? "-" : steps;
+}
+
 struct ScalingArgs {
   ParallelLayout layout;
   std::string scaling = "sum";
@@ -67,6 +76,10 @@ void run(const ScalingArgs& a) {
                                   {"group", to_string(r.rule.group)},
                                   {"group_size", r.group_size},
                                   {"then_sum_over_tp", r.rule.then_sum_over_tp},
+                                  {"gtp_step", to_string(r.rule.gtp_step)},
+                                  {"gtp_group", to_string(r.gtp_group)},
+                                  {"gtp_group_size", r.gtp_size},
+                                  {"gtp_source", r.rule.gtp_source},
                                   {"divide_by_global_tokens", r.rule.divide_by_global_tokens},
                                   {"net_factor", r.net_factor},
                                   {"source", r.rule.source}});
@@ -102,8 +115,11 @@ void run(const ScalingArgs& a) {
                         trimmed(r.prescale, 8),
                         r.collective + " " + std::string(to_string(r.rule.op)),
                         std::string(to_string(r.rule.group)) + " (" + std::to_string(r.group_size) + ")",
-                        r.rule.then_sum_over_tp ? "all-reduce SUM over tp (" + std::to_string(r.tp_size) + ")" : "-",
-                        r.rule.divide_by_global_tokens ? "yes (count all-reduced over dp_cp)" : "no",
+                        then_steps(r),
+                        r.rule.divide_by_global_tokens
+                            ? std::string(a.layout.gtp > 1 ? "yes (count all-reduced over dp_cp_gtp)"
+                                                           : "yes (count all-reduced over dp_cp)")
+                            : "no",
                         trimmed(r.net_factor, 8)});
   }
   grad_table.print(std::cout);
@@ -121,7 +137,10 @@ void run(const ScalingArgs& a) {
   loss_table.print(std::cout);
 
   std::cout << "\nsources (Megatron-Core, megatron/core/ unless a path says otherwise):\n";
-  for (const auto& r : grads) std::cout << "  " << to_string(r.rule.param_class) << ": " << r.rule.source << "\n";
+  for (const auto& r : grads) {
+    std::cout << "  " << to_string(r.rule.param_class) << ": " << r.rule.source << "\n";
+    if (r.gtp_size > 1) std::cout << "  " << to_string(r.rule.param_class) << ", GTP axis: " << r.rule.gtp_source << "\n";
+  }
   for (const auto& r : losses) std::cout << "  " << to_string(r.rule.term) << ": " << r.rule.source << "\n";
 }
 

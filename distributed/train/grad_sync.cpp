@@ -2,12 +2,16 @@
 
 #include "distributed/seeded_bugs.hpp"
 
+#include <stdexcept>
+
 namespace moe::dist {
 
 GradSyncPlan::GradSyncPlan(const ProcessGroups& groups, const RankGroups& comms, LossMode mode,
                            const Semantics& semantics, bool distributed_optimizer)
     : comms_(comms) {
   for (const GradSync& row : grad_sync_table(mode, group_sizes(groups), distributed_optimizer, semantics)) {
+    // The GTP step is an identity at gtp = egtp = 1, the only layouts a run takes (ParallelLayout::validate).
+    if (row.gtp_size != 1) throw std::logic_error("grad sync: the parallel system does not run GTP axes yet");
     ClassSync& c = classes_[static_cast<size_t>(row.rule.param_class)];
     const bool expert = row.rule.param_class == ParamClass::expert;
     c.sum_over_tp = row.rule.then_sum_over_tp;

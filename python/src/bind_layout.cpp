@@ -43,6 +43,8 @@ py::dict grad_sync_dict(const GradSync& r) {
   d["group"] = std::string(to_string(r.rule.group));
   d["group_size"] = r.group_size;
   d["then_sum_over_tp"] = r.rule.then_sum_over_tp;
+  d["gtp_step"] = std::string(to_string(r.rule.gtp_step));
+  d["gtp_group_size"] = r.gtp_size;
   d["tp_size"] = r.tp_size;
   d["divide_by_global_tokens"] = r.rule.divide_by_global_tokens;
   d["net_factor"] = r.net_factor;
@@ -150,7 +152,7 @@ Megatron's member order. With num_experts, also "experts": {"first", "count"}, t
       R"doc(How each parameter class's gradient is synchronised under a loss mode ("sum", "avg", "per-token") on a
 layout: one dict per class (dense, expert, sequence_parallel) with param_class, loss_mode, prescale (value),
 prescale_formula, prescale_values, gtp_correction, collective, reduce_op, group, group_size, then_sum_over_tp,
-tp_size, divide_by_global_tokens, net_factor, source (the Megatron code it encodes). ``semantics`` is a spec string
+tp_size, gtp_step, gtp_group_size (1 in every layout a run takes), divide_by_global_tokens, net_factor, source (the Megatron code it encodes). ``semantics`` is a spec string
 or a Semantics (the Megatron profiles drop the GTP correction).)doc");
 
   m.def(

@@ -169,9 +169,23 @@ TEST(ScalingRules, GtpCorrectionAndAvgRefusal) {
   EXPECT_DOUBLE_EQ(sync_rule(rows, ParamClass::expert).prescale, 1.0 / 8 * 2 / 4);
   EXPECT_EQ(sync_rule(rows, ParamClass::expert).prescale_values, "1/8 · 2/4");
   EXPECT_DOUBLE_EQ(sync_rule(rows, ParamClass::dense).prescale, 1.0 / 8);
-  // gtp-factor-missing (the Megatron profiles): no correction.
+  // Every class ends at 1/(|dp_cp|·gtp): the mean over all 32 data ranks (dp_cp × gtp). Dense weights reduce-scatter
+  // a mean over gtp, replicated ones average over gtp, and an expert's mean over egtp meets the egtp/gtp correction.
+  for (const auto& r : rows) {
+    EXPECT_DOUBLE_EQ(r.net_factor, 1.0 / (8 * 4)) << to_string(r.rule.param_class);
+    EXPECT_EQ(r.gtp_size, r.rule.param_class == ParamClass::expert ? 2 : 4);
+  }
+  EXPECT_EQ(sync_rule(rows, ParamClass::dense).rule.gtp_step, GtpStep::reduce_scatter_mean);
+  EXPECT_EQ(sync_rule(rows, ParamClass::sequence_parallel).rule.gtp_step, GtpStep::all_reduce_avg);
+  // gtp-factor-missing (the Megatron profiles): no correction, so experts end at 1/(|dp_cp|·egtp), gtp/egtp too big.
   const auto megatron = grad_sync_table(LossMode::sum, s, false, Semantics::profile("megatron-main"));
   EXPECT_DOUBLE_EQ(sync_rule(megatron, ParamClass::expert).prescale, 1.0 / 8);
+  EXPECT_DOUBLE_EQ(sync_rule(megatron, ParamClass::expert).net_factor, 1.0 / (8 * 2));
+  // Per-token: the GTP axis is SUMmed like the DP axis; the global token count divides.
+  for (const auto& r : grad_sync_table(LossMode::per_token, s, false)) {
+    EXPECT_DOUBLE_EQ(r.net_factor, 1.0) << to_string(r.rule.param_class);
+    EXPECT_TRUE(r.rule.gtp_step == GtpStep::reduce_scatter_sum || r.rule.gtp_step == GtpStep::all_reduce_sum);
+  }
   try {
     grad_sync_table(LossMode::avg, s, false);
     FAIL() << "accepted average_in_collective with GTP";

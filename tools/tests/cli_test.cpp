@@ -48,6 +48,51 @@ TEST(CliGroups, SeedEtp2Ep2) {
   EXPECT_EQ(j["groups"]["ep"]["ranks"], nlohmann::json({1, 3}));
 }
 
+// Seed 000's GTP example (128 ranks, CP2, R = 64, so D_w = 1) with EP8, R_e = 4. The groups of rank 70 as
+// Megatron-Core 0.19.2's initialize_model_parallel built them (megatron_bridge/group_checks.py runs it in CI):
+// dense order tp-gtp_remat-cp-ep-dp-pp, expert order tp-cp-ep-gtp_remat-dp-pp.
+TEST(CliGroups, SeedGtpLayout) {
+  const std::string layout = "--world 128 --cp 2 --ep 8 --etp 1 --gtp 64 --egtp 4";
+  const auto j = run_json("groups " + layout + " --rank 70");
+  EXPECT_EQ(j["layout"]["dp"], 1);
+  EXPECT_EQ(j["layout"]["edp"], 4);
+  EXPECT_EQ(j["groups"]["gtp"]["ranks"].size(), 64u);
+  EXPECT_EQ(j["groups"]["gtp"]["ranks"][0], 64);  // cp rank 1: ranks 64–127, consecutive
+  EXPECT_EQ(j["groups"]["cp"]["ranks"], nlohmann::json({6, 70}));
+  EXPECT_EQ(j["groups"]["ep"]["ranks"], nlohmann::json({64, 65, 66, 67, 68, 69, 70, 71}));
+  EXPECT_EQ(j["groups"]["expt_gtp"]["ranks"], nlohmann::json({70, 78, 86, 94}));
+  EXPECT_EQ(j["groups"]["expt_dp"]["ranks"], nlohmann::json({6, 38, 70, 102}));
+  // Every other command refuses the layout with the rule that names what takes it.
+  const auto refused = run("check " + layout);
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.output.find("`groups` and `scaling` take it"), std::string::npos) << refused.output;
+}
+
+// GTP 2, EGTP 1 on 16 ranks (TP2, EP2): |dp_cp| = 4, and 8 ranks see different samples. Every class ends at 1/8;
+// the Megatron profiles leave the experts at 1/4 (no egtp/gtp = 1/2 correction).
+TEST(CliScaling, GtpSteps) {
+  const std::string layout = "scaling --world 16 --tp 2 --ep 2 --gtp 2 --egtp 1 --scaling sum --json";
+  const auto j = run_json(layout);
+  EXPECT_EQ(j["num_microbatches"], 1);  // B defaults to b·dp·gtp = 8
+  for (const auto& row : j["gradients"]) EXPECT_DOUBLE_EQ(row["net_factor"].get<double>(), 1.0 / 8) << row;
+  for (const auto& row : j["gradients"]) {
+    if (row["param_class"] == "dense") {
+      EXPECT_EQ(row["gtp_step"], "reduce-scatter mean");
+    } else if (row["param_class"] == "sequence_parallel") {
+      EXPECT_EQ(row["gtp_step"], "all-reduce AVG");
+    } else {
+      EXPECT_EQ(row["gtp_group_size"], 1);
+    }
+  }
+  for (const auto& row : run_json(layout + " --semantics megatron-core-0.19")["gradients"]) {
+    if (row["param_class"] == "expert") {
+      EXPECT_DOUBLE_EQ(row["net_factor"].get<double>(), 1.0 / 4);
+    }
+  }
+  const auto human = run("scaling --world 16 --tp 2 --ep 2 --gtp 2 --egtp 1");
+  EXPECT_NE(human.output.find("reduce-scatter mean over gtp (2)"), std::string::npos) << human.output;
+}
+
 // SUM 1/128; AVG: experts 2/128 then AVG over expt_dp (2); per-token: 1 and ÷ global tokens. m = 4096/64 = 64.
 TEST(CliScaling, SeedFactors) {
   const auto sum = run_json("scaling " + kSeedLayout + " --scaling sum --global-batch 4096 --micro-batch 1");
