@@ -31,20 +31,20 @@ void ParallelLayout::validate_mesh() const {
           "tp, cp, pp, ep, etp, gtp and egtp must be >= 1");
   require(vpp >= 1 && vpp <= 1024, "vpp must be between 1 and 1024");
   require(vpp == 1 || pp > 1, "vpp > 1 (the interleaved pipeline) needs pp > 1");
-  // Products in 64 bits, each factor at most world: tp·cp·pp cannot overflow before it is compared.
   require(tp <= world && cp <= world && pp <= world && ep <= world && etp <= world && gtp <= world && egtp <= world,
           "tp, cp, pp, ep, etp, gtp and egtp must each be <= world (" + str(world) + ")");
-  // Products in 64 bits of factors <= world <= 2^20: tp·cp·pp fits, and is compared before gtp multiplies it.
-  const long long dense = 1LL * tp * cp * pp, expert = 1LL * etp * ep * pp;
-  const auto mesh_rule = [&](long long product, const std::string& names, const std::string& dp_name) {
-    require(product <= world && world % product == 0, "world (" + str(world) + ") must be divisible by " + names +
+  // world divisible by each mesh's model axes, the GTP axis named only when it is on. Products in 64 bits of
+  // factors <= world <= 2^20: three fit, and the GTP factor multiplies only a product already <= world.
+  const auto mesh_rule = [&](long long axes, const std::string& names, int remat, const std::string& remat_name,
+                             const std::string& dp_name) {
+    const long long product = axes <= world ? axes * remat : axes;
+    const std::string all = remat == 1 ? names : names + "·" + remat_name;
+    require(product <= world && world % product == 0, "world (" + str(world) + ") must be divisible by " + all +
                                                           " (" + std::to_string(product) + ") so that " + dp_name +
-                                                          " = world/(" + names + ")");
+                                                          " = world/(" + all + ")");
   };
-  if (gtp == 1) mesh_rule(dense, "tp·cp·pp", "dp");
-  else mesh_rule(dense <= world ? dense * gtp : dense, "tp·cp·pp·gtp", "dp");
-  if (egtp == 1) mesh_rule(expert, "etp·ep·pp", "edp");
-  else mesh_rule(expert <= world ? expert * egtp : expert, "etp·ep·pp·egtp", "edp");
+  mesh_rule(1LL * tp * cp * pp, "tp·cp·pp", gtp, "gtp", "dp");
+  mesh_rule(1LL * etp * ep * pp, "etp·ep·pp", egtp, "egtp", "edp");
   // Order tokens: known, not repeated, and every axis of size > 1 in either mesh named (RankGenerator's rules).
   try {
     dense_mesh();

@@ -96,16 +96,13 @@ void run(const ScalingArgs& a) {
     return;
   }
 
+  const bool gtp = a.layout.gtp > 1;  // the GTP peers take distinct samples and share the global token count
   std::cout << "layout: " << describe(a.layout) << "\n";
   std::cout << "loss mode " << to_string(mode) << ": |tp| " << sizes.tp << ", |cp| " << sizes.cp << ", |tp_cp| "
             << sizes.tp_cp << ", |dp_cp| " << sizes.dp_cp << ", |expt_dp| " << sizes.expt_dp << ", gtp " << sizes.gtp
-            << ", egtp " << sizes.egtp << "; m = "
-            << (a.layout.gtp > 1 ? "B/(b·dp·gtp) = " + std::to_string(global_batch) + "/(" +
-                                       std::to_string(a.micro_batch) + "·" + std::to_string(a.layout.dp()) + "·" +
-                                       std::to_string(a.layout.gtp) + ")"
-                                 : "B/(b·dp) = " + std::to_string(global_batch) + "/(" +
-                                       std::to_string(a.micro_batch) + "·" + std::to_string(a.layout.dp()) + ")")
-            << " = " << m << "\n\n";
+            << ", egtp " << sizes.egtp << "; m = B/(b·dp" << (gtp ? "·gtp" : "") << ") = " << global_batch << "/("
+            << a.micro_batch << "·" << a.layout.dp() << (gtp ? "·" + std::to_string(a.layout.gtp) : "") << ") = " << m
+            << "\n\n";
   TextTable grad_table({"param class", "pre-scale", "value", "collective", "group", "then", "÷ global tokens",
                         "net factor"});
   for (const auto& r : grads) {
@@ -117,8 +114,7 @@ void run(const ScalingArgs& a) {
                         std::string(to_string(r.rule.group)) + " (" + std::to_string(r.group_size) + ")",
                         then_steps(r),
                         r.rule.divide_by_global_tokens
-                            ? std::string(a.layout.gtp > 1 ? "yes (count all-reduced over dp_cp_gtp)"
-                                                           : "yes (count all-reduced over dp_cp)")
+                            ? std::string("yes (count all-reduced over ") + (gtp ? "dp_cp_gtp)" : "dp_cp)")
                             : "no",
                         trimmed(r.net_factor, 8)});
   }
