@@ -79,3 +79,8 @@
                                                 // them, so the optimizer's updates land on rounded weights
 // train/mtp_rank.cpp — bf16 storage
 #define MOE_BUG_BF16_MTP_PROJECTION_NOT_STORED 38  // an MTP depth's eh_proj output kept in the working precision
+// train/grad_sync.cpp — the GTP rematerialisation axes
+#define MOE_BUG_EGTP_WGRAD_ALL_REDUCED 39       // routed experts' wgrad all-reduced (SUM) over expt_gtp instead of
+                                                // reduce-scattered as a mean: the 1/egtp pre-scale is lost
+#define MOE_BUG_ROUTER_NOT_REDUCED_OVER_GTP 40  // replicated params (router, norms, shared gate) never all-reduced over
+                                                // gtp: each GTP peer keeps its own samples' gradient

@@ -91,12 +91,13 @@ void losses(MoeConfig& c, const ScenarioShape& shape) {
 rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
   return rc::gen::exec([shape] {
     Scenario s;
-    // Dense mesh: world = tp·cp·dp ≤ 32.
+    // Dense mesh: world = tp·cp·gtp·dp ≤ 32.
     ParallelLayout& l = s.layout;
-    l.tp = weighted<int>({{6, 1}, {3, 2}, {1, 4}});
+    l.tp = shape.gtp ? weighted<int>({{6, 1}, {3, 2}}) : weighted<int>({{6, 1}, {3, 2}, {1, 4}});
     l.cp = weighted<int>({{5, 1}, {2, 2}});
-    const int dp = weighted<int>({{4, 1}, {4, 2}, {1, 4}});
-    l.world = l.tp * l.cp * dp;
+    l.gtp = shape.gtp ? 2 : 1;
+    const int dp = shape.gtp ? weighted<int>({{4, 1}, {4, 2}}) : weighted<int>({{4, 1}, {4, 2}, {1, 4}});
+    l.world = l.tp * l.cp * l.gtp * dp;
 
     MoeConfig& c = s.config.layer;
     c.num_experts = weighted<int>({{3, 2}, {3, 4}, {3, 8}, {1, 1}, {1, 6}});
@@ -104,6 +105,7 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     c.hidden = *element(4, 8);
     c.ffn_hidden = *element(2, 4, 8);
     expert_mesh(l, c.num_experts, c.ffn_hidden);
+    if (shape.gtp && (l.world / (l.etp * l.ep)) % 2 == 0) l.egtp = *element(2, 1);
     router(c, shape);
     experts(c, l.tp);
     capacity(c, shape);
@@ -128,12 +130,14 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     s.options.dispatcher = shape.dispatcher ? *shape.dispatcher
                                             : *element(dist::DispatcherKind::alltoall, dist::DispatcherKind::allgather,
                                                        dist::DispatcherKind::flex);
-    s.options.mode = shape.mode ? *shape.mode : *element(LossMode::sum, LossMode::avg, LossMode::per_token);
+    s.options.mode = shape.mode  ? *shape.mode
+                     : shape.gtp ? *element(LossMode::sum, LossMode::per_token)
+                                 : *element(LossMode::sum, LossMode::avg, LossMode::per_token);
     s.options.micro_batch = shape.hash_layers ? *element(2, 3)
                             : shape.megatron  ? weighted<int>({{1, 1}, {2, 2}})
                                               : weighted<int>({{3, 1}, {2, 2}});
     const int m = weighted<int>({{3, 1}, {2, 2}});
-    s.sequences = s.options.micro_batch * dp * m;
+    s.sequences = s.options.micro_batch * dp * l.gtp * m;
     s.seq = (l.cp > 1 ? 2 * l.cp * l.tp : l.tp) * weighted<int>({{3, 1}, {2, 2}, {1, 3}});
 
     if (!shape.no_padding && (shape.megatron || weighted<bool>({{2, false}, {1, true}}))) {
@@ -158,7 +162,7 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     s.batch_seed = *inRange<std::uint64_t>(0, 1000);
     // The pipeline last, so that every draw above stays as it was: the world grows by pp (dp and edp stay), and
     // two interleaved chunks per rank where the microbatches allow it (m a multiple of pp).
-    if (l.world <= 16 && !shape.mtp) {  // MTP runs with pp = 1 (its depths need the embedding)
+    if (l.world <= 16 && !shape.mtp && !(shape.gtp && l.world > 8)) {  // MTP runs with pp = 1 (its depths need the embedding)
       l.pp = weighted<int>({{5, 1}, {2, 2}});
       if (l.pp == 2 && m % 2 == 0 && *rc::gen::arbitrary<bool>()) l.vpp = 2;
       l.world *= l.pp;

@@ -1,7 +1,7 @@
 // RapidCheck generators of scenarios (scenario.hpp) and of parallel layouts.
 //
-// Only combinations the code supports are generated (pp = 1; E divisible by ep; ffn_hidden by etp; the shared
-// expert's width by tp; seq by tp, and by 2·cp·tp when cp > 1; B divisible by micro_batch·dp; a valid MoeConfig),
+// Only combinations the code supports are generated (E divisible by ep; ffn_hidden by etp; the shared expert's
+// width by tp; seq by tp, and by 2·cp·tp when cp > 1; B divisible by micro_batch·dp·gtp; a valid MoeConfig),
 // and every choice lists its simplest value first, so shrinking walks toward one rank, few experts, short
 // sequences and the plain options. Most cases are small: worlds of 1–8 ranks are the common draw, 16–32 rare.
 #pragma once
@@ -27,6 +27,8 @@ struct ScenarioShape {
                                                // router sees the padding mask), with padding
   bool attention = false;                      // blocks with causal attention (heads over tp, K/V over cp)
   bool mtp = false;                            // multi-token prediction (pp = 1), with or without attention
+  bool gtp = false;                            // GTP axes: gtp 2, egtp 2 where the expert mesh allows it (else 1);
+                                               // sum or per-token (Megatron refuses AVG with GTP); world ≤ 32
 };
 
 // One of `options`, chosen with probability ∝ its weight, shrinking toward the first option (RapidCheck's

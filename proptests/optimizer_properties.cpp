@@ -23,8 +23,10 @@ namespace moe::proptest {
 namespace {
 
 void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0,
-                              OptimizerKind kind = OptimizerKind::sgd, bool bf16 = false) {
-  Scenario s = *scenarios();
+                              OptimizerKind kind = OptimizerKind::sgd, bool bf16 = false, bool gtp = false) {
+  ScenarioShape shape;
+  shape.gtp = gtp;
+  Scenario s = *scenarios(shape);
   s.config.layer.bf16_storage = bf16;
   RC_TAG(s.layout.world <= 2 ? "world 1-2" : s.layout.world <= 8 ? "world 3-8" : "world 9-32");
   RC_TAG(s.layout.vpp > 1 ? "interleaved pp" : s.layout.pp > 1 ? "pp" : "no pp");
@@ -49,6 +51,7 @@ void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0,
     if (!steps[i].pass())
       RC_FAIL(std::string(kind == OptimizerKind::muon ? "Muon's"
                           : distributed_optimizer     ? "the distributed optimizer's"
+                          : gtp                       ? "GTP's"
                                                       : "DDP's") +
               " step " + std::to_string(i + 1) + " (" + std::string(to_string(p.options.mode)) +
               (clip_grad > 0 ? ", clipped to " + std::to_string(clip_grad) : "") + (bf16 ? ", bf16 storage" : "") +
@@ -78,6 +81,14 @@ MOE_PROPERTY(Optimizer, ClippedStepMatchesTrajectory, 150, ()) {
   const double clip = *rc::gen::element(0.01, 0.1, 0.5);
   RC_TAG(distributed ? "distributed optimizer" : "DDP");
   require_trajectory_match(distributed, clip);
+}
+
+// GTP: each rank updates its permanent 1/gtp shard of the dense weights (1/egtp of the experts) from the
+// reduce-scattered wgrad and all-gathers the whole weights; the clipped norm sums the shards over their GTP peers.
+MOE_PROPERTY(Optimizer, GtpStepMatchesTrajectory, 60, ()) {
+  const double clip = *rc::gen::element(0.0, 0.1);
+  RC_TAG(clip > 0 ? "clipped" : "unclipped");
+  require_trajectory_match(false, clip, OptimizerKind::sgd, false, true);
 }
 
 // Muon runs with DDP only; clipping on in half the cases, so its norm over Muon's two groups is compared too.

@@ -45,6 +45,7 @@ std::string describe(const ParallelLayout& l) {
      << " etp=" << l.etp << " edp=" << l.edp();
   if (l.pp > 1) os << " pp=" << l.pp;
   if (l.vpp > 1) os << " vpp=" << l.vpp;
+  if (l.gtp > 1 || l.egtp > 1) os << " gtp=" << l.gtp << " egtp=" << l.egtp;
   return os.str();
 }
 

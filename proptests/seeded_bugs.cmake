@@ -43,6 +43,8 @@ set(MOE_SEEDED_BUGS
   "bf16_ring_partials_stored      36 train/cp_attention.cpp        Attention.ContextParallelMatchesTheOracle"
   "mtp_per_token_global_ratio     37 train/train_step.cpp          TrainStep.MegatronProfileMatchesOracle"
   "bf16_mtp_projection_not_stored 38 train/mtp_rank.cpp            TrainStep.Bf16StorageMatchesOracle"
+  "egtp_wgrad_all_reduced         39 train/grad_sync.cpp           TrainStep.GtpMatchesOracle:Optimizer.GtpStepMatchesTrajectory"
+  "router_not_reduced_over_gtp    40 train/grad_sync.cpp           TrainStep.GtpMatchesOracle:Optimizer.GtpStepMatchesTrajectory"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

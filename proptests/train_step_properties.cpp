@@ -52,6 +52,23 @@ MOE_PROPERTY(TrainStep, MegatronProfileMatchesOracle, 150, ()) {
   require_oracle_match(p, dist::oracle_step(p), "the step under " + s.config.layer.semantics.spec());
 }
 
+// GTP weight rematerialisation: GTP peers take distinct samples; the dense weights' wgrad is reduce-scattered over
+// gtp and the routed experts' over expt_gtp (a mean, SUM per-token), the router, norms and shared gate all-reduced
+// over gtp. The step equals the oracle's with the batch split over dp·gtp — and, under a Megatron profile in half
+// the cases, its routed experts gtp/egtp times the intended gradient where gtp ≠ egtp (gtp-factor-missing).
+MOE_PROPERTY(TrainStep, GtpMatchesOracle, 100, ()) {
+  ScenarioShape shape;
+  shape.gtp = true;
+  shape.megatron = *rc::gen::arbitrary<bool>();
+  const Scenario s = *scenarios(shape);
+  tag(s);
+  RC_TAG(s.layout.egtp > 1 ? "egtp 2" : "egtp 1");
+  const dist::CheckProblem p = make_problem(s);
+  require_oracle_match(p, dist::oracle_step(p), "the step under gtp " + std::to_string(s.layout.gtp) + ", egtp " +
+                                                    std::to_string(s.layout.egtp) + ", " +
+                                                    s.config.layer.semantics.spec());
+}
+
 // SUM and AVG synchronise the same objective; without padding the per-token objective is the same function
 // too (every microbatch has N/(dp·m) valid tokens). All three must give the SUM oracle's numbers.
 MOE_PROPERTY(TrainStep, SumEqualsAvgEqualsPerToken, 60, ()) {

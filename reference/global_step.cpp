@@ -40,7 +40,7 @@ struct StepForward {
 StepForward forward_step(const ModelConfig& config, const ModelParams<double>& params, const GlobalBatch& batch,
                          const ParallelLayout& layout, int micro_batch, int index,
                          const std::vector<GlobalAuxState>& state) {
-  const int dp = layout.dp();
+  const int dp = layout.dp_with_gtp();  // GTP peers take distinct samples, like dp ranks
   StepForward step;
   for (int r = 0; r < dp; ++r) step.batches.push_back(microbatch(batch, layout, micro_batch, r, index));
   if (config.layer.aux_loss_type != AuxLossType::global_aux) {
@@ -83,7 +83,7 @@ std::vector<double> part_tokens(const TokenBatch& b, bool all = false) {
 ModelLossWeights objective_weights(const ModelConfig& c, LossMode mode, const ParallelLayout& l, const TokenBatch& b,
                                    int m, double n_total, double step_tokens, const std::vector<double>& mtp_totals) {
   const Semantics& sem = c.semantics();
-  const double dp = l.dp(), cp = l.cp, tp = l.tp;
+  const double dp = l.dp_with_gtp(), cp = l.cp, tp = l.tp;  // the replicas: dp ranks and their GTP peers
   const double n = static_cast<double>(b.valid_tokens());
   const double n_router = static_cast<double>(b.router_tokens(sem));
   const bool global_aux = c.layer.aux_loss_type == AuxLossType::global_aux;
@@ -199,6 +199,25 @@ std::vector<std::vector<int>> source_rank_partition(int seq, int micro_batch, in
   return parts;
 }
 
+// gtp-factor-missing (the Megatron profiles): without PR #7165's egtp/gtp pre-scale the synchronised routed-expert
+// gradients are those of J times (the expert row's net factor as Megatron has it) / (the intended one), gtp/egtp in
+// sum mode. The factor comes from the scaling table, the same rows the parallel system synchronises with.
+static void scale_expert_grads(const ModelConfig& config, const ParallelLayout& layout, LossMode mode,
+                        ModelParams<double>& grads) {
+  if (!config.semantics().has(Deviation::gtp_factor_missing) || layout.gtp == layout.egtp) return;
+  const GroupSizes sizes = group_sizes(ProcessGroups(layout));
+  const double as_run = sync_rule(grad_sync_table(mode, sizes, false, config.semantics()), ParamClass::expert).net_factor;
+  const double intended = sync_rule(grad_sync_table(mode, sizes, false), ParamClass::expert).net_factor;
+  if (as_run == intended) return;
+  const auto scale = [&](std::vector<Matrix<double>>& experts) {
+    for (Matrix<double>& w : experts) w *= as_run / intended;
+  };
+  for (auto& layer : grads.layers) {  // MTP blocks included
+    scale(layer.expert_fc1);
+    scale(layer.expert_fc2);
+  }
+}
+
 TokenBatch microbatch(const GlobalBatch& batch, const ParallelLayout& layout, int micro_batch, int replica, int index) {
   TokenBatch t;
   t.seq = batch.seq;
@@ -206,7 +225,7 @@ TokenBatch microbatch(const GlobalBatch& batch, const ParallelLayout& layout, in
   t.input_ids.resize(micro_batch, batch.seq);
   t.labels.resize(micro_batch, batch.seq);
   t.loss_mask.resize(micro_batch, batch.seq);
-  const auto seqs = microbatch_sequences(layout.dp(), micro_batch, replica, index);
+  const auto seqs = microbatch_sequences(layout.dp_with_gtp(), micro_batch, replica, index);
   for (int k = 0; k < micro_batch; ++k) {
     t.input_ids.row(k) = batch.input_ids.row(seqs[static_cast<size_t>(k)]);
     t.labels.row(k) = batch.labels.row(seqs[static_cast<size_t>(k)]);
@@ -230,7 +249,7 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& main
   out.num_microbatches = num_microbatches(layout, batch.size, micro_batch);
   out.valid_tokens = batch.loss_mask.cast<std::int64_t>().sum();
   require(mode != LossMode::per_token || out.valid_tokens > 0, "per-token loss needs at least one valid token");
-  const int dp = layout.dp();
+  const int dp = layout.dp_with_gtp();
   const int m = out.num_microbatches;
   const bool global_aux = config.layer.aux_loss_type == AuxLossType::global_aux;
   const double n_total = static_cast<double>(out.valid_tokens);
@@ -297,6 +316,7 @@ GlobalStep global_step(const ModelConfig& model, const ModelParams<double>& main
   if (backward_scale != 1.0)
     for (const TensorView<double>& t : trained_tensors(config, out.grads))
       for (Eigen::Index j = 0; j < t.size; ++j) t.data[j] /= backward_scale;
+  scale_expert_grads(config, layout, mode, out.grads);
 
   for (int l = 0; l < config.num_blocks(); ++l) {
     const MoeConfig lc = config.layer_config(l);

@@ -5,7 +5,8 @@
 //   CP rank c holds positions of chunks c and 2cp−1−c of 2cp equal chunks      (load-balanced causal CP)
 //   SP (TP) rank j holds the j-th of tp equal slices of those local positions   (sequence parallel)
 // A source rank (c, j) routes its local rows (local position-major, then b); capacity is computed per source
-// rank, so it is the only place where CP and TP change the oracle's numbers.
+// rank, so it is the only place where CP and TP change the oracle's numbers. Here and below dp counts the
+// replicas, GTP peers included (dp·gtp of the layout, ParallelLayout::dp_with_gtp): they take distinct samples.
 //
 // The global objective J (what every parallel layout must differentiate), with N_{r,i} the valid tokens of
 // microbatch (r, i), N their sum, m = B/(b·dp) microbatches per replica:
@@ -89,7 +90,8 @@ struct GlobalStep {
 };
 
 // Runs the forward and backward of every microbatch of every replica and combines them as J above. Under bf16
-// storage the step computes with bf16_weights(params) (model.hpp) and its gradients are for those weights.
+// storage the step computes with bf16_weights(params) (model.hpp) and its gradients are for those weights. Under
+// gtp-factor-missing the routed experts' gradients are those a Megatron run synchronises (scaling_rules.hpp).
 GlobalStep global_step(const ModelConfig& config, const ModelParams<double>& params, const GlobalBatch& batch,
                        const ParallelLayout& layout, int micro_batch, LossMode mode);
 

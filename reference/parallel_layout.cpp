@@ -17,13 +17,6 @@ std::string str(int v) { return std::to_string(v); }
 }  // namespace
 
 void ParallelLayout::validate() const {
-  validate_mesh();
-  require(gtp == 1 && egtp == 1, "gtp (" + str(gtp) + ") and egtp (" + str(egtp) +
-                                     ") must be 1 here: the oracle and the parallel system do not run GTP weight "
-                                     "rematerialisation yet (`groups` and `scaling` take it)");
-}
-
-void ParallelLayout::validate_mesh() const {
   require(world >= 1, "world must be >= 1");
   // The meshes list every rank: a world beyond this is an accounting question no rank table answers.
   require(world <= kMaxWorld, "world (" + str(world) + ") must be <= " + str(kMaxWorld));
@@ -107,8 +100,9 @@ ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const 
                                  const std::string& order) {
   for (const auto& [key, value] : sizes) {
     if (key != "world" && key != "tp" && key != "cp" && key != "pp" && key != "ep" && key != "etp" && key != "dp" &&
-        key != "vpp")
-      throw std::invalid_argument(where + ": unknown size '" + key + "' (world, tp, cp, pp, ep, etp, dp, vpp)");
+        key != "vpp" && key != "gtp" && key != "egtp")
+      throw std::invalid_argument(where + ": unknown size '" + key +
+                                  "' (world, tp, cp, pp, ep, etp, dp, vpp, gtp, egtp)");
     if (value < 1) throw std::invalid_argument(where + ": " + key + " must be >= 1, got " + std::to_string(value));
   }
   const auto get = [&](const char* key) {
@@ -122,12 +116,19 @@ ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const 
   l.ep = get("ep");
   l.etp = get("etp");
   l.vpp = get("vpp");
+  l.gtp = get("gtp");
+  l.egtp = get("egtp");
   l.order = order;
-  const long long dense = 1LL * l.tp * l.cp * l.pp * get("dp");
-  if (dense > (1LL << 30)) throw std::invalid_argument(where + ": tp·cp·pp·dp is too large");
+  // Each factor is an int (< 2^31) and each partial product is checked against 2^30 before the next factor, so
+  // no product overflows 64 bits.
+  long long dense = 1;
+  for (int f : {l.tp, l.cp, l.pp, l.gtp, get("dp")}) {
+    dense *= f;
+    if (dense > (1LL << 30)) throw std::invalid_argument(where + ": tp·cp·pp·gtp·dp is too large");
+  }
   l.world = sizes.count("world") ? sizes.at("world") : static_cast<int>(dense);
   if (sizes.count("world") && sizes.count("dp") && dense != l.world)
-    throw std::invalid_argument(where + ": world " + std::to_string(l.world) + " is not tp·cp·pp·dp = " +
+    throw std::invalid_argument(where + ": world " + std::to_string(l.world) + " is not tp·cp·pp·gtp·dp = " +
                                 std::to_string(dense));
   l.validate();
   return l;

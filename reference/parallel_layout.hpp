@@ -9,8 +9,8 @@
 // gtp/egtp are the GTP weight-rematerialisation axes (Megatron's gtp_remat and expt gtp_remat): the ranks of one
 // gtp group hold distinct data, like dp ranks, but each keeps a 1/gtp shard of the layer weights and gathers the
 // rest before a GEMM. So dp counts the replicas of a weight shard and dp·gtp the ranks with distinct data.
-// The meshes and groups take gtp, egtp > 1 (validate_mesh: `groups`, `scaling`); the oracle and the parallel
-// system do not run them yet (validate).
+// For the objective GTP peers are data-parallel replicas (the oracle splits the batch over dp·gtp); the parallel
+// system keeps the shards (distributed/train/rank_optimizer.hpp).
 #pragma once
 
 #include "reference/rank_generator.hpp"
@@ -43,8 +43,6 @@ struct ParallelLayout {
 
   // Throws std::invalid_argument naming the first broken rule of the meshes: sizes >= 1, the divisibility of world
   // by each mesh, the order tokens, equal dp and edp unless the order ends in pp, equal pp groups.
-  void validate_mesh() const;
-  // validate_mesh, and gtp = egtp = 1: what the oracle and the parallel system run.
   void validate() const;
 
   // The orders of the two meshes: `order` with the gtp_remat axis put after tp (dense: GTP peers adjacent) and after
@@ -59,9 +57,9 @@ struct ParallelLayout {
 };
 
 // A layout from named sizes, as a user writes one ("cp=2,ep=4", a Python dict): keys world, tp, cp, pp, ep, etp,
-// vpp, and dp (only to derive world when it is not given: world = tp·cp·pp·dp); missing sizes are 1. Throws
-// std::invalid_argument, `where` first, for an unknown key, a size < 1, a world that is not tp·cp·pp·dp when both
-// are given, and whatever validate() refuses.
+// vpp, gtp, egtp, and dp (only to derive world when it is not given: world = tp·cp·pp·gtp·dp); missing sizes are 1.
+// Throws std::invalid_argument, `where` first, for an unknown key, a size < 1, a world that is not tp·cp·pp·gtp·dp
+// when both are given, and whatever validate() refuses.
 ParallelLayout layout_from_sizes(const std::map<std::string, int>& sizes, const std::string& where,
                                  const std::string& order = ParallelLayout().order);
 

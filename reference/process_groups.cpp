@@ -30,9 +30,8 @@ std::string_view token_set(GroupKind kind) {
   throw std::logic_error("unknown GroupKind");
 }
 
-ParallelLayout validated(const ParallelLayout& layout, bool mesh_only) {
-  if (mesh_only) layout.validate_mesh();
-  else layout.validate();
+ParallelLayout validated(const ParallelLayout& layout) {
+  layout.validate();
   return layout;
 }
 
@@ -82,12 +81,7 @@ ExpertRange local_experts(int num_experts, int ep_size, int ep_rank) {
 }
 
 ProcessGroups::ProcessGroups(const ParallelLayout& layout)
-    : layout_(validated(layout, false)), dense_(layout_.dense_mesh()), expert_(layout_.expert_mesh()) {}
-
-ProcessGroups::ProcessGroups(const ParallelLayout& layout, MeshOnly)
-    : layout_(validated(layout, true)), dense_(layout_.dense_mesh()), expert_(layout_.expert_mesh()) {}
-
-ProcessGroups ProcessGroups::of_mesh(const ParallelLayout& layout) { return ProcessGroups(layout, MeshOnly{}); }
+    : layout_(validated(layout)), dense_(layout_.dense_mesh()), expert_(layout_.expert_mesh()) {}
 
 const RankGenerator& ProcessGroups::mesh(GroupKind kind) const { return is_expert_group(kind) ? expert_ : dense_; }
 

@@ -39,10 +39,8 @@ ExpertRange local_experts(int num_experts, int ep_size, int ep_rank);
 
 class ProcessGroups {
  public:
-  // Validates the layout for a run (ParallelLayout::validate: no GTP axes) and builds its two meshes.
+  // Validates the layout (ParallelLayout::validate) and builds its two meshes.
   explicit ProcessGroups(const ParallelLayout& layout);
-  // The groups of any valid mesh, GTP axes included (ParallelLayout::validate_mesh): for `groups` and `scaling`.
-  static ProcessGroups of_mesh(const ParallelLayout& layout);
 
   const ParallelLayout& layout() const { return layout_; }
 
@@ -56,8 +54,6 @@ class ProcessGroups {
   ExpertRange experts_of(int rank, int num_experts) const;
 
  private:
-  struct MeshOnly {};
-  ProcessGroups(const ParallelLayout& layout, MeshOnly);
   const RankGenerator& mesh(GroupKind kind) const;
 
   ParallelLayout layout_;

@@ -229,9 +229,9 @@ std::vector<LossScale> loss_scale_table(LossMode mode, const GroupSizes& sizes, 
       case LayoutFactor::one: row.values = "1"; row.factor = 1.0; break;
       case LayoutFactor::cp_over_m: row.values = ratio(sizes.cp, m); row.factor = double(sizes.cp) / m; break;
       case LayoutFactor::inv_m: row.values = ratio(1, m); row.factor = 1.0 / m; break;
-      case LayoutFactor::dp_cp_over_m:
-        row.values = std::to_string(sizes.dp_cp / sizes.cp) + "·" + ratio(sizes.cp, m);
-        row.factor = double(sizes.dp_cp) / m;
+      case LayoutFactor::dp_cp_over_m:  // the group's replicas: dp ranks and their GTP peers
+        row.values = std::to_string(sizes.dp_cp / sizes.cp * sizes.gtp) + "·" + ratio(sizes.cp, m);
+        row.factor = double(sizes.dp_cp) * sizes.gtp / m;
         break;
     }
     if (best->tokens == TokenFactor::local_times_tp_cp) {
@@ -264,7 +264,7 @@ double loss_weight(const LossScale& scale, const TokenCounts& n) {
 
 double objective_from_shares(LossMode mode, const GroupSizes& sizes, double sum_of_shares, double global_tokens) {
   if (mode == LossMode::per_token) return sum_of_shares / global_tokens;
-  return sum_of_shares / (static_cast<double>(sizes.dp_cp));
+  return sum_of_shares / (static_cast<double>(sizes.dp_cp) * sizes.gtp);  // the replicas' mean, GTP peers included
 }
 
 const GradSync& sync_rule(const std::vector<GradSync>& table, ParamClass param_class) {

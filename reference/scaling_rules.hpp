@@ -40,7 +40,7 @@ std::string_view to_string(SyncOp op);  // "SUM", "AVG"
 std::string_view to_string(LossTerm term);
 std::string_view to_string(GtpStep step);  // e.g. "reduce-scatter mean"
 
-// The sizes the rules depend on. gtp/egtp are the GTP rematerialisation axes (1 in every layout we build).
+// The sizes the rules depend on. gtp/egtp are the GTP rematerialisation axes (1 without GTP).
 struct GroupSizes {
   int tp = 1;
   int cp = 1;

@@ -93,7 +93,7 @@ const std::vector<DeviationInfo>& catalogue() {
    "expert grads pre-scaled by 1/|dp_cp| · egtp/gtp",
    "distributed/distributed_data_parallel.py: DistributedDataParallel.__init__ (expert_gradient_scaling_factor)",
    "PRs #7160, #7165 (the correction, merged 2026-09-09, after the main snapshot)",
-   "gtp ≠ egtp (no layout here has GTP axes yet: the row is printed by scaling, not exercised)", true, false, false},
+   "gtp ≠ egtp in sum mode (the routed experts' gradients gtp/egtp times the intended ones)", true, false, false},
   {router_counts_padding, "router-counts-padding", modelled,
    "no training entry point passes padding_mask to the model: the router routes padded tokens like real ones and "
    "counts them in the aux, seq_aux, global_aux and z statistics and the expert-bias counts (per-token loss then "

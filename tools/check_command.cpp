@@ -12,6 +12,7 @@
 // --resume-as saves after N/2 steps and continues under another layout from the checkpoint.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -88,7 +89,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     long long seq_unit = 1, batch_unit = 1, ep = 1;
     for (const ParallelLayout& l : all) {
       seq_unit = std::lcm(seq_unit, l.cp > 1 ? std::lcm(2LL * l.cp, 1LL * l.cp * l.tp) : l.tp);
-      batch_unit = std::lcm(batch_unit, 1LL * row.run.micro_batch * l.dp());
+      batch_unit = std::lcm(batch_unit, 1LL * row.run.micro_batch * l.dp_with_gtp());
       ep = std::lcm(ep, 1LL * l.ep);
       if (seq_unit > kMaxUnit || batch_unit > kMaxUnit)
         throw std::invalid_argument("these layouts need a sequence length that is a multiple of " +
@@ -104,7 +105,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     if (!o.global_batch_given && row.run.global_batch % batch_unit != 0) {
       row.run.global_batch = fit(row.run.global_batch, batch_unit);
       o.notes.push_back("global batch " + std::to_string(row.run.global_batch) +
-                        ": the smallest ≥ 8 that micro-batch · dp divides (" + std::to_string(batch_unit) + ")");
+                        ": the smallest ≥ 8 that micro-batch · dp · gtp divides (" + std::to_string(batch_unit) + ")");
     }
     row.run.ep_multiple = static_cast<int>(ep);
     if (row.run.shrink) {
@@ -134,7 +135,21 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
       o.notes.push_back("--optimizer muon: " + r.name + "'s distributed-optimizer row runs with DDP (Muon needs "
                         "whole matrices, the distributed optimizer cuts flat slices)");
     }
+    // GTP keeps shards of its own: the distributed optimizer and Muon do not run on GTP layouts.
+    const std::string gtp_refuser = r.steps == 0              ? ""
+                                    : r.distributed_optimizer ? "--distributed-optimizer"
+                                    : r.optimizer == "muon"   ? "Muon"
+                                                              : "";
+    const auto has_gtp = [](const ParallelLayout& l) { return l.gtp > 1 || l.egtp > 1; };
+    if (!gtp_refuser.empty() && std::any_of(r.layouts.begin(), r.layouts.end(), has_gtp)) {
+      if (o.layout.world > 0)
+        throw std::invalid_argument(gtp_refuser + " does not run GTP layouts (--gtp, --egtp): GTP keeps its own "
+                                    "weight shards");
+      std::erase_if(r.layouts, has_gtp);
+      o.notes.push_back(gtp_refuser + ": " + r.name + "'s GTP layouts left out (GTP keeps its own weight shards)");
+    }
   }
+  std::erase_if(rows, [](const CheckRow& r) { return r.layouts.empty(); });
   return rows;
 }
 

@@ -111,6 +111,17 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-v4 bf16", bf16,
                   {ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4},
                    ParallelLayout{.world = 4, .pp = 2, .ep = 2, .vpp = 2}}});
+  // GTP weight rematerialisation: GTP peers take distinct samples and keep 1/gtp shards (dense weights over gtp,
+  // routed experts over expt_gtp), reduce-scattering the wgrad into them; the router and norms are all-reduced over
+  // gtp. gtp ≠ egtp is where the expert gradients need PR #7165's egtp/gtp pre-scale, which the Megatron profiles
+  // lack (gtp-factor-missing); whole steps keep the shards' optimizer state and all-gather the updated weights.
+  const std::vector<ParallelLayout> gtp{ParallelLayout{.world = 8, .tp = 2, .ep = 2, .gtp = 2, .egtp = 2},
+                                        ParallelLayout{.world = 8, .cp = 2, .ep = 4, .gtp = 2}};
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), gtp});
+  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, "per-token"), gtp});
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum", "megatron-core-0.19"), {gtp[1]}});
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 8, .ep = 2, .etp = 2, .gtp = 2,
+                  .egtp = 2}}, 2, "world=4,ep=2,etp=2", false, 0.5});
   // Whole bf16 steps: each step's bf16 copy of the main parameters, the update applied to the main parameters
   // (in double: the optimizer keeps double state), sharded by the distributed optimizer.
   rows.push_back({"tiny-v4 bf16", bf16, {ParallelLayout{.world = 4, .ep = 2, .etp = 2}}, 2, "", true});
@@ -125,13 +136,13 @@ const std::vector<std::string>& all_features() {
                                "probs on input", "fp8 dispatch", "bf16 storage", "bf16 main parameters", "capacity by probs", "capacity by position",
                                "pad to capacity",
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
-                               "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "alltoall",
+                               "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "gtp", "egtp", "alltoall",
                                "allgather", "flex",
                                "attention", "cp all_gather", "cp p2p", "mtp",
                                "training steps", "distributed optimizer", "gradient clipping", "muon",
                                "resume under another layout"};
     for (const auto& d : deviation_catalogue())
-      if (d.kind == DeviationKind::modelled) n.emplace_back(d.name);
+      if (d.kind == DeviationKind::modelled || d.id == Deviation::gtp_factor_missing) n.emplace_back(d.name);
     return n;
   }();
   return names;
@@ -181,6 +192,8 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(l.ep > 1, "ep");
   add_if(l.etp > 1, "etp");
   add_if(l.edp() > 1, "edp");
+  add_if(l.gtp > 1, "gtp");
+  add_if(l.egtp > 1, "egtp");
   f.insert(dispatcher);
   add_if(m.has_attention(), "attention");
   add_if(m.mtp_depth > 0, "mtp");
@@ -192,7 +205,8 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(row.steps > 0 && row.optimizer == "muon", "muon");
   add_if(!row.resume_as.empty(), "resume under another layout");
   for (Deviation d : m.semantics().in_mode(row.run.mode()).deviations())
-    if (deviation_info(d).kind == DeviationKind::modelled && (d != Deviation::mtp_per_token_local_ratio || m.mtp_depth > 0))
+    if ((deviation_info(d).kind == DeviationKind::modelled && (d != Deviation::mtp_per_token_local_ratio || m.mtp_depth > 0)) ||
+        (d == Deviation::gtp_factor_missing && l.gtp != l.egtp))
       f.insert(std::string(deviation_info(d).name));
   return f;
 }

@@ -1,6 +1,6 @@
 // `moe-oracle groups`: for a layout and a rank, every process group it belongs to and the routed experts it holds;
-// with --grid, the coordinates of every rank of its pipeline stage in both meshes. GTP/EGTP layouts are taken
-// (ProcessGroups::of_mesh): their groups are checked against Megatron's own (megatron_bridge/group_checks.py).
+// with --grid, the coordinates of every rank of its pipeline stage in both meshes. The groups of GTP/EGTP layouts
+// are checked against Megatron's own (megatron_bridge/group_checks.py).
 #include "reference/presets.hpp"
 #include "reference/process_groups.hpp"
 #include "tools/commands.hpp"
@@ -60,7 +60,7 @@ std::vector<int> stage_ranks(const ProcessGroups& g, int rank) {
 }
 
 void run(const GroupsArgs& a) {
-  const ProcessGroups g = ProcessGroups::of_mesh(a.layout);
+  const ProcessGroups g(a.layout);
   const LayerPreset preset = a.model.resolve();
   const int num_experts = preset.config.num_experts;
   if (a.rank < 0 || a.rank >= a.layout.world)

@@ -172,6 +172,7 @@ std::string layout_name(const ParallelLayout& l) {
   std::ostringstream s;
   s << "w" << l.world << " tp" << l.tp << " cp" << l.cp << " pp" << l.pp << " ep" << l.ep << " etp" << l.etp << " dp"
     << l.dp() << " edp" << l.edp();
+  if (l.gtp > 1 || l.egtp > 1) s << " gtp" << l.gtp << " egtp" << l.egtp;
   if (l.vpp > 1) s << " vpp" << l.vpp;
   return s.str();
 }

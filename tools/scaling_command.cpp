@@ -41,7 +41,7 @@ struct ScalingArgs {
 };
 
 void run(const ScalingArgs& a) {
-  const ProcessGroups groups = ProcessGroups::of_mesh(a.layout);
+  const ProcessGroups groups(a.layout);
   const auto mode = parse_loss_mode(a.scaling);
   const auto sizes = group_sizes(groups);
   const int global_batch = a.global_batch.value_or(a.micro_batch * a.layout.dp_with_gtp());

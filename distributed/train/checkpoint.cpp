@@ -88,8 +88,9 @@ std::vector<Piece> pieces_to_write(const ModelConfig& config, const ProcessGroup
                                    const ModelShard<double>& s, const std::string& suffix, bool with_tables) {
   std::vector<Piece> out;
   const bool stage_writer = groups.rank_in(GroupKind::tp_dp_cp, rank) == 0;
-  const bool expert_writer = groups.rank_in(GroupKind::expt_dp, rank) == 0;
-  const bool shared_writer = groups.rank_in(GroupKind::dp_cp, rank) == 0;
+  // GTP peers hold the same whole tensors once the step has gathered them: one of them writes.
+  const bool expert_writer = groups.rank_in(GroupKind::expt_dp_gtp, rank) == 0;
+  const bool shared_writer = groups.rank_in(GroupKind::dp_cp_gtp, rank) == 0;
   auto whole = [&](const std::string& name, const Matrix<double>& m) {
     if (stage_writer && m.size() > 0) out.push_back({name + suffix, 0, 0, m});
   };

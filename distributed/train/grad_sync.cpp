@@ -10,8 +10,6 @@ GradSyncPlan::GradSyncPlan(const ProcessGroups& groups, const RankGroups& comms,
                            const Semantics& semantics, bool distributed_optimizer)
     : comms_(comms) {
   for (const GradSync& row : grad_sync_table(mode, group_sizes(groups), distributed_optimizer, semantics)) {
-    // The GTP step is an identity at gtp = egtp = 1, the only layouts a run takes (ParallelLayout::validate).
-    if (row.gtp_size != 1) throw std::logic_error("grad sync: the parallel system does not run GTP axes yet");
     ClassSync& c = classes_[static_cast<size_t>(row.rule.param_class)];
     const bool expert = row.rule.param_class == ParamClass::expert;
     c.sum_over_tp = row.rule.then_sum_over_tp;
@@ -19,6 +17,17 @@ GradSyncPlan::GradSyncPlan(const ProcessGroups& groups, const RankGroups& comms,
     c.op = row.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum;
     c.group = row.rule.group == GroupKind::expt_dp ? comms.expt_dp.get() : comms.dp_cp.get();
     c.divide_by_global_tokens = row.rule.divide_by_global_tokens;
+    c.gtp_step = row.rule.gtp_step;
+    c.gtp_group = row.gtp_group == GroupKind::expt_gtp ? comms.expt_gtp.get() : comms.gtp.get();
+    if (c.gtp_group->size() != row.gtp_size) throw std::logic_error("grad sync: the GTP group is not the table's");
+    // _prescale_wgrads_for_mean_rs: the reduce-scatter over the GTP peers is a mean.
+    if (c.gtp_sharded() && c.gtp_step == GtpStep::reduce_scatter_mean) c.prescale /= c.gtp_group->size();
+#if MOE_SEEDED_BUG == MOE_BUG_EGTP_WGRAD_ALL_REDUCED
+    if (expert && c.gtp_step == GtpStep::reduce_scatter_mean && c.gtp_sharded())
+      c.prescale *= c.gtp_group->size();  // a SUM over expt_gtp where a mean was due
+#elif MOE_SEEDED_BUG == MOE_BUG_ROUTER_NOT_REDUCED_OVER_GTP
+    if (row.rule.param_class == ParamClass::sequence_parallel) c.gtp_step = GtpStep::none;
+#endif
 #if MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EDP_TWICE
     if (expert) c.postscale = 1.0 / comms.expt_dp->size();
 #elif MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EP_TIMES
@@ -44,6 +53,8 @@ void GradSyncPlan::before_collective(ParamClass param_class, std::span<T> data) 
 template <typename T>
 void GradSyncPlan::after_collective(ParamClass param_class, std::span<T> data, double global_tokens) const {
   const ClassSync& c = of(param_class);
+  if (c.gtp_group->size() > 1 && (c.gtp_step == GtpStep::all_reduce_avg || c.gtp_step == GtpStep::all_reduce_sum))
+    c.gtp_group->allreduce<T>(data, c.gtp_step == GtpStep::all_reduce_avg ? ReduceOp::avg : ReduceOp::sum);
   if (c.postscale != 1.0)
     for (T& v : data) v *= static_cast<T>(c.postscale);
   if (c.divide_by_global_tokens)
@@ -56,6 +67,7 @@ void synchronise_gradients(ModelShard<T>& grads, int first_expert, const GradSyn
     std::span<T> data(t.data, static_cast<size_t>(t.size));
     const GradSyncPlan::ClassSync& c = plan.of(t.param_class);
     plan.before_collective(t.param_class, data);
+    if (c.gtp_sharded()) c.gtp_group->allreduce<T>(data, ReduceOp::sum);
     c.group->allreduce<T>(data, c.op);
     plan.after_collective(t.param_class, data, global_tokens);
   }

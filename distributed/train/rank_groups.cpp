@@ -26,6 +26,8 @@ RankGroups::RankGroups(Communicator& world, const ProcessGroups& groups) : rank(
   tp_ep = make(GroupKind::tp_ep);
   expt_dp = make(GroupKind::expt_dp);
   expt_tp_dp = world.subgroup(expt_tp_dp_members(groups, rank));
+  gtp = make(GroupKind::gtp);
+  expt_gtp = make(GroupKind::expt_gtp);
 }
 
 std::vector<int> expt_tp_dp_members(const ProcessGroups& groups, int rank) {

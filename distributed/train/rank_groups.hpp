@@ -17,6 +17,8 @@ struct RankGroups {
   std::unique_ptr<Communicator> tp, cp, dp, dp_cp, tp_cp, tp_dp_cp, pp, ep, expt_tp, tp_ep, expt_dp;
   // expt_tp × expt_dp: the ranks holding pieces or replicas of the same experts (Muon's expert group)
   std::unique_ptr<Communicator> expt_tp_dp;
+  // The GTP rematerialisation axes (one rank each when gtp = egtp = 1): the peers that share a weight's shards.
+  std::unique_ptr<Communicator> gtp, expt_gtp;
 
   RankGroups(Communicator& world, const ProcessGroups& groups);
 

@@ -18,38 +18,48 @@ RankOptimizer::RankOptimizer(const ModelConfig& config, const OptimizerSettings&
       pp_(comms.pp.get()),
       ep_(comms.ep.get()),
       expt_tp_(comms.expt_tp.get()) {
-  if (settings.distributed && groups.layout().gtp > 1)
-    throw std::invalid_argument("distributed optimizer: GTP axes are not modelled");
+  const bool gtp = groups.layout().gtp > 1 || groups.layout().egtp > 1;
+  if (settings.distributed && gtp)
+    throw std::invalid_argument("distributed optimizer: GTP axes are not modelled (drop --distributed-optimizer)");
+  if (settings.config.kind == OptimizerKind::muon && gtp)
+    throw std::invalid_argument("Muon with GTP axes is not modelled: Newton-Schulz needs whole matrices that GTP "
+                                "keeps as shards");
   if (settings.config.kind == OptimizerKind::muon) {
     if (settings.distributed)
       throw std::invalid_argument("Muon runs with DDP: the distributed optimizer's flat slices cut matrices that "
                                   "Newton-Schulz needs whole (drop --distributed-optimizer)");
     muon_ = std::make_unique<MuonExchange>(config, groups, comms, params);
   }
-  // Sequence-parallel params share the dense buffer: the plan must give them the same collective.
+  // Sequence-parallel params share the dense buffer unless GTP shards the dense weights but not them: the plan
+  // must then give both the same collective.
   const auto& dense_sync = plan_.of(ParamClass::dense);
   const auto& sp_sync = plan_.of(ParamClass::sequence_parallel);
-  if (dense_sync.group != sp_sync.group || dense_sync.op != sp_sync.op ||
-      dense_sync.divide_by_global_tokens != sp_sync.divide_by_global_tokens ||
-      dense_sync.postscale != sp_sync.postscale)
+  const bool sp_apart = dense_sync.gtp_sharded();
+  if (!sp_apart && (dense_sync.group != sp_sync.group || dense_sync.op != sp_sync.op ||
+                    dense_sync.divide_by_global_tokens != sp_sync.divide_by_global_tokens ||
+                    dense_sync.postscale != sp_sync.postscale))
     throw std::logic_error("gradient sync plan: dense and sequence-parallel params differ after the collective");
   const auto tensors = shard_tensors(params, 0);
-  Buffer dense, expert;
+  Buffer dense, expert, sp;
   expert.param_class = ParamClass::expert;
-  dense.group = dense_sync.group;
-  expert.group = plan_.of(ParamClass::expert).group;
+  sp.param_class = ParamClass::sequence_parallel;
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (muon_ && muon_->is_muon(i)) continue;
-    Buffer& b = tensors[i].param_class == ParamClass::expert ? expert : dense;
+    const ParamClass pc = tensors[i].param_class;
+    Buffer& b = pc == ParamClass::expert ? expert : pc == ParamClass::sequence_parallel && sp_apart ? sp : dense;
     b.tensors.push_back(i);
     b.size += tensors[i].size;
   }
-  for (Buffer* b : {&dense, &expert}) {
-    const int g = settings.distributed ? b->group->size() : 1;
+  for (Buffer* b : {&dense, &expert, &sp}) {
+    if (b == &sp && !sp_apart) continue;
+    const GradSyncPlan::ClassSync& sync = plan_.of(b->param_class);
+    b->group = sync.group;
+    b->shard_group = settings.distributed ? b->group : sync.gtp_sharded() ? sync.gtp_group : nullptr;
+    const int g = b->shard_group ? b->shard_group->size() : 1;
     b->padded = (b->size + g - 1) / g * g;  // Megatron pads buckets so every rank's slice has the same size
     b->slice_size = b->padded / g;
-    b->slice_begin = settings.distributed ? b->group->rank() * b->slice_size : 0;
-    const auto state = static_cast<size_t>(settings.distributed ? b->slice_size : b->size);
+    b->slice_begin = b->shard_group ? b->shard_group->rank() * b->slice_size : 0;
+    const auto state = static_cast<size_t>(b->shard_group ? b->slice_size : b->size);
     if (settings.config.kind != OptimizerKind::sgd) {  // Adam, or Muon's AdamW part
       b->m.assign(state, 0.0);
       b->v.assign(state, 0.0);
@@ -102,7 +112,7 @@ double RankOptimizer::buffer_grad_squares(const std::vector<std::vector<double>>
   for (size_t i = 0; i < buffers_.size(); ++i) {
     const Buffer& b = buffers_[i];
     double& sum = squares[b.param_class == ParamClass::expert ? 1 : 0];
-    const Eigen::Index begin = settings_.distributed ? b.slice_begin : 0;  // where synced[i] starts in the buffer
+    const Eigen::Index begin = b.shard_group ? b.slice_begin : 0;  // where synced[i] starts in the buffer
     const Eigen::Index end = begin + static_cast<Eigen::Index>(synced[i].size());
     Eigen::Index offset = 0;  // of tensor k in the buffer
     for (size_t k : b.tensors) {
@@ -116,13 +126,12 @@ double RankOptimizer::buffer_grad_squares(const std::vector<std::vector<double>>
         sum += g * g;
       }
     }
-    // The distributed optimizer's slices split the buffer over its group; DDP's replicas all hold the same sum.
+    // The slices of a shard group split the buffer over it; DDP's replicas all hold the same sum.
+    Communicator* over = b.shard_group;
 #if MOE_SEEDED_BUG == MOE_BUG_CLIP_EXPERT_REPLICAS_COUNTED
-    const bool over_group = settings_.distributed || b.param_class == ParamClass::expert;
-#else
-    const bool over_group = settings_.distributed;
+    if (!over && b.param_class == ParamClass::expert) over = b.group;
 #endif
-    if (over_group) b.group->allreduce<double>(std::span(&sum, 1), ReduceOp::sum);
+    if (over) over->allreduce<double>(std::span(&sum, 1), ReduceOp::sum);
   }
   for (Communicator* axis : {tp_, pp_}) axis->allreduce<double>(std::span(&squares[0], 1), ReduceOp::sum);
 #if MOE_SEEDED_BUG == MOE_BUG_CLIP_EXPERT_NOT_SUMMED_OVER_EP
@@ -144,9 +153,14 @@ void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
     if (b.tensors.empty()) continue;
     const ReduceOp op = plan_.of(b.param_class).op;
     std::vector<double> g = flatten(b, raw_grads);
-    if (settings_.distributed) {
+    if (b.shard_group) {
       synced[i].resize(static_cast<size_t>(b.slice_size));
-      b.group->reduce_scatter<double>(g, synced[i], op);
+      if (b.shard_group == b.group) {  // distributed optimizer
+        b.group->reduce_scatter<double>(g, synced[i], op);
+      } else {  // GTP: the temporary wgrad into this rank's shard, then over the shard's replicas
+        b.shard_group->reduce_scatter<double>(g, synced[i], ReduceOp::sum);
+        b.group->allreduce<double>(synced[i], op);
+      }
     } else {
       b.group->allreduce<double>(g, op);
       g.resize(static_cast<size_t>(b.size));  // without the padding
@@ -165,20 +179,21 @@ void RankOptimizer::step(ModelShard<double>& raw_grads, double global_tokens) {
       if (muon_) muon_->scale_gradients(c);
     }
   }
-  // 3. Update what this rank owns; the distributed optimizer then all-gathers the updated slices.
+  // 3. Update what this rank owns; a shard group then all-gathers the updated slices (GTP: the whole weights of the
+  //    next step's GEMMs).
   for (size_t i = 0; i < buffers_.size(); ++i) {
     Buffer& b = buffers_[i];
     if (b.tensors.empty()) continue;
     std::vector<double> p = flatten(b, params_);
-    if (!settings_.distributed) {
+    if (!b.shard_group) {
       update(b, p.data(), synced[i].data(), b.size, 0);
       unflatten(b, p, params_);
       continue;
     }
     update(b, p.data() + b.slice_begin, synced[i].data(), b.slice_size, 0);
     std::vector<double> gathered(static_cast<size_t>(b.padded));
-    b.group->allgather<double>(std::span<const double>(p.data() + b.slice_begin, static_cast<size_t>(b.slice_size)),
-                               gathered);
+    b.shard_group->allgather<double>(
+        std::span<const double>(p.data() + b.slice_begin, static_cast<size_t>(b.slice_size)), gathered);
     unflatten(b, gathered, params_);
   }
   if (muon_) muon_->update(settings_.config.muon, params_);
@@ -199,11 +214,11 @@ ShardMoments RankOptimizer::moments() const {
   }
   for (const Buffer& b : buffers_) {
     std::vector<double> m = b.m, v = b.v;
-    if (settings_.distributed) {
+    if (b.shard_group) {
       m.assign(static_cast<size_t>(b.padded), 0.0);
       v.assign(static_cast<size_t>(b.padded), 0.0);
-      b.group->allgather<double>(b.m, m);
-      b.group->allgather<double>(b.v, v);
+      b.shard_group->allgather<double>(b.m, m);
+      b.shard_group->allgather<double>(b.v, v);
     }
     size_t at = 0;
     for (size_t i : b.tensors) {

@@ -1,11 +1,16 @@
 // The optimizer on one rank. The shard's tensors are flattened into two buffers — non-expert params over dp_cp,
 // routed experts over expt_dp (Megatron's dense and expert buffers) — and synchronised by one plan
-// (grad_sync.hpp), in one of two forms:
+// (grad_sync.hpp), in one of three forms:
 //   DDP (distributed = false): each buffer is all-reduced, and every rank updates its whole shard with its own
 //     full copy of the optimizer state;
 //   distributed optimizer: each buffer, padded to a multiple of the group size, is reduce-scattered so each rank
 //     owns one contiguous slice; the optimizer state exists only for that slice, and the updated slices are
-//     all-gathered back into the parameters.
+//     all-gathered back into the parameters;
+//   GTP (DDP with gtp or egtp > 1): a GTP-sharded buffer (dense weights over gtp, routed experts over expt_gtp) is
+//     this rank's permanent shard, a 1/|gtp| slice: the temporary whole wgrad is reduce-scattered over the GTP
+//     peers into it, all-reduced over the data-parallel replicas of that shard, the shard (and only its optimizer
+//     state) updated, and all-gathered into the whole weights the next step's GEMMs read. Replicated params
+//     (router, norms, shared gate) get their own buffer, all-reduced over dp_cp and then gtp.
 // The collective is the only difference: pre-scale, SUM over tp and the per-token division are the plan's.
 // With clipping on, the synchronised gradients are scaled by one factor from the global norm before any update
 // (reference/optimizer.hpp); each parameter enters that norm exactly once whatever the layout:
@@ -61,9 +66,10 @@ class RankOptimizer {
   struct Buffer {
     std::vector<size_t> tensors;
     ParamClass param_class = ParamClass::dense;
-    Communicator* group = nullptr;
+    Communicator* group = nullptr;        // the data-parallel collective's
+    Communicator* shard_group = nullptr;  // whose ranks own disjoint slices: group (distributed), the GTP peers, or none
     Eigen::Index size = 0, padded = 0, slice_begin = 0, slice_size = 0;
-    std::vector<double> m, v;  // over the slice (distributed) or the whole buffer (DDP)
+    std::vector<double> m, v;  // over the slice (with a shard group) or the whole buffer
   };
 
   std::vector<double> flatten(const Buffer& b, ModelShard<double>& shard) const;

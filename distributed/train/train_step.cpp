@@ -91,7 +91,7 @@ class StageRunner {
     const ParallelLayout& l = groups.layout();
     m_ = num_microbatches(l, batch.size, options.micro_batch);
     sizes_ = group_sizes(groups);
-    dp_rank_ = groups.rank_in(GroupKind::dp, comms.rank);
+    replica_ = groups.rank_in(GroupKind::dp_gtp, comms.rank);  // the replica: GTP peers take distinct samples
     source_ = groups.rank_in(GroupKind::cp, comms.rank) * l.tp + groups.rank_in(GroupKind::tp, comms.rank);
     stage_ = groups.rank_in(GroupKind::pp, comms.rank);
     pp_ = l.pp;
@@ -124,7 +124,7 @@ class StageRunner {
     InFlight<T>& f = in_flight_[chunk * m_ + i];
     const int vs = chunk * pp_ + stage_;  // this chunk's virtual stage
     double& objective_share = objective_shares_[static_cast<size_t>(chunk)];
-    const TokenBatch tb = microbatch(batch_, groups_.layout(), options_.micro_batch, dp_rank_, i);
+    const TokenBatch tb = microbatch(batch_, groups_.layout(), options_.micro_batch, replica_, i);
     f.batch = local_batch(tb, tb.partition[static_cast<size_t>(source_)]);
     // CE counts the loss mask; the router's terms count what the router sees (every row under
     // router-counts-padding, which hands the router no padding mask).
@@ -279,7 +279,7 @@ class StageRunner {
   const StepOptions& options_;
   ModelShard<T>& grads_;
   GroupSizes sizes_;
-  int m_ = 0, dp_rank_ = 0, source_ = 0, stage_ = 0, pp_ = 1, virtual_stages_ = 1;
+  int m_ = 0, replica_ = 0, source_ = 0, stage_ = 0, pp_ = 1, virtual_stages_ = 1;
   bool bf16_ = false;  // activations and their gradients stored in bf16 (MoeConfig::bf16_storage)
   std::map<int, InFlight<T>> in_flight_;
   std::vector<GlobalAuxCounts> global_aux_;

@@ -26,6 +26,8 @@ py::dict layout_to_dict(const ParallelLayout& l) {
   d["etp"] = l.etp;
   d["dp"] = l.dp();
   d["edp"] = l.edp();
+  d["gtp"] = l.gtp;
+  d["egtp"] = l.egtp;
   d["order"] = l.order;
   return d;
 }
@@ -72,7 +74,7 @@ py::dict loss_scale_dict(const LossScale& r, LossMode mode) {
 ParallelLayout layout_from_dict(py::handle layout) {
   if (!py::isinstance<py::dict>(layout)) throw std::invalid_argument("layout must be a dict");
   const auto d = py::reinterpret_borrow<py::dict>(layout);
-  static const std::set<std::string> sizes{"world", "tp", "cp", "pp", "ep", "etp", "dp"};
+  static const std::set<std::string> sizes{"world", "tp", "cp", "pp", "ep", "etp", "dp", "gtp", "egtp"};
   std::map<std::string, int> given;
   std::string order = ParallelLayout().order;
   for (const auto& [key, value] : d) {
@@ -85,7 +87,8 @@ ParallelLayout layout_from_dict(py::handle layout) {
         throw std::invalid_argument("layout: '" + name + "' must be an integer");
       given[name] = value.cast<int>();
     } else {
-      throw std::invalid_argument("layout: unknown key '" + name + "' (known: world, tp, cp, pp, ep, etp, dp, order)");
+      throw std::invalid_argument("layout: unknown key '" + name +
+                                  "' (known: world, tp, cp, pp, ep, etp, dp, gtp, egtp, order)");
     }
   }
   return layout_from_sizes(given, "layout", order);
@@ -97,8 +100,8 @@ void bind_layout(py::module_& m) {
       py::arg("layout"),
       R"doc(Validate a parallel layout dict and return it complete, dp and edp derived.
 
-Keys (Megatron's names): world, tp, cp, pp, ep, etp (sizes, default 1), dp (only to derive world when it is not
-given: world = tp·cp·pp·dp), order (default "tp-cp-ep-dp-pp", fastest-varying first). An unknown key or a broken
+Keys (Megatron's names): world, tp, cp, pp, ep, etp, gtp, egtp (sizes, default 1), dp (only to derive world when it
+is not given: world = tp·cp·pp·gtp·dp), order (default "tp-cp-ep-dp-pp", fastest-varying first). An unknown key or a broken
 divisibility rule raises ValueError naming it.)doc");
 
   m.def(
@@ -152,7 +155,7 @@ Megatron's member order. With num_experts, also "experts": {"first", "count"}, t
       R"doc(How each parameter class's gradient is synchronised under a loss mode ("sum", "avg", "per-token") on a
 layout: one dict per class (dense, expert, sequence_parallel) with param_class, loss_mode, prescale (value),
 prescale_formula, prescale_values, gtp_correction, collective, reduce_op, group, group_size, then_sum_over_tp,
-tp_size, gtp_step, gtp_group_size (1 in every layout a run takes), divide_by_global_tokens, net_factor, source (the Megatron code it encodes). ``semantics`` is a spec string
+tp_size, gtp_step, gtp_group_size, divide_by_global_tokens, net_factor, source (the Megatron code it encodes). ``semantics`` is a spec string
 or a Semantics (the Megatron profiles drop the GTP correction).)doc");
 
   m.def(

@@ -10,8 +10,11 @@ import moe_oracle
 
 def test_layout_is_completed():
     assert moe_oracle.parallel_layout({"world": 8, "tp": 2, "ep": 2}) == {
-        "world": 8, "tp": 2, "cp": 1, "pp": 1, "ep": 2, "etp": 1, "dp": 4, "edp": 4, "order": "tp-cp-ep-dp-pp"}
+        "world": 8, "tp": 2, "cp": 1, "pp": 1, "ep": 2, "etp": 1, "dp": 4, "edp": 4, "gtp": 1, "egtp": 1,
+        "order": "tp-cp-ep-dp-pp"}
     assert moe_oracle.parallel_layout({"tp": 2, "dp": 3})["world"] == 6
+    # GTP peers take distinct samples: world = tp·cp·pp·gtp·dp, and dp counts the copies of one weight shard.
+    assert moe_oracle.parallel_layout({"tp": 2, "gtp": 2, "dp": 3, "ep": 2, "egtp": 3})["world"] == 12
 
 
 def test_groups_of_a_rank():

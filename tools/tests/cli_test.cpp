@@ -62,10 +62,12 @@ TEST(CliGroups, SeedGtpLayout) {
   EXPECT_EQ(j["groups"]["ep"]["ranks"], nlohmann::json({64, 65, 66, 67, 68, 69, 70, 71}));
   EXPECT_EQ(j["groups"]["expt_gtp"]["ranks"], nlohmann::json({70, 78, 86, 94}));
   EXPECT_EQ(j["groups"]["expt_dp"]["ranks"], nlohmann::json({6, 38, 70, 102}));
-  // Every other command refuses the layout with the rule that names what takes it.
-  const auto refused = run("check " + layout);
-  EXPECT_NE(refused.status, 0);
-  EXPECT_NE(refused.output.find("`groups` and `scaling` take it"), std::string::npos) << refused.output;
+  // The main job runs it: 128 in-process ranks, each a 1/64 shard of the dense weights and 1/4 of its experts.
+  const auto checked = run("check " + layout + " --dispatcher flex");
+  EXPECT_EQ(checked.status, 0) << checked.output;
+  EXPECT_NE(checked.output.find("w128 tp1 cp2 pp1 ep8 etp1 dp1 edp4 gtp64 egtp4  flex"), std::string::npos)
+      << checked.output;
+  EXPECT_NE(checked.output.find("1 passed, 0 failed"), std::string::npos) << checked.output;
 }
 
 // GTP 2, EGTP 1 on 16 ranks (TP2, EP2): |dp_cp| = 4, and 8 ranks see different samples. Every class ends at 1/8;
