@@ -32,7 +32,7 @@
 #include "distributed/comm/mpi_communicator.hpp"
 #include "distributed/comm/mpi_runtime.hpp"
 #include "golden/case_json.hpp"
-#include "tools/check_suite.hpp"
+#include "tools/check_report.hpp"
 #include "tools/commands.hpp"
 #include "tools/kernel_choice.hpp"
 #include "tools/layout_options.hpp"
@@ -169,48 +169,11 @@ MemoryEstimate check_memory(const ModelConfig& m, const RunOptions& run, const P
   return e;
 }
 
-struct Run {
-  const CheckRow* row;
-  ParallelLayout layout;
-  dist::DispatcherKind dispatcher;
-  dist::RankComparison result;             // merged over the steps
-  double seconds = 0;
-  std::vector<dist::RankComparison> steps{};  // one per training step (rows with steps)
-};
-
-std::string shortest(double x) {
-  std::ostringstream s;
-  s << x;
-  return s.str();
-}
-
-std::string row_label(const CheckRow& r) {
-  std::string label = r.name + " " + r.run.scaling + " b" + std::to_string(r.run.micro_batch);
-  if (r.steps > 0)
-    label += " " + std::to_string(r.steps) + " steps" + (r.optimizer == "adam" ? "" : " " + r.optimizer) +
-             (r.distributed_optimizer ? " dist-opt" : "") +
-             (r.clip_grad > 0 ? " clip " + shortest(r.clip_grad) : "") +
-             (r.resume_as.empty() ? "" : " resume " + r.resume_as);
-  return label;
-}
-
-// The name a run is filtered and reported by: "tiny-v4 sum b1 [intended] w4 tp1 … alltoall".
-std::string run_name(const CheckRow& row, const ParallelLayout& layout, dist::DispatcherKind kind) {
-  return row_label(row) + " [" + Semantics::parse(row.run.semantics).spec() + "] " + layout_name(layout) + " " +
-         std::string(to_string(kind));
-}
-
 bool selected(const CheckOptions& o, const std::string& name) {
   if (o.filters.empty()) return true;
   for (const auto& f : o.filters)
     if (name.find(f) != std::string::npos) return true;
   return false;
-}
-
-std::string fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1e", v);
-  return buf;
 }
 
 // The precision a check compares in (its tolerance), and the one the parallel system computes in: bf16 is float
@@ -220,216 +183,6 @@ Precision precision_of(const std::string& dtype) {
 }
 Precision arithmetic_of(const std::string& dtype) {
   return dtype == "double" ? Precision::float64 : Precision::float32;
-}
-
-// A row with bf16 storage runs in float where the parallel system can, and in double where it cannot yet: whole
-// training steps (the optimizer keeps double state), FP8 dispatch (in float a last-bit difference can cross an
-// e4m3 boundary) and attention (the CPU system runs it in double).
-bool bf16_in_double(const CheckRow& r) {
-  return r.run.bf16_storage && (r.steps > 0 || r.run.quant != "none" || r.run.model().has_attention());
-}
-
-// The tolerance of a bf16 row. In double both sides round the same values and agree bitwise on one rank (sums of
-// products of bf16 values are exact), so such a row keeps the double tolerance: a bf16 rounding missing on either
-// side is ~1e-3 of a value, far beyond it. Not with FP8 dispatch: an e4m3 code times the tile scale amax/448 is
-// often amax·2^k (codes 7·2^j) up to a last-bit error, so a pre-activation that is a bf16 tie in exact arithmetic
-// rounds by the sign of that error, which each side's summation order decides — one bf16 ulp of one element (2e-7
-// in the expert gradients, measured). Such a row keeps the bf16 tolerance, as float rows do.
-Tolerance bf16_row_tolerance(const CheckRow& r) {
-  const bool exact = bf16_in_double(r) && r.run.quant == "none";
-  return moe::tolerance(Compared::training_step, exact ? Precision::float64 : Precision::bfloat16);
-}
-
-std::set<std::string> covered(const std::vector<Run>& runs) {
-  std::set<std::string> f;
-  for (const Run& r : runs) {
-    const auto more = features_of(*r.row, r.layout, std::string(to_string(r.dispatcher)));
-    f.insert(more.begin(), more.end());
-  }
-  return f;
-}
-
-void print_table(const std::vector<Run>& runs, const CheckOptions& o, std::ostream& out) {
-  out << "moe-oracle " << MOE_ORACLE_VERSION << " check: " << runs.size() << " runs, backend " << o.backend
-      << ", kernels " << o.kernels << ", " << o.dtype << "; each cell: max |parallel − oracle| over every rank and "
-      << "element (pass: ≤ " << fmt(o.atol) << " + " << fmt(o.rtol) << "·|oracle|); with steps, the maximum over the "
-      << "steps\n";
-  if (!o.tolerance_given) {
-    // The tolerance of each bf16 row that differs from the header's.
-    std::set<std::string> said;
-    for (const Run& r : runs) {
-      if (!r.row->run.bf16_storage) continue;
-      const Tolerance t = bf16_row_tolerance(*r.row);
-      if (t.atol == o.atol && t.rtol == o.rtol) continue;
-      std::ostringstream line;
-      line << "note: rows with bf16 storage in " << (bf16_in_double(*r.row) ? "double" : "float")
-           << (r.row->run.quant != "none" ? " and FP8 dispatch" : "") << " pass at ≤ " << fmt(t.atol) << " + "
-           << fmt(t.rtol) << "·|oracle| (README \"bf16\")\n";
-      if (said.insert(line.str()).second) out << line.str();
-    }
-  }
-  for (const auto& note : o.notes) out << "note: " << note << "\n";
-  const CheckRow* last = nullptr;
-  std::unique_ptr<TextTable> table;
-  std::vector<std::string> header{"layout", "dispatcher"};
-  for (int q = 0; q < dist::kQuantities; ++q) header.emplace_back(to_string(static_cast<dist::Quantity>(q)));
-  header.emplace_back("seconds");
-  header.emplace_back("result");
-  // A row with training steps ends with each run's trajectory: the errors of every step.
-  const auto print_trajectories = [&](const CheckRow* row) {
-    for (const Run& r : runs) {
-      if (r.row != row || r.steps.empty()) continue;
-      out << "  trajectory " << layout_name(r.layout) << " " << to_string(r.dispatcher) << ":";
-      for (size_t i = 0; i < r.steps.size(); ++i) {
-        out << (i ? ";" : "") << " step " << i + 1;
-        for (int q = 0; q < dist::kQuantities; ++q) {
-          const auto& e = r.steps[i].errors[static_cast<size_t>(q)];
-          if (e.compared) out << " " << to_string(static_cast<dist::Quantity>(q)) << " " << fmt(e.max_abs);
-        }
-        if (!r.steps[i].pass()) out << " FAIL";
-      }
-      out << "\n";
-    }
-  };
-  for (const Run& r : runs) {
-    if (r.row != last) {
-      if (table) table->print(out);
-      if (last) print_trajectories(last);
-      last = r.row;
-      out << "\n" << row_label(*r.row) << ": " << r.row->run.describe()
-          << (r.row->run.bf16_storage ? bf16_in_double(*r.row) ? " in double" : " in float" : "") << "\n";
-      table = std::make_unique<TextTable>(header);
-    }
-    std::vector<std::string> row{layout_name(r.layout), std::string(to_string(r.dispatcher))};
-    for (const auto& e : r.result.errors) row.push_back(e.compared ? fmt(e.max_abs) : "-");
-    row.push_back(trimmed(r.seconds, 2));
-    row.emplace_back(r.result.pass() ? "PASS" : "FAIL");
-    table->add_row(row);
-  }
-  if (table) table->print(out);
-  if (last) print_trajectories(last);
-  int failed = 0;
-  for (const Run& r : runs) {
-    if (r.result.pass()) continue;
-    ++failed;
-    out << std::setprecision(17) << "\nFAIL " << row_label(*r.row) << " [" << r.row->run.semantics << "] "
-        << layout_name(r.layout) << " " << to_string(r.dispatcher) << ": first mismatch in " << r.result.first.tensor
-        << " on rank " << r.result.first.rank << " at flat index " << r.result.first.index << ": parallel "
-        << r.result.first.got << ", oracle " << r.result.first.want << "\n";
-  }
-  if (!o.custom_model && o.layout.world == 0 && o.filters.empty()) {  // the default set: say what it covered
-    const auto features = covered(runs);
-    std::string missing;
-    for (const auto& name : all_features())
-      if (!features.count(name)) missing += (missing.empty() ? "" : ", ") + name;
-    out << "\ncoverage: " << features.size() << " of " << all_features().size() << " features";
-    out << (missing.empty() ? " (every option of the oracle, parallel axis, loss mode and modelled deviation)"
-                            : "; not run: " + missing)
-        << "\n";
-  }
-  out << runs.size() - static_cast<size_t>(failed) << " passed, " << failed << " failed\n";
-}
-
-nlohmann::json errors_json(const dist::RankComparison& c) {
-  nlohmann::json j;
-  for (int q = 0; q < dist::kQuantities; ++q) {
-    const auto& err = c.errors[static_cast<size_t>(q)];
-    j[std::string(to_string(static_cast<dist::Quantity>(q)))] =
-        err.compared ? nlohmann::json(err.max_abs) : nlohmann::json(nullptr);  // null: not measured
-  }
-  return j;
-}
-
-nlohmann::json to_json(const std::vector<Run>& runs, const CheckOptions& o) {
-  nlohmann::json out{{"moe_oracle", MOE_ORACLE_VERSION},
-                     {"backend", o.backend},
-                     {"kernels", o.kernels},
-                     {"dtype", o.dtype},
-                     {"tolerance", {{"atol", o.atol}, {"rtol", o.rtol}}},
-                     {"chosen", o.notes}};
-  nlohmann::json j = nlohmann::json::array();
-  for (const Run& r : runs) {
-    const ModelConfig m = r.row->run.model();
-    nlohmann::json e{{"name", run_name(*r.row, r.layout, r.dispatcher)},
-                     {"row", row_label(*r.row)},
-                     {"model", {{"source", r.row->run.source.source()},
-                                {"config", nlohmann::json::parse(golden::config_to_json(m.layer).dump())},
-                                {"num_layers", m.num_layers},
-                                {"n_hash_layers", m.n_hash_layers},
-                                {"vocab", m.vocab},
-                                {"seq", r.row->run.seq},
-                                {"global_batch", r.row->run.global_batch},
-                                {"micro_batch", r.row->run.micro_batch},
-                                {"padding", r.row->run.padding},
-                                {"scaling", r.row->run.scaling}}},
-                     {"semantics", m.semantics().spec()},
-                     {"layout", layout_json(r.layout)},
-                     {"dispatcher", to_string(r.dispatcher)},
-                     {"pass", r.result.pass()},
-                     {"seconds", r.seconds},
-                     {"max_abs", errors_json(r.result)}};
-    for (const auto& step : r.steps) e["steps"].push_back(errors_json(step));
-    if (!r.result.pass())
-      e["first_mismatch"] = {{"tensor", r.result.first.tensor},
-                             {"rank", r.result.first.rank},
-                             {"index", r.result.first.index},
-                             {"parallel", r.result.first.got},
-                             {"oracle", r.result.first.want}};
-    j.push_back(e);
-  }
-  out["runs"] = j;
-  const auto features = covered(runs);
-  out["features_covered"] = std::vector<std::string>(features.begin(), features.end());
-  std::vector<std::string> missing;
-  for (const auto& name : all_features())
-    if (!features.count(name)) missing.push_back(name);
-  out["features_not_run"] = missing;
-  return out;
-}
-
-// JUnit XML: one testcase per run (classname the row, name the layout and dispatcher), the first mismatch as the
-// failure's message.
-void write_junit(const std::vector<Run>& runs, const std::string& path) {
-  const auto escape = [](const std::string& text) {
-    std::string out;
-    for (char ch : text) {
-      switch (ch) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&quot;"; break;
-        default: out += ch;
-      }
-    }
-    return out;
-  };
-  int failures = 0;
-  double seconds = 0;
-  for (const Run& r : runs) {
-    failures += !r.result.pass();
-    seconds += r.seconds;
-  }
-  std::ostringstream x;
-  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"moe-oracle check\" tests=\"" << runs.size()
-    << "\" failures=\"" << failures << "\" errors=\"0\" time=\"" << seconds << "\">\n";
-  for (const Run& r : runs) {
-    x << "  <testcase classname=\"" << escape(row_label(*r.row) + " [" + r.row->run.semantics + "]") << "\" name=\""
-      << escape(layout_name(r.layout) + " " + std::string(to_string(r.dispatcher))) << "\" time=\"" << r.seconds
-      << "\"";
-    if (r.result.pass()) {
-      x << "/>\n";
-      continue;
-    }
-    std::ostringstream why;
-    why << std::setprecision(17) << "first mismatch in " << r.result.first.tensor << " on rank " << r.result.first.rank
-        << " at flat index " << r.result.first.index << ": parallel " << r.result.first.got << ", oracle "
-        << r.result.first.want;
-    x << ">\n    <failure message=\"" << escape(why.str()) << "\"/>\n  </testcase>\n";
-  }
-  x << "</testsuite>\n";
-  std::ofstream file(path);
-  file << x.str();
-  if (!file) throw std::invalid_argument("--junit: cannot write " + path);
 }
 
 // N whole training steps of one layout, optionally resumed under another layout; the dispatcher is set per run.
@@ -472,7 +225,7 @@ struct LayoutOracle {
 };
 
 // Runs every (row, layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr).
-std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dist::KernelBackend& kernels,
+std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dist::KernelBackend& kernels,
                          Communicator* world) {
   std::vector<dist::DispatcherKind> kinds;
   if (o.dispatcher == "all")
@@ -527,7 +280,7 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
     for (std::size_t t = 0; t < tasks.size(); ++t)
       tasks[t].checkpoint_dir = (std::filesystem::path(o.checkpoint_dir) / ("run-" + std::to_string(t + 1))).string();
 
-  std::vector<std::vector<Run>> done(tasks.size());
+  std::vector<std::vector<CheckRun>> done(tasks.size());
   std::mutex progress;
   int finished = 0;
   run_side_by_side(int(tasks.size()), world ? 1 : o.jobs, [&](int t) {
@@ -575,7 +328,7 @@ std::vector<Run> run_all(const CheckOptions& o, const std::vector<CheckRow>& row
       }
     }
   });
-  std::vector<Run> runs;
+  std::vector<CheckRun> runs;
   for (auto& task_runs : done) runs.insert(runs.end(), task_runs.begin(), task_runs.end());
   return runs;
 }
@@ -635,11 +388,11 @@ void add_check_command(CLI::App& app) {
       "");  // finiteness: every real-valued option is checked for it (moe_oracle.cpp)
   const Tolerance step64 = moe::tolerance(Compared::training_step, Precision::float64);
   const Tolerance step32 = moe::tolerance(Compared::training_step, Precision::float32);
-  cmd->add_option("--atol", o->atol, "absolute tolerance (default: " + fmt(step64.atol) + " double, " +
-                                         fmt(step32.atol) + " float)")
+  cmd->add_option("--atol", o->atol, "absolute tolerance (default: " + one_digit(step64.atol) + " double, " +
+                                         one_digit(step32.atol) + " float)")
       ->check(tolerance);
-  cmd->add_option("--rtol", o->rtol, "relative tolerance (default: " + fmt(step64.rtol) + " double, " +
-                                         fmt(step32.rtol) + " float)")
+  cmd->add_option("--rtol", o->rtol, "relative tolerance (default: " + one_digit(step64.rtol) + " double, " +
+                                         one_digit(step32.rtol) + " float)")
       ->check(tolerance);
   cmd->add_flag("--json", o->json, "machine-readable output (with the version, each run's model and semantics)");
   cmd->add_option("--junit", o->junit, "also write JUnit XML here: one testcase per run");
@@ -746,14 +499,16 @@ void add_check_command(CLI::App& app) {
     bool pass = true;
     try {
       const KernelChoice kernels(o->kernels);
-      const std::vector<Run> runs = run_all(*o, rows, kernels.backend(), world.get());
+      const std::vector<CheckRun> runs = run_all(*o, rows, kernels.backend(), world.get());
       remove_own();
-      for (const Run& r : runs) pass = pass && r.result.pass();
+      for (const CheckRun& r : runs) pass = pass && r.result.pass();
       if (print) {
+        const ReportSettings settings{o->backend, o->kernels, o->dtype, o->atol, o->rtol, o->tolerance_given, o->notes,
+                                      !o->custom_model && o->layout.world == 0 && o->filters.empty()};
         if (o->json)
-          std::cout << to_json(runs, *o).dump(2) << "\n";
+          std::cout << report_json(runs, settings).dump(2) << "\n";
         else
-          print_table(runs, *o, std::cout);
+          print_report(runs, settings, std::cout);
         if (!o->junit.empty()) write_junit(runs, o->junit);
       }
     } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 #include "tools/check_suite.hpp"
 
 #include <algorithm>
+#include <sstream>
 
 namespace moe::cli {
 namespace {
@@ -37,6 +38,12 @@ std::vector<ParallelLayout> all_axes() {
 std::vector<ParallelLayout> token_splits() {
   return {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .cp = 2, .ep = 2},
           ParallelLayout{.world = 8, .tp = 2, .ep = 4, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}};
+}
+
+std::string shortest(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
 }
 
 }  // namespace
@@ -209,6 +216,32 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
         (d == Deviation::gtp_factor_missing && l.gtp != l.egtp))
       f.insert(std::string(deviation_info(d).name));
   return f;
+}
+
+std::string row_label(const CheckRow& r) {
+  std::string label = r.name + " " + r.run.scaling + " b" + std::to_string(r.run.micro_batch);
+  if (r.steps > 0)
+    label += " " + std::to_string(r.steps) + " steps" + (r.optimizer == "adam" ? "" : " " + r.optimizer) +
+             (r.distributed_optimizer ? " dist-opt" : "") +
+             (r.clip_grad > 0 ? " clip " + shortest(r.clip_grad) : "") +
+             (r.resume_as.empty() ? "" : " resume " + r.resume_as);
+  return label;
+}
+
+
+bool bf16_in_double(const CheckRow& r) {
+  return r.run.bf16_storage && (r.steps > 0 || r.run.quant != "none" || r.run.model().has_attention());
+}
+
+// In double both sides round the same values and agree bitwise on one rank (sums of
+// products of bf16 values are exact), so such a row keeps the double tolerance: a bf16 rounding missing on either
+// side is ~1e-3 of a value, far beyond it. Not with FP8 dispatch: an e4m3 code times the tile scale amax/448 is
+// often amax·2^k (codes 7·2^j) up to a last-bit error, so a pre-activation that is a bf16 tie in exact arithmetic
+// rounds by the sign of that error, which each side's summation order decides — one bf16 ulp of one element (2e-7
+// in the expert gradients, measured). Such a row keeps the bf16 tolerance, as float rows do.
+Tolerance bf16_row_tolerance(const CheckRow& r) {
+  const bool exact = bf16_in_double(r) && r.run.quant == "none";
+  return moe::tolerance(Compared::training_step, exact ? Precision::float64 : Precision::bfloat16);
 }
 
 }  // namespace moe::cli

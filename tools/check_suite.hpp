@@ -3,6 +3,7 @@
 // loss mode and every modelled semantics deviation, in a few seconds; check prints the coverage it measured.
 #pragma once
 
+#include "reference/tolerance.hpp"
 #include "tools/run_options.hpp"
 
 #include <set>
@@ -25,6 +26,15 @@ struct CheckRow {
 };
 
 std::vector<CheckRow> default_rows();
+
+// How a row is named in the report: "tiny-v4 sum b1", with its steps, optimizer, clipping and resume.
+std::string row_label(const CheckRow& row);
+// A row with bf16 storage runs in float where the parallel system can, and in double where it cannot yet: whole
+// training steps (the optimizer keeps double state), FP8 dispatch (in float a last-bit difference can cross an
+// e4m3 boundary) and attention (the CPU system runs it in double).
+bool bf16_in_double(const CheckRow& row);
+// The tolerance of a bf16 row (check_suite.cpp says why it is the double one when the row runs in double).
+Tolerance bf16_row_tolerance(const CheckRow& row);
 
 // Every feature the coverage line can name, in print order.
 const std::vector<std::string>& all_features();
