@@ -302,8 +302,10 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
       const auto start = std::chrono::steady_clock::now();
       dist::RankComparison result;
       std::vector<dist::RankComparison> steps;
+      Tolerance applied = problem.tolerance;
       if (row.steps > 0) {
         dist::RunProblem run = run_problem(o, row, problem);
+        applied = run.tolerance;
         if (!row.resume_as.empty()) run.checkpoint_dir = tasks[std::size_t(t)].checkpoint_dir;
         if (!oracle.trajectory) oracle.trajectory = dist::oracle_trajectory(run);
         steps = world ? dist::check_run_on_world(*world, run, *oracle.trajectory)
@@ -320,7 +322,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
         }
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      done[std::size_t(t)].push_back({&row, layout, kind, result, seconds, steps});
+      done[std::size_t(t)].push_back({&row, layout, kind, result, seconds, steps, applied});
       if (!o.json && (!world || world->rank() == 0)) {
         std::lock_guard lock(progress);
         std::cerr << "  [" << ++finished << "/" << chosen << "] " << run_name(row, layout, kind) << ": "

@@ -153,6 +153,7 @@ nlohmann::json report_json(const std::vector<CheckRun>& runs, const ReportSettin
                      {"semantics", m.semantics().spec()},
                      {"layout", layout_json(r.layout)},
                      {"dispatcher", to_string(r.dispatcher)},
+                     {"tolerance", {{"atol", r.tolerance.atol}, {"rtol", r.tolerance.rtol}}},
                      {"pass", r.result.pass()},
                      {"seconds", r.seconds},
                      {"max_abs", errors_json(r.result)}};

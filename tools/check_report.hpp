@@ -22,6 +22,7 @@ struct CheckRun {
   dist::RankComparison result;                // merged over the steps
   double seconds = 0;
   std::vector<dist::RankComparison> steps{};  // one per training step (rows with steps)
+  Tolerance tolerance{};                      // what the run passed or failed by (a bf16 or Muon row's own)
 };
 
 // What the report says about how the runs were made.

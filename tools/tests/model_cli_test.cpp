@@ -135,6 +135,14 @@ TEST(CliModel, JunitAndFilter) {
   // Several filters: any of them.
   const auto both = run_json("check --filter 'tiny-top1 sum b2 [intended] w1 ' --filter 'tiny-capacity avg b2 [intended] w1 '");
   EXPECT_EQ(both["runs"].size(), 6u);
+  for (const auto& r : both["runs"]) EXPECT_EQ(r["tolerance"], both["tolerance"]);  // no row of its own
+  // The Muon row passes by its own (looser) muon_step tolerance; each run says which it was held to.
+  const auto muon = run_json("check --filter muon");
+  ASSERT_FALSE(muon["runs"].empty());
+  for (const auto& r : muon["runs"]) {
+    EXPECT_NE(r["tolerance"], muon["tolerance"]);
+    EXPECT_GT(r["tolerance"]["rtol"].get<double>(), muon["tolerance"]["rtol"].get<double>());
+  }
   // A failing run is a <failure> with its first mismatch.
   EXPECT_EQ(run("check --world 2 --ep 2 --atol 0 --rtol 0 --dispatcher flex --junit " + xml).status, 1);
   std::ifstream failed(xml);
