@@ -181,12 +181,12 @@ void add_layout_flags(CLI::App& cmd, ParallelLayout& layout, bool world_required
       ->check(CLI::PositiveNumber);
   cmd.add_option("--gtp,--gtp-weight-remat-size", layout.gtp,
                  "GTP weight-rematerialisation size: ranks of distinct data that each keep 1/gtp of the dense "
-                 "weights (Megatron: --tensor-parallel-num-weight-shards = tp·gtp); groups and scaling only")
+                 "weights (Megatron: --tensor-parallel-num-weight-shards = tp·gtp); volume refuses it")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd.add_option("--egtp,--expert-gtp-weight-remat-size", layout.egtp,
                  "the same for the routed experts (Megatron: --expert-tensor-parallel-num-weight-shards = etp·egtp); "
-                 "groups and scaling only")
+                 "volume refuses it")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd.add_option("--order", layout.order, "rank order, fastest-varying axis first")->capture_default_str();

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace moe::cli {
@@ -25,6 +26,9 @@ struct VolumeArgs {
 };
 
 void run(const VolumeArgs& a) {
+  if (a.layout.gtp > 1 || a.layout.egtp > 1)
+    throw std::invalid_argument("volume does not account GTP yet (the weight all-gathers, the wgrad reduce-scatters and "
+                                "the 1/gtp shards): drop --gtp and --egtp (groups, scaling and check take them)");
   const LayerPreset preset = a.model.resolve();
   const int seq = a.seq.value_or(preset.seq);
   const int micro_batch = a.micro_batch.value_or(preset.batch);

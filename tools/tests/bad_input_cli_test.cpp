@@ -24,6 +24,7 @@ TEST(BadInput, LayoutProductsThatOverflowAreRefused) {
   expect_refused("groups --world 8 --tp 65536 --cp 65536", "must each be <= world");
   expect_refused("groups --world 8 --tp 46341 --cp 46341", "must each be <= world");
   expect_refused("volume --world 8 --ep 65536 --etp 65536", "must each be <= world");
+  expect_refused("volume --world 8 --ep 2 --gtp 2", "volume does not account GTP yet");
   expect_refused("check --world 8 --tp 4 --cp 4 --pp 268435456", "must each be <= world");
   expect_refused("check --steps 2 --resume-as world=4,ep=65536,etp=65536 --world 2", "must each be <= world");
   expect_refused("groups --world 1073741824", "world");
