@@ -84,3 +84,6 @@
                                                 // reduce-scattered as a mean: the 1/egtp pre-scale is lost
 #define MOE_BUG_ROUTER_NOT_REDUCED_OVER_GTP 40  // replicated params (router, norms, shared gate) never all-reduced over
                                                 // gtp: each GTP peer keeps its own samples' gradient
+// train/expert_replication.cpp — replicated hot experts
+#define MOE_BUG_REPLICA_WGRAD_NOT_RETURNED 41   // a replica's wgrad never added to its owner's: the owner's gradient
+                                                // holds only the rows it kept

@@ -16,15 +16,16 @@ T pick(const std::vector<T>& options) {
 }
 
 // The expert mesh for a world and a config: etp dividing world and ffn_hidden, ep dividing E and world/etp.
-void expert_mesh(ParallelLayout& l, int num_experts, int ffn_hidden) {
+void expert_mesh(ParallelLayout& l, int num_experts, int ffn_hidden, bool replicas = false) {
   // etp 1, 2, 4 weighted 5 : 2 : 1 (each value repeated by its weight; shrinking goes to the first).
   std::vector<int> etp;
   for (auto [v, weight] : {std::pair{1, 5}, std::pair{2, 2}, std::pair{4, 1}})
-    if (l.world % v == 0 && ffn_hidden % v == 0) etp.insert(etp.end(), static_cast<size_t>(weight), v);
+    if (l.world % v == 0 && ffn_hidden % v == 0 && (v == 1 || !replicas))
+      etp.insert(etp.end(), static_cast<size_t>(weight), v);
   l.etp = pick(etp);
   std::vector<int> ep;
   for (int v = 1; v <= l.world / l.etp; ++v)
-    if ((l.world / l.etp) % v == 0 && num_experts % v == 0) ep.push_back(v);
+    if ((l.world / l.etp) % v == 0 && num_experts % v == 0 && (v > 1 || !replicas)) ep.push_back(v);
   l.ep = pick(ep);
 }
 
@@ -96,15 +97,18 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     l.tp = shape.gtp ? weighted<int>({{6, 1}, {3, 2}}) : weighted<int>({{6, 1}, {3, 2}, {1, 4}});
     l.cp = weighted<int>({{5, 1}, {2, 2}});
     l.gtp = shape.gtp ? 2 : 1;
-    const int dp = shape.gtp ? weighted<int>({{4, 1}, {4, 2}}) : weighted<int>({{4, 1}, {4, 2}, {1, 4}});
+    const int dp = shape.gtp        ? weighted<int>({{4, 1}, {4, 2}})
+                   : shape.replicas ? weighted<int>({{4, 2}, {1, 4}})  // room for EP ≥ 2
+                                    : weighted<int>({{4, 1}, {4, 2}, {1, 4}});
     l.world = l.tp * l.cp * l.gtp * dp;
 
     MoeConfig& c = s.config.layer;
-    c.num_experts = weighted<int>({{3, 2}, {3, 4}, {3, 8}, {1, 1}, {1, 6}});
+    c.num_experts = shape.replicas ? weighted<int>({{3, 2}, {3, 4}, {2, 8}})  // EP ≥ 2 needs E ≥ 2
+                                   : weighted<int>({{3, 2}, {3, 4}, {3, 8}, {1, 1}, {1, 6}});
     c.topk = *inRange(1, std::min(c.num_experts, 3) + 1);
     c.hidden = *element(4, 8);
     c.ffn_hidden = *element(2, 4, 8);
-    expert_mesh(l, c.num_experts, c.ffn_hidden);
+    expert_mesh(l, c.num_experts, c.ffn_hidden, shape.replicas);
     if (shape.gtp && (l.world / (l.etp * l.ep)) % 2 == 0) l.egtp = *element(2, 1);
     router(c, shape);
     experts(c, l.tp);
@@ -151,8 +155,9 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     // oracle keeps the earlier row of an exact tie, the parallel system the one an ulp higher). With ties that matter
     // every token gets its own id, the vocabulary enlarged to the batch where needed (no other draw changes).
     const bool ties_matter = c.capacity_factor && c.drop_policy == DropPolicy::probs;
-    s.id_pool = ties_matter ? s.config.vocab
-                            : weighted<int>({{3, s.config.vocab}, {1, 1}, {1, 2}});
+    s.id_pool = ties_matter      ? s.config.vocab
+                : shape.replicas ? weighted<int>({{1, s.config.vocab}, {1, 1}, {1, 2}})
+                                 : weighted<int>({{3, s.config.vocab}, {1, 1}, {1, 2}});
     if (ties_matter) {
       s.distinct_ids = true;
       s.config.vocab = s.id_pool = std::max(s.config.vocab, s.sequences * s.seq);

@@ -69,6 +69,26 @@ MOE_PROPERTY(TrainStep, GtpMatchesOracle, 100, ()) {
                                                     s.config.layer.semantics.spec());
 }
 
+// Replicated hot experts: plans of 1, 2 or 4 replica slots per layer from the batch's expert counts (the oracle's,
+// as a run plans from its previous step's); replicas compute shares of the hot experts' rows with copies of their
+// weights and return outputs, input gradients and wgrad. The step equals the unreplicated objective's gradient.
+MOE_PROPERTY(TrainStep, ReplicatedExpertsMatchOracle, 100, ()) {
+  ScenarioShape shape;
+  shape.replicas = true;
+  const Scenario s = *scenarios(shape);
+  tag(s);
+  dist::CheckProblem p = make_problem(s);
+  const GlobalStep oracle = dist::oracle_step(p);
+  const int slots = *rc::gen::element(1, 2, 4);
+  int used = 0;
+  for (const auto& counts : oracle.bias_counts) {
+    p.options.replication.push_back(dist::plan_replicas(counts, s.layout.ep, slots));
+    used += p.options.replication.back().slots();
+  }
+  RC_TAG(used > 0 ? "replicated" : "nothing to replicate");
+  require_oracle_match(p, oracle, "the step with " + std::to_string(used) + " replica slots");
+}
+
 // SUM and AVG synchronise the same objective; without padding the per-token objective is the same function
 // too (every microbatch has N/(dp·m) valid tokens). All three must give the SUM oracle's numbers.
 MOE_PROPERTY(TrainStep, SumEqualsAvgEqualsPerToken, 60, ()) {

@@ -54,6 +54,7 @@ struct CheckOptions {
   int jobs = hardware_jobs();  // in-process runs side by side
   bool distributed_optimizer = false;
   double clip_grad = 0;
+  int hot_expert_slots = 0;  // replicated hot experts: replica slots per layer (0: each row's own)
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   std::string dtype = "double";
   double atol = 0, rtol = 0;  // unless given: the training-step row of reference/tolerance.hpp for the dtype
@@ -127,6 +128,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     if (r.steps < 2) r.resume_as.clear();
     r.distributed_optimizer = r.distributed_optimizer || o.distributed_optimizer;
     if (o.clip_grad > 0) r.clip_grad = o.clip_grad;
+    if (o.hot_expert_slots > 0) r.hot_expert_slots = o.hot_expert_slots;
     if (!o.optimizer.empty()) r.optimizer = o.optimizer;
     if (!o.cp_comm_type.empty()) r.cp_comm_type = o.cp_comm_type;
     if (r.optimizer == "muon" && r.distributed_optimizer && r.steps > 0) {
@@ -134,6 +136,22 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
       r.distributed_optimizer = false;
       o.notes.push_back("--optimizer muon: " + r.name + "'s distributed-optimizer row runs with DDP (Muon needs "
                         "whole matrices, the distributed optimizer cuts flat slices)");
+    }
+    // Replicated experts run in one-step checks with ETP 1 and without FP8 dispatch (HybridEP's requirements).
+    if (r.hot_expert_slots > 0) {
+      const std::string why = r.steps > 0                 ? "whole steps (a run would plan from its previous step)"
+                              : r.run.quant != "none"     ? "FP8 dispatch"
+                                                          : "";
+      const auto etp = [](const ParallelLayout& l) { return l.etp > 1; };
+      if (o.layout.world > 0 && (!why.empty() || etp(o.layout)))
+        throw std::invalid_argument("--hot-expert-replicas does not run with " + (why.empty() ? "ETP > 1" : why));
+      if (!why.empty()) {
+        r.hot_expert_slots = 0;
+        o.notes.push_back("--hot-expert-replicas: " + r.name + " runs unreplicated (" + why + ")");
+      } else if (std::any_of(r.layouts.begin(), r.layouts.end(), etp)) {
+        std::erase_if(r.layouts, etp);
+        o.notes.push_back("--hot-expert-replicas: " + r.name + "'s ETP > 1 layouts left out");
+      }
     }
     // GTP keeps shards of its own: the distributed optimizer and Muon do not run on GTP layouts.
     const std::string gtp_refuser = r.steps == 0              ? ""
@@ -303,6 +321,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
       dist::RankComparison result;
       std::vector<dist::RankComparison> steps;
       Tolerance applied = problem.tolerance;
+      int replica_slots = 0;
       if (row.steps > 0) {
         dist::RunProblem run = run_problem(o, row, problem);
         applied = run.tolerance;
@@ -313,6 +332,13 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
         for (const auto& s : steps) result.merge(s);
       } else {
         if (!oracle.step) oracle.step = dist::oracle_step(problem);
+        // Replicated hot experts, planned from the batch's expert counts as a run plans from its previous step's.
+        problem.options.replication.clear();
+        if (row.hot_expert_slots > 0)
+          for (const auto& counts : oracle.step->bias_counts) {
+            problem.options.replication.push_back(dist::plan_replicas(counts, layout.ep, row.hot_expert_slots));
+            replica_slots += problem.options.replication.back().slots();
+          }
         if (world) {
           // The first layout.world ranks run it; the rest sit it out in their own color.
           auto sub = world->split(world->rank() < layout.world ? 0 : 1, world->rank());
@@ -322,7 +348,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
         }
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      done[std::size_t(t)].push_back({&row, layout, kind, result, seconds, steps, applied});
+      done[std::size_t(t)].push_back({&row, layout, kind, result, seconds, steps, applied, replica_slots});
       if (!o.json && (!world || world->rank() == 0)) {
         std::lock_guard lock(progress);
         std::cerr << "  [" << ++finished << "/" << chosen << "] " << run_name(row, layout, kind) << ": "
@@ -369,6 +395,11 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--clip-grad", o->clip_grad,
                   "with --steps: clip the global gradient norm to this before each update, as Megatron's "
                   "--clip-grad (each parameter counted once over every parallel axis)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--hot-expert-replicas", o->hot_expert_slots,
+                  "replicated hot experts (HybridEP's virtual experts): up to N replica slots per layer, planned from "
+                  "the batch's expert counts; a replica computes a share of a hot expert's rows with a copy of its "
+                  "weights and returns its wgrad to the owner (ETP 1, one step, no FP8 dispatch)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--distributed-optimizer", o->distributed_optimizer,
                 "shard optimizer state; reduce-scatter gradients, all-gather parameters");

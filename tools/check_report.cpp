@@ -17,7 +17,8 @@ namespace {
 std::set<std::string> covered(const std::vector<CheckRun>& runs) {
   std::set<std::string> f;
   for (const CheckRun& r : runs) {
-    const auto more = features_of(*r.row, r.layout, std::string(to_string(r.dispatcher)));
+    auto more = features_of(*r.row, r.layout, std::string(to_string(r.dispatcher)));
+    if (r.replica_slots == 0) more.erase("replicated hot experts");  // the plan found nothing to replicate
     f.insert(more.begin(), more.end());
   }
   return f;
@@ -154,6 +155,7 @@ nlohmann::json report_json(const std::vector<CheckRun>& runs, const ReportSettin
                      {"layout", layout_json(r.layout)},
                      {"dispatcher", to_string(r.dispatcher)},
                      {"tolerance", {{"atol", r.tolerance.atol}, {"rtol", r.tolerance.rtol}}},
+                     {"replica_slots", r.replica_slots},
                      {"pass", r.result.pass()},
                      {"seconds", r.seconds},
                      {"max_abs", errors_json(r.result)}};

@@ -23,6 +23,7 @@ struct CheckRun {
   double seconds = 0;
   std::vector<dist::RankComparison> steps{};  // one per training step (rows with steps)
   Tolerance tolerance{};                      // what the run passed or failed by (a bf16 or Muon row's own)
+  int replica_slots = 0;                      // replicated hot experts: the slots the plans used, over the layers
 };
 
 // What the report says about how the runs were made.

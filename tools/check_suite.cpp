@@ -129,6 +129,13 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum", "megatron-core-0.19"), {gtp[1]}});
   rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 8, .ep = 2, .etp = 2, .gtp = 2,
                   .egtp = 2}}, 2, "world=4,ep=2,etp=2", false, 0.5});
+  // Replicated hot experts: up to 4 replica slots per layer, planned from the batch's expert counts; replicas
+  // compute shares of hot experts' rows and return outputs, input gradients and wgrad to the owners.
+  CheckRow replicated{"tiny-v4", run_of("tiny-v4", 2, "per-token"),
+                      {ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 4},
+                       ParallelLayout{.world = 4, .cp = 2, .ep = 2}}};
+  replicated.hot_expert_slots = 4;
+  rows.push_back(replicated);
   // Whole bf16 steps: each step's bf16 copy of the main parameters, the update applied to the main parameters
   // (in double: the optimizer keeps double state), sharded by the distributed optimizer.
   rows.push_back({"tiny-v4 bf16", bf16, {ParallelLayout{.world = 4, .ep = 2, .etp = 2}}, 2, "", true});
@@ -147,7 +154,7 @@ const std::vector<std::string>& all_features() {
                                "allgather", "flex",
                                "attention", "cp all_gather", "cp p2p", "mtp",
                                "training steps", "distributed optimizer", "gradient clipping", "muon",
-                               "resume under another layout"};
+                               "resume under another layout", "replicated hot experts"};
     for (const auto& d : deviation_catalogue())
       if (d.kind == DeviationKind::modelled || d.id == Deviation::gtp_factor_missing) n.emplace_back(d.name);
     return n;
@@ -211,6 +218,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(row.steps > 0 && row.clip_grad > 0, "gradient clipping");
   add_if(row.steps > 0 && row.optimizer == "muon", "muon");
   add_if(!row.resume_as.empty(), "resume under another layout");
+  add_if(row.hot_expert_slots > 0 && l.ep > 1, "replicated hot experts");
   for (Deviation d : m.semantics().in_mode(row.run.mode()).deviations())
     if ((deviation_info(d).kind == DeviationKind::modelled && (d != Deviation::mtp_per_token_local_ratio || m.mtp_depth > 0)) ||
         (d == Deviation::gtp_factor_missing && l.gtp != l.egtp))
@@ -225,6 +233,7 @@ std::string row_label(const CheckRow& r) {
              (r.distributed_optimizer ? " dist-opt" : "") +
              (r.clip_grad > 0 ? " clip " + shortest(r.clip_grad) : "") +
              (r.resume_as.empty() ? "" : " resume " + r.resume_as);
+  if (r.hot_expert_slots > 0) label += " replicas " + std::to_string(r.hot_expert_slots);
   return label;
 }
 

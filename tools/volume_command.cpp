@@ -22,8 +22,29 @@ struct VolumeArgs {
   std::optional<int> seq;          // default: the preset's
   std::optional<int> micro_batch;  // default: the preset's
   std::optional<int> moe_layers_per_stage;
+  int replica_slots = 0;  // --hot-expert-replicas
   bool json = false;
 };
+
+// Replicated hot experts (distributed/train/expert_replication.hpp), per replica slot, per MoE layer and
+// microbatch: a copy of one expert's weights to the replica (bf16) and its wgrad back (fp32, Megatron's main
+// grads), both held there meanwhile; and the rows of the replica's part, which this system forwards from the owner
+// after the dispatch (rows and outputs in the forward, output and input gradients in the backward: four moves).
+// HybridEP's dispatch sends those rows to the replica directly instead, so it has no such second hop. The part
+// is half the expected rows of an expert (one copy besides the owner).
+struct ReplicaVolume {
+  double weight_bytes = 0, wgrad_bytes = 0, buffer_bytes = 0, part_rows = 0, forwarded_bytes = 0;
+};
+
+ReplicaVolume replica_volume(const EpVolume& v) {
+  ReplicaVolume r;
+  r.weight_bytes = static_cast<double>(v.params_per_expert) * 2;
+  r.wgrad_bytes = static_cast<double>(v.params_per_expert) * 4;
+  r.buffer_bytes = r.weight_bytes + r.wgrad_bytes;
+  r.part_rows = v.expected_rows_per_expert / 2;
+  r.forwarded_bytes = 4 * r.part_rows * v.width * v.bytes_per_element;
+  return r;
+}
 
 void run(const VolumeArgs& a) {
   if (a.layout.gtp > 1 || a.layout.egtp > 1)
@@ -32,10 +53,14 @@ void run(const VolumeArgs& a) {
   const LayerPreset preset = a.model.resolve();
   const int seq = a.seq.value_or(preset.seq);
   const int micro_batch = a.micro_batch.value_or(preset.batch);
+  if (a.replica_slots > 0 && a.layout.etp > 1)
+    throw std::invalid_argument("--hot-expert-replicas needs ETP 1 (as HybridEP's virtual experts): give --etp 1");
   const auto v = ep_volume(preset, a.layout, seq, micro_batch, a.moe_layers_per_stage);
+  const ReplicaVolume rv = replica_volume(v);
+  const double slots = a.replica_slots;
 
   if (a.json) {
-    const nlohmann::json out = {
+    nlohmann::json out = {
         {"moe_oracle", MOE_ORACLE_VERSION},
         {"model", a.model.source()},
         {"notes", a.model.notes()},
@@ -67,6 +92,14 @@ void run(const VolumeArgs& a) {
         {"alltoall_bytes", v.alltoall_bytes},
         {"balance_flops_per_byte", v.balance_flops_per_byte},
         {"assumptions", v.assumptions}};
+    if (a.replica_slots > 0)
+      out["replicated_experts"] = {{"slots", a.replica_slots},
+                                   {"weight_bytes_per_slot", rv.weight_bytes},
+                                   {"wgrad_bytes_per_slot", rv.wgrad_bytes},
+                                   {"replica_buffer_bytes_per_slot", rv.buffer_bytes},
+                                   {"part_rows_per_slot", rv.part_rows},
+                                   {"forwarded_row_bytes_per_slot", rv.forwarded_bytes},
+                                   {"total_bytes", slots * (rv.weight_bytes + rv.wgrad_bytes + rv.forwarded_bytes)}};
     std::cout << out.dump(2) << "\n";
     return;
   }
@@ -101,6 +134,14 @@ void run(const VolumeArgs& a) {
                                                        std::to_string(v.width) + "]",
              mib(v.alltoall_bytes)});
   t.add_row({"balance point", "6hd FLOPs / (h FP8 + 2h BF16) B = 2d", trimmed(v.balance_flops_per_byte) + " FLOPs/Byte"});
+  if (a.replica_slots > 0) {
+    const std::string per = " per slot × " + std::to_string(a.replica_slots);
+    t.add_row({"replica weights sent", "3·h·d·2 B" + per, mib(slots * rv.weight_bytes)});
+    t.add_row({"replica wgrad returned", "3·h·d·4 B (fp32)" + per, mib(slots * rv.wgrad_bytes)});
+    t.add_row({"replica temporary buffers", "weights + wgrad" + per, mib(slots * rv.buffer_bytes)});
+    t.add_row({"rows forwarded owner ↔ replica", "4 · rows per expert/2 · h·2 B" + per + " (HybridEP: 0)",
+               mib(slots * rv.forwarded_bytes)});
+  }
   t.print(std::cout);
 }
 
@@ -120,6 +161,10 @@ void add_volume_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--moe-layers-per-stage", args->moe_layers_per_stage,
                   "MoE layers on a stage; default: the fullest stage of an even split of the preset's depth");
+  cmd->add_option("--hot-expert-replicas", args->replica_slots,
+                  "also account N replica slots of replicated hot experts per layer: the weights sent, the wgrad "
+                  "returned, the replica's buffers and the rows forwarded between owner and replica (ETP 1)")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->callback([args, cmd] {
     finish_layout(*cmd, args->layout);

@@ -4,6 +4,9 @@
 #include "distributed/kernels/fp8_rows.hpp"
 #include "reference/bf16.hpp"
 
+#include <stdexcept>
+#include <string>
+
 namespace moe::dist {
 namespace {
 
@@ -26,8 +29,19 @@ kernels::ExpertShards<T> one_expert(const Matrix<T>& fc1, const Matrix<T>& fc2) 
 
 template <typename T>
 MoeLayerRank<T>::MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups,
-                              DispatcherKind kind, const KernelBackend& kernels)
-    : config_(config), shard_(shard), groups_(groups), kind_(kind), kernels_(kernels) {}
+                              DispatcherKind kind, const KernelBackend& kernels, const ReplicationPlan* replication)
+    : config_(config),
+      shard_(shard),
+      groups_(groups),
+      kind_(kind),
+      kernels_(kernels),
+      replication_(replication && !replication->empty() ? replication : nullptr) {
+  if (!replication_) return;
+  if (groups.expt_tp->size() != 1)
+    throw std::invalid_argument("replicated experts need ETP 1 (as HybridEP's virtual experts): etp is " +
+                                std::to_string(groups.expt_tp->size()));
+  if (config.fp8_dispatch) throw std::invalid_argument("replicated experts do not run with FP8 dispatch");
+}
 
 template <typename T>
 Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& router_inputs, const LocalTokens& tokens,
@@ -54,9 +68,16 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
     aligned_rows_.group_sizes = aligned_.group_sizes;
   }
   const ExpertRows<T>& in = expert_rows();
-  auto experts = kernels_.grouped_swiglu_forward(in.x, in.group_sizes, shard_.experts, in.probs, routed_options<T>(c));
-  pre_ = std::move(experts.pre);
-  combined_ = dispatcher_->combine(c.fp8_dispatch ? kernels_.gather_rows(experts.y, aligned_.position) : experts.y);
+  if (replication_) {
+    replicas_ = std::make_unique<ExpertReplicas<T>>(*replication_, *groups_.ep, c.num_experts, kernels_,
+                                                    routed_options<T>(c));
+    combined_ = dispatcher_->combine(replicas_->forward(in, shard_.experts));
+  } else {
+    auto experts = kernels_.grouped_swiglu_forward(in.x, in.group_sizes, shard_.experts, in.probs,
+                                                   routed_options<T>(c));
+    pre_ = std::move(experts.pre);
+    combined_ = dispatcher_->combine(c.fp8_dispatch ? kernels_.gather_rows(experts.y, aligned_.position) : experts.y);
+  }
   Matrix<T> y = c.latent_size > 0 ? Matrix<T>(combined_ * shard_.latent_up.transpose()) : combined_;
 
   // Shared expert, TP-sharded over the sequence-parallel tokens of the tp group.
@@ -107,8 +128,9 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
   Matrix<T> d_rows = dispatcher_->combine_backward(dz);
   if (c.fp8_dispatch) d_rows = kernels_.scatter_add_rows(d_rows, aligned_.position, aligned_.rows);
   const ExpertRows<T>& in = expert_rows();
-  auto eb = kernels_.grouped_swiglu_backward(in.x, in.group_sizes, shard_.experts, in.probs, routed_options<T>(c),
-                                             pre_, d_rows, grads.experts);
+  auto eb = replicas_ ? replicas_->backward(d_rows, shard_.experts, grads.experts)
+                     : kernels_.grouped_swiglu_backward(in.x, in.group_sizes, shard_.experts, in.probs,
+                                                        routed_options<T>(c), pre_, d_rows, grads.experts);
   if (c.fp8_dispatch) {  // strip the alignment rows again
     eb.dx = kernels_.gather_rows(eb.dx, aligned_.position);
     eb.dprob = Vector<T>(eb.dprob(aligned_.position));

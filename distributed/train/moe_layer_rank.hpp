@@ -8,6 +8,7 @@
 #pragma once
 
 #include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/train/expert_replication.hpp"
 #include "distributed/kernels/fp8_rows.hpp"
 #include "distributed/train/layer_shard.hpp"
 #include "distributed/train/local_router.hpp"
@@ -21,9 +22,10 @@ namespace moe::dist {
 template <typename T>
 class MoeLayerRank {
  public:
-  // `kernels` does the data work (dispatch, experts, shared expert); it must outlive the layer.
+  // `kernels` does the data work (dispatch, experts, shared expert); it must outlive the layer, and so must
+  // `replication` (null or empty: every expert computed by its owner only).
   MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups, DispatcherKind kind,
-               const KernelBackend& kernels = cpu_kernels());
+               const KernelBackend& kernels = cpu_kernels(), const ReplicationPlan* replication = nullptr);
 
   // x [n, h] local rows. Advances `global_aux` (global_aux layers).
   Matrix<T> forward(const Matrix<T>& x, const RouterInputs& router_inputs, const LocalTokens& tokens,
@@ -43,6 +45,8 @@ class MoeLayerRank {
   const RankGroups& groups_;
   DispatcherKind kind_;
   const KernelBackend& kernels_;
+  const ReplicationPlan* replication_;
+  std::unique_ptr<ExpertReplicas<T>> replicas_;  // this use's replicated experts, when the plan has any
 
   Matrix<T> x_, u_, combined_;  // combined_ = z, the routed branch before latent_up
   LocalRouting<T> routing_;

@@ -167,7 +167,8 @@ class StageRunner {
       }
       f.block_in.push_back(hidden);
       f.layers.push_back(std::make_unique<MoeLayerRank<T>>(c_.layer_config(global_layer), shard_.layers[li], comms_,
-                                                            options_.dispatcher, *options_.kernels));
+                                                            options_.dispatcher, *options_.kernels,
+                                                            replication_of(options_, global_layer)));
       const RouterInputs router{f.batch.ids, router_padding};
       const LocalTokens tokens{router_padding, f.batch.sequence, options_.micro_batch};
       hidden += f.layers.back()->forward(stored(bf16_, rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps)),
@@ -316,6 +317,14 @@ StageResult run_stage(const ModelConfig& c, const ModelShard<T>& shard, const Gl
 }
 
 }  // namespace
+
+const ReplicationPlan* replication_of(const StepOptions& options, int block) {
+  if (options.replication.empty()) return nullptr;
+  if (block < 0 || block >= static_cast<int>(options.replication.size()))
+    throw std::invalid_argument("replicated experts: no plan for block " + std::to_string(block) + " (" +
+                                std::to_string(options.replication.size()) + " plans)");
+  return &options.replication[static_cast<size_t>(block)];
+}
 
 RankStep train_step(const ModelConfig& model, const ModelShard<double>& main_shard, const GlobalBatch& batch,
                     const ProcessGroups& groups, const RankGroups& comms, const StepOptions& options) {

@@ -8,6 +8,7 @@
 
 #include "distributed/dispatch/dispatcher.hpp"
 #include "distributed/train/cp_attention.hpp"
+#include "distributed/train/expert_replication.hpp"
 #include "distributed/train/model_shard.hpp"
 #include "distributed/train/rank_groups.hpp"
 #include "reference/global_step.hpp"
@@ -31,7 +32,14 @@ struct StepOptions {
   Precision precision = Precision::float64;  // of the data and the gradients (losses accumulate in double); float32:
                                              // the shard is cast, run and synced in float, then returned as double
                                              // for comparison; bfloat16 is the CUDA backend's (refused here)
+  // Replicated hot experts (expert_replication.hpp): per global block (layers, then MTP depths), the plan its MoE
+  // layer runs with; empty: none.
+  std::vector<ReplicationPlan> replication{};
 };
+
+// The plan of global block `block` (null when the options replicate nothing). Throws std::invalid_argument when
+// the options have plans but not one per block.
+const ReplicationPlan* replication_of(const StepOptions& options, int block);
 
 struct RankStep {
   ModelShard<double> grads;                            // this rank's shard of dJ/dθ after synchronisation

@@ -136,6 +136,25 @@ TEST(CliVolume, SeedFigures) {
   EXPECT_DOUBLE_EQ(j["balance_flops_per_byte"].get<double>(), 6144);
 }
 
+// Replicated hot experts on the same layout: per slot a copy of one V4-Pro expert (3·7168·3072 parameters) out in
+// bf16, 126 MiB, and its wgrad back in fp32, 252 MiB, both held by the replica (378 MiB); the replica's part is half
+// an expert's 4096 expected rows, moved four times between owner and replica: 4·2048·7168·2 B = 112 MiB.
+TEST(CliVolume, ReplicatedExpertsTraffic) {
+  const double MiB = 1024.0 * 1024.0;
+  const auto j = run_json("volume " + kSeedLayout + " --preset v4-pro --seq 8192 --micro-batch 1 --hot-expert-replicas 2");
+  ASSERT_EQ(j["hidden"], 7168);
+  ASSERT_EQ(j["ffn_hidden"], 3072);
+  const auto& r = j["replicated_experts"];
+  EXPECT_EQ(r["slots"], 2);
+  EXPECT_DOUBLE_EQ(r["weight_bytes_per_slot"].get<double>() / MiB, 126);
+  EXPECT_DOUBLE_EQ(r["wgrad_bytes_per_slot"].get<double>() / MiB, 252);
+  EXPECT_DOUBLE_EQ(r["replica_buffer_bytes_per_slot"].get<double>() / MiB, 378);
+  EXPECT_DOUBLE_EQ(r["part_rows_per_slot"].get<double>(), 2048);
+  EXPECT_DOUBLE_EQ(r["forwarded_row_bytes_per_slot"].get<double>() / MiB, 112);
+  EXPECT_DOUBLE_EQ(r["total_bytes"].get<double>() / MiB, 2 * (126 + 252 + 112));
+  EXPECT_FALSE(run_json("volume " + kSeedLayout + " --preset v4-pro").contains("replicated_experts"));
+}
+
 TEST(CliVolume, HumanOutputStatesAssumptions) {
   const auto r = run("volume " + kSeedLayout + " --seq 8192 --micro-batch 1");
   EXPECT_EQ(r.status, 0) << r.output;

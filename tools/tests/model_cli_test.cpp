@@ -136,6 +136,11 @@ TEST(CliModel, JunitAndFilter) {
   const auto both = run_json("check --filter 'tiny-top1 sum b2 [intended] w1 ' --filter 'tiny-capacity avg b2 [intended] w1 '");
   EXPECT_EQ(both["runs"].size(), 6u);
   for (const auto& r : both["runs"]) EXPECT_EQ(r["tolerance"], both["tolerance"]);  // no row of its own
+  // The replicated-experts row does replicate: every run's plans used slots (coverage counts only those).
+  const auto replicated = run_json("check --filter replicas");
+  ASSERT_FALSE(replicated["runs"].empty());
+  for (const auto& r : replicated["runs"]) EXPECT_GT(r["replica_slots"].get<int>(), 0) << r["name"];
+  for (const auto& r : both["runs"]) EXPECT_EQ(r["replica_slots"], 0);
   // The Muon row passes by its own (looser) muon_step tolerance; each run says which it was held to.
   const auto muon = run_json("check --filter muon");
   ASSERT_FALSE(muon["runs"].empty());
