@@ -2,6 +2,8 @@
 // out by hand; the replicas' numbers are checked against the oracle by `check` and TrainStep.ReplicatedExperts….
 #include "distributed/train/expert_replication.hpp"
 
+#include "distributed/comm/inproc_world.hpp"
+
 #include <gtest/gtest.h>
 
 namespace moe::dist {
@@ -46,6 +48,21 @@ TEST(ReplicatedExperts, StopsWhenNoCopyHelps) {
 TEST(ReplicatedExperts, RefusesCountsThatTheLayoutCannotHold) {
   EXPECT_THROW(plan_replicas({1, 2, 3}, 2, 1), std::invalid_argument);
   EXPECT_THROW(plan_replicas({1, 2}, 2, -1), std::invalid_argument);
+}
+
+// A plan that is not one part per (expert, rank) is refused before any row moves: a copy on the owner, a rank
+// twice, a rank outside the group.
+TEST(ReplicatedExperts, RefusesPlansThatAreNotOnePartPerRank) {
+  InprocWorld(2).run([&](Communicator& ep) {
+    for (const Replicas& bad : {Replicas{{0}, {}}, Replicas{{}, {1}}, Replicas{{1, 1}, {}}, Replicas{{2}, {}}}) {
+      ReplicationPlan plan;
+      plan.replicas = bad;
+      EXPECT_THROW(ExpertReplicas<double>(plan, ep, 2, cpu_kernels(), {}), std::invalid_argument);
+    }
+    ReplicationPlan ok;
+    ok.replicas = {{1}, {0}};
+    EXPECT_NO_THROW(ExpertReplicas<double>(ok, ep, 2, cpu_kernels(), {}));
+  });
 }
 
 }  // namespace

@@ -109,11 +109,19 @@ ExpertReplicas<T>::ExpertReplicas(const ReplicationPlan& plan, Communicator& ep,
   if (static_cast<int>(plan.replicas.size()) != num_experts)
     throw std::invalid_argument("replicated experts: the plan has " + std::to_string(plan.replicas.size()) +
                                 " experts, the layer " + std::to_string(num_experts));
-  for (const auto& reps : plan.replicas)
-    for (int q : reps)
-      if (q < 0 || q >= ep.size())
-        throw std::invalid_argument("replicated experts: a replica on EP rank " + std::to_string(q) + " of " +
-                                    std::to_string(ep.size()));
+  for (size_t e = 0; e < plan.replicas.size(); ++e) {
+    const auto& reps = plan.replicas[e];
+    const int owner = static_cast<int>(e) / local_experts_;
+    for (size_t j = 0; j < reps.size(); ++j) {
+      const int q = reps[j];
+      // One part per (expert, rank): the receivers' order of parts relies on it.
+      const auto before = reps.begin() + static_cast<std::ptrdiff_t>(j);
+      if (q < 0 || q >= ep.size() || q == owner || std::find(reps.begin(), before, q) != before)
+        throw std::invalid_argument("replicated experts: expert " + std::to_string(e) + " has a replica on EP rank " +
+                                    std::to_string(q) + " (its owner is " + std::to_string(owner) + " of " +
+                                    std::to_string(ep.size()) + "; each other rank holds at most one copy)");
+    }
+  }
 }
 
 template <typename T>
