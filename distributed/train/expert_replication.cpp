@@ -102,8 +102,9 @@ ExpertReplicas<T>::ExpertReplicas(const ReplicationPlan& plan, Communicator& ep,
                                   const KernelBackend& kernels, const kernels::SwigluOptions& options)
     : plan_(plan),
       ep_(ep),
-      first_expert_(ep.rank() * (num_experts / ep.size())),
-      local_experts_(num_experts / ep.size()),
+      num_experts_(num_experts),
+      first_expert_(local_experts(num_experts, ep.size(), ep.rank()).first),
+      local_experts_(local_experts(num_experts, ep.size(), ep.rank()).count),
       kernels_(kernels),
       options_(options) {
   if (static_cast<int>(plan.replicas.size()) != num_experts)
@@ -127,6 +128,7 @@ ExpertReplicas<T>::ExpertReplicas(const ReplicationPlan& plan, Communicator& ep,
 template <typename T>
 Matrix<T> ExpertReplicas<T>::forward(const ExpertRows<T>& rows, const kernels::ExpertShards<T>& weights) {
   const int peers = ep_.size(), me = ep_.rank();
+  const auto first_of = [&](int q) { return local_experts(num_experts_, peers, q).first; };
   // Owner: part 0 of each local expert stays, part j + 1 goes to replicas[e][j]; sent in peer order.
   kept_.clear();
   kept_sizes_.assign(static_cast<size_t>(local_experts_), 0);
@@ -164,7 +166,7 @@ Matrix<T> ExpertReplicas<T>::forward(const ExpertRows<T>& rows, const kernels::E
   computed_.clear();
   std::vector<std::int64_t> computed_parts(static_cast<size_t>(peers), 0);
   for (int q = 0; q < peers; ++q)
-    for (int e = q * local_experts_; e < (q + 1) * local_experts_; ++e) {
+    for (int e = first_of(q); e < first_of(q) + local_experts_; ++e) {
       const auto& reps = plan_.replicas[static_cast<size_t>(e)];
       if (std::find(reps.begin(), reps.end(), me) == reps.end()) continue;
       computed_.push_back({e, q, {}});

@@ -67,7 +67,7 @@ class ExpertReplicas {
   };
   const ReplicationPlan& plan_;
   Communicator& ep_;
-  int first_expert_, local_experts_;
+  int num_experts_, first_expert_, local_experts_;  // this rank's experts: reference/process_groups local_experts
   const KernelBackend& kernels_;
   kernels::SwigluOptions options_;
 
