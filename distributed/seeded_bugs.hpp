@@ -87,3 +87,6 @@
 // train/expert_replication.cpp — replicated hot experts
 #define MOE_BUG_REPLICA_WGRAD_NOT_RETURNED 41   // a replica's wgrad never added to its owner's: the owner's gradient
                                                 // holds only the rows it kept
+// train/expert_waves.cpp — wave-scheduled EP
+#define MOE_BUG_WAVE_COMBINE_BEFORE_COMPUTE 42  // a wave's combine issued right after its dispatch, without waiting
+                                                // for its compute: it returns the zeros the output buffer holds

@@ -224,17 +224,38 @@ Matrix<T> AlltoAllDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
 }
 
 template <typename T>
+void AlltoAllDispatcher<T>::return_grad_rows(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
+                                             Matrix<T>& rows, Matrix<T>& row_probs) const {
+  rows = to_sources(grad_rows);
+  row_probs = to_sources(Matrix<T>(grad_row_probs));
+}
+
+template <typename T>
 void AlltoAllDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
                                               Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
-  const Matrix<T> back = to_sources(grad_rows);
-  const Matrix<T> back_probs = to_sources(Matrix<T>(grad_row_probs));
-  grad_tokens = kernels_.scatter_add_rows(back, permuted_rows_, tokens_);
-  grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
-  for (size_t j = 0; j < permuted_rows_.size(); ++j)
-    grad_probs(permuted_rows_[j], permuted_experts_[j]) += back_probs(static_cast<Eigen::Index>(j), 0);
+  Matrix<T> back, back_probs;
+  return_grad_rows(grad_rows, grad_row_probs, back, back_probs);
+  unpermute_grads(kernels_, back, back_probs, permuted_rows_, permuted_experts_, tokens_, num_experts_, grad_tokens,
+                  grad_probs);
+}
+
+template <typename T>
+void unpermute_grads(const KernelBackend& kernels, const Matrix<T>& rows, const Matrix<T>& row_probs,
+                     const std::vector<std::int64_t>& row_tokens, const std::vector<int>& row_experts,
+                     Eigen::Index tokens, int num_experts, Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
+  grad_tokens = kernels.scatter_add_rows(rows, row_tokens, tokens);
+  grad_probs = Matrix<T>::Zero(tokens, num_experts);
+  for (size_t j = 0; j < row_tokens.size(); ++j)
+    grad_probs(row_tokens[j], row_experts[j]) += row_probs(static_cast<Eigen::Index>(j), 0);
 }
 
 template class AlltoAllDispatcher<double>;
 template class AlltoAllDispatcher<float>;
+template void unpermute_grads<double>(const KernelBackend&, const Matrix<double>&, const Matrix<double>&,
+                                      const std::vector<std::int64_t>&, const std::vector<int>&, Eigen::Index, int,
+                                      Matrix<double>&, Matrix<double>&);
+template void unpermute_grads<float>(const KernelBackend&, const Matrix<float>&, const Matrix<float>&,
+                                     const std::vector<std::int64_t>&, const std::vector<int>&, Eigen::Index, int,
+                                     Matrix<float>&, Matrix<float>&);
 
 }  // namespace moe::dist

@@ -23,6 +23,15 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   void dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs, Matrix<T>& grad_tokens,
                          Matrix<T>& grad_probs) override;
 
+  // The per-row forms, for wave scheduling (train/expert_waves.hpp): the rows back at this source in the permuted
+  // order (expert-major, tokens rising within an expert), before the unpermute sums each token's rows.
+  Matrix<T> return_rows(const Matrix<T>& expert_out) const { return to_sources(expert_out); }
+  void return_grad_rows(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs, Matrix<T>& rows,
+                        Matrix<T>& row_probs) const;
+  // The source token and the expert of each permuted row.
+  const std::vector<std::int64_t>& permuted_rows() const { return permuted_rows_; }
+  const std::vector<int>& permuted_experts() const { return permuted_experts_; }
+
   // The splits of the last dispatch, in rows (what `moe-oracle step` shows).
   const std::vector<std::int64_t>& input_splits() const { return input_splits_; }
   const std::vector<std::int64_t>& output_splits() const { return output_splits_; }
@@ -55,5 +64,12 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   std::vector<std::int64_t> permuted_rows_;   // source token of each permuted row
   std::vector<int> permuted_experts_;         // its expert
 };
+
+// The unpermute of the gradients: dL/d tokens [tokens, w] sums each token's rows in row order; dL/d probs
+// [tokens, E] takes each row's probability gradient at (its token, its expert).
+template <typename T>
+void unpermute_grads(const KernelBackend& kernels, const Matrix<T>& rows, const Matrix<T>& row_probs,
+                     const std::vector<std::int64_t>& row_tokens, const std::vector<int>& row_experts,
+                     Eigen::Index tokens, int num_experts, Matrix<T>& grad_tokens, Matrix<T>& grad_probs);
 
 }  // namespace moe::dist

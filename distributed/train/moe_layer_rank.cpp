@@ -29,13 +29,26 @@ kernels::ExpertShards<T> one_expert(const Matrix<T>& fc1, const Matrix<T>& fc2) 
 
 template <typename T>
 MoeLayerRank<T>::MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups,
-                              DispatcherKind kind, const KernelBackend& kernels, const ReplicationPlan* replication)
+                              DispatcherKind kind, const KernelBackend& kernels, const ReplicationPlan* replication,
+                              int expert_waves)
     : config_(config),
       shard_(shard),
       groups_(groups),
       kind_(kind),
       kernels_(kernels),
-      replication_(replication && !replication->empty() ? replication : nullptr) {
+      replication_(replication && !replication->empty() ? replication : nullptr),
+      expert_waves_(expert_waves) {
+  if (expert_waves < 1) throw std::invalid_argument("expert waves must be ≥ 1, not " + std::to_string(expert_waves));
+  if (expert_waves > 1) {
+    const std::string why = kind != DispatcherKind::alltoall
+                                ? "the " + std::string(to_string(kind)) + " dispatcher (it sums a token's rows on the " +
+                                      "expert side before the return, so waves could not keep the unwaved sums)"
+                            : replication_       ? "replicated experts"
+                            : config.fp8_dispatch ? "FP8 dispatch"
+                                                  : "";
+    if (!why.empty())
+      throw std::invalid_argument("wave-scheduled experts run with the AlltoAll dispatcher, not with " + why);
+  }
   if (!replication_) return;
   if (groups.expt_tp->size() != 1)
     throw std::invalid_argument("replicated experts need ETP 1 (as HybridEP's virtual experts): etp is " +
@@ -58,6 +71,37 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
   // FP8 dispatch: cast at the source to e4m3 codes and tile scales (what the wire would carry) and back; the backward
   // passes gradients straight through.
   if (c.fp8_dispatch) u_ = kernels::fp8_dequantise_rows(kernels::fp8_quantise_rows(u_));
+  if (expert_waves_ > 1) {
+    waves_ = std::make_unique<ExpertWaves<T>>(expert_waves_, groups_.dispatch(), c.num_experts, kernels_,
+                                              routed_options<T>(c));
+    combined_ = waves_->forward(u_, routing_.probs, routing_.routing_map, shard_.experts);
+  } else {
+    route_through_dispatcher();
+  }
+  Matrix<T> y = c.latent_size > 0 ? Matrix<T>(combined_ * shard_.latent_up.transpose()) : combined_;
+
+  // Shared expert, TP-sharded over the sequence-parallel tokens of the tp group.
+  if (c.has_shared_expert()) {
+    tp_rows_ = allgather_count(*groups_.tp, x.rows());
+    shared_in_ = allgatherv_rows(*groups_.tp, x, tp_rows_);
+    const Vector<T> ones = Vector<T>::Ones(shared_in_.rows());
+    auto shared = kernels_.grouped_swiglu_forward(shared_in_, {shared_in_.rows()},
+                                                  one_expert(shard_.shared_fc1, shard_.shared_fc2), ones,
+                                                  shared_options<T>(c));
+    shared_pre_ = std::move(shared.pre);
+    shared_out_ = reduce_scatterv_rows(*groups_.tp, shared.y, tp_rows_);
+    gate_ = c.shared_expert_gate
+                ? Vector<T>((T(1) + (-(x * shard_.shared_gate.transpose()).array()).exp()).inverse().matrix())
+                : Vector<T>::Ones(x.rows());
+    y += (shared_out_.array().colwise() * gate_.array()).matrix();
+  }
+  return stored(c.bf16_storage, std::move(y));
+}
+
+// Dispatch u_, run the experts (with their replicas) and combine into combined_.
+template <typename T>
+void MoeLayerRank<T>::route_through_dispatcher() {
+  const MoeConfig& c = config_;
   dispatcher_ = make_dispatcher<T>(kind_, groups_.dispatch(), c.num_experts, kernels_);
   rows_ = dispatcher_->dispatch(u_, routing_.probs, routing_.routing_map);
   if (c.fp8_dispatch) {  // the FP8 GEMM's row alignment: zero rows of probability 0 after each expert's rows
@@ -78,24 +122,6 @@ Matrix<T> MoeLayerRank<T>::forward(const Matrix<T>& x, const RouterInputs& route
     pre_ = std::move(experts.pre);
     combined_ = dispatcher_->combine(c.fp8_dispatch ? kernels_.gather_rows(experts.y, aligned_.position) : experts.y);
   }
-  Matrix<T> y = c.latent_size > 0 ? Matrix<T>(combined_ * shard_.latent_up.transpose()) : combined_;
-
-  // Shared expert, TP-sharded over the sequence-parallel tokens of the tp group.
-  if (c.has_shared_expert()) {
-    tp_rows_ = allgather_count(*groups_.tp, x.rows());
-    shared_in_ = allgatherv_rows(*groups_.tp, x, tp_rows_);
-    const Vector<T> ones = Vector<T>::Ones(shared_in_.rows());
-    auto shared = kernels_.grouped_swiglu_forward(shared_in_, {shared_in_.rows()},
-                                                  one_expert(shard_.shared_fc1, shard_.shared_fc2), ones,
-                                                  shared_options<T>(c));
-    shared_pre_ = std::move(shared.pre);
-    shared_out_ = reduce_scatterv_rows(*groups_.tp, shared.y, tp_rows_);
-    gate_ = c.shared_expert_gate
-                ? Vector<T>((T(1) + (-(x * shard_.shared_gate.transpose()).array()).exp()).inverse().matrix())
-                : Vector<T>::Ones(x.rows());
-    y += (shared_out_.array().colwise() * gate_.array()).matrix();
-  }
-  return stored(c.bf16_storage, std::move(y));
 }
 
 template <typename T>
@@ -125,18 +151,11 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
 
   const Matrix<T> dz = c.latent_size > 0 ? stored(c.bf16_storage, Matrix<T>(dy * shard_.latent_up)) : dy;
   if (c.latent_size > 0) grads.latent_up += dy.transpose() * combined_;
-  Matrix<T> d_rows = dispatcher_->combine_backward(dz);
-  if (c.fp8_dispatch) d_rows = kernels_.scatter_add_rows(d_rows, aligned_.position, aligned_.rows);
-  const ExpertRows<T>& in = expert_rows();
-  auto eb = replicas_ ? replicas_->backward(d_rows, shard_.experts, grads.experts)
-                     : kernels_.grouped_swiglu_backward(in.x, in.group_sizes, shard_.experts, in.probs,
-                                                        routed_options<T>(c), pre_, d_rows, grads.experts);
-  if (c.fp8_dispatch) {  // strip the alignment rows again
-    eb.dx = kernels_.gather_rows(eb.dx, aligned_.position);
-    eb.dprob = Vector<T>(eb.dprob(aligned_.position));
-  }
   Matrix<T> du, d_probs;
-  dispatcher_->dispatch_backward(eb.dx, eb.dprob, du, d_probs);
+  if (waves_)
+    waves_->backward(dz, shard_.experts, grads.experts, du, d_probs);
+  else
+    backward_through_dispatcher(dz, grads, du, d_probs);
   if (c.latent_size > 0) {
     grads.latent_down += du.transpose() * x_;
     dx += du * shard_.latent_down;
@@ -150,6 +169,23 @@ Matrix<T> MoeLayerRank<T>::backward(const Matrix<T>& dy, T aux_weight, T z_weigh
   grads.router_weight += d_logits.transpose() * x_;
   dx += d_logits * shard_.router_weight;
   return stored(c.bf16_storage, std::move(dx));
+}
+
+template <typename T>
+void MoeLayerRank<T>::backward_through_dispatcher(const Matrix<T>& dz, LayerShard<T>& grads, Matrix<T>& du,
+                                                  Matrix<T>& d_probs) {
+  const MoeConfig& c = config_;
+  Matrix<T> d_rows = dispatcher_->combine_backward(dz);
+  if (c.fp8_dispatch) d_rows = kernels_.scatter_add_rows(d_rows, aligned_.position, aligned_.rows);
+  const ExpertRows<T>& in = expert_rows();
+  auto eb = replicas_ ? replicas_->backward(d_rows, shard_.experts, grads.experts)
+                     : kernels_.grouped_swiglu_backward(in.x, in.group_sizes, shard_.experts, in.probs,
+                                                        routed_options<T>(c), pre_, d_rows, grads.experts);
+  if (c.fp8_dispatch) {  // strip the alignment rows again
+    eb.dx = kernels_.gather_rows(eb.dx, aligned_.position);
+    eb.dprob = Vector<T>(eb.dprob(aligned_.position));
+  }
+  dispatcher_->dispatch_backward(eb.dx, eb.dprob, du, d_probs);
 }
 
 template class MoeLayerRank<double>;

@@ -9,6 +9,7 @@
 
 #include "distributed/dispatch/dispatcher.hpp"
 #include "distributed/train/expert_replication.hpp"
+#include "distributed/train/expert_waves.hpp"
 #include "distributed/kernels/fp8_rows.hpp"
 #include "distributed/train/layer_shard.hpp"
 #include "distributed/train/local_router.hpp"
@@ -23,9 +24,11 @@ template <typename T>
 class MoeLayerRank {
  public:
   // `kernels` does the data work (dispatch, experts, shared expert); it must outlive the layer, and so must
-  // `replication` (null or empty: every expert computed by its owner only).
+  // `replication` (null or empty: every expert computed by its owner only). expert_waves > 1: the routed experts
+  // run wave-scheduled (expert_waves.hpp; the AlltoAll dispatcher only, without replicas or FP8 dispatch).
   MoeLayerRank(const MoeConfig& config, const LayerShard<T>& shard, const RankGroups& groups, DispatcherKind kind,
-               const KernelBackend& kernels = cpu_kernels(), const ReplicationPlan* replication = nullptr);
+               const KernelBackend& kernels = cpu_kernels(), const ReplicationPlan* replication = nullptr,
+               int expert_waves = 1);
 
   // x [n, h] local rows. Advances `global_aux` (global_aux layers).
   Matrix<T> forward(const Matrix<T>& x, const RouterInputs& router_inputs, const LocalTokens& tokens,
@@ -35,11 +38,16 @@ class MoeLayerRank {
   Matrix<T> backward(const Matrix<T>& dy, T aux_weight, T z_weight, LayerShard<T>& grads);
 
   T aux_share() const { return aux_.value; }
+  // The wave-scheduled experts of this use (null unless expert_waves > 1 and forward ran).
+  const ExpertWaves<T>* waves() const { return waves_.get(); }
   T z_share() const { return z_loss_.value; }
   // Real assignments per expert after dropping (padded tokens and slots excluded), this rank's tokens.
   const std::vector<std::int64_t>& assignments() const { return routing_.assignments; }
 
  private:
+  void route_through_dispatcher();
+  void backward_through_dispatcher(const Matrix<T>& dz, LayerShard<T>& grads, Matrix<T>& du, Matrix<T>& d_probs);
+
   const MoeConfig config_;  // by value: callers pass ModelConfig::layer_config(l), a temporary
   const LayerShard<T>& shard_;
   const RankGroups& groups_;
@@ -47,6 +55,8 @@ class MoeLayerRank {
   const KernelBackend& kernels_;
   const ReplicationPlan* replication_;
   std::unique_ptr<ExpertReplicas<T>> replicas_;  // this use's replicated experts, when the plan has any
+  int expert_waves_;
+  std::unique_ptr<ExpertWaves<T>> waves_;  // this use's waves, when expert_waves_ > 1
 
   Matrix<T> x_, u_, combined_;  // combined_ = z, the routed branch before latent_up
   LocalRouting<T> routing_;

@@ -53,7 +53,8 @@ Matrix<T> MtpDepthRank<T>::forward(const Matrix<T>& previous, const Matrix<T>& e
   const bool counts_padding = config_.semantics().has(Deviation::router_counts_padding);
   const std::vector<bool> router_padding = counts_padding ? std::vector<bool>() : rows_.padded;
   layer_ = std::make_unique<MoeLayerRank<T>>(config_.layer_config(block_), shard_.layer, comms_, options_.dispatcher,
-                                             *options_.kernels, replication_of(options_, block_));
+                                             *options_.kernels, replication_of(options_, block_),
+                                             options_.expert_waves);
   out_ = stored(bf16, Matrix<T>(mid_ + layer_->forward(stored(bf16, rms_norm_rows<T>(mid_, shard_.block_norm, eps)),
                                                        RouterInputs{rows_.ids, router_padding},
                                                        LocalTokens{router_padding, rows_.sequence, batch_},

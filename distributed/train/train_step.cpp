@@ -168,7 +168,8 @@ class StageRunner {
       f.block_in.push_back(hidden);
       f.layers.push_back(std::make_unique<MoeLayerRank<T>>(c_.layer_config(global_layer), shard_.layers[li], comms_,
                                                             options_.dispatcher, *options_.kernels,
-                                                            replication_of(options_, global_layer)));
+                                                            replication_of(options_, global_layer),
+                                                            options_.expert_waves));
       const RouterInputs router{f.batch.ids, router_padding};
       const LocalTokens tokens{router_padding, f.batch.sequence, options_.micro_batch};
       hidden += f.layers.back()->forward(stored(bf16_, rms_norm_rows(hidden, shard_.block_norm[li], c_.rms_eps)),

@@ -35,6 +35,8 @@ struct StepOptions {
   // Replicated hot experts (expert_replication.hpp): per global block (layers, then MTP depths), the plan its MoE
   // layer runs with; empty: none.
   std::vector<ReplicationPlan> replication{};
+  // Wave-scheduled EP (expert_waves.hpp): the routed experts of every MoE layer in this many waves; 1: unwaved.
+  int expert_waves = 1;
 };
 
 // The plan of global block `block` (null when the options replicate nothing). Throws std::invalid_argument when
