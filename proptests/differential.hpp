@@ -14,4 +14,8 @@ std::string report(const dist::RankComparison& r);
 // `oracle`; `what` names the run in the message (e.g. "avg against the sum oracle").
 void require_oracle_match(const dist::CheckProblem& problem, const GlobalStep& oracle, const std::string& what);
 
+// Runs both problems' steps on in-process ranks (the same layout) and fails the property unless every rank's
+// objective and every synchronised gradient tensor are bitwise equal; `what` names the pair in the message.
+void require_bitwise_equal(const dist::CheckProblem& a, const dist::CheckProblem& b, const std::string& what);
+
 }  // namespace moe::proptest

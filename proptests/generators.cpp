@@ -15,8 +15,9 @@ T pick(const std::vector<T>& options) {
   return options[static_cast<size_t>(*inRange<size_t>(0, options.size()))];
 }
 
-// The expert mesh for a world and a config: etp dividing world and ffn_hidden, ep dividing E and world/etp.
-void expert_mesh(ParallelLayout& l, int num_experts, int ffn_hidden, bool replicas = false) {
+// The expert mesh for a world and a config: etp dividing world and ffn_hidden, ep dividing E and world/etp (and
+// leaving at least `min_local` experts per rank).
+void expert_mesh(ParallelLayout& l, int num_experts, int ffn_hidden, bool replicas = false, int min_local = 1) {
   // etp 1, 2, 4 weighted 5 : 2 : 1 (each value repeated by its weight; shrinking goes to the first).
   std::vector<int> etp;
   for (auto [v, weight] : {std::pair{1, 5}, std::pair{2, 2}, std::pair{4, 1}})
@@ -25,7 +26,9 @@ void expert_mesh(ParallelLayout& l, int num_experts, int ffn_hidden, bool replic
   l.etp = pick(etp);
   std::vector<int> ep;
   for (int v = 1; v <= l.world / l.etp; ++v)
-    if ((l.world / l.etp) % v == 0 && num_experts % v == 0 && (v > 1 || !replicas)) ep.push_back(v);
+    if ((l.world / l.etp) % v == 0 && num_experts % v == 0 && num_experts / v >= min_local && (v > 1 || !replicas))
+      ep.push_back(v);
+  if (min_local > 1 && ep.size() > 1 && weighted<bool>({{1, false}, {3, true}})) ep.erase(ep.begin());  // EP ≥ 2
   l.ep = pick(ep);
 }
 
@@ -98,17 +101,21 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     l.cp = weighted<int>({{5, 1}, {2, 2}});
     l.gtp = shape.gtp ? 2 : 1;
     const int dp = shape.gtp        ? weighted<int>({{4, 1}, {4, 2}})
-                   : shape.replicas ? weighted<int>({{4, 2}, {1, 4}})  // room for EP ≥ 2
+                   : shape.replicas || shape.waves ? weighted<int>({{4, 2}, {1, 4}})  // room for EP ≥ 2
                                     : weighted<int>({{4, 1}, {4, 2}, {1, 4}});
     l.world = l.tp * l.cp * l.gtp * dp;
 
     MoeConfig& c = s.config.layer;
-    c.num_experts = shape.replicas ? weighted<int>({{3, 2}, {3, 4}, {2, 8}})  // EP ≥ 2 needs E ≥ 2
-                                   : weighted<int>({{3, 2}, {3, 4}, {3, 8}, {1, 1}, {1, 6}});
-    c.topk = *inRange(1, std::min(c.num_experts, 3) + 1);
+    c.num_experts = shape.waves      ? weighted<int>({{1, 2}, {3, 4}, {3, 8}})  // ≥ 2 local experts, top-3
+                    : shape.replicas ? weighted<int>({{3, 2}, {3, 4}, {2, 8}})  // EP ≥ 2 needs E ≥ 2
+                                    : weighted<int>({{3, 2}, {3, 4}, {3, 8}, {1, 1}, {1, 6}});
+    // Waves reorder nothing only if the combine keeps the unwaved order: tokens with three experts in two waves
+    // are what would show it.
+    c.topk = shape.waves ? std::min(c.num_experts, weighted<int>({{3, 3}, {1, 2}}))
+                         : *inRange(1, std::min(c.num_experts, 3) + 1);
     c.hidden = *element(4, 8);
     c.ffn_hidden = *element(2, 4, 8);
-    expert_mesh(l, c.num_experts, c.ffn_hidden, shape.replicas);
+    expert_mesh(l, c.num_experts, c.ffn_hidden, shape.replicas, shape.waves ? 2 : 1);
     if (shape.gtp && (l.world / (l.etp * l.ep)) % 2 == 0) l.egtp = *element(2, 1);
     router(c, shape);
     experts(c, l.tp);

@@ -28,6 +28,7 @@ struct ScenarioShape {
   bool attention = false;                      // blocks with causal attention (heads over tp, K/V over cp)
   bool mtp = false;                            // multi-token prediction (pp = 1), with or without attention
   bool replicas = false;                       // for replicated experts: ETP 1, EP ≥ 2, hot experts more often
+  bool waves = false;                          // for wave-scheduled experts: AlltoAll, ≥ 2 local experts per rank
   bool gtp = false;                            // GTP axes: gtp 2, egtp 2 where the expert mesh allows it (else 1);
                                                // sum or per-token (Megatron refuses AVG with GTP); world ≤ 32
 };

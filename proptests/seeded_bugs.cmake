@@ -46,6 +46,7 @@ set(MOE_SEEDED_BUGS
   "egtp_wgrad_all_reduced         39 train/grad_sync.cpp           TrainStep.GtpMatchesOracle:Optimizer.GtpStepMatchesTrajectory"
   "router_not_reduced_over_gtp    40 train/grad_sync.cpp           TrainStep.GtpMatchesOracle:Optimizer.GtpStepMatchesTrajectory"
   "replica_wgrad_not_returned     41 train/expert_replication.cpp  TrainStep.ReplicatedExpertsMatchOracle"
+  "wave_combine_before_compute    42 train/expert_waves.cpp        TrainStep.WavedExpertsBitwiseUnwaved"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

@@ -89,6 +89,24 @@ MOE_PROPERTY(TrainStep, ReplicatedExpertsMatchOracle, 100, ()) {
   require_oracle_match(p, oracle, "the step with " + std::to_string(used) + " replica slots");
 }
 
+// Wave-scheduled EP: the routed experts in 2–4 waves (at most the local experts), each wave's compute on a worker
+// thread while the next wave is dispatched and the previous one combined. The step matches the oracle and is bitwise
+// the unwaved AlltoAll step: every objective and gradient bit on every rank.
+MOE_PROPERTY(TrainStep, WavedExpertsBitwiseUnwaved, 100, ()) {
+  ScenarioShape shape;
+  shape.waves = true;
+  shape.dispatcher = dist::DispatcherKind::alltoall;
+  const Scenario s = *scenarios(shape);
+  tag(s);
+  const int local = s.config.layer.num_experts / s.layout.ep;
+  dist::CheckProblem waved = make_problem(s);
+  waved.options.expert_waves = *rc::gen::inRange(2, std::min(local, 4) + 1);
+  RC_TAG(std::to_string(waved.options.expert_waves) + " waves", s.layout.ep > 1 ? "ep 2+" : "ep 1");
+  const std::string what = "the step in " + std::to_string(waved.options.expert_waves) + " waves";
+  require_oracle_match(waved, dist::oracle_step(waved), what);
+  require_bitwise_equal(waved, make_problem(s), what + " against the unwaved step");
+}
+
 // SUM and AVG synchronise the same objective; without padding the per-token objective is the same function
 // too (every microbatch has N/(dp·m) valid tokens). All three must give the SUM oracle's numbers.
 MOE_PROPERTY(TrainStep, SumEqualsAvgEqualsPerToken, 60, ()) {
