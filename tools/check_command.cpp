@@ -55,6 +55,7 @@ struct CheckOptions {
   bool distributed_optimizer = false;
   double clip_grad = 0;
   int hot_expert_slots = 0;  // replicated hot experts: replica slots per layer (0: each row's own)
+  int expert_waves = 0;      // wave-scheduled EP: waves per layer (0: each row's own)
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   std::string dtype = "double";
   double atol = 0, rtol = 0;  // unless given: the training-step row of reference/tolerance.hpp for the dtype
@@ -72,6 +73,40 @@ struct CheckOptions {
 // The smallest multiple of `unit` that is at least `at_least`; units are at most kMaxUnit, so that it fits an int.
 constexpr long long kMaxUnit = 1 << 24;
 int fit(int at_least, long long unit) { return static_cast<int>((at_least + unit - 1) / unit * unit); }
+
+// Wave-scheduled EP runs with the AlltoAll dispatcher, without FP8 dispatch or replicas, and with at least as many
+// local experts per rank as waves: what the user asked for explicitly is refused, a default row adjusted with a note.
+void waves_fit(CheckOptions& o, CheckRow& r) {
+  const std::string flag = "--expert-waves " + std::to_string(r.expert_waves);
+  if (o.dispatcher != "all" && o.dispatcher != "alltoall") {
+    if (o.expert_waves > 1)
+      throw std::invalid_argument(flag + " runs with the AlltoAll dispatcher, not " + o.dispatcher + " (it is the "
+                                  "one that returns every (token, expert) row, so waves can keep the unwaved sums)");
+    o.notes.push_back("--dispatcher " + o.dispatcher + ": " + r.name + " with " + std::to_string(r.expert_waves) +
+                      " waves left out (waves run with the AlltoAll dispatcher)");
+    r.layouts.clear();
+    return;
+  }
+  const std::string why = r.run.quant != "none" ? "FP8 dispatch" : r.hot_expert_slots > 0 ? "replicated experts" : "";
+  if (!why.empty()) {
+    if (o.expert_waves > 0 && (o.layout.world > 0 || o.custom_model))
+      throw std::invalid_argument(flag + " does not run with " + why);
+    o.notes.push_back(flag + ": " + r.name + " runs unwaved (" + why + ")");
+    r.expert_waves = 1;
+    return;
+  }
+  const int E = r.run.model().layer.num_experts;
+  const auto too_few = [&](const ParallelLayout& l) { return E / l.ep < r.expert_waves; };
+  if (o.layout.world > 0 && too_few(o.layout))
+    throw std::invalid_argument(flag + ": ep " + std::to_string(o.layout.ep) + " leaves " +
+                                std::to_string(E / o.layout.ep) + " local experts per rank; each wave needs one");
+  if (std::any_of(r.layouts.begin(), r.layouts.end(), too_few)) {
+    std::erase_if(r.layouts, too_few);
+    o.notes.push_back(flag + ": " + r.name + "'s layouts with fewer local experts than waves left out");
+  }
+  if (o.expert_waves > 0 && o.dispatcher == "all")
+    o.notes.push_back(flag + ": " + r.name + " runs the AlltoAll dispatcher only (the one that returns every row)");
+}
 
 // The rows to run: the embedded default, or the user's one configuration over the first row's layouts or --world.
 // For the user's configuration, a sequence length and global batch that the layouts' CP, SP and DP rules allow
@@ -129,6 +164,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     r.distributed_optimizer = r.distributed_optimizer || o.distributed_optimizer;
     if (o.clip_grad > 0) r.clip_grad = o.clip_grad;
     if (o.hot_expert_slots > 0) r.hot_expert_slots = o.hot_expert_slots;
+    if (o.expert_waves > 0) r.expert_waves = o.expert_waves;
     if (!o.optimizer.empty()) r.optimizer = o.optimizer;
     if (!o.cp_comm_type.empty()) r.cp_comm_type = o.cp_comm_type;
     if (r.optimizer == "muon" && r.distributed_optimizer && r.steps > 0) {
@@ -153,6 +189,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
         o.notes.push_back("--hot-expert-replicas: " + r.name + "'s ETP > 1 layouts left out");
       }
     }
+    if (r.expert_waves > 1) waves_fit(o, r);
     // GTP keeps shards of its own: the distributed optimizer and Muon do not run on GTP layouts.
     const std::string gtp_refuser = r.steps == 0              ? ""
                                     : r.distributed_optimizer ? "--distributed-optimizer"
@@ -242,6 +279,12 @@ struct LayoutOracle {
   std::optional<std::vector<TrajectoryPoint>> trajectory;
 };
 
+// The dispatchers a row runs: wave-scheduled rows the AlltoAll one only (waves_fit).
+std::vector<dist::DispatcherKind> kinds_of(const CheckRow& row, const std::vector<dist::DispatcherKind>& kinds) {
+  if (row.expert_waves <= 1) return kinds;
+  return {dist::DispatcherKind::alltoall};
+}
+
 // Runs every (row, layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr).
 std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dist::KernelBackend& kernels,
                          Communicator* world) {
@@ -264,7 +307,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
       require_fits(check_memory(model, row.run, layout, row.steps),
                    "checking " + row.run.source.source() + " on " + layout_name(layout),
                    "check its structure at test size with --shrink, or give a smaller --seq / --global-batch");
-      for (auto kind : kinds) chosen += selected(o, run_name(row, layout, kind));
+      for (auto kind : kinds_of(row, kinds)) chosen += selected(o, run_name(row, layout, kind));
       if (world && layout.world > world->size())
         throw std::invalid_argument("layout " + layout_name(layout) + " needs " + std::to_string(layout.world) +
                                     " ranks; mpirun started " + std::to_string(world->size()));
@@ -289,8 +332,9 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
     const ModelConfig model = row.run.model();
     params.push_back(random_model_params<double>(model, row.run.seed));
     batches.push_back(row.run.batch(model, row.run.seed + 1));
+    const auto row_kinds = kinds_of(row, kinds);
     for (const ParallelLayout& layout : row.layouts)
-      if (std::any_of(kinds.begin(), kinds.end(), [&](auto k) { return selected(o, run_name(row, layout, k)); }))
+      if (std::any_of(row_kinds.begin(), row_kinds.end(), [&](auto k) { return selected(o, run_name(row, layout, k)); }))
         tasks.push_back({&row, &layout, params.size() - 1, o.checkpoint_dir});
   }
   // Runs side by side must not share a checkpoint: with more than one resumed task each saves in a subfolder.
@@ -307,7 +351,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
     const std::size_t r = tasks[std::size_t(t)].row_index;
     dist::CheckProblem problem{row.run.model(), params[r], batches[r], layout, {}, {o.atol, o.rtol}};
     LayoutOracle oracle;
-    for (auto kind : kinds) {
+    for (auto kind : kinds_of(row, kinds)) {
       if (!selected(o, run_name(row, layout, kind))) continue;
       problem.options = {kind, row.run.mode(), row.run.micro_batch};
       problem.options.kernels = &kernels;
@@ -317,6 +361,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
                                                        : arithmetic_of(o.dtype);
       if (row.run.bf16_storage && !o.tolerance_given) problem.tolerance = bf16_row_tolerance(row);
       problem.options.kv_exchange = dist::parse_kv_exchange(row.cp_comm_type);
+      problem.options.expert_waves = row.expert_waves;
       const auto start = std::chrono::steady_clock::now();
       dist::RankComparison result;
       std::vector<dist::RankComparison> steps;
@@ -400,6 +445,11 @@ void add_check_command(CLI::App& app) {
                   "replicated hot experts (HybridEP's virtual experts): up to N replica slots per layer, planned from "
                   "the batch's expert counts; a replica computes a share of a hot expert's rows with a copy of its "
                   "weights and returns its wgrad to the owner (ETP 1, one step, no FP8 dispatch)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--expert-waves", o->expert_waves,
+                  "wave-scheduled EP (DeepSeek-V4's MegaMoE): the routed experts of each layer in N waves, each "
+                  "wave's compute on a worker thread while the next is dispatched and the previous combined; bitwise "
+                  "the unwaved run (AlltoAll dispatcher, N ≤ local experts per rank, no FP8 dispatch or replicas)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--distributed-optimizer", o->distributed_optimizer,
                 "shard optimizer state; reduce-scatter gradients, all-gather parameters");

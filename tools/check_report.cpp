@@ -156,6 +156,7 @@ nlohmann::json report_json(const std::vector<CheckRun>& runs, const ReportSettin
                      {"dispatcher", to_string(r.dispatcher)},
                      {"tolerance", {{"atol", r.tolerance.atol}, {"rtol", r.tolerance.rtol}}},
                      {"replica_slots", r.replica_slots},
+                     {"expert_waves", r.row->expert_waves},
                      {"pass", r.result.pass()},
                      {"seconds", r.seconds},
                      {"max_abs", errors_json(r.result)}};

@@ -136,6 +136,14 @@ std::vector<CheckRow> default_rows() {
                        ParallelLayout{.world = 4, .cp = 2, .ep = 2}}};
   replicated.hot_expert_slots = 4;
   rows.push_back(replicated);
+  // Wave-scheduled EP: three waves of local experts (4 per rank on ep 4: blocks of 1, 1, 2; 8 per rank on ep 2), each
+  // wave's compute on a worker thread between the next wave's dispatch and the previous one's combine. AlltoAll only
+  // (the dispatcher that returns every row to its source); bitwise the unwaved run, so the tolerance is the usual one.
+  CheckRow waved{"tiny-v4", run_of("tiny-v4", 2, "sum"),
+                 {ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2},
+                  ParallelLayout{.world = 4, .pp = 2, .ep = 2}}};
+  waved.expert_waves = 3;
+  rows.push_back(waved);
   // Whole bf16 steps: each step's bf16 copy of the main parameters, the update applied to the main parameters
   // (in double: the optimizer keeps double state), sharded by the distributed optimizer.
   rows.push_back({"tiny-v4 bf16", bf16, {ParallelLayout{.world = 4, .ep = 2, .etp = 2}}, 2, "", true});
@@ -154,7 +162,8 @@ const std::vector<std::string>& all_features() {
                                "allgather", "flex",
                                "attention", "cp all_gather", "cp p2p", "mtp",
                                "training steps", "distributed optimizer", "gradient clipping", "muon",
-                               "resume under another layout", "replicated hot experts"};
+                               "resume under another layout", "replicated hot experts",
+                               "wave-scheduled EP"};
     for (const auto& d : deviation_catalogue())
       if (d.kind == DeviationKind::modelled || d.id == Deviation::gtp_factor_missing) n.emplace_back(d.name);
     return n;
@@ -219,6 +228,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(row.steps > 0 && row.optimizer == "muon", "muon");
   add_if(!row.resume_as.empty(), "resume under another layout");
   add_if(row.hot_expert_slots > 0 && l.ep > 1, "replicated hot experts");
+  add_if(row.expert_waves > 1, "wave-scheduled EP");
   for (Deviation d : m.semantics().in_mode(row.run.mode()).deviations())
     if ((deviation_info(d).kind == DeviationKind::modelled && (d != Deviation::mtp_per_token_local_ratio || m.mtp_depth > 0)) ||
         (d == Deviation::gtp_factor_missing && l.gtp != l.egtp))
@@ -234,6 +244,7 @@ std::string row_label(const CheckRow& r) {
              (r.clip_grad > 0 ? " clip " + shortest(r.clip_grad) : "") +
              (r.resume_as.empty() ? "" : " resume " + r.resume_as);
   if (r.hot_expert_slots > 0) label += " replicas " + std::to_string(r.hot_expert_slots);
+  if (r.expert_waves > 1) label += " waves " + std::to_string(r.expert_waves);
   return label;
 }
 

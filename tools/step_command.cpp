@@ -1,7 +1,8 @@
 // `moe-oracle step` — teaching by stepping: walks one small batch through the router, a dispatcher, the experts and
 // back on in-process ranks, and prints every stage for every rank side by side, each row labelled with where it
 // came from (token, source rank, expert). The buffers are the real dispatcher's (a StageObserver watches them);
-// the stepped output is checked against the oracle. Exit status 1 when it disagrees with the oracle.
+// the stepped output is checked against the oracle. Exit status 1 when it disagrees with the oracle (or, with
+// --expert-waves, when the waved run is not the unwaved one bit for bit).
 //
 // Default: seed 000's 4-token EP2 example. --preset tiny-v4 (with --world/--ep/--etp/--tokens) steps a preset layer.
 #include "tools/commands.hpp"
@@ -10,6 +11,7 @@
 #include "tools/step/json_view.hpp"
 #include "tools/step/stepper.hpp"
 #include "tools/step/text_view.hpp"
+#include "tools/step/wave_walk.hpp"
 
 #include <fstream>
 #include <iostream>
@@ -26,6 +28,7 @@ struct StepOptions {
   ModelOptions model;   // none given: the seed example
   bool use_model = false;
   int world = 4, ep = 2, etp = 1, tokens = 3;
+  int expert_waves = 1;  // > 1: the batch once more through wave-scheduled EP (AlltoAll)
   std::uint64_t seed = 7;
   std::string stage;
   std::optional<int> rank;
@@ -75,6 +78,13 @@ void run(const StepOptions& o) {
                                 std::to_string(problem.layout.world));
   const step::Trace trace = step::run_step(problem, kind);
   const std::vector<size_t> stages = selected_stages(trace, o.stage);
+  std::optional<step::WaveTrace> waves;
+  if (o.expert_waves > 1) {
+    if (kind != dist::DispatcherKind::alltoall)
+      throw std::invalid_argument("--expert-waves runs with the AlltoAll dispatcher (it returns every (token, expert) "
+                                  "row, so the waves keep the unwaved sums), not " + o.dispatcher);
+    waves = step::run_waves(problem, o.expert_waves);
+  }
 
   if (!o.html.empty()) {
     std::ofstream file(o.html);
@@ -84,7 +94,9 @@ void run(const StepOptions& o) {
     if (!o.json) std::cout << "wrote " << o.html << " (" << stages.size() << " stages)\n";
   }
   if (o.json) {
-    std::cout << step::trace_json(trace, stages, o.rank).dump(2) << "\n";
+    nlohmann::json j = step::trace_json(trace, stages, o.rank);
+    if (waves) j["waves"] = step::waves_json(*waves);
+    std::cout << j.dump(2) << "\n";
   } else if (o.html.empty() || !o.stage.empty() || o.interactive) {
     step::print_header(trace, std::cout);
     const step::TextOptions text{o.rank, 4};
@@ -96,8 +108,9 @@ void run(const StepOptions& o) {
       }
     }
     step::print_oracle(trace, std::cout);
+    if (waves) step::print_waves(*waves, std::cout);
   }
-  if (!trace.oracle.pass()) throw CLI::RuntimeError(1);
+  if (!trace.oracle.pass() || (waves && !waves->bitwise())) throw CLI::RuntimeError(1);
 }
 
 }  // namespace
@@ -115,6 +128,11 @@ void add_step_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "with a model: tokens per rank")->capture_default_str();
   cmd->add_option("--seed", o->seed, "seed of parameters and tokens")->capture_default_str();
+  cmd->add_option("--expert-waves", o->expert_waves,
+                  "then run the batch in N waves of experts (wave-scheduled EP, AlltoAll): which experts each wave "
+                  "holds, the rows it moves, every rank's program and timeline, and the bitwise check against the "
+                  "unwaved run")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--stage", o->stage, "print only this stage: an id (dispatch.permute) or a name (permute)");
   cmd->add_option("--rank", o->rank, "follow one rank");
   cmd->add_flag("--interactive", o->interactive, "advance stage by stage with Enter; q quits");

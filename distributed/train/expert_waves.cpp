@@ -3,9 +3,14 @@
 #include "distributed/seeded_bugs.hpp"
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace moe::dist {
 
@@ -34,19 +39,76 @@ int wave_of_local_expert(int i, int local_experts, int waves) {
   return w;
 }
 
+// The worker: one thread that runs the computes handed to it, in order, for the life of the layer use (a thread per
+// wave cost ~200 µs to start, longer than a test-size wave's dispatch, so the waves did not overlap).
+class WaveWorker {
+ public:
+  WaveWorker() : thread_([this] { loop(); }) {}
+  ~WaveWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_one();
+    thread_.join();
+  }
+  WaveWorker(const WaveWorker&) = delete;
+  WaveWorker& operator=(const WaveWorker&) = delete;
+
+  std::future<void> submit(std::function<void()> work) {
+    std::packaged_task<void()> task(std::move(work));
+    std::future<void> done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+    return done;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // stopped, and every task handed over has run
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();  // an exception lands in the task's future
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::packaged_task<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 namespace {
 
 // Runs the program: dispatch and combine on this thread, each compute on the worker (one at a time, in wave order:
 // a launch follows the wait of the wave before). The spans go to `timeline`; each compute's span is written by the
-// worker into its own slot and read after the wait.
+// worker into its own slot and read after the wait. Leaving early (a dispatch threw), it still waits for every
+// launched compute, which uses this frame's closures.
 template <typename Dispatch, typename Compute, typename Combine>
-void run_schedule(int waves, Dispatch&& dispatch, Compute&& compute, Combine&& combine, WaveTimeline& timeline) {
+void run_schedule(WaveWorker& worker, int waves, Dispatch&& dispatch, Compute&& compute, Combine&& combine,
+                  WaveTimeline& timeline) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - start).count(); };
   timeline.clear();
   std::vector<WaveSpan> computed(static_cast<size_t>(waves));
-  std::vector<std::future<void>> running(static_cast<size_t>(waves));
+  struct Launched {
+    std::vector<std::future<void>> futures;
+    ~Launched() {
+      for (auto& f : futures)
+        if (f.valid()) f.wait();
+    }
+  } running{std::vector<std::future<void>>(static_cast<size_t>(waves))};
   for (const WaveStep& step : wave_schedule(waves)) {
     const auto w = static_cast<size_t>(step.wave);
     const auto begin = Clock::now();
@@ -54,14 +116,14 @@ void run_schedule(int waves, Dispatch&& dispatch, Compute&& compute, Combine&& c
       case WaveOp::dispatch: dispatch(step.wave); break;
       case WaveOp::combine: combine(step.wave); break;
       case WaveOp::launch:
-        running[w] = std::async(std::launch::async, [&, w, wave = step.wave] {
+        running.futures[w] = worker.submit([&, w, wave = step.wave] {
           const auto b = Clock::now();
           compute(wave);
           computed[w] = {wave, WaveStage::compute, us(b), us(Clock::now()), true};
         });
         continue;
       case WaveOp::wait:
-        running[w].get();  // rethrows what the compute threw
+        running.futures[w].get();  // rethrows what the compute threw
         timeline.push_back(computed[w]);
         continue;
     }
@@ -115,7 +177,8 @@ Matrix<T> ExpertWaves<T>::forward(const Matrix<T>& u, const Matrix<T>& probs, co
     Wave& wave = waves_[static_cast<size_t>(w)];
     wave.back = wave.dispatcher->return_rows(wave.out);
   };
-  run_schedule(W, dispatch, compute, combine, forward_timeline_);
+  worker_ = std::make_unique<WaveWorker>();
+  run_schedule(*worker_, W, dispatch, compute, combine, forward_timeline_);
 
   // The unwaved permuted order, expert-major: expert e's rows are a block of its wave's order (tokens rising).
   order_.clear();
@@ -138,6 +201,7 @@ Matrix<T> ExpertWaves<T>::forward(const Matrix<T>& u, const Matrix<T>& probs, co
 template <typename T>
 void ExpertWaves<T>::backward(const Matrix<T>& grad_out, const kernels::ExpertShards<T>& experts,
                               kernels::ExpertShards<T>& grads, Matrix<T>& grad_u, Matrix<T>& grad_probs) {
+  if (!worker_) throw std::logic_error("expert waves: backward without its forward (one use: forward, then backward)");
   const auto dispatch = [&](int w) {
     Wave& wave = waves_[static_cast<size_t>(w)];
     wave.grad_rows = wave.dispatcher->combine_backward(grad_out);
@@ -153,7 +217,8 @@ void ExpertWaves<T>::backward(const Matrix<T>& grad_out, const kernels::ExpertSh
     Wave& wave = waves_[static_cast<size_t>(w)];
     wave.dispatcher->return_grad_rows(wave.grad.dx, wave.grad.dprob, wave.back_grad, wave.back_grad_probs);
   };
-  run_schedule(waves(), dispatch, compute, combine, backward_timeline_);
+  run_schedule(*worker_, waves(), dispatch, compute, combine, backward_timeline_);
+  worker_.reset();  // the use is over: its thread ends
   unpermute_grads(kernels_, merged(&Wave::back_grad), merged(&Wave::back_grad_probs), order_tokens_, order_experts_,
                   tokens_, num_experts_, grad_u, grad_probs);
 }
@@ -166,6 +231,9 @@ Matrix<T> ExpertWaves<T>::merged(Matrix<T> Wave::*rows) const {
     m.row(Eigen::Index(j)) = (waves_[static_cast<size_t>(order_[j].first)].*rows).row(order_[j].second);
   return m;
 }
+
+template <typename T>
+ExpertWaves<T>::~ExpertWaves() = default;
 
 template class ExpertWaves<double>;
 template class ExpertWaves<float>;

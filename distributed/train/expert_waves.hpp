@@ -45,6 +45,8 @@ struct WaveSpan {
 };
 using WaveTimeline = std::vector<WaveSpan>;
 
+class WaveWorker;  // the thread that runs the computes (expert_waves.cpp)
+
 // The wave of local expert i of L in W waves.
 int wave_of_local_expert(int i, int local_experts, int waves);
 
@@ -56,6 +58,7 @@ class ExpertWaves {
   // every rank).
   ExpertWaves(int waves, const DispatchGroups& groups, int num_experts, const KernelBackend& kernels,
               const kernels::SwigluOptions& options);
+  ~ExpertWaves();
 
   // u [n, w] this rank's tokens, probs and map [n, E]: the routed output [n, w], each token's expert outputs summed.
   Matrix<T> forward(const Matrix<T>& u, const Matrix<T>& probs, const BoolMatrix& map,
@@ -65,6 +68,9 @@ class ExpertWaves {
                 Matrix<T>& grad_u, Matrix<T>& grad_probs);
 
   int waves() const { return int(waves_.size()); }
+  // Rows of wave w at this rank's experts (dispatched to it) and back at this rank as a source (its tokens' rows).
+  Eigen::Index expert_rows(int w) const { return waves_[static_cast<size_t>(w)].rows.x.rows(); }
+  Eigen::Index source_rows(int w) const { return waves_[static_cast<size_t>(w)].back.rows(); }
   const WaveTimeline& forward_timeline() const { return forward_timeline_; }
   const WaveTimeline& backward_timeline() const { return backward_timeline_; }
 
@@ -91,6 +97,7 @@ class ExpertWaves {
   RowIndex order_tokens_;
   std::vector<int> order_experts_;
   WaveTimeline forward_timeline_, backward_timeline_;
+  std::unique_ptr<WaveWorker> worker_;  // from the forward to the end of the backward
 };
 
 }  // namespace moe::dist

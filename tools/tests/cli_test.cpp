@@ -285,6 +285,35 @@ TEST(CliStep, TextShowsTheWholeTrip) {
   for (const char* d : {"allgather", "flex"}) EXPECT_EQ(run(std::string("step --dispatcher ") + d).status, 0) << d;
 }
 
+// Seed 000's routing (a→e0,e2  b→e1,e3  c→e1,e3  d→e2,e3; rank 0 holds e0, e1) in two waves of one local expert
+// each: wave 0 = {e0, e2}, wave 1 = {e1, e3}. Counted by hand from that table: rank 0's experts get a (wave 0) and
+// b, c (wave 1); rank 1's get a, d and b, c, d; rank 0's tokens send a's two rows in wave 0 and b's two in wave 1;
+// rank 1's d→e2 in wave 0 and c→e1, c→e3, d→e3 in wave 1.
+TEST(CliStep, WavesShowTheSeedRowsAndMatchBitForBit) {
+  const auto j = run_json("step --stage input_splits --expert-waves 2");
+  const auto& w = j["waves"];
+  EXPECT_EQ(w["wave_experts"], nlohmann::json({{0, 2}, {1, 3}}));
+  EXPECT_EQ(w["ranks"][0]["expert_rows"], nlohmann::json({1, 2}));
+  EXPECT_EQ(w["ranks"][1]["expert_rows"], nlohmann::json({2, 3}));
+  EXPECT_EQ(w["ranks"][0]["source_rows"], nlohmann::json({2, 2}));
+  EXPECT_EQ(w["ranks"][1]["source_rows"], nlohmann::json({1, 3}));
+  EXPECT_EQ(w["bitwise"], true);
+  EXPECT_EQ(w["schedule"].size(), 8u);
+  for (const auto& rank : w["ranks"])
+    for (const char* pass : {"forward", "backward"})
+      for (const auto& span : rank[pass]) EXPECT_EQ(span["on_worker"], span["stage"] == "compute") << span;
+  const auto text = run("step --expert-waves 2");
+  EXPECT_EQ(text.status, 0) << text.output;
+  for (const char* s : {"wave 0: e0 e2", "dispatch wave 1   │ computing wave 0", "bit for bit"})
+    EXPECT_NE(text.output.find(s), std::string::npos) << s << "\n" << text.output;
+  const auto too_many = run("step --expert-waves 3");
+  EXPECT_EQ(too_many.status, 2);
+  EXPECT_NE(too_many.output.find("local experts per rank"), std::string::npos) << too_many.output;
+  const auto flex = run("step --dispatcher flex --expert-waves 2");
+  EXPECT_EQ(flex.status, 2);
+  EXPECT_NE(flex.output.find("AlltoAll"), std::string::npos) << flex.output;
+}
+
 TEST(CliStep, BadSelectionsNameTheRule) {
   const auto stage = run("step --stage teleport");
   EXPECT_EQ(stage.status, 2);
