@@ -22,10 +22,23 @@
 namespace moe::proptest {
 namespace {
 
-void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0,
-                              OptimizerKind kind = OptimizerKind::sgd, bool bf16 = false, bool gtp = false) {
+// What a trajectory property varies; the rest is drawn.
+struct TrajectoryCase {
+  bool distributed_optimizer = false;
+  double clip_grad = 0;
+  OptimizerKind kind = OptimizerKind::sgd;
+  bool bf16 = false;
+  bool gtp = false;
+  int replica_slots = 0;  // replicated experts: a second step, planned by the trainers from the first's counts
+};
+
+void require_trajectory_match(const TrajectoryCase& c) {
+  const bool distributed_optimizer = c.distributed_optimizer, bf16 = c.bf16, gtp = c.gtp;
+  const double clip_grad = c.clip_grad;
+  const OptimizerKind kind = c.kind;
   ScenarioShape shape;
   shape.gtp = gtp;
+  shape.replicas = c.replica_slots > 0;
   Scenario s = *scenarios(shape);
   s.config.layer.bf16_storage = bf16;
   RC_TAG(s.layout.world <= 2 ? "world 1-2" : s.layout.world <= 8 ? "world 3-8" : "world 9-32");
@@ -36,6 +49,7 @@ void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0,
   run.params = p.params;
   run.batches = {p.batch};
   if (bf16) run.batches.push_back(p.batch);  // the second step computes with the updated main parameters' copy
+  if (c.replica_slots > 0) run.batches.push_back(p.batch);  // the second step replicates what the first counted
   run.layout = p.layout;
   run.options = p.options;
   run.tolerance = kind == OptimizerKind::muon ? tolerance(Compared::muon_step, Precision::float64) : p.tolerance;
@@ -45,13 +59,22 @@ void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0,
   run.optimizer.config.adam.lr = 0.1;
   run.optimizer.distributed = distributed_optimizer;
   run.optimizer.config.clip_grad = clip_grad;
-  const auto steps = dist::check_run_inproc(run, dist::oracle_trajectory(run));
+  run.options.hot_expert_slots = c.replica_slots;
+  const auto trajectory = dist::oracle_trajectory(run);
+  if (c.replica_slots > 0) {
+    int planned = 0;  // what the trainers plan for the second step: from the first step's counts
+    for (const auto& counts : trajectory.front().bias_counts)
+      planned += dist::plan_replicas(counts, s.layout.ep, c.replica_slots).slots();
+    RC_TAG(planned > 0 ? "second step replicated" : "nothing to replicate");
+  }
+  const auto steps = dist::check_run_inproc(run, trajectory);
   RC_ASSERT(steps.size() == run.batches.size());
   for (size_t i = 0; i < steps.size(); ++i) {
     if (!steps[i].pass())
       RC_FAIL(std::string(kind == OptimizerKind::muon ? "Muon's"
                           : distributed_optimizer     ? "the distributed optimizer's"
                           : gtp                       ? "GTP's"
+                          : c.replica_slots > 0       ? "DDP's (replicated experts)"
                                                       : "DDP's") +
               " step " + std::to_string(i + 1) + " (" + std::string(to_string(p.options.mode)) +
               (clip_grad > 0 ? ", clipped to " + std::to_string(clip_grad) : "") + (bf16 ? ", bf16 storage" : "") +
@@ -62,9 +85,11 @@ void require_trajectory_match(bool distributed_optimizer, double clip_grad = 0,
 
 }  // namespace
 
-MOE_PROPERTY(Optimizer, DdpStepMatchesTrajectory, 60, ()) { require_trajectory_match(false); }
+MOE_PROPERTY(Optimizer, DdpStepMatchesTrajectory, 60, ()) { require_trajectory_match({}); }
 
-MOE_PROPERTY(Optimizer, DistributedStepMatchesTrajectory, 60, ()) { require_trajectory_match(true); }
+MOE_PROPERTY(Optimizer, DistributedStepMatchesTrajectory, 60, ()) {
+  require_trajectory_match({.distributed_optimizer = true});
+}
 
 // bf16 storage over two steps: each step computes with a bf16 copy of the main parameters and the update lands on
 // the main parameters, which keep moves far below a bf16 ulp (lr 1e-3). In double both sides round the same
@@ -72,7 +97,7 @@ MOE_PROPERTY(Optimizer, DistributedStepMatchesTrajectory, 60, ()) { require_traj
 MOE_PROPERTY(Optimizer, Bf16MainParametersMatchTrajectory, 60, ()) {
   const bool distributed = *rc::gen::arbitrary<bool>();
   RC_TAG(distributed ? "distributed optimizer" : "DDP");
-  require_trajectory_match(distributed, 0, OptimizerKind::sgd, true);
+  require_trajectory_match({.distributed_optimizer = distributed, .bf16 = true});
 }
 
 // Max norms below and around the tiny models' gradient norms (about 0.05 to 1), so most steps clip.
@@ -80,7 +105,7 @@ MOE_PROPERTY(Optimizer, ClippedStepMatchesTrajectory, 150, ()) {
   const bool distributed = *rc::gen::arbitrary<bool>();
   const double clip = *rc::gen::element(0.01, 0.1, 0.5);
   RC_TAG(distributed ? "distributed optimizer" : "DDP");
-  require_trajectory_match(distributed, clip);
+  require_trajectory_match({.distributed_optimizer = distributed, .clip_grad = clip});
 }
 
 // GTP: each rank updates its permanent 1/gtp shard of the dense weights (1/egtp of the experts) from the
@@ -88,14 +113,21 @@ MOE_PROPERTY(Optimizer, ClippedStepMatchesTrajectory, 150, ()) {
 MOE_PROPERTY(Optimizer, GtpStepMatchesTrajectory, 60, ()) {
   const double clip = *rc::gen::element(0.0, 0.1);
   RC_TAG(clip > 0 ? "clipped" : "unclipped");
-  require_trajectory_match(false, clip, OptimizerKind::sgd, false, true);
+  require_trajectory_match({.clip_grad = clip, .gtp = true});
+}
+
+// Replicated hot experts in whole steps: the trainers plan the second step from the first step's counts (1, 2 or 4
+// slots per layer) with no plan exchanged, so EP peers that planned differently would deadlock or mismatch; the
+// replicas' wgrad must reach the owners before the optimizer's sync.
+MOE_PROPERTY(Optimizer, ReplicatedStepsMatchTrajectory, 60, ()) {
+  require_trajectory_match({.replica_slots = *rc::gen::element(1, 2, 4)});
 }
 
 // Muon runs with DDP only; clipping on in half the cases, so its norm over Muon's two groups is compared too.
 MOE_PROPERTY(Optimizer, MuonStepMatchesTrajectory, 100, ()) {
   const bool clip = *rc::gen::arbitrary<bool>();
   RC_TAG(clip ? "clipped" : "unclipped");
-  require_trajectory_match(false, clip ? 0.1 : 0.0, OptimizerKind::muon);
+  require_trajectory_match({.clip_grad = clip ? 0.1 : 0.0, .kind = OptimizerKind::muon});
 }
 
 }  // namespace moe::proptest

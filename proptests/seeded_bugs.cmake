@@ -45,7 +45,7 @@ set(MOE_SEEDED_BUGS
   "bf16_mtp_projection_not_stored 38 train/mtp_rank.cpp            TrainStep.Bf16StorageMatchesOracle"
   "egtp_wgrad_all_reduced         39 train/grad_sync.cpp           TrainStep.GtpMatchesOracle:Optimizer.GtpStepMatchesTrajectory"
   "router_not_reduced_over_gtp    40 train/grad_sync.cpp           TrainStep.GtpMatchesOracle:Optimizer.GtpStepMatchesTrajectory"
-  "replica_wgrad_not_returned     41 train/expert_replication.cpp  TrainStep.ReplicatedExpertsMatchOracle"
+  "replica_wgrad_not_returned     41 train/expert_replication.cpp  TrainStep.ReplicatedExpertsMatchOracle:Optimizer.ReplicatedStepsMatchTrajectory"
   "wave_combine_before_compute    42 train/expert_waves.cpp        TrainStep.WavedExpertsBitwiseUnwaved"
 )
 

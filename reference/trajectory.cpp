@@ -36,7 +36,7 @@ std::vector<TrajectoryPoint> reference_trajectory(const ModelConfig& config, Mod
     }
     for (size_t l = 0; l < params.layers.size(); ++l)
       if (step.expert_bias_updated[l].size() > 0) params.layers[l].expert_bias = step.expert_bias_updated[l];
-    points.push_back({step.objective, clip.norm, params, adam});
+    points.push_back({step.objective, clip.norm, params, adam, step.bias_counts});
   }
   return points;
 }

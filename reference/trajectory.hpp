@@ -30,6 +30,7 @@ struct TrajectoryPoint {
   double grad_norm = 0;           // the global gradient norm before clipping (0 when clipping is off)
   ModelParams<double> params;     // after the update, expert biases included
   AdamState adam;                 // after the update (empty for SGD; under Muon, m is its momentum for matrices)
+  std::vector<std::vector<std::int64_t>> bias_counts;  // per block [E]: the step's expert counts (GlobalStep's)
 };
 
 // Step s uses batches[s]. `adam` is the optimizer state to start from (empty: a fresh start).

@@ -173,11 +173,9 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
       o.notes.push_back("--optimizer muon: " + r.name + "'s distributed-optimizer row runs with DDP (Muon needs "
                         "whole matrices, the distributed optimizer cuts flat slices)");
     }
-    // Replicated experts run in one-step checks with ETP 1 and without FP8 dispatch (HybridEP's requirements).
+    // Replicated experts run with ETP 1 and without FP8 dispatch (HybridEP's requirements).
     if (r.hot_expert_slots > 0) {
-      const std::string why = r.steps > 0                 ? "whole steps (a run would plan from its previous step)"
-                              : r.run.quant != "none"     ? "FP8 dispatch"
-                                                          : "";
+      const std::string why = r.run.quant != "none" ? "FP8 dispatch" : "";
       const auto etp = [](const ParallelLayout& l) { return l.etp > 1; };
       if (o.layout.world > 0 && (!why.empty() || etp(o.layout)))
         throw std::invalid_argument("--hot-expert-replicas does not run with " + (why.empty() ? "ETP > 1" : why));
@@ -251,6 +249,7 @@ dist::RunProblem run_problem(const CheckOptions& o, const CheckRow& row, const d
   run.optimizer.config.kind = parse_optimizer_kind(row.optimizer);
   run.optimizer.distributed = row.distributed_optimizer;
   run.optimizer.config.clip_grad = row.clip_grad;
+  run.options.hot_expert_slots = row.hot_expert_slots;
   run.tolerance = base.tolerance;
   if (row.optimizer == "muon" && !o.tolerance_given) run.tolerance = tolerance(Compared::muon_step, Precision::float64);
   if (!row.resume_as.empty()) {
@@ -258,6 +257,22 @@ dist::RunProblem run_problem(const CheckOptions& o, const CheckRow& row, const d
     run.checkpoint_dir = o.checkpoint_dir;
   }
   return run;
+}
+
+// The replica slots a run's trainers planned (StepOptions::hot_expert_slots): each step from the previous step's
+// counts, which match the oracle's when the run does; none on a trainer's first step (the first step, and the
+// first after a resume).
+int planned_slots(const CheckRow& row, const dist::RunProblem& run, const std::vector<TrajectoryPoint>& oracle) {
+  if (row.hot_expert_slots == 0) return 0;
+  const int resumed = run.resume_as ? row.steps / 2 : -1;
+  int slots = 0;
+  for (int s = 1; s < int(oracle.size()); ++s) {
+    if (s == resumed) continue;
+    const int ep = run.resume_as && s > resumed ? run.resume_as->ep : run.layout.ep;
+    for (const auto& counts : oracle[std::size_t(s - 1)].bias_counts)
+      slots += dist::plan_replicas(counts, ep, row.hot_expert_slots).slots();
+  }
+  return slots;
 }
 
 // Where check's own checkpoint goes: $TMPDIR when set, else /dev/shm when there is one, else the system's temporary
@@ -375,6 +390,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
         steps = world ? dist::check_run_on_world(*world, run, *oracle.trajectory)
                       : dist::check_run_inproc(run, *oracle.trajectory);
         for (const auto& s : steps) result.merge(s);
+        replica_slots = planned_slots(row, run, *oracle.trajectory);
       } else {
         if (!oracle.step) oracle.step = dist::oracle_step(problem);
         // Replicated hot experts, planned from the batch's expert counts as a run plans from its previous step's.
@@ -444,7 +460,8 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--hot-expert-replicas", o->hot_expert_slots,
                   "replicated hot experts (HybridEP's virtual experts): up to N replica slots per layer, planned from "
                   "the batch's expert counts; a replica computes a share of a hot expert's rows with a copy of its "
-                  "weights and returns its wgrad to the owner (ETP 1, one step, no FP8 dispatch)")
+                  "weights and returns its wgrad to the owner (ETP 1, no FP8 dispatch; with --steps each step plans "
+                  "from the previous step's counts, the first runs unreplicated)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--expert-waves", o->expert_waves,
                   "wave-scheduled EP (DeepSeek-V4's MegaMoE): the routed experts of each layer in N waves, each "

@@ -129,13 +129,17 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum", "megatron-core-0.19"), {gtp[1]}});
   rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 8, .ep = 2, .etp = 2, .gtp = 2,
                   .egtp = 2}}, 2, "world=4,ep=2,etp=2", false, 0.5});
-  // Replicated hot experts: up to 4 replica slots per layer, planned from the batch's expert counts; replicas
-  // compute shares of hot experts' rows and return outputs, input gradients and wgrad to the owners.
+  // Replicated hot experts: up to 4 replica slots per layer; replicas compute shares of hot experts' rows and return
+  // outputs, input gradients and wgrad to the owners. One step planned from the batch's expert counts, and two whole
+  // steps, the second planned by the trainers from the first's counts.
   CheckRow replicated{"tiny-v4", run_of("tiny-v4", 2, "per-token"),
                       {ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 4},
                        ParallelLayout{.world = 4, .cp = 2, .ep = 2}}};
   replicated.hot_expert_slots = 4;
   rows.push_back(replicated);
+  CheckRow replicated_steps{"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 4, .ep = 4}}, 2};
+  replicated_steps.hot_expert_slots = 4;
+  rows.push_back(replicated_steps);
   // Wave-scheduled EP: three waves of local experts (4 per rank on ep 4: blocks of 1, 1, 2; 8 per rank on ep 2), each
   // wave's compute on a worker thread between the next wave's dispatch and the previous one's combine. AlltoAll only
   // (the dispatcher that returns every row to its source); bitwise the unwaved run, so the tolerance is the usual one.

@@ -23,7 +23,7 @@ struct CheckRow {
   double clip_grad = 0;  // with steps: clip the global gradient norm to this (0: off)
   std::string optimizer = "adam";  // with steps: adam, muon or sgd
   std::string cp_comm_type = "all_gather";  // with attention: how keys and values cross the cp group (or p2p)
-  int hot_expert_slots = 0;  // replicated hot experts: replica slots per layer (one-step rows, ETP 1)
+  int hot_expert_slots = 0;  // replicated hot experts: replica slots per layer (ETP 1)
   int expert_waves = 1;      // wave-scheduled EP: the routed experts in this many waves (AlltoAll only)
 };
 

@@ -61,8 +61,18 @@ double RankTrainer::step(const GlobalBatch& batch) {
     const size_t layers = shard_.layers.size();  // then the MTP depths
     (li < layers ? shard_.layers[li] : shard_.mtp[li - layers].layer).expert_bias = s.expert_bias_updated[li];
   }
+  if (options_.hot_expert_slots > 0) plan_next_step(s);
   ++steps_;
   return s.objective;
+}
+
+void RankTrainer::plan_next_step(const RankStep& s) {
+  // Every rank of a stage holds the same counts (summed over tp×dp×cp), so the EP peers make the same plans; blocks
+  // of other stages get empty plans (this rank never runs them).
+  options_.replication.assign(static_cast<size_t>(config_.num_layers + config_.mtp_depth), ReplicationPlan{});
+  for (size_t li = 0; li < s.layers.size(); ++li)
+    options_.replication[static_cast<size_t>(s.layers[li])] =
+        plan_replicas(s.bias_counts[li], groups_.layout().ep, options_.hot_expert_slots);
 }
 
 void RankTrainer::save(const std::string& dir, Communicator& world) {

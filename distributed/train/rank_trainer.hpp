@@ -18,7 +18,8 @@ class RankTrainer {
   RankTrainer(const RankTrainer&) = delete;
   RankTrainer& operator=(const RankTrainer&) = delete;
 
-  // One step on `batch`; returns the objective J of the step.
+  // One step on `batch`; returns the objective J of the step. With options.hot_expert_slots, the step runs the plans
+  // made from the previous step's counts (none on the first step).
   double step(const GlobalBatch& batch);
 
   ModelShard<double>& params() { return shard_; }
@@ -30,6 +31,9 @@ class RankTrainer {
   void save(const std::string& dir, Communicator& world);
 
  private:
+  // Replicated hot experts: the next step's plans from this step's counts (StepOptions::hot_expert_slots).
+  void plan_next_step(const RankStep& s);
+
   const ModelConfig& config_;
   const ProcessGroups& groups_;
   const RankGroups& comms_;

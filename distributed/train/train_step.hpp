@@ -35,6 +35,9 @@ struct StepOptions {
   // Replicated hot experts (expert_replication.hpp): per global block (layers, then MTP depths), the plan its MoE
   // layer runs with; empty: none.
   std::vector<ReplicationPlan> replication{};
+  // Whole steps (RankTrainer): replica slots per layer, each step's plans made from the previous step's expert
+  // counts (plan_replicas); the first step of a run, or of a resumed run, has no previous counts and runs unreplicated.
+  int hot_expert_slots = 0;
   // Wave-scheduled EP (expert_waves.hpp): the routed experts of every MoE layer in this many waves; 1: unwaved.
   int expert_waves = 1;
 };

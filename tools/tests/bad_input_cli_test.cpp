@@ -27,7 +27,6 @@ TEST(BadInput, LayoutProductsThatOverflowAreRefused) {
   expect_refused("volume --world 8 --ep 2 --gtp 2", "volume does not account GTP yet");
   expect_refused("volume --world 8 --ep 2 --etp 2 --hot-expert-replicas 2", "needs ETP 1");
   expect_refused("check --world 4 --ep 2 --etp 2 --hot-expert-replicas 2", "does not run with ETP > 1");
-  expect_refused("check --world 4 --ep 2 --etp 1 --steps 2 --hot-expert-replicas 2", "does not run with whole steps");
   expect_refused("check --world 4 --ep 2 --expert-waves 2 --dispatcher flex", "runs with the AlltoAll dispatcher");
   expect_refused("check --world 4 --ep 4 --expert-waves 5", "leaves 4 local experts per rank");
   expect_refused("check --world 4 --ep 2 --expert-waves 2 --hot-expert-replicas 2", "does not run with replicated");

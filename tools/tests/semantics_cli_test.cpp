@@ -127,4 +127,22 @@ TEST(CliCheck, DefaultSetCoversEveryFeatureAndPasses) {
   EXPECT_TRUE(j["runs"][0]["max_abs"]["parameters"].is_null());
 }
 
+// Replicated experts in whole steps: the trainers plan each step from the previous step's counts, so the first of
+// two steps runs unreplicated and the second replicated; both must match the oracle's trajectory. Waves: only the
+// AlltoAll dispatcher runs them, and every run passes.
+TEST(CliCheck, ReplicasInWholeStepsAndWaves) {
+  const auto replicated = run_json("check --world 4 --ep 4 --steps 2 --hot-expert-replicas 2");
+  ASSERT_FALSE(replicated["runs"].empty());
+  for (const auto& r : replicated["runs"]) {
+    EXPECT_TRUE(r["pass"].get<bool>()) << r;
+    EXPECT_GT(r["replica_slots"].get<int>(), 0) << r;
+    EXPECT_EQ(r["steps"].size(), 2u) << r;
+  }
+  const auto waved = run_json("check --world 8 --tp 2 --ep 2 --etp 2 --expert-waves 4");
+  ASSERT_EQ(waved["runs"].size(), 1u) << "the AlltoAll dispatcher only";
+  EXPECT_EQ(waved["runs"][0]["dispatcher"], "alltoall");
+  EXPECT_EQ(waved["runs"][0]["expert_waves"], 4);
+  EXPECT_TRUE(waved["runs"][0]["pass"].get<bool>()) << waved["runs"][0];
+}
+
 }  // namespace
