@@ -46,10 +46,34 @@ ReplicaVolume replica_volume(const EpVolume& v) {
   return r;
 }
 
+// GTP weight rematerialisation of the routed experts (EGTP, R_e = egtp; seed 000 "GTP 与 EGTP"), per MoE layer and
+// microbatch: a rank keeps 1/R_e of its ETP slice of its experts for good; the forward and the backward each
+// all-gather the rest from the expt_gtp peers (bf16), and the backward's whole temporary wgrad is reduce-scattered
+// back to the permanent shard (fp32, Megatron's main grads). While the layer runs, the gathered weights and the
+// temporary wgrad are held besides the shard. These move weights, not tokens: they are not the dispatcher's ETP
+// all-gather and are counted apart from it. Dense GTP (R = gtp) shards attention and the shared expert, which this
+// routed-expert accounting leaves out.
+struct GtpVolume {
+  double permanent_bytes = 0, permanent_stage_bytes = 0, gathered_bytes_per_pass = 0, wgrad_scattered_bytes = 0,
+         temporary_bytes = 0;
+};
+
+GtpVolume gtp_volume(const EpVolume& v, int egtp) {
+  GtpVolume g;
+  const double weights = static_cast<double>(v.weight_bytes_per_layer);  // this rank's ETP slice, bf16
+  const double others = double(egtp - 1) / egtp;
+  g.permanent_bytes = weights / egtp;
+  g.permanent_stage_bytes = static_cast<double>(v.weight_bytes_per_stage) / egtp;
+  g.gathered_bytes_per_pass = weights * others;
+  g.wgrad_scattered_bytes = 2 * weights * others;  // fp32
+  g.temporary_bytes = weights + 2 * weights;       // whole weights and whole fp32 wgrad
+  return g;
+}
+
 void run(const VolumeArgs& a) {
-  if (a.layout.gtp > 1 || a.layout.egtp > 1)
-    throw std::invalid_argument("volume does not account GTP yet (the weight all-gathers, the wgrad reduce-scatters and "
-                                "the 1/gtp shards): drop --gtp and --egtp (groups, scaling and check take them)");
+  if (a.replica_slots > 0 && (a.layout.gtp > 1 || a.layout.egtp > 1))
+    throw std::invalid_argument("--hot-expert-replicas is not accounted with GTP (a replica would need the gathered "
+                                "weights): drop --gtp and --egtp, or the replicas");
   const LayerPreset preset = a.model.resolve();
   const int seq = a.seq.value_or(preset.seq);
   const int micro_batch = a.micro_batch.value_or(preset.batch);
@@ -58,6 +82,7 @@ void run(const VolumeArgs& a) {
   const auto v = ep_volume(preset, a.layout, seq, micro_batch, a.moe_layers_per_stage);
   const ReplicaVolume rv = replica_volume(v);
   const double slots = a.replica_slots;
+  const GtpVolume gv = gtp_volume(v, a.layout.egtp);
 
   if (a.json) {
     nlohmann::json out = {
@@ -100,6 +125,14 @@ void run(const VolumeArgs& a) {
                                    {"part_rows_per_slot", rv.part_rows},
                                    {"forwarded_row_bytes_per_slot", rv.forwarded_bytes},
                                    {"total_bytes", slots * (rv.weight_bytes + rv.wgrad_bytes + rv.forwarded_bytes)}};
+    if (a.layout.gtp > 1 || a.layout.egtp > 1)
+      out["weight_rematerialisation"] = {{"egtp", a.layout.egtp},
+                                         {"permanent_shard_bytes", gv.permanent_bytes},
+                                         {"permanent_stage_bytes", gv.permanent_stage_bytes},
+                                         {"allgather_bytes_per_pass", gv.gathered_bytes_per_pass},
+                                         {"allgather_bytes", 2 * gv.gathered_bytes_per_pass},
+                                         {"wgrad_reduce_scatter_bytes", gv.wgrad_scattered_bytes},
+                                         {"temporary_bytes", gv.temporary_bytes}};
     std::cout << out.dump(2) << "\n";
     return;
   }
@@ -142,7 +175,20 @@ void run(const VolumeArgs& a) {
     t.add_row({"rows forwarded owner ↔ replica", "4 · rows per expert/2 · h·2 B" + per + " (HybridEP: 0)",
                mib(slots * rv.forwarded_bytes)});
   }
+  if (a.layout.gtp > 1 || a.layout.egtp > 1) {
+    const std::string re = "R_e = egtp = " + std::to_string(a.layout.egtp);
+    t.add_row({"expert weights kept (EGTP shard)", "L·3·h·d/(etp·R_e)·2 B, " + re, mib(gv.permanent_bytes)});
+    t.add_row({"expert weights kept per stage", std::to_string(v.moe_layers_per_stage) + " MoE layers / R_e",
+               mib(gv.permanent_stage_bytes)});
+    t.add_row({"EGTP weight all-gather (fwd + bwd)", "2 · weights·(R_e−1)/R_e (moves weights, not tokens)",
+               mib(2 * gv.gathered_bytes_per_pass)});
+    t.add_row({"EGTP wgrad reduce-scatter", "L·3·h·d/etp·4 B·(R_e−1)/R_e (fp32)", mib(gv.wgrad_scattered_bytes)});
+    t.add_row({"EGTP temporary buffers", "whole weights + whole fp32 wgrad", mib(gv.temporary_bytes)});
+  }
   t.print(std::cout);
+  if (a.layout.gtp > 1)
+    std::cout << "dense GTP (gtp " << a.layout.gtp << ") shards attention and the shared expert: outside this "
+              << "routed-expert accounting\n";
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ TEST(BadInput, LayoutProductsThatOverflowAreRefused) {
   expect_refused("groups --world 8 --tp 65536 --cp 65536", "must each be <= world");
   expect_refused("groups --world 8 --tp 46341 --cp 46341", "must each be <= world");
   expect_refused("volume --world 8 --ep 65536 --etp 65536", "must each be <= world");
-  expect_refused("volume --world 8 --ep 2 --gtp 2", "volume does not account GTP yet");
+  expect_refused("volume --world 8 --ep 2 --gtp 2 --hot-expert-replicas 2", "not accounted with GTP");
   expect_refused("volume --world 8 --ep 2 --etp 2 --hot-expert-replicas 2", "needs ETP 1");
   expect_refused("check --world 4 --ep 2 --etp 2 --hot-expert-replicas 2", "does not run with ETP > 1");
   expect_refused("check --world 4 --ep 2 --expert-waves 2 --dispatcher flex", "runs with the AlltoAll dispatcher");

@@ -155,6 +155,28 @@ TEST(CliVolume, ReplicatedExpertsTraffic) {
   EXPECT_FALSE(run_json("volume " + kSeedLayout + " --preset v4-pro").contains("replicated_experts"));
 }
 
+// Seed 000's GTP example with EGTP: 128 ranks, CP2, R = 64, EP8, R_e = 4. V4-Pro's 384 experts leave 48 per rank,
+// each 3·7168·3072 parameters = 126 MiB in bf16: 6048 MiB computed with, 1512 MiB kept (1/4); each pass gathers
+// the other 3/4 (4536 MiB, forward and backward: 9072 MiB); the fp32 wgrad (12096 MiB) sends 3/4 in the
+// reduce-scatter (9072 MiB); whole weights and wgrad are held meanwhile (18144 MiB).
+TEST(CliVolume, EgtpWeightRematerialisation) {
+  const double MiB = 1024.0 * 1024.0;
+  const auto j = run_json("volume --world 128 --cp 2 --gtp 64 --ep 8 --egtp 4 --preset v4-pro --seq 8192 "
+                          "--micro-batch 1");
+  ASSERT_EQ(j["num_experts"], 384);
+  ASSERT_EQ(j["local_experts"], 48);
+  const auto& g = j["weight_rematerialisation"];
+  EXPECT_DOUBLE_EQ(j["weight_bytes_per_layer"].get<double>() / MiB, 6048);
+  EXPECT_DOUBLE_EQ(g["permanent_shard_bytes"].get<double>() / MiB, 1512);
+  EXPECT_DOUBLE_EQ(g["permanent_stage_bytes"].get<double>(), j["weight_bytes_per_stage"].get<double>() / 4);
+  EXPECT_DOUBLE_EQ(g["allgather_bytes"].get<double>() / MiB, 9072);
+  EXPECT_DOUBLE_EQ(g["wgrad_reduce_scatter_bytes"].get<double>() / MiB, 9072);
+  EXPECT_DOUBLE_EQ(g["temporary_bytes"].get<double>() / MiB, 18144);
+  const auto text = run("volume --world 128 --cp 2 --gtp 64 --ep 8 --egtp 4 --preset v4-pro");
+  EXPECT_NE(text.output.find("moves weights, not tokens"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("dense GTP (gtp 64)"), std::string::npos) << text.output;
+}
+
 TEST(CliVolume, HumanOutputStatesAssumptions) {
   const auto r = run("volume " + kSeedLayout + " --seq 8192 --micro-batch 1");
   EXPECT_EQ(r.status, 0) << r.output;
