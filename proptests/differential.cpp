@@ -38,9 +38,7 @@ std::vector<dist::RankStep> rank_steps(const dist::CheckProblem& p) {
   std::vector<dist::RankStep> steps(static_cast<size_t>(p.layout.world));
   std::mutex mu;
   InprocWorld(p.layout.world).run([&](Communicator& world) {
-    const dist::RankGroups comms(world, groups);
-    const dist::ModelShard<double> shard = dist::shard_model(p.config, p.params, groups, world.rank());
-    dist::RankStep step = dist::train_step(p.config, shard, p.batch, groups, comms, p.options);
+    dist::RankStep step = dist::step_on_world(world, p, groups);
     std::lock_guard<std::mutex> lock(mu);
     steps[static_cast<size_t>(world.rank())] = std::move(step);
   });

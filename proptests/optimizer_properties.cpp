@@ -33,14 +33,11 @@ struct TrajectoryCase {
 };
 
 void require_trajectory_match(const TrajectoryCase& c) {
-  const bool distributed_optimizer = c.distributed_optimizer, bf16 = c.bf16, gtp = c.gtp;
-  const double clip_grad = c.clip_grad;
-  const OptimizerKind kind = c.kind;
   ScenarioShape shape;
-  shape.gtp = gtp;
+  shape.gtp = c.gtp;
   shape.replicas = c.replica_slots > 0;
   Scenario s = *scenarios(shape);
-  s.config.layer.bf16_storage = bf16;
+  s.config.layer.bf16_storage = c.bf16;
   RC_TAG(s.layout.world <= 2 ? "world 1-2" : s.layout.world <= 8 ? "world 3-8" : "world 9-32");
   RC_TAG(s.layout.vpp > 1 ? "interleaved pp" : s.layout.pp > 1 ? "pp" : "no pp");
   const dist::CheckProblem p = make_problem(s);
@@ -48,17 +45,17 @@ void require_trajectory_match(const TrajectoryCase& c) {
   run.config = p.config;
   run.params = p.params;
   run.batches = {p.batch};
-  if (bf16) run.batches.push_back(p.batch);  // the second step computes with the updated main parameters' copy
+  if (c.bf16) run.batches.push_back(p.batch);  // the second step computes with the updated main parameters' copy
   if (c.replica_slots > 0) run.batches.push_back(p.batch);  // the second step replicates what the first counted
   run.layout = p.layout;
   run.options = p.options;
-  run.tolerance = kind == OptimizerKind::muon ? tolerance(Compared::muon_step, Precision::float64) : p.tolerance;
-  run.optimizer.config.kind = kind;
-  run.optimizer.config.sgd.lr = bf16 ? 1e-3 : 1.0;  // bf16: moves below a bf16 ulp, which only main params keep
+  run.tolerance = c.kind == OptimizerKind::muon ? tolerance(Compared::muon_step, Precision::float64) : p.tolerance;
+  run.optimizer.config.kind = c.kind;
+  run.optimizer.config.sgd.lr = c.bf16 ? 1e-3 : 1.0;  // bf16: moves below a bf16 ulp, which only main params keep
   run.optimizer.config.muon.lr = 0.01;  // moves of about 0.01 per element: any misplaced piece shows
   run.optimizer.config.adam.lr = 0.1;
-  run.optimizer.distributed = distributed_optimizer;
-  run.optimizer.config.clip_grad = clip_grad;
+  run.optimizer.distributed = c.distributed_optimizer;
+  run.optimizer.config.clip_grad = c.clip_grad;
   run.options.hot_expert_slots = c.replica_slots;
   const auto trajectory = dist::oracle_trajectory(run);
   if (c.replica_slots > 0) {
@@ -71,13 +68,14 @@ void require_trajectory_match(const TrajectoryCase& c) {
   RC_ASSERT(steps.size() == run.batches.size());
   for (size_t i = 0; i < steps.size(); ++i) {
     if (!steps[i].pass())
-      RC_FAIL(std::string(kind == OptimizerKind::muon ? "Muon's"
-                          : distributed_optimizer     ? "the distributed optimizer's"
-                          : gtp                       ? "GTP's"
+      RC_FAIL(std::string(c.kind == OptimizerKind::muon ? "Muon's"
+                          : c.distributed_optimizer   ? "the distributed optimizer's"
+                          : c.gtp                     ? "GTP's"
                           : c.replica_slots > 0       ? "DDP's (replicated experts)"
                                                       : "DDP's") +
               " step " + std::to_string(i + 1) + " (" + std::string(to_string(p.options.mode)) +
-              (clip_grad > 0 ? ", clipped to " + std::to_string(clip_grad) : "") + (bf16 ? ", bf16 storage" : "") +
+              (c.clip_grad > 0 ? ", clipped to " + std::to_string(c.clip_grad) : "") +
+              (c.bf16 ? ", bf16 storage" : "") +
               ") differs from the oracle's trajectory; " + report(steps[i]));
     RC_ASSERT(steps[i].errors[static_cast<size_t>(dist::Quantity::parameters)].compared > 0);
   }

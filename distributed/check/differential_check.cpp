@@ -145,11 +145,15 @@ GlobalStep oracle_step(const CheckProblem& p) {
   return global_step(p.config, p.params, p.batch, p.layout, p.options.micro_batch, p.options.mode);
 }
 
-RankComparison check_on_world(Communicator& world, const CheckProblem& p, const GlobalStep& oracle) {
-  const ProcessGroups groups(p.layout);
+RankStep step_on_world(Communicator& world, const CheckProblem& p, const ProcessGroups& groups) {
   const RankGroups comms(world, groups);
   const ModelShard<double> shard = shard_model(p.config, p.params, groups, world.rank());
-  RankStep step = train_step(p.config, shard, p.batch, groups, comms, p.options);
+  return train_step(p.config, shard, p.batch, groups, comms, p.options);
+}
+
+RankComparison check_on_world(Communicator& world, const CheckProblem& p, const GlobalStep& oracle) {
+  const ProcessGroups groups(p.layout);
+  RankStep step = step_on_world(world, p, groups);
   return merge_over(world, compare_with_oracle(p.config, oracle, step, groups, world.rank(), p.tolerance));
 }
 

@@ -26,6 +26,9 @@ struct CheckProblem {
 // The oracle's answer for the problem (global_step over the problem's layout split).
 GlobalStep oracle_step(const CheckProblem& problem);
 
+// The problem's step as this rank of `world` runs it (groups: ProcessGroups(problem.layout)). Collective.
+RankStep step_on_world(Communicator& world, const CheckProblem& problem, const ProcessGroups& groups);
+
 // Collective over `world`: every rank returns the comparison merged over all ranks.
 RankComparison check_on_world(Communicator& world, const CheckProblem& problem, const GlobalStep& oracle);
 
