@@ -157,6 +157,18 @@ TEST(TrainingRun, MuonRefusesTheDistributedOptimizer) {
   EXPECT_THROW(check_run_inproc(p, oracle_trajectory(p)), std::invalid_argument);
 }
 
+// Replicas and waves together are refused before the first step (the layers would only see a plan at step 2).
+TEST(TrainingRun, ReplicasWithWavesAreRefusedUpFront) {
+  RunProblem p = run(ParallelLayout{.world = 2, .ep = 2}, LossMode::sum, false, 1);
+  p.options.hot_expert_slots = 1;
+  p.options.expert_waves = 2;
+  InprocWorld(p.layout.world).run([&](Communicator& world) {
+    const ProcessGroups groups(p.layout);
+    const RankGroups comms(world, groups);
+    EXPECT_THROW(RankTrainer(p.config, p.params, groups, comms, p.options, p.optimizer), std::invalid_argument);
+  });
+}
+
 // A checkpoint written by `p` after one step, in a fresh directory.
 fs::path write_checkpoint(const RunProblem& p, const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / name;

@@ -34,6 +34,9 @@ RankTrainer::RankTrainer(const ModelConfig& config, const ModelParams<double>& g
   options_.synchronise = false;  // the optimizer synchronises
   if (options.precision != Precision::float64)
     throw std::invalid_argument("whole training steps run in double (the optimizer keeps double state)");
+  // The layers refuse waves with replicas only once a plan exists (step 2): refuse before the first step.
+  if (options.hot_expert_slots > 0 && options.expert_waves > 1)
+    throw std::invalid_argument("replicated hot experts do not run with wave-scheduled experts");
 }
 
 RankTrainer::RankTrainer(const ModelConfig& config, const TrainingState& state, const ProcessGroups& groups,
