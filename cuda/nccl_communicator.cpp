@@ -238,6 +238,12 @@ std::unique_ptr<Communicator> NcclCommunicator::run_split(const CollectiveCall& 
 
 // The host backends exchange the lists to check that they partition the ranks; that exchange needs host buffers,
 // so here only this rank's own list is checked, and split's call check makes the ranks agree on the call itself.
+void NcclCommunicator::run_indexed_alltoallv(const IndexedExchange&) {
+  throw std::invalid_argument(
+      "alltoallv_indexed: not available on NcclCommunicator (its buffers are in device memory; pack the rows with "
+      "the device token kernels and use alltoallv)");
+}
+
 std::unique_ptr<Communicator> NcclCommunicator::run_subgroup(std::span<const int> ranks) {
   const auto at = std::find(ranks.begin(), ranks.end(), rank_);
   if (at == ranks.end())

@@ -14,6 +14,8 @@
 //     to test, so it is left for then — the tests here run at world size 1);
 //   - NCCL delivers the messages between two ranks in send order and has no tags: each message carries a small
 //     header (tag, type, count) and recv throws if the next message is not the one it names;
+//   - alltoallv_indexed throws: its default packs and lands rows on the host, which cannot read device memory (a
+//     device form would pack with the token kernels; the dispatchers use host communicators, so none needs it);
 //   - NCCL refuses two ranks on one GPU: one rank per device (several ranks on one GPU use the host-staged
 //     in-process backend, device_inproc_world.hpp).
 #pragma once
@@ -44,6 +46,7 @@ class NcclCommunicator final : public Communicator {
   void run_collective(const CollectiveCall& call, const void* send, void* recv) override;
   std::unique_ptr<Communicator> run_split(const CollectiveCall& call) override;
   std::unique_ptr<Communicator> run_subgroup(std::span<const int> ranks) override;
+  void run_indexed_alltoallv(const IndexedExchange& x) override;
   void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) override;
   void recv_bytes(ElementType type, void* data, std::int64_t count, int source, int tag) override;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -74,6 +75,35 @@ std::unique_ptr<Communicator> Communicator::run_subgroup(std::span<const int> ra
   check_partition(lists);
   const auto at = std::find(mine.begin(), mine.end(), std::int64_t(rank()));
   return split(int(*std::min_element(mine.begin(), mine.end())), int(at - mine.begin()));
+}
+
+void Communicator::exchange_indexed(IndexedExchange x, std::size_t send_elements, std::size_t recv_elements) {
+  const std::size_t size = element_size(x.type);
+  if (x.width >= 1) {
+    if (send_elements % std::size_t(x.width) != 0 || recv_elements % std::size_t(x.width) != 0) {
+      throw std::invalid_argument("alltoallv_indexed: buffers of " + std::to_string(send_elements) + " and " +
+                                  std::to_string(recv_elements) + " elements are not rows of " +
+                                  std::to_string(x.width));
+    }
+    x.send_rows = std::int64_t(send_elements) / x.width;
+    x.recv_rows = std::int64_t(recv_elements) / x.width;
+  }
+  if (overlap(x.send, send_elements * size, x.recv, recv_elements * size))
+    throw std::invalid_argument("alltoallv_indexed: the send and receive buffers overlap");
+  check_indexed_exchange(x, this->size());
+  run_indexed_alltoallv(x);
+}
+
+void Communicator::run_indexed_alltoallv(const IndexedExchange& x) {
+  const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
+  // Not value-initialised: zeroing them was a third pass over the rows.
+  const auto packed = std::make_unique_for_overwrite<std::byte[]>(x.to->rows.size() * row_bytes);
+  const auto arrived = std::make_unique_for_overwrite<std::byte[]>(x.from->rows.size() * row_bytes);
+  pack_rows(x.type, x.width, x.send, x.to->rows, packed.get());
+  run_collective(x.as_alltoallv(), packed.get(), arrived.get());
+  std::vector<const std::byte*> sources(x.from->rows.size());
+  for (std::size_t i = 0; i < sources.size(); ++i) sources[i] = arrived.get() + i * row_bytes;
+  land_rows(x.type, x.width, sources, x.from->rows, x.recv, x.recv_rows, x.landing);
 }
 
 bool Communicator::overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {

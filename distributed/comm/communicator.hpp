@@ -12,6 +12,9 @@
 // Semantics are MPI's, counted in elements:
 //   alltoallv        rank r sends send[send_displs[j], +send_counts[j]) to rank j, which stores it at
 //                    recv[recv_displs[r], +recv_counts[r]); send_counts[j] on r == recv_counts[r] on j.
+//   alltoallv_indexed the same with rows of `width` elements picked by index on both sides (row_exchange.hpp):
+//                    rank r sends rows to.rows[block j] of send to rank j, whose k-th row from r lands at row
+//                    from.rows[block r][k] of j's recv, copied or added (RowLanding).
 //   allgather        recv = send_0 | send_1 | … | send_{size-1}, all sends of one size.
 //   allgatherv       rank j's send lands at recv[recv_displs[j], +recv_counts[j]).
 //   reduce_scatter   send = size() blocks of recv.size() elements; rank r receives block r reduced over ranks.
@@ -31,6 +34,7 @@
 
 #include "distributed/comm/collective_call.hpp"
 #include "distributed/comm/element_type.hpp"
+#include "distributed/comm/row_exchange.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -72,6 +76,16 @@ class Communicator {
                  std::span<const std::int64_t> recv_counts) {
     alltoallv<T>(send, send_counts, packed_displacements(send_counts), recv, recv_counts,
                  packed_displacements(recv_counts));
+  }
+
+  // The permute fused into the send and the unpermute into the receive (row_exchange.hpp). Whatever one rank can
+  // check alone (counts per peer, rows inside the buffers, no row copied to twice) throws std::invalid_argument on
+  // that rank before anything is exchanged; row counts that do not match a peer's throw on every rank.
+  template <CommElement T>
+  void alltoallv_indexed(std::span<const T> send, const RowBlocks& to, std::span<T> recv, const RowBlocks& from,
+                         std::int64_t width, RowLanding landing) {
+    exchange_indexed({element_type_of<T>(), width, send.data(), 0, &to, recv.data(), 0, &from, landing}, send.size(),
+                     recv.size());
   }
 
   template <CommElement T>
@@ -152,6 +166,9 @@ class Communicator {
   // The default exchanges every rank's list with allgather(v) on host buffers, checks that the lists form a
   // partition and splits; a backend whose buffers live elsewhere (device memory) overrides it.
   virtual std::unique_ptr<Communicator> run_subgroup(std::span<const int> ranks);
+  // The default packs the rows, runs the plain alltoallv (run_collective) and lands them; a backend that can read
+  // its peers' buffers in place overrides it. Arguments are checked (check_indexed_exchange) before the call.
+  virtual void run_indexed_alltoallv(const IndexedExchange& x);
   virtual void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) = 0;
   virtual void recv_bytes(ElementType type, void* data, std::int64_t count, int source, int tag) = 0;
 
@@ -175,6 +192,8 @@ class Communicator {
     c.in_place = true;
     return c;
   }
+  // Checks the buffers and rows (filling in the row counts) and runs the exchange.
+  void exchange_indexed(IndexedExchange x, std::size_t send_elements, std::size_t recv_elements);
   static bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes);
   // Point-to-point arguments are local: a bad peer or tag throws std::invalid_argument on this rank only.
   void check_peer(const char* op, const char* role, int peer, int tag) const;

@@ -84,6 +84,30 @@ void InprocCommunicator::run_collective(const CollectiveCall& call, const void* 
   if (!held_back.empty()) std::memcpy(recv, held_back.data(), held_back.size());
 }
 
+// Every rank reads the rows its peers send it where they lie in the peers' buffers: each row is copied (or added)
+// once, with no pack and no unpack.
+void InprocCommunicator::run_indexed_alltoallv(const IndexedExchange& x) {
+  Post post{x.as_alltoallv(), x.send, x.recv};
+  post.send_rows = x.to;
+  const Group::Arrival arrival = group_->arrive(rank_, std::move(post));
+  const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
+  std::vector<const std::byte*> sources;
+  sources.reserve(x.from->rows.size());
+  for (std::size_t j = 0; j < arrival.posts.size(); ++j) {
+    const std::int64_t count = x.from->counts[j];
+    if (count == 0) continue;  // a peer that sends nothing at all may already have left
+    const Post& peer = arrival.posts[j];
+    const RowBlocks& theirs = *peer.send_rows;
+    std::int64_t first = 0;
+    for (int d = 0; d < rank_; ++d) first += theirs.counts[std::size_t(d)];
+    const auto* base = static_cast<const std::byte*>(peer.send);
+    for (std::int64_t k = 0; k < count; ++k)
+      sources.push_back(base + std::size_t(theirs.rows[std::size_t(first + k)]) * row_bytes);
+  }
+  land_rows(x.type, x.width, sources, x.from->rows, x.recv, x.recv_rows, x.landing);
+  if (arrival.must_depart) group_->depart(rank_, CollectiveKind::alltoallv);
+}
+
 std::unique_ptr<Communicator> InprocCommunicator::run_split(const CollectiveCall& call) {
   auto [group, rank] = group_->split(rank_, call);
   return std::make_unique<InprocCommunicator>(std::move(group), rank);

@@ -16,6 +16,7 @@ class InprocCommunicator final : public Communicator {
   int size() const override { return group_->size(); }
 
   void run_collective(const CollectiveCall& call, const void* send, void* recv) override;
+  void run_indexed_alltoallv(const IndexedExchange& x) override;
   std::unique_ptr<Communicator> run_split(const CollectiveCall& call) override;
   void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) override;
   void recv_bytes(ElementType type, void* data, std::int64_t count, int source, int tag) override;

@@ -121,7 +121,7 @@ Group::Arrival Group::arrive(int rank, Post post) {
   const std::size_t bytes = std::size_t(post.call.send_size) * element_size(post.call.type);
   if (post.send == nullptr || bytes == 0) {
     post.staged = true;  // nothing of this rank's is read
-  } else if (bytes <= kStageBytes) {
+  } else if (bytes <= kStageBytes && post.send_rows == nullptr) {
     std::vector<std::byte>& copy = staged_[parity][r];  // free: every peer has finished reading it (see header)
     copy.resize(bytes);
     std::memcpy(copy.data(), post.send, bytes);

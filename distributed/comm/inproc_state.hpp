@@ -21,6 +21,7 @@
 
 #include "distributed/comm/collective_call.hpp"
 #include "distributed/comm/fiber.hpp"
+#include "distributed/comm/row_exchange.hpp"
 
 #include <array>
 #include <condition_variable>
@@ -89,6 +90,7 @@ struct Post {
   const void* send = nullptr;
   void* recv = nullptr;
   bool staged = false;  // send points at the group's copy, not at the rank's buffer
+  const RowBlocks* send_rows = nullptr;  // alltoallv_indexed: the rows of `send` peers read in place (never staged)
 };
 
 struct Message {

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <climits>
+#include <memory>
 #include <cstddef>
 #include <cstring>
 #include <stdexcept>
@@ -51,6 +52,44 @@ std::vector<int> to_ints(std::span<const std::int64_t> v) {
 struct PendingSend {
   std::vector<std::byte> bytes;  // the buffered copy, alive until the request completes
   MPI_Request request = MPI_REQUEST_NULL;
+};
+
+// One MPI datatype per peer that picks rows of a buffer (a block of row_bytes at each row's byte offset), freed
+// when it goes: MPI then reads rows where they lie, and writes them where they land, with no pack of ours.
+class RowTypes {
+ public:
+  RowTypes(std::size_t peers, std::int64_t row_bytes) : row_bytes_(row_bytes), types_(peers, MPI_BYTE), counts_(peers, 0) {}
+  RowTypes(const RowTypes&) = delete;
+  RowTypes& operator=(const RowTypes&) = delete;
+  ~RowTypes() {
+    for (MPI_Datatype& t : types_)
+      if (t != MPI_BYTE) MPI_Type_free(&t);
+  }
+  // Peer j's rows: `count` entries of `rows`.
+  void set(std::size_t j, const std::int64_t* rows, std::int64_t count) {
+    if (count == 0) return;
+    std::vector<MPI_Aint> at(static_cast<std::size_t>(count));
+    for (std::size_t k = 0; k < at.size(); ++k) at[k] = MPI_Aint(rows[k] * row_bytes_);
+    check(MPI_Type_create_hindexed_block(to_int(count), to_int(row_bytes_), at.data(), MPI_BYTE, &types_[j]),
+          "MPI_Type_create_hindexed_block");
+    check(MPI_Type_commit(&types_[j]), "MPI_Type_commit");
+    counts_[j] = 1;
+  }
+  // Every peer's rows, block after block as `blocks` describes them.
+  void set_all(const RowBlocks& blocks) {
+    std::int64_t first = 0;
+    for (std::size_t j = 0; j < types_.size(); ++j) {
+      set(j, blocks.rows.data() + first, blocks.counts[j]);
+      first += blocks.counts[j];
+    }
+  }
+  const int* counts() const { return counts_.data(); }
+  const MPI_Datatype* types() const { return types_.data(); }
+
+ private:
+  std::int64_t row_bytes_;
+  std::vector<MPI_Datatype> types_;
+  std::vector<int> counts_;
 };
 
 }  // namespace
@@ -185,6 +224,35 @@ void MpiCommunicator::run_collective(const CollectiveCall& call, const void* sen
     case CollectiveKind::split: break;
   }
   throw std::logic_error("run_collective: split is not a data collective");
+}
+
+// MPI_Alltoallw with a row-picking datatype per peer on both sides. Added rows arrive packed in (source,
+// position) order and land_rows sums them, as every backend does.
+void MpiCommunicator::run_indexed_alltoallv(const IndexedExchange& x) {
+  check_with_peers(x.as_alltoallv());
+  const std::size_t peers = std::size_t(state_->size);
+  const std::int64_t row_bytes = x.width * std::int64_t(element_size(x.type));
+  RowTypes send(peers, row_bytes), recv(peers, row_bytes);
+  send.set_all(*x.to);
+  const bool add = x.landing == RowLanding::add;
+  const std::size_t arriving = x.from->rows.size();
+  std::unique_ptr<std::byte[]> arrived;
+  if (add) {
+    arrived = std::make_unique_for_overwrite<std::byte[]>(arriving * std::size_t(row_bytes));
+    std::vector<std::int64_t> in_order(arriving);
+    for (std::size_t i = 0; i < arriving; ++i) in_order[i] = std::int64_t(i);
+    recv.set_all(RowBlocks{x.from->counts, std::move(in_order)});
+  } else {
+    recv.set_all(*x.from);
+  }
+  const std::vector<int> at_start(peers, 0);
+  check(MPI_Alltoallw(x.send, send.counts(), at_start.data(), send.types(), add ? arrived.get() : x.recv,
+                      recv.counts(), at_start.data(), recv.types(), state_->comm),
+        "MPI_Alltoallw");
+  if (!add) return;
+  std::vector<const std::byte*> sources(arriving);
+  for (std::size_t i = 0; i < arriving; ++i) sources[i] = arrived.get() + i * std::size_t(row_bytes);
+  land_rows(x.type, x.width, sources, x.from->rows, x.recv, x.recv_rows, x.landing);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::run_split(const CollectiveCall& call) {

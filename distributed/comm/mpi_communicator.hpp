@@ -6,6 +6,8 @@
 //     (MPI_Allreduce may reassociate), which keeps results bitwise equal to the in-process backend;
 //   - send is buffered (a copy plus MPI_Isend, completed later), as in-process, so exchanges cannot deadlock on
 //     send. recv checks the message length in bytes; MPI cannot tell element types apart, in-process ranks can;
+//   - alltoallv_indexed is MPI_Alltoallw with one datatype per peer that lists its rows, so MPI reads rows where
+//     they lie and lands copied rows in place; added rows arrive packed and are summed in (source, position) order;
 //   - MPI errors become std::runtime_error (the communicator uses MPI_ERRORS_RETURN);
 //   - one thread per process calls it (MPI_THREAD_FUNNELED); OpenMP inside a rank's compute is fine.
 // This header hides mpi.h; the world communicator is a duplicate of MPI_COMM_WORLD, so its traffic never matches
@@ -30,6 +32,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override;
 
   void run_collective(const CollectiveCall& call, const void* send, void* recv) override;
+  void run_indexed_alltoallv(const IndexedExchange& x) override;
   std::unique_ptr<Communicator> run_split(const CollectiveCall& call) override;
   void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) override;
   void recv_bytes(ElementType type, void* data, std::int64_t count, int source, int tag) override;

@@ -9,11 +9,16 @@
 //   6 EP alltoallv back (swapped splits)
 //   7 unpermute: scatter-add each token's rows (probabilities were applied inside the experts)
 // The backward runs the same communication in reverse (alltoallv ↔ alltoallv, allgather ↔ reduce-scatter).
+// Direct exchange (no ETP, large batches): stages 2–4 are one alltoallv_indexed that reads each row where its token
+// lies and lands it in its sorted place, and 5–7 one that adds each row straight into its token row (in permuted
+// order, as the unpermute would), so every row crosses once and is never packed or unpacked.
 #include "distributed/dispatch/alltoall_dispatcher.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
 #include "distributed/kernels/token_kernels.hpp"
 #include "distributed/seeded_bugs.hpp"
+
+#include <numeric>
 
 namespace moe::dist {
 
@@ -111,19 +116,21 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
         permuted_rows_.push_back(t);
         permuted_experts_.push_back(e);
       }
-  const Matrix<T> permuted = kernels_.gather_rows(tokens, permuted_rows_);
   Vector<T> permuted_probs(static_cast<Eigen::Index>(permuted_rows_.size()));
   for (size_t j = 0; j < permuted_rows_.size(); ++j)
     permuted_probs(static_cast<Eigen::Index>(j)) = probs(permuted_rows_[j], permuted_experts_[j]);
-  this->observe("permute", permuted);
-  this->observe("permute", permuted_probs);
 
   if (direct_) {
-    Matrix<T> x = exchange_direct(permuted, /*to_experts=*/true);
-    Matrix<T> p = exchange_direct(Matrix<T>(permuted_probs), /*to_experts=*/true);
+    plan_direct();
+    Matrix<T> x = exchange(tokens, token_side_, expert_side_, RowLanding::copy);
+    Matrix<T> p = exchange(Matrix<T>(permuted_probs), permuted_side_, expert_side_, RowLanding::copy);
     this->observe("ep_alltoallv", x);
+    this->observe("ep_alltoallv", p);
     return {std::move(x), Vector<T>(p), group_sizes_};
   }
+  const Matrix<T> permuted = kernels_.gather_rows(tokens, permuted_rows_);
+  this->observe("permute", permuted);
+  this->observe("permute", permuted_probs);
   Matrix<T> x = alltoallv_rows(*groups_.ep, permuted, input_splits_, output_splits_);
   Vector<T> p = alltoallv_rows(*groups_.ep, permuted_probs, input_splits_, output_splits_);
   this->observe("ep_alltoallv", x);
@@ -137,32 +144,30 @@ ExpertRows<T> AlltoAllDispatcher<T>::dispatch(const Matrix<T>& tokens, const Mat
   return {kernels_.gather_rows(x, sorted_rows_), kernels_.gather_rows(Matrix<T>(p), sorted_rows_), group_sizes_};
 }
 
-// Local expert i at a time: peer d's rows for it are the block of expert experts_of_peer(d).first + i in the
-// source's expert-major order, and chunk (source d, i) of the expert owner's sorted order. Towards the experts the
-// blocks are sent and the chunks received; back to the sources (the transpose) the other way round.
+// The three sides of the direct exchange. Peer d's experts are a contiguous range, so in the source's expert-major
+// (permuted) order the rows for peer d are one block, and in the expert owner's sorted order the rows from source
+// d for local expert i are chunk (d, i).
+template <typename T>
+void AlltoAllDispatcher<T>::plan_direct() {
+  token_side_ = {input_splits_, permuted_rows_};
+  permuted_side_ = {input_splits_, std::vector<std::int64_t>(permuted_rows_.size())};
+  std::iota(permuted_side_.rows.begin(), permuted_side_.rows.end(), std::int64_t{0});
+  expert_side_ = {output_splits_, {}};
+  for (int d = 0; d < ep_; ++d)
+    for (int i = 0; i < local_experts_; ++i) {
+      const auto c = static_cast<size_t>(d * local_experts_ + i);  // chunk (etp 0, source d, expert i)
+      for (std::int64_t k = 0; k < global_counts_[c]; ++k) expert_side_.rows.push_back(chunk_start_[c] + k);
+    }
+}
+
 template <typename T>
 template <typename M>
-M AlltoAllDispatcher<T>::exchange_direct(const M& from, bool to_experts) const {
+Matrix<T> AlltoAllDispatcher<T>::exchange(const M& from, const RowBlocks& send, const RowBlocks& recv,
+                                          RowLanding landing, Eigen::Index recv_rows) const {
   const Eigen::Index w = from.cols();
-  M to(total(to_experts ? output_splits_ : input_splits_), w);
-  std::vector<std::int64_t> block_counts(static_cast<size_t>(ep_)), block_displs = block_counts,
-      chunk_counts = block_counts, chunk_displs = block_counts;
-  for (int i = 0; i < local_experts_; ++i) {
-    for (int d = 0; d < ep_; ++d) {
-      const auto e = static_cast<size_t>(groups_.experts_of_peer(num_experts_, d).first + i);
-      const auto c = static_cast<size_t>(d * local_experts_ + i);  // chunk (etp 0, source d, expert i)
-      block_counts[static_cast<size_t>(d)] = local_counts_[e] * w;
-      block_displs[static_cast<size_t>(d)] = expert_start_[e] * w;
-      chunk_counts[static_cast<size_t>(d)] = global_counts_[c] * w;
-      chunk_displs[static_cast<size_t>(d)] = chunk_start_[c] * w;
-    }
-    if (to_experts)
-      groups_.ep->alltoallv<T>(const_span_of(from), block_counts, block_displs, span_of(to), chunk_counts,
-                               chunk_displs);
-    else
-      groups_.ep->alltoallv<T>(const_span_of(from), chunk_counts, chunk_displs, span_of(to), block_counts,
-                               block_displs);
-  }
+  Matrix<T> to = landing == RowLanding::add ? Matrix<T>::Zero(recv_rows, w)
+                                            : Matrix<T>(static_cast<Eigen::Index>(recv.rows.size()), w);
+  groups_.ep->alltoallv_indexed<T>(const_span_of(from), send, span_of(to), recv, w, landing);
   return to;
 }
 
@@ -170,7 +175,7 @@ template <typename T>
 template <typename M>
 M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
   if (direct_) {
-    M back = exchange_direct(rows, /*to_experts=*/false);
+    M back = exchange(rows, expert_side_, permuted_side_, RowLanding::copy);
     this->observe("ep_alltoallv_back", back);
     return back;
   }
@@ -201,19 +206,24 @@ M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
 
 template <typename T>
 Matrix<T> AlltoAllDispatcher<T>::combine(const Matrix<T>& expert_out) {
+  if (direct_) {  // out = 0; out[token of row j] += row j, j rising: scatter_add_rows' sum, fused into the receive
+    Matrix<T> y = exchange(expert_out, expert_side_, token_side_, RowLanding::add, tokens_);
+    this->observe("ep_alltoallv_back", y);
+    return y;
+  }
   const Matrix<T> back = to_sources(expert_out);
   return kernels_.scatter_add_rows(back, permuted_rows_, tokens_);
 }
 
 template <typename T>
 Matrix<T> AlltoAllDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
-  const Matrix<T> send = kernels_.gather_rows(grad_y, permuted_rows_);
-  this->observe("permute", send);
   if (direct_) {
-    Matrix<T> rows = exchange_direct(send, /*to_experts=*/true);
+    Matrix<T> rows = exchange(grad_y, token_side_, expert_side_, RowLanding::copy);
     this->observe("ep_alltoallv", rows);
     return rows;
   }
+  const Matrix<T> send = kernels_.gather_rows(grad_y, permuted_rows_);
+  this->observe("permute", send);
   Matrix<T> rows = alltoallv_rows(*groups_.ep, send, input_splits_, output_splits_);
   this->observe("ep_alltoallv", rows);
   if (etp_ > 1) {
@@ -233,6 +243,14 @@ void AlltoAllDispatcher<T>::return_grad_rows(const Matrix<T>& grad_rows, const V
 template <typename T>
 void AlltoAllDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
                                               Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
+  if (direct_) {  // dL/d tokens summed in the receive, as in combine
+    grad_tokens = exchange(grad_rows, expert_side_, token_side_, RowLanding::add, tokens_);
+    const Matrix<T> back_probs = to_sources(Matrix<T>(grad_row_probs));
+    grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
+    for (size_t j = 0; j < permuted_rows_.size(); ++j)
+      grad_probs(permuted_rows_[j], permuted_experts_[j]) += back_probs(static_cast<Eigen::Index>(j), 0);
+    return;
+  }
   Matrix<T> back, back_probs;
   return_grad_rows(grad_rows, grad_row_probs, back, back_probs);
   unpermute_grads(kernels_, back, back_probs, permuted_rows_, permuted_experts_, tokens_, num_experts_, grad_tokens,

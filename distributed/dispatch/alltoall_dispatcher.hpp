@@ -9,10 +9,10 @@ namespace moe::dist {
 template <typename T>
 class AlltoAllDispatcher final : public Dispatcher<T> {
  public:
-  // Above `direct_min_bytes` of routed rows in the whole dispatch domain (and without ETP), the EP exchange puts
-  // each (source, local expert) chunk straight into its sorted place: one alltoallv per local expert with
-  // displacements, so the chunk sort and its undo copy nothing. Below it, one alltoallv and a sort gather: fewer
-  // collectives for small batches. Both give the same bits.
+  // Above `direct_min_bytes` of routed rows in the whole dispatch domain (and without ETP), each way is one
+  // alltoallv_indexed (comm/row_exchange.hpp): rows are read where their tokens lie, land in their sorted place,
+  // and come back added straight into their token rows, so nothing is packed, sorted or unpacked. Below it, an
+  // alltoallv of the permuted rows and a sort gather, the path ETP always takes. Both give the same bits.
   static constexpr std::int64_t default_direct_min_bytes = std::int64_t{4} << 20;
   AlltoAllDispatcher(const DispatchGroups& groups, int num_experts, const KernelBackend& kernels,
                      std::int64_t direct_min_bytes = default_direct_min_bytes);
@@ -40,9 +40,12 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   void preprocess(const BoolMatrix& map, Eigen::Index width);
   template <typename M>
   M to_sources(const M& rows) const;
-  // The direct exchange (etp = 1): expert-major rows → sorted chunks (to_experts), or back.
+  // The direct exchange (etp = 1): one alltoallv_indexed over ep between two of the sides below; `recv_rows`
+  // is the receive matrix's height when rows are added (the tokens).
+  void plan_direct();
   template <typename M>
-  M exchange_direct(const M& from, bool to_experts) const;
+  Matrix<T> exchange(const M& from, const RowBlocks& send, const RowBlocks& recv, RowLanding landing,
+                     Eigen::Index recv_rows = 0) const;
 
   DispatchGroups groups_;
   const KernelBackend& kernels_;
@@ -61,6 +64,9 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   std::int64_t direct_min_bytes_ = 0;
   std::int64_t domain_rows_ = 0;              // routed rows of the whole dispatch domain (equal on its ranks)
   bool direct_ = false;                       // this use exchanges directly into the sorted order
+  RowBlocks token_side_;                      // direct: the token rows each EP peer gets, in permuted order
+  RowBlocks permuted_side_;                   // direct: the same as rows of a permuted-order matrix
+  RowBlocks expert_side_;                     // direct: where each source's rows sit in the sorted order
   std::vector<std::int64_t> permuted_rows_;   // source token of each permuted row
   std::vector<int> permuted_experts_;         // its expert
 };

@@ -2,6 +2,7 @@
 
 #include "distributed/comm/row_collectives.hpp"
 
+#include <numeric>
 #include <span>
 
 namespace moe::dist {
@@ -45,12 +46,16 @@ ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<
   recv_counts_.assign(static_cast<size_t>(peers), 0);
   domain_.alltoallv<std::int64_t>(send_counts_, std::vector<std::int64_t>(static_cast<size_t>(peers), 1), recv_counts_,
                                   std::vector<std::int64_t>(static_cast<size_t>(peers), 1));
-  const Matrix<T> send = kernels_.gather_rows(tokens, sent_tokens_);
   this->observe_counts("send_counts", send_counts_);
   this->observe_counts("recv_counts", recv_counts_);
-  this->observe("permute", send);
   this->observe("permute", send_probs);
-  const Matrix<T> x = alltoallv_rows(domain_, send, send_counts_, recv_counts_);
+  // The token rows are read where they lie (no pack): destination-major, as sent_tokens_ lists them.
+  token_side_ = {send_counts_, sent_tokens_};
+  received_side_ = {recv_counts_, std::vector<std::int64_t>(static_cast<size_t>(total(recv_counts_)))};
+  std::iota(received_side_.rows.begin(), received_side_.rows.end(), std::int64_t{0});
+  Matrix<T> x(total(recv_counts_), tokens.cols());
+  domain_.alltoallv_indexed<T>(const_span_of(tokens), token_side_, span_of(x), received_side_, tokens.cols(),
+                               RowLanding::copy);
   const Matrix<T> p = alltoallv_rows(domain_, send_probs, send_counts_, recv_counts_);
   this->observe("alltoallv", x);
   this->observe("alltoallv", p);
@@ -89,16 +94,25 @@ Matrix<T> FlexDispatcher<T>::combine(const Matrix<T>& expert_out) {
   // One row per received token: the sum over its local experts, then back to the source.
   const Matrix<T> per_token = kernels_.scatter_add_rows(expert_out, local_rows_, received_);
   this->observe("combine_local", per_token);
-  const Matrix<T> back = return_to_sources(per_token);
-  this->observe("alltoallv_back", back);
-  return kernels_.scatter_add_rows(back, sent_tokens_, tokens_);
+  return sum_at_sources(per_token);
+}
+
+// Back to the sources, each row added straight into its token row in sent order (scatter_add_rows' sum, without
+// the unpack).
+template <typename T>
+Matrix<T> FlexDispatcher<T>::sum_at_sources(const Matrix<T>& per_token) const {
+  Matrix<T> y = Matrix<T>::Zero(tokens_, per_token.cols());
+  domain_.alltoallv_indexed<T>(const_span_of(per_token), received_side_, span_of(y), token_side_, per_token.cols(),
+                               RowLanding::add);
+  this->observe("alltoallv_back", y);
+  return y;
 }
 
 template <typename T>
 Matrix<T> FlexDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
-  const Matrix<T> send = kernels_.gather_rows(grad_y, sent_tokens_);
-  this->observe("permute", send);
-  const Matrix<T> received = alltoallv_rows(domain_, send, send_counts_, recv_counts_);
+  Matrix<T> received(received_, grad_y.cols());
+  domain_.alltoallv_indexed<T>(const_span_of(grad_y), token_side_, span_of(received), received_side_, grad_y.cols(),
+                               RowLanding::copy);
   this->observe("alltoallv", received);
   return kernels_.gather_rows(received, local_rows_);
 }
@@ -114,11 +128,9 @@ void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vect
     per_token_probs(local_rows_[r], local_row_expert_[r]) += grad_row_probs(static_cast<Eigen::Index>(r));
   this->observe("combine_local", per_token);
   this->observe("combine_local", per_token_probs);
-  const Matrix<T> back = return_to_sources(per_token);
+  grad_tokens = sum_at_sources(per_token);
   const Matrix<T> back_probs = return_to_sources(per_token_probs);
-  this->observe("alltoallv_back", back);
   this->observe("alltoallv_back", back_probs);
-  grad_tokens = kernels_.scatter_add_rows(back, sent_tokens_, tokens_);
   grad_probs = Matrix<T>::Zero(tokens_, num_experts_);
   for (size_t j = 0; j < sent_tokens_.size(); ++j)
     grad_probs.row(sent_tokens_[j]).segment(sent_first_expert_[j], L) += back_probs.row(static_cast<Eigen::Index>(j));

@@ -13,6 +13,7 @@ std::vector<Case> cases(int size) {
   add_group_cases(all, size);
   add_point_to_point_cases(all, size);
   add_error_cases(all, size);
+  add_row_exchange_cases(all, size);
   return all;
 }
 

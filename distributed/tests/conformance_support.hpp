@@ -56,5 +56,6 @@ void add_collective_cases(std::vector<Case>& cases, int size);
 void add_group_cases(std::vector<Case>& cases, int size);
 void add_point_to_point_cases(std::vector<Case>& cases, int size);
 void add_error_cases(std::vector<Case>& cases, int size);
+void add_row_exchange_cases(std::vector<Case>& cases, int size);
 
 }  // namespace moe::conformance

@@ -5,7 +5,9 @@
 #include "distributed/comm/communicator.hpp"
 
 #include <memory>
+#include <cstddef>
 #include <stdexcept>
+#include <vector>
 
 namespace moe::conformance {
 
@@ -15,6 +17,7 @@ struct Fault {
     corrupt_message,   // rank 0's last received element of every non-empty message is off by one
     ignore_split_key,  // split orders by parent rank only
     swallow_errors,    // the backend's std::invalid_argument never reaches the caller
+    reversed_adds,     // alltoallv_indexed adds a receive row's incoming rows last source first
   };
   Kind kind;
   CollectiveKind collective = CollectiveKind::barrier;
@@ -43,6 +46,25 @@ class FaultyCommunicator final : public Communicator {
     swallowing([&] { sub = inner_.run_split(changed); });
     if (!sub) return nullptr;
     return std::make_unique<FaultyCommunicator>(std::move(sub), fault_);
+  }
+  // Without the reversed_adds fault, the Communicator's default (pack, this wrapper's alltoallv, land): the
+  // conformance cases run it in process too.
+  void run_indexed_alltoallv(const IndexedExchange& x) override {
+    if (fault_.kind != Fault::Kind::reversed_adds || x.landing != RowLanding::add) {
+      Communicator::run_indexed_alltoallv(x);
+      return;
+    }
+    const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
+    std::vector<std::byte> packed(x.to->rows.size() * row_bytes), arrived(x.from->rows.size() * row_bytes);
+    pack_rows(x.type, x.width, x.send, x.to->rows, packed.data());
+    run_collective(x.as_alltoallv(), packed.data(), arrived.data());
+    std::vector<const std::byte*> sources;
+    std::vector<std::int64_t> rows;
+    for (std::size_t i = x.from->rows.size(); i-- > 0;) {
+      sources.push_back(arrived.data() + i * row_bytes);
+      rows.push_back(x.from->rows[i]);
+    }
+    land_rows(x.type, x.width, sources, rows, x.recv, x.recv_rows, x.landing);
   }
   void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) override {
     inner_.send_bytes(type, data, count, dest, tag);
