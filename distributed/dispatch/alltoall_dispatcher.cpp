@@ -34,14 +34,8 @@ AlltoAllDispatcher<T>::AlltoAllDispatcher(const DispatchGroups& groups, int num_
 template <typename T>
 void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map, Eigen::Index width) {
   const int E = num_experts_, L = local_experts_;
-  std::vector<std::int64_t>& local_counts = local_counts_;
-  local_counts.assign(static_cast<size_t>(E), 0);
-  expert_start_.assign(static_cast<size_t>(E), 0);
-  for (int e = 0; e < E; ++e) {
-    local_counts[static_cast<size_t>(e)] = map.col(e).count();
-    if (e > 0) expert_start_[static_cast<size_t>(e)] = expert_start_[static_cast<size_t>(e) - 1] +
-                                                       local_counts[static_cast<size_t>(e) - 1];
-  }
+  std::vector<std::int64_t> local_counts(static_cast<size_t>(E), 0);  // [E] rows this rank sends to each expert
+  for (int e = 0; e < E; ++e) local_counts[static_cast<size_t>(e)] = map.col(e).count();
 
   input_splits_.assign(static_cast<size_t>(ep_), 0);
   for (int e = 0; e < E; ++e)

@@ -58,8 +58,6 @@ class AlltoAllDispatcher final : public Dispatcher<T> {
   std::vector<std::int64_t> group_sizes_;     // [L] rows per local expert
   std::vector<std::int64_t> sorted_rows_;     // the chunk sort as a row gather (not direct)
   std::vector<std::int64_t> unsorted_rows_;   // and its inverse
-  std::vector<std::int64_t> local_counts_;    // [E] rows this rank sends to each expert
-  std::vector<std::int64_t> expert_start_;    // [E] where expert e's rows start in the permuted order
   std::vector<std::int64_t> chunk_start_;     // [etp, ep, L] where each chunk lands in the sorted order (direct)
   std::int64_t direct_min_bytes_ = 0;
   std::int64_t domain_rows_ = 0;              // routed rows of the whole dispatch domain (equal on its ranks)
