@@ -96,14 +96,24 @@ void Communicator::exchange_indexed(IndexedExchange x, std::size_t send_elements
 
 void Communicator::run_indexed_alltoallv(const IndexedExchange& x) {
   const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
-  // Not value-initialised: zeroing them was a third pass over the rows.
-  const auto packed = std::make_unique_for_overwrite<std::byte[]>(x.to->rows.size() * row_bytes);
-  const auto arrived = std::make_unique_for_overwrite<std::byte[]>(x.from->rows.size() * row_bytes);
-  pack_rows(x.type, x.width, x.send, x.to->rows, packed.get());
-  run_collective(x.as_alltoallv(), packed.get(), arrived.get());
+  std::byte* packed = staging(0, x.to->rows.size() * row_bytes);
+  std::byte* arrived = staging(1, x.from->rows.size() * row_bytes);
+  pack_rows(x.type, x.width, x.send, x.to->rows, packed);
+  run_collective(x.as_alltoallv(), packed, arrived);
   std::vector<const std::byte*> sources(x.from->rows.size());
-  for (std::size_t i = 0; i < sources.size(); ++i) sources[i] = arrived.get() + i * row_bytes;
+  for (std::size_t i = 0; i < sources.size(); ++i) sources[i] = arrived + i * row_bytes;
   land_rows(x.type, x.width, sources, x.from->rows, x.recv, x.recv_rows, x.landing);
+}
+
+std::byte* Communicator::staging(int slot, std::size_t bytes) {
+  Staging& s = staging_[slot];
+  if (s.bytes < bytes) {
+    s.data.reset();  // release first: the old and the new block need not both be held
+    // Not value-initialised: zeroing would be a pass over the rows of its own.
+    s.data = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    s.bytes = bytes;
+  }
+  return s.data.get();
 }
 
 bool Communicator::overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {

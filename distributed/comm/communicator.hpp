@@ -171,8 +171,17 @@ class Communicator {
   virtual void run_indexed_alltoallv(const IndexedExchange& x);
   virtual void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) = 0;
   virtual void recv_bytes(ElementType type, void* data, std::int64_t count, int source, int tag) = 0;
+  // Staging memory for a collective that packs or lands rows: `slot` 0 or 1, at least `bytes`, kept and reused
+  // by later calls (grown when too small, contents undefined). A fresh allocation of tens of MiB per call is
+  // mapped anew by malloc, and its first touch page-faults on every page: a pass over the rows of its own.
+  std::byte* staging(int slot, std::size_t bytes);
 
  private:
+  struct Staging {
+    std::unique_ptr<std::byte[]> data;
+    std::size_t bytes = 0;
+  };
+  Staging staging_[2];
   template <CommElement T>
   static CollectiveCall call(CollectiveKind kind, std::span<const T> send, std::span<T> recv) {
     CollectiveCall c;

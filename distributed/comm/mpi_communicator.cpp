@@ -1,12 +1,16 @@
 #include "distributed/comm/mpi_communicator.hpp"
 
+#include "distributed/comm/cma_rows.hpp"
 #include "distributed/comm/rank_order_reduction.hpp"
 
 #include <mpi.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <memory>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -54,44 +58,6 @@ struct PendingSend {
   MPI_Request request = MPI_REQUEST_NULL;
 };
 
-// One MPI datatype per peer that picks rows of a buffer (a block of row_bytes at each row's byte offset), freed
-// when it goes: MPI then reads rows where they lie, and writes them where they land, with no pack of ours.
-class RowTypes {
- public:
-  RowTypes(std::size_t peers, std::int64_t row_bytes) : row_bytes_(row_bytes), types_(peers, MPI_BYTE), counts_(peers, 0) {}
-  RowTypes(const RowTypes&) = delete;
-  RowTypes& operator=(const RowTypes&) = delete;
-  ~RowTypes() {
-    for (MPI_Datatype& t : types_)
-      if (t != MPI_BYTE) MPI_Type_free(&t);
-  }
-  // Peer j's rows: `count` entries of `rows`.
-  void set(std::size_t j, const std::int64_t* rows, std::int64_t count) {
-    if (count == 0) return;
-    std::vector<MPI_Aint> at(static_cast<std::size_t>(count));
-    for (std::size_t k = 0; k < at.size(); ++k) at[k] = MPI_Aint(rows[k] * row_bytes_);
-    check(MPI_Type_create_hindexed_block(to_int(count), to_int(row_bytes_), at.data(), MPI_BYTE, &types_[j]),
-          "MPI_Type_create_hindexed_block");
-    check(MPI_Type_commit(&types_[j]), "MPI_Type_commit");
-    counts_[j] = 1;
-  }
-  // Every peer's rows, block after block as `blocks` describes them.
-  void set_all(const RowBlocks& blocks) {
-    std::int64_t first = 0;
-    for (std::size_t j = 0; j < types_.size(); ++j) {
-      set(j, blocks.rows.data() + first, blocks.counts[j]);
-      first += blocks.counts[j];
-    }
-  }
-  const int* counts() const { return counts_.data(); }
-  const MPI_Datatype* types() const { return types_.data(); }
-
- private:
-  std::int64_t row_bytes_;
-  std::vector<MPI_Datatype> types_;
-  std::vector<int> counts_;
-};
-
 }  // namespace
 
 struct MpiCommunicator::State {
@@ -100,6 +66,8 @@ struct MpiCommunicator::State {
   int rank = 0;
   int size = 0;
   std::vector<PendingSend> pending;
+  int single_copy = -1;         // alltoallv_indexed reads peers' rows in place: -1 not yet known, 0 no, 1 yes
+  std::vector<std::int64_t> pids;  // every rank's process, when single_copy is 1
 
   State(MPI_Comm c, std::string n) : comm(c), name(std::move(n)) {
     check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -226,33 +194,127 @@ void MpiCommunicator::run_collective(const CollectiveCall& call, const void* sen
   throw std::logic_error("run_collective: split is not a data collective");
 }
 
-// MPI_Alltoallw with a row-picking datatype per peer on both sides. Added rows arrive packed in (source,
-// position) order and land_rows sums them, as every backend does.
+// Single copy when every rank can read the others (see the header), else the packing default.
 void MpiCommunicator::run_indexed_alltoallv(const IndexedExchange& x) {
   check_with_peers(x.as_alltoallv());
-  const std::size_t peers = std::size_t(state_->size);
-  const std::int64_t row_bytes = x.width * std::int64_t(element_size(x.type));
-  RowTypes send(peers, row_bytes), recv(peers, row_bytes);
-  send.set_all(*x.to);
-  const bool add = x.landing == RowLanding::add;
-  const std::size_t arriving = x.from->rows.size();
-  std::unique_ptr<std::byte[]> arrived;
-  if (add) {
-    arrived = std::make_unique_for_overwrite<std::byte[]>(arriving * std::size_t(row_bytes));
-    std::vector<std::int64_t> in_order(arriving);
-    for (std::size_t i = 0; i < arriving; ++i) in_order[i] = std::int64_t(i);
-    recv.set_all(RowBlocks{x.from->counts, std::move(in_order)});
+  if (single_copy_ready()) {
+    read_rows_from_peers(x);
   } else {
-    recv.set_all(*x.from);
+    Communicator::run_indexed_alltoallv(x);
   }
-  const std::vector<int> at_start(peers, 0);
-  check(MPI_Alltoallw(x.send, send.counts(), at_start.data(), send.types(), add ? arrived.get() : x.recv,
-                      recv.counts(), at_start.data(), recv.types(), state_->comm),
-        "MPI_Alltoallw");
-  if (!add) return;
-  std::vector<const std::byte*> sources(arriving);
-  for (std::size_t i = 0; i < arriving; ++i) sources[i] = arrived.get() + i * std::size_t(row_bytes);
-  land_rows(x.type, x.width, sources, x.from->rows, x.recv, x.recv_rows, x.landing);
+}
+
+// Every rank probes every peer: it reads a value the peer holds at an address the peer published. All must succeed
+// (and all must share one machine) for any to use the single-copy path, since the two paths do not interoperate.
+bool MpiCommunicator::single_copy_ready() {
+  State& s = *state_;
+  if (s.single_copy >= 0) return s.single_copy == 1;
+  int ok = 1;
+  if (const char* e = std::getenv("MOE_MPI_SINGLE_COPY"); e != nullptr && std::string(e) == "0") ok = 0;
+  MPI_Comm node = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(s.comm, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  int node_size = 0;
+  check(MPI_Comm_size(node, &node_size), "MPI_Comm_size");
+  check(MPI_Comm_free(&node), "MPI_Comm_free");
+  if (node_size != s.size) ok = 0;
+  // Peers read `mark` while this rank waits in the allreduce below, so it outlives every probe.
+  const std::int64_t mark = 0x6d6f65000000 + s.rank;
+  const std::int64_t me[2] = {std::int64_t(getpid()), std::int64_t(reinterpret_cast<std::uintptr_t>(&mark))};
+  std::vector<std::int64_t> all(2 * std::size_t(s.size));
+  check(MPI_Allgather(me, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, s.comm), "MPI_Allgather");
+  for (int j = 0; j < s.size && ok == 1; ++j) {
+    std::int64_t seen = 0;
+    if (j != s.rank && (!cma_readable(pid_t(all[2 * std::size_t(j)]), std::uintptr_t(all[2 * std::size_t(j) + 1]),
+                                      &seen, sizeof seen) ||
+                        seen != 0x6d6f65000000 + j)) {
+      ok = 0;
+    }
+  }
+  int all_ok = 0;
+  check(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, s.comm), "MPI_Allreduce");
+  s.single_copy = all_ok;
+  if (all_ok == 1) {
+    for (int j = 0; j < s.size; ++j) s.pids.push_back(all[2 * std::size_t(j)]);
+  }
+  return all_ok == 1;
+}
+
+// Each rank learns which of each peer's rows it receives and where the peer's send buffer lies, reads them in
+// (source, position) order, and waits until every peer has read its rows before returning, so that the caller
+// may then overwrite its send buffer.
+void MpiCommunicator::read_rows_from_peers(const IndexedExchange& x) {
+  State& s = *state_;
+  const std::size_t peers = std::size_t(s.size);
+  const std::vector<int> to_counts = to_ints(x.to->counts), from_counts = to_ints(x.from->counts);
+  const std::vector<int> to_displs = to_ints(packed_displacements(x.to->counts));
+  const std::vector<int> from_displs = to_ints(packed_displacements(x.from->counts));
+  std::vector<std::int64_t> their_rows(x.from->rows.size());  // position in the source's send buffer
+  check(MPI_Alltoallv(x.to->rows.data(), to_counts.data(), to_displs.data(), MPI_INT64_T, their_rows.data(),
+                      from_counts.data(), from_displs.data(), MPI_INT64_T, s.comm),
+        "MPI_Alltoallv");
+  const std::int64_t mine = std::int64_t(reinterpret_cast<std::uintptr_t>(x.send));
+  std::vector<std::int64_t> bases(peers);
+  check(MPI_Allgather(&mine, 1, MPI_INT64_T, bases.data(), 1, MPI_INT64_T, s.comm), "MPI_Allgather");
+
+  const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
+  std::string failure;
+  try {
+    for (std::size_t j = 0, first = 0; j < peers; first += std::size_t(x.from->counts[j]), ++j) {
+      const std::size_t n = std::size_t(x.from->counts[j]);
+      const std::span<const std::int64_t> rows = std::span(their_rows).subspan(first, n);
+      const std::span<const std::int64_t> landing = std::span(x.from->rows).subspan(first, n);
+      if (x.landing == RowLanding::copy) {
+        copy_rows_from(int(j), std::uintptr_t(bases[j]), rows, landing, x.recv, row_bytes);
+      } else {
+        add_rows_from(int(j), std::uintptr_t(bases[j]), rows, landing, x);
+      }
+    }
+  } catch (const std::runtime_error& e) {
+    failure = e.what();
+  }
+  // Also the point after which no peer reads this rank's send buffer; every rank fails together.
+  int failed = failure.empty() ? 0 : 1, any_failed = 0;
+  check(MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, s.comm), "MPI_Allreduce");
+  if (any_failed != 0) {
+    throw std::runtime_error("alltoallv_indexed on " + s.name + ": " +
+                             (failure.empty() ? std::string("a peer could not read its rows") : failure));
+  }
+}
+
+// Copied rows go straight from the peer's buffer to where they land.
+void MpiCommunicator::copy_rows_from(int peer, std::uintptr_t base, std::span<const std::int64_t> rows,
+                                     std::span<const std::int64_t> landing, void* recv, std::size_t row_bytes) {
+  auto* out = static_cast<std::byte*>(recv);
+  if (peer != state_->rank) {
+    cma_read_rows(pid_t(state_->pids[std::size_t(peer)]), base, rows, out, landing, row_bytes);
+    return;
+  }
+  const auto* send = reinterpret_cast<const std::byte*>(base);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out + std::size_t(landing[i]) * row_bytes, send + std::size_t(rows[i]) * row_bytes, row_bytes);
+}
+
+// Added rows are read a cache-sized piece at a time and summed into their rows at once, so each crosses memory
+// once; pieces in (source, position) order give land_rows' order of the sum. A rank's own rows are summed from
+// its send buffer.
+void MpiCommunicator::add_rows_from(int peer, std::uintptr_t base, std::span<const std::int64_t> rows,
+                                    std::span<const std::int64_t> landing, const IndexedExchange& x) {
+  const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
+  const std::size_t piece = std::max<std::size_t>(1, (std::size_t(256) << 10) / row_bytes);
+  const bool own = peer == state_->rank;
+  std::byte* staged = own ? nullptr : staging(1, std::min(piece, rows.size()) * row_bytes);
+  std::vector<const std::byte*> sources;
+  for (std::size_t first = 0; first < rows.size(); first += piece) {
+    const std::size_t n = std::min(piece, rows.size() - first);
+    sources.resize(n);
+    if (own) {
+      for (std::size_t i = 0; i < n; ++i) sources[i] = reinterpret_cast<const std::byte*>(base) + std::size_t(rows[first + i]) * row_bytes;
+    } else {
+      cma_read_rows(pid_t(state_->pids[std::size_t(peer)]), base, rows.subspan(first, n), staged, {}, row_bytes);
+      for (std::size_t i = 0; i < n; ++i) sources[i] = staged + i * row_bytes;
+    }
+    add_rows(x.type, x.width, sources, landing.subspan(first, n), x.recv);
+  }
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::run_split(const CollectiveCall& call) {

@@ -6,8 +6,10 @@
 //     (MPI_Allreduce may reassociate), which keeps results bitwise equal to the in-process backend;
 //   - send is buffered (a copy plus MPI_Isend, completed later), as in-process, so exchanges cannot deadlock on
 //     send. recv checks the message length in bytes; MPI cannot tell element types apart, in-process ranks can;
-//   - alltoallv_indexed is MPI_Alltoallw with one datatype per peer that lists its rows, so MPI reads rows where
-//     they lie and lands copied rows in place; added rows arrive packed and are summed in (source, position) order;
+//   - alltoallv_indexed, when every rank is a process on this machine that may read the others' memory (checked
+//     once per communicator; MOE_MPI_SINGLE_COPY=0 turns it off), reads each peer's rows where they lie with
+//     process_vm_readv (cma_rows.hpp): one copy per row, as in-process. Otherwise it packs, runs MPI_Alltoallv
+//     and lands. Added rows are summed in (source, position) order either way;
 //   - MPI errors become std::runtime_error (the communicator uses MPI_ERRORS_RETURN);
 //   - one thread per process calls it (MPI_THREAD_FUNNELED); OpenMP inside a rank's compute is fine.
 // This header hides mpi.h; the world communicator is a duplicate of MPI_COMM_WORLD, so its traffic never matches
@@ -17,7 +19,9 @@
 #include "distributed/comm/communicator.hpp"
 #include "distributed/comm/mpi_runtime.hpp"
 
+#include <cstdint>
 #include <memory>
+#include <span>
 
 namespace moe {
 
@@ -41,6 +45,13 @@ class MpiCommunicator final : public Communicator {
   struct State;
   explicit MpiCommunicator(std::unique_ptr<State> state);
   void check_with_peers(const CollectiveCall& call) const;
+  // Whether alltoallv_indexed may read peers' rows in place; decided collectively on the first call.
+  bool single_copy_ready();
+  void read_rows_from_peers(const IndexedExchange& x);
+  void copy_rows_from(int peer, std::uintptr_t base, std::span<const std::int64_t> rows,
+                      std::span<const std::int64_t> landing, void* recv, std::size_t row_bytes);
+  void add_rows_from(int peer, std::uintptr_t base, std::span<const std::int64_t> rows,
+                     std::span<const std::int64_t> landing, const IndexedExchange& x);
   void reduce_scatterv(const CollectiveCall& call, const void* send, void* recv,
                        std::span<const std::int64_t> block_sizes) const;
   void allreduce(const CollectiveCall& call, const void* send, void* recv) const;

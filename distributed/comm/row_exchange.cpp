@@ -102,4 +102,17 @@ void land_rows(ElementType type, std::int64_t width, std::span<const std::byte* 
   });
 }
 
+void add_rows(ElementType type, std::int64_t width, std::span<const std::byte* const> sources,
+              std::span<const std::int64_t> rows, void* recv) {
+  const std::size_t row_bytes = std::size_t(width) * element_size(type);
+  auto* out = static_cast<std::byte*>(recv);
+  visit_element_type(type, [&]<typename T>() {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      T* acc = reinterpret_cast<T*>(out + std::size_t(rows[i]) * row_bytes);
+      const T* src = reinterpret_cast<const T*>(sources[i]);
+      for (std::int64_t c = 0; c < width; ++c) acc[c] += src[c];
+    }
+  });
+}
+
 }  // namespace moe

@@ -53,5 +53,9 @@ void pack_rows(ElementType type, std::int64_t width, const void* from, std::span
 // order.
 void land_rows(ElementType type, std::int64_t width, std::span<const std::byte* const> sources,
                std::span<const std::int64_t> rows, void* recv, std::int64_t recv_rows, RowLanding landing);
+// Receive row rows[i] += the row at sources[i], for i in order. Called on consecutive pieces of one exchange's rows
+// in (source, position) order, it sums every receive row in the same order as land_rows, so to the same bits.
+void add_rows(ElementType type, std::int64_t width, std::span<const std::byte* const> sources,
+              std::span<const std::int64_t> rows, void* recv);
 
 }  // namespace moe

@@ -27,10 +27,10 @@ T element(int s, std::int64_t r, std::int64_t c) {
 }
 
 template <CommElement T>
-std::vector<T> send_buffer(int s) {
-  auto send = filled<T>(kSendRows * kWidth);
+std::vector<T> send_buffer(int s, std::int64_t width) {
+  auto send = filled<T>(kSendRows * width);
   for (std::int64_t r = 0; r < kSendRows; ++r)
-    for (std::int64_t c = 0; c < kWidth; ++c) send[std::size_t(r * kWidth + c)] = element<T>(s, r, c);
+    for (std::int64_t c = 0; c < width; ++c) send[std::size_t(r * width + c)] = element<T>(s, r, c);
   return send;
 }
 
@@ -43,9 +43,10 @@ RowBlocks sends_of(int me, int ranks) {
   return to;
 }
 
-// The p-th incoming row (in source order) lands at landing(p, n) of a receive buffer of `recv_rows` rows.
+// The p-th incoming row (in source order) lands at landing(p, n) of a receive buffer of `recv_rows` rows. Wide
+// rows (128 KiB) make a backend that sums a few rows at a time (the MPI single-copy path) use several pieces.
 template <CommElement T>
-Tally indexed_case(Communicator& comm, RowLanding landing) {
+Tally indexed_case(Communicator& comm, RowLanding landing, std::int64_t width = kWidth) {
   const int me = comm.rank(), ranks = comm.size();
   std::int64_t incoming = 0;
   for (int s = 0; s < ranks; ++s) incoming += rows_between(s, me);
@@ -56,17 +57,17 @@ Tally indexed_case(Communicator& comm, RowLanding landing) {
   for (int s = 0; s < ranks; ++s) from.counts.push_back(rows_between(s, me));
   for (std::int64_t p = 0; p < incoming; ++p) from.rows.push_back(land_at(p));
 
-  auto recv = filled<T>(recv_rows * kWidth, sentinel<T>), want = recv;
+  auto recv = filled<T>(recv_rows * width, sentinel<T>), want = recv;
   std::int64_t p = 0;
   for (int s = 0; s < ranks; ++s)
     for (std::int64_t k = 0; k < rows_between(s, me); ++k, ++p)
-      for (std::int64_t c = 0; c < kWidth; ++c) {
-        T& w = want[std::size_t(land_at(p) * kWidth + c)];
+      for (std::int64_t c = 0; c < width; ++c) {
+        T& w = want[std::size_t(land_at(p) * width + c)];
         const T x = element<T>(s, sent_row(s, me, k), c);
         w = landing == RowLanding::copy ? x : T(w + x);
       }
-  const auto send = send_buffer<T>(me);
-  comm.alltoallv_indexed<T>(send, sends_of(me, ranks), recv, from, kWidth, landing);
+  const auto send = send_buffer<T>(me, width);
+  comm.alltoallv_indexed<T>(send, sends_of(me, ranks), recv, from, width, landing);
   return compare(recv, want);
 }
 
@@ -100,6 +101,10 @@ void add_typed(std::vector<Case>& cases) {
   const std::string t = type_name<T>();
   cases.push_back({"alltoallv_indexed.copy." + t, [](Communicator& c) { return indexed_case<T>(c, RowLanding::copy); }});
   cases.push_back({"alltoallv_indexed.add." + t, [](Communicator& c) { return indexed_case<T>(c, RowLanding::add); }});
+  if constexpr (std::same_as<T, double>) {
+    cases.push_back({"alltoallv_indexed.add.wide_rows." + t,
+                     [](Communicator& c) { return indexed_case<T>(c, RowLanding::add, 16384); }});
+  }
 }
 
 }  // namespace
