@@ -108,8 +108,9 @@ Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKi
   std::vector<double> times;
   Matrix<double> y;
   std::vector<std::int64_t> sent(static_cast<size_t>(world.size()), 0), received = sent;
+  // One dispatcher for every repetition, as a layer keeps its own across steps.
+  auto d = dist::make_dispatcher<double>(kind, comms.dispatch(), o.experts);
   for (int rep = -1; rep < o.repetitions; ++rep) {
-    auto d = dist::make_dispatcher<double>(kind, comms.dispatch(), o.experts);
     world.barrier();
     const double start = now();
     const dist::ExpertRows<double> rows = d->dispatch(x, probs, map);
