@@ -27,9 +27,14 @@
 
 #include <malloc.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -66,6 +71,25 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+// OpenMP threads for each rank's kernels: the cores shared among the ranks on this machine (in process the world;
+// under Open MPI its local size), unless OMP_NUM_THREADS says otherwise. Two ranks on two cores that each start a
+// team of two for every gather oversubscribe the cores (in process, AllGather: 55-66% of the raw all-to-all with
+// full teams, 67-72% shared, 2026-12-03).
+int openmp_threads_per_rank(const BenchOptions& o) {
+#ifdef _OPENMP
+  if (std::getenv("OMP_NUM_THREADS") != nullptr) return omp_get_max_threads();
+  int here = o.world;
+  if (o.backend == "mpi") {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    here = local != nullptr ? std::max(1, std::atoi(local)) : 1;
+  }
+  return std::max(1, omp_get_max_threads() / here);
+#else
+  (void)o;
+  return 1;
+#endif
+}
+
 double slowest(Communicator& world, double seconds) {
   world.allreduce<double>(std::span<double>(&seconds, 1), ReduceOp::max);
   return seconds;
@@ -81,6 +105,9 @@ struct Result {
 
 // One rank's part: uniform random top-k routing, identity experts, dispatch + combine timed.
 Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKind kind, bool mpi) {
+#ifdef _OPENMP
+  omp_set_num_threads(openmp_threads_per_rank(o));  // per thread: each in-process rank sets its own
+#endif
   ParallelLayout layout;
   layout.world = world.size();
   layout.ep = world.size();
@@ -177,6 +204,7 @@ double busbw(const Result& r, int world) { return algbw(r) * (world - 1) / world
 void report(const std::vector<Result>& results, const BenchOptions& o, int world) {
   if (o.json) {
     nlohmann::json j{{"moe_oracle", MOE_ORACLE_VERSION}, {"isa", built_isa()}, {"world", world},
+                     {"openmp_threads_per_rank", openmp_threads_per_rank(o)},
                      {"results", nlohmann::json::array()}};
     for (const auto& r : results)
       j["results"].push_back({{"dispatcher", r.dispatcher}, {"tokens", r.tokens}, {"seconds", r.seconds},
@@ -190,8 +218,8 @@ void report(const std::vector<Result>& results, const BenchOptions& o, int world
             << (o.sweep ? std::string("tokens/rank from the size") : std::to_string(o.tokens) + " tokens/rank")
             << " × h " << o.hidden << " (double), " << o.experts << " experts, top-" << o.topk
             << ", uniform routing, identity experts; median of " << o.repetitions << ", slowest rank; "
-            << (o.fresh_memory ? "fresh allocations" : "freed memory kept for reuse") << "; built for " << built_isa()
-            << "\n"
+            << (o.fresh_memory ? "fresh allocations" : "freed memory kept for reuse") << "; "
+            << openmp_threads_per_rank(o) << " OpenMP thread(s) per rank; built for " << built_isa() << "\n"
             << "routed bytes = the rows the busiest rank must send to experts and get back (AllGather moves other "
             << "bytes, the same rows reach the experts); raw = MPI_Alltoallv of those bytes (there and back) in this "
             << "run; memcpy = one core copying them; algbw = routed bytes / time, busbw = algbw · (n−1)/n; #wrong = "
