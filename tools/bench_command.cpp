@@ -57,6 +57,7 @@ struct BenchOptions {
   bool sweep = false;         // every size from begin to end (nccl-tests style)
   std::string begin = "1K", end = "256M";
   int factor = 2;
+  int rank_threads = 1;  // OpenMP threads of each rank's kernels, set once before any rank runs
   int ffn = 256;
   double peak_gflops = 0;
 };
@@ -106,7 +107,7 @@ struct Result {
 // One rank's part: uniform random top-k routing, identity experts, dispatch + combine timed.
 Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKind kind, bool mpi) {
 #ifdef _OPENMP
-  omp_set_num_threads(openmp_threads_per_rank(o));  // per thread: each in-process rank sets its own
+  omp_set_num_threads(o.rank_threads);  // per thread: each in-process rank sets its own
 #endif
   ParallelLayout layout;
   layout.world = world.size();
@@ -204,7 +205,7 @@ double busbw(const Result& r, int world) { return algbw(r) * (world - 1) / world
 void report(const std::vector<Result>& results, const BenchOptions& o, int world) {
   if (o.json) {
     nlohmann::json j{{"moe_oracle", MOE_ORACLE_VERSION}, {"isa", built_isa()}, {"world", world},
-                     {"openmp_threads_per_rank", openmp_threads_per_rank(o)},
+                     {"openmp_threads_per_rank", o.rank_threads},
                      {"results", nlohmann::json::array()}};
     for (const auto& r : results)
       j["results"].push_back({{"dispatcher", r.dispatcher}, {"tokens", r.tokens}, {"seconds", r.seconds},
@@ -219,7 +220,7 @@ void report(const std::vector<Result>& results, const BenchOptions& o, int world
             << " × h " << o.hidden << " (double), " << o.experts << " experts, top-" << o.topk
             << ", uniform routing, identity experts; median of " << o.repetitions << ", slowest rank; "
             << (o.fresh_memory ? "fresh allocations" : "freed memory kept for reuse") << "; "
-            << openmp_threads_per_rank(o) << " OpenMP thread(s) per rank; built for " << built_isa() << "\n"
+            << o.rank_threads << " OpenMP thread(s) per rank; built for " << built_isa() << "\n"
             << "routed bytes = the rows the busiest rank must send to experts and get back (AllGather moves other "
             << "bytes, the same rows reach the experts); raw = MPI_Alltoallv of those bytes (there and back) in this "
             << "run; memcpy = one core copying them; algbw = routed bytes / time, busbw = algbw · (n−1)/n; #wrong = "
@@ -340,6 +341,9 @@ void add_bench_command(CLI::App& app) {
       return;
     }
     if (!o->fresh_memory) keep_freed_memory();
+    // Once, from the process's own default: under MPI the ranks run on this thread, and each run's setting would
+    // otherwise be the next one's starting point (halving it on every dispatcher).
+    o->rank_threads = openmp_threads_per_rank(*o);
     if (o->topk > o->experts) throw std::invalid_argument("--topk must not exceed --experts");
     std::vector<dist::DispatcherKind> kinds =
         o->dispatcher == "all" ? std::vector<dist::DispatcherKind>{dist::DispatcherKind::alltoall,
