@@ -89,17 +89,14 @@ void land_rows(ElementType type, std::int64_t width, std::span<const std::byte* 
   for (const auto r : rows) ++start[std::size_t(r) + 1];
   std::partial_sum(start.begin(), start.end(), start.begin());
   std::vector<const std::byte*> by_row(rows.size());
+  std::vector<std::int64_t> sorted_rows(rows.size());
   std::vector<std::int64_t> next(start.begin(), start.end() - 1);
-  for (std::size_t i = 0; i < rows.size(); ++i) by_row[std::size_t(next[std::size_t(rows[i])]++)] = sources[i];
-  visit_element_type(type, [&]<typename T>() {
-    for (std::int64_t r = 0; r < recv_rows; ++r) {
-      T* acc = reinterpret_cast<T*>(out + std::size_t(r) * row_bytes);
-      for (auto j = start[std::size_t(r)]; j < start[std::size_t(r) + 1]; ++j) {
-        const T* src = reinterpret_cast<const T*>(by_row[std::size_t(j)]);
-        for (std::int64_t c = 0; c < width; ++c) acc[c] += src[c];
-      }
-    }
-  });
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto at = std::size_t(next[std::size_t(rows[i])]++);
+    by_row[at] = sources[i];
+    sorted_rows[at] = rows[i];
+  }
+  add_rows(type, width, by_row, sorted_rows, recv);
 }
 
 void add_rows(ElementType type, std::int64_t width, std::span<const std::byte* const> sources,
