@@ -96,13 +96,15 @@ void Communicator::exchange_indexed(IndexedExchange x, std::size_t send_elements
 
 void Communicator::run_indexed_alltoallv(const IndexedExchange& x) {
   const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
-  std::byte* packed = staging(0, x.to->rows.size() * row_bytes);
-  std::byte* arrived = staging(1, x.from->rows.size() * row_bytes);
-  pack_rows(x.type, x.width, x.send, x.to->rows, packed);
-  run_collective(x.as_alltoallv(), packed, arrived);
-  std::vector<const std::byte*> sources(x.from->rows.size());
+  const CollectiveCall call = x.as_alltoallv();
+  const auto sent = std::size_t(call.send_size / x.width), arriving = std::size_t(call.recv_size / x.width);
+  std::byte* packed = staging(0, sent * row_bytes);
+  std::byte* arrived = staging(1, arriving * row_bytes);
+  pack_rows(x.type, x.width, x.send, *x.to, packed);
+  run_collective(call, packed, arrived);
+  std::vector<const std::byte*> sources(arriving);
   for (std::size_t i = 0; i < sources.size(); ++i) sources[i] = arrived + i * row_bytes;
-  land_rows(x.type, x.width, sources, x.from->rows, x.recv, x.recv_rows, x.landing);
+  land_rows(x.type, x.width, {sources, {}, x.from->rows, x.from->starts}, x.recv, x.recv_rows, x.landing);
 }
 
 std::byte* Communicator::staging(int slot, std::size_t bytes) {

@@ -85,26 +85,32 @@ void InprocCommunicator::run_collective(const CollectiveCall& call, const void* 
 }
 
 // Every rank reads the rows its peers send it where they lie in the peers' buffers: each row is copied (or added)
-// once, with no pack and no unpack.
+// once, with no pack and no unpack; a peer's group of rows is summed as it is read.
 void InprocCommunicator::run_indexed_alltoallv(const IndexedExchange& x) {
   Post post{x.as_alltoallv(), x.send, x.recv};
   post.send_rows = x.to;
   const Group::Arrival arrival = group_->arrive(rank_, std::move(post));
   const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
   std::vector<const std::byte*> sources;
-  sources.reserve(x.from->rows.size());
+  std::vector<std::int64_t> source_starts{0};  // kept only when some peer sends groups
+  bool groups = false;
   for (std::size_t j = 0; j < arrival.posts.size(); ++j) {
     const std::int64_t count = x.from->counts[j];
     if (count == 0) continue;  // a peer that sends nothing at all may already have left
     const Post& peer = arrival.posts[j];
     const RowBlocks& theirs = *peer.send_rows;
-    std::int64_t first = 0;
-    for (int d = 0; d < rank_; ++d) first += theirs.counts[std::size_t(d)];
+    groups = groups || theirs.grouped();
+    std::size_t first = 0;
+    for (int d = 0; d < rank_; ++d) first += std::size_t(theirs.counts[std::size_t(d)]);
     const auto* base = static_cast<const std::byte*>(peer.send);
-    for (std::int64_t k = 0; k < count; ++k)
-      sources.push_back(base + std::size_t(theirs.rows[std::size_t(first + k)]) * row_bytes);
+    for (std::size_t k = first; k < first + std::size_t(count); ++k) {
+      for (const auto r : theirs.group(k)) sources.push_back(base + std::size_t(r) * row_bytes);
+      source_starts.push_back(std::int64_t(sources.size()));
+    }
   }
-  land_rows(x.type, x.width, sources, x.from->rows, x.recv, x.recv_rows, x.landing);
+  const std::span<const std::int64_t> starts = groups ? std::span<const std::int64_t>(source_starts)
+                                                      : std::span<const std::int64_t>{};
+  land_rows(x.type, x.width, {sources, starts, x.from->rows, x.from->starts}, x.recv, x.recv_rows, x.landing);
   if (arrival.must_depart) group_->depart(rank_, CollectiveKind::alltoallv);
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <memory>
+#include <numeric>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -239,35 +240,51 @@ bool MpiCommunicator::single_copy_ready() {
   return all_ok == 1;
 }
 
-// Each rank learns which of each peer's rows it receives and where the peer's send buffer lies, reads them in
-// (source, position) order, and waits until every peer has read its rows before returning, so that the caller
-// may then overwrite its send buffer.
+// Each rank learns from each peer where its send buffer lies, how many of its buffer rows make each row it
+// receives (one, or a group the peer's call sums) and which rows those are; it reads them in (source, position)
+// order and waits until every peer has read its rows before returning, so that the caller may then overwrite its
+// send buffer.
 void MpiCommunicator::read_rows_from_peers(const IndexedExchange& x) {
   State& s = *state_;
   const std::size_t peers = std::size_t(s.size);
-  const std::vector<int> to_counts = to_ints(x.to->counts), from_counts = to_ints(x.from->counts);
-  const std::vector<int> to_displs = to_ints(packed_displacements(x.to->counts));
-  const std::vector<int> from_displs = to_ints(packed_displacements(x.from->counts));
-  std::vector<std::int64_t> their_rows(x.from->rows.size());  // position in the source's send buffer
-  check(MPI_Alltoallv(x.to->rows.data(), to_counts.data(), to_displs.data(), MPI_INT64_T, their_rows.data(),
-                      from_counts.data(), from_displs.data(), MPI_INT64_T, s.comm),
-        "MPI_Alltoallv");
-  const std::int64_t mine = std::int64_t(reinterpret_cast<std::uintptr_t>(x.send));
-  std::vector<std::int64_t> bases(peers);
-  check(MPI_Allgather(&mine, 1, MPI_INT64_T, bases.data(), 1, MPI_INT64_T, s.comm), "MPI_Allgather");
+  const auto exchange = [&](const std::vector<std::int64_t>& out, const std::vector<std::int64_t>& out_counts,
+                            const std::vector<std::int64_t>& in_counts) {
+    std::vector<std::int64_t> in(std::size_t(std::accumulate(in_counts.begin(), in_counts.end(), std::int64_t{0})));
+    const std::vector<int> oc = to_ints(out_counts), ic = to_ints(in_counts);
+    const std::vector<int> od = to_ints(packed_displacements(out_counts)), id = to_ints(packed_displacements(in_counts));
+    check(MPI_Alltoallv(out.data(), oc.data(), od.data(), MPI_INT64_T, in.data(), ic.data(), id.data(), MPI_INT64_T,
+                        s.comm),
+          "MPI_Alltoallv");
+    return in;
+  };
+  // To each peer: this rank's send buffer address, then the group size of each row it sends there.
+  std::vector<std::int64_t> head, head_counts(peers), rows_to(peers, 0), head_in_counts(peers);
+  for (std::size_t d = 0, i = 0; d < peers; ++d) {
+    head_counts[d] = x.to->counts[d] + 1;
+    head.push_back(std::int64_t(reinterpret_cast<std::uintptr_t>(x.send)));
+    for (std::int64_t k = 0; k < x.to->counts[d]; ++k, ++i) {
+      head.push_back(std::int64_t(x.to->group(i).size()));
+      rows_to[d] += head.back();
+    }
+    head_in_counts[d] = x.from->counts[d] + 1;
+  }
+  const std::vector<std::int64_t> heads = exchange(head, head_counts, head_in_counts);
+  std::vector<std::int64_t> rows_from(peers, 0);
+  for (std::size_t j = 0, h = 0; j < peers; h += std::size_t(head_in_counts[j]), ++j)
+    for (std::int64_t k = 1; k < head_in_counts[j]; ++k) rows_from[j] += heads[h + std::size_t(k)];
+  const std::vector<std::int64_t> their_rows = exchange(x.to->rows, rows_to, rows_from);
 
-  const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
   std::string failure;
   try {
-    for (std::size_t j = 0, first = 0; j < peers; first += std::size_t(x.from->counts[j]), ++j) {
+    for (std::size_t j = 0, h = 0, e = 0, r = 0; j < peers; ++j) {
       const std::size_t n = std::size_t(x.from->counts[j]);
-      const std::span<const std::int64_t> rows = std::span(their_rows).subspan(first, n);
-      const std::span<const std::int64_t> landing = std::span(x.from->rows).subspan(first, n);
-      if (x.landing == RowLanding::copy) {
-        copy_rows_from(int(j), std::uintptr_t(bases[j]), rows, landing, x.recv, row_bytes);
-      } else {
-        add_rows_from(int(j), std::uintptr_t(bases[j]), rows, landing, x);
-      }
+      const std::span<const std::int64_t> sizes = std::span(heads).subspan(h + 1, n);
+      PeerRows peer{int(j), std::uintptr_t(heads[h]), sizes, std::span(their_rows).subspan(r, std::size_t(rows_from[j])),
+                    e};
+      read_from(peer, x);
+      h += n + 1;
+      e += n;
+      r += std::size_t(rows_from[j]);
     }
   } catch (const std::runtime_error& e) {
     failure = e.what();
@@ -281,39 +298,62 @@ void MpiCommunicator::read_rows_from_peers(const IndexedExchange& x) {
   }
 }
 
-// Copied rows go straight from the peer's buffer to where they land.
-void MpiCommunicator::copy_rows_from(int peer, std::uintptr_t base, std::span<const std::int64_t> rows,
-                                     std::span<const std::int64_t> landing, void* recv, std::size_t row_bytes) {
-  auto* out = static_cast<std::byte*>(recv);
-  if (peer != state_->rank) {
-    cma_read_rows(pid_t(state_->pids[std::size_t(peer)]), base, rows, out, landing, row_bytes);
+// The rows one peer sends: plain rows to be copied go straight from its buffer to where they land (then on to the
+// rest of a receive group); sums and groups are read a cache-sized piece at a time into staging and landed or
+// added from there at once, so each crosses memory once, and pieces in (source, position) order give land_rows'
+// order of the sum. A rank's own rows are landed from its send buffer.
+void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) {
+  const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
+  const std::size_t n = peer.sizes.size();
+  const bool groups = std::any_of(peer.sizes.begin(), peer.sizes.end(), [](std::int64_t k) { return k > 1; });
+  std::vector<std::int64_t> starts{0};  // of this peer's rows, when it sends groups
+  if (groups)
+    for (const auto k : peer.sizes) starts.push_back(starts.back() + k);
+  const auto* own = peer.rank == state_->rank ? reinterpret_cast<const std::byte*>(peer.base) : nullptr;
+  const pid_t pid = pid_t(state_->pids[std::size_t(peer.rank)]);
+  // Arrivals for this peer's rows [b, e), their sources given.
+  std::vector<std::int64_t> piece_starts, row_starts;
+  const auto arrivals = [&](std::size_t b, std::size_t e, std::span<const std::byte* const> sources) {
+    piece_starts.clear();
+    if (groups)
+      for (std::size_t i = b; i <= e; ++i) piece_starts.push_back(starts[i] - starts[b]);
+    const std::size_t at = peer.first + b;
+    if (!x.from->grouped()) return Arrivals{sources, piece_starts, std::span(x.from->rows).subspan(at, e - b), {}};
+    return Arrivals{sources, piece_starts, x.from->rows, std::span(x.from->starts).subspan(at, e - b + 1)};
+  };
+  const auto land = [&](const Arrivals& in) {
+    if (x.landing == RowLanding::copy) land_rows(x.type, x.width, in, x.recv, x.recv_rows, RowLanding::copy);
+    else add_rows(x.type, x.width, in, x.recv);
+  };
+  std::vector<const std::byte*> sources;
+  if (own != nullptr) {
+    for (const auto r : peer.rows) sources.push_back(own + std::size_t(r) * row_bytes);
+    land(arrivals(0, n, sources));
     return;
   }
-  const auto* send = reinterpret_cast<const std::byte*>(base);
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(out + std::size_t(landing[i]) * row_bytes, send + std::size_t(rows[i]) * row_bytes, row_bytes);
-}
-
-// Added rows are read a cache-sized piece at a time and summed into their rows at once, so each crosses memory
-// once; pieces in (source, position) order give land_rows' order of the sum. A rank's own rows are summed from
-// its send buffer.
-void MpiCommunicator::add_rows_from(int peer, std::uintptr_t base, std::span<const std::int64_t> rows,
-                                    std::span<const std::int64_t> landing, const IndexedExchange& x) {
-  const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
-  const std::size_t piece = std::max<std::size_t>(1, (std::size_t(256) << 10) / row_bytes);
-  const bool own = peer == state_->rank;
-  std::byte* staged = own ? nullptr : staging(1, std::min(piece, rows.size()) * row_bytes);
-  std::vector<const std::byte*> sources;
-  for (std::size_t first = 0; first < rows.size(); first += piece) {
-    const std::size_t n = std::min(piece, rows.size() - first);
-    sources.resize(n);
-    if (own) {
-      for (std::size_t i = 0; i < n; ++i) sources[i] = reinterpret_cast<const std::byte*>(base) + std::size_t(rows[first + i]) * row_bytes;
-    } else {
-      cma_read_rows(pid_t(state_->pids[std::size_t(peer)]), base, rows.subspan(first, n), staged, {}, row_bytes);
-      for (std::size_t i = 0; i < n; ++i) sources[i] = staged + i * row_bytes;
-    }
-    add_rows(x.type, x.width, sources, landing.subspan(first, n), x.recv);
+  auto* recv = static_cast<std::byte*>(x.recv);
+  if (x.landing == RowLanding::copy && !groups) {
+    std::vector<std::int64_t> firsts(n);
+    for (std::size_t i = 0; i < n; ++i) firsts[i] = x.from->group(peer.first + i)[0];
+    cma_read_rows(pid, peer.base, peer.rows, recv, firsts, row_bytes);
+    if (x.from->grouped())
+      for (std::size_t i = 0; i < n; ++i)
+        for (const auto r : x.from->group(peer.first + i).subspan(1))
+          std::memcpy(recv + std::size_t(r) * row_bytes, recv + std::size_t(firsts[i]) * row_bytes, row_bytes);
+    return;
+  }
+  const std::size_t piece_bytes = std::size_t(256) << 10;
+  for (std::size_t b = 0; b < n;) {
+    std::size_t e = b + 1;
+    const auto row_of = [&](std::size_t i) { return groups ? std::size_t(starts[i]) : i; };
+    while (e < n && (row_of(e + 1) - row_of(b)) * row_bytes <= piece_bytes) ++e;
+    const std::span<const std::int64_t> rows = peer.rows.subspan(row_of(b), row_of(e) - row_of(b));
+    std::byte* staged = staging(1, rows.size() * row_bytes);
+    cma_read_rows(pid, peer.base, rows, staged, {}, row_bytes);
+    sources.resize(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) sources[i] = staged + i * row_bytes;
+    land(arrivals(b, e, sources));
+    b = e;
   }
 }
 

@@ -48,10 +48,17 @@ class MpiCommunicator final : public Communicator {
   // Whether alltoallv_indexed may read peers' rows in place; decided collectively on the first call.
   bool single_copy_ready();
   void read_rows_from_peers(const IndexedExchange& x);
-  void copy_rows_from(int peer, std::uintptr_t base, std::span<const std::int64_t> rows,
-                      std::span<const std::int64_t> landing, void* recv, std::size_t row_bytes);
-  void add_rows_from(int peer, std::uintptr_t base, std::span<const std::int64_t> rows,
-                     std::span<const std::int64_t> landing, const IndexedExchange& x);
+  // The rows a peer sends this rank: its rank, the address of its send buffer, the group size of each row (one for
+  // a plain row), the buffer rows of all groups back to back, and the index of its first row in the exchange's
+  // receive side.
+  struct PeerRows {
+    int rank = 0;
+    std::uintptr_t base = 0;
+    std::span<const std::int64_t> sizes;
+    std::span<const std::int64_t> rows;
+    std::size_t first = 0;
+  };
+  void read_from(const PeerRows& peer, const IndexedExchange& x);
   void reduce_scatterv(const CollectiveCall& call, const void* send, void* recv,
                        std::span<const std::int64_t> block_sizes) const;
   void allreduce(const CollectiveCall& call, const void* send, void* recv) const;

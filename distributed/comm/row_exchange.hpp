@@ -5,7 +5,10 @@
 // plain alltoallv and lands (the default, run_indexed_alltoallv in communicator.cpp).
 //
 // Buffers are row-major matrices of `width` elements per row. One side of the exchange is a RowBlocks: how many
-// rows go to (or come from) each peer, and which row of the buffer each one is, peer after peer.
+// rows go to (or come from) each peer, and which row of the buffer each one is, peer after peer. Either side may
+// group buffer rows: a sent row may be the sum of several buffer rows (a token's expert outputs on one rank,
+// combined on their way back), and a received row may land in several buffer rows (a token's copies, one per
+// local expert it selected).
 #pragma once
 
 #include "distributed/comm/collective_call.hpp"
@@ -19,8 +22,20 @@
 namespace moe {
 
 struct RowBlocks {
-  std::vector<std::int64_t> counts;  // [peers] rows to (or from) each peer
-  std::vector<std::int64_t> rows;    // total(counts) buffer rows, peer 0's first
+  std::vector<std::int64_t> counts;  // [peers] rows exchanged with each peer
+  std::vector<std::int64_t> rows;    // buffer rows, peer 0's first
+  // Empty: exchanged row i is buffer row rows[i]. Otherwise exchanged row i is the group of buffer rows
+  // rows[starts[i]], …, rows[starts[i + 1] - 1] (total(counts) + 1 rising offsets from 0, no group empty):
+  //   sending, the row sent is their sum, left to right from the first (a group of one sends that row);
+  //   receiving (RowLanding::copy only), the arriving row lands in each of them.
+  std::vector<std::int64_t> starts{};
+
+  bool grouped() const { return !starts.empty(); }
+  // The buffer rows of exchanged row i.
+  std::span<const std::int64_t> group(std::size_t i) const {
+    return grouped() ? std::span(rows).subspan(std::size_t(starts[i]), std::size_t(starts[i + 1] - starts[i]))
+                     : std::span(rows).subspan(i, 1);
+  }
 };
 
 // copy: each receive row is written by at most one incoming row. add: incoming rows are added to their receive
@@ -47,15 +62,24 @@ struct IndexedExchange {
 // The checks one rank can make alone, before any peer is involved; std::invalid_argument names the broken rule.
 void check_indexed_exchange(const IndexedExchange& x, int peers);
 
-// to[i] = from row rows[i], for the n rows listed.
-void pack_rows(ElementType type, std::int64_t width, const void* from, std::span<const std::int64_t> rows, void* to);
-// Incoming row i (at sources[i]) lands at receive row rows[i], by `landing`; sources in (source rank, position)
-// order.
-void land_rows(ElementType type, std::int64_t width, std::span<const std::byte* const> sources,
-               std::span<const std::int64_t> rows, void* recv, std::int64_t recv_rows, RowLanding landing);
-// Receive row rows[i] += the row at sources[i], for i in order. Called on consecutive pieces of one exchange's rows
-// in (source, position) order, it sums every receive row in the same order as land_rows, so to the same bits.
-void add_rows(ElementType type, std::int64_t width, std::span<const std::byte* const> sources,
-              std::span<const std::int64_t> rows, void* recv);
+// Packed row i = exchanged row i of `to` (its buffer row, or the sum of its group), for every row `to` lists.
+void pack_rows(ElementType type, std::int64_t width, const void* from, const RowBlocks& to, void* packed);
+
+// The rows arriving at one rank, in (source rank, position) order. Arriving row i is the row at sources[i], or,
+// with source_starts, the sum left to right of the rows at sources[source_starts[i]] … sources[source_starts[i+1]-1]
+// (a sender's group read in place); it lands at receive row rows[i], or in each of rows[row_starts[i]] …
+// rows[row_starts[i+1]-1] (a receiver's group; RowLanding::copy only).
+struct Arrivals {
+  std::span<const std::byte* const> sources;
+  std::span<const std::int64_t> source_starts;  // empty: one source each
+  std::span<const std::int64_t> rows;
+  std::span<const std::int64_t> row_starts;  // empty: one receive row each
+};
+void land_rows(ElementType type, std::int64_t width, const Arrivals& in, void* recv, std::int64_t recv_rows,
+               RowLanding landing);
+// Receive row rows[i] += arriving row i, for i in order (rows ungrouped). Called on consecutive pieces of one
+// exchange's rows in (source, position) order, it sums every receive row in the same order as land_rows, so to
+// the same bits.
+void add_rows(ElementType type, std::int64_t width, const Arrivals& in, void* recv);
 
 }  // namespace moe

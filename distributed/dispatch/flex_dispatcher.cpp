@@ -8,9 +8,9 @@
 namespace moe::dist {
 
 template <typename T>
-FlexDispatcher<T>::FlexDispatcher(const DispatchGroups& groups, int num_experts,
-        const KernelBackend& kernels)
-    : domain_(*groups.tp_ep), kernels_(kernels), num_experts_(num_experts) {
+FlexDispatcher<T>::FlexDispatcher(const DispatchGroups& groups, int num_experts, const KernelBackend& kernels,
+                                  std::int64_t fused_min_bytes)
+    : domain_(*groups.tp_ep), kernels_(kernels), num_experts_(num_experts), fused_min_bytes_(fused_min_bytes) {
   local_experts_ = groups.experts_here(num_experts).count;
   for (int q = 0; q < groups.tp_ep->size(); ++q)
     peer_first_expert_.push_back(groups.experts_of_peer(num_experts, q).first);
@@ -49,18 +49,10 @@ ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<
   this->observe_counts("send_counts", send_counts_);
   this->observe_counts("recv_counts", recv_counts_);
   this->observe("permute", send_probs);
-  // The token rows are read where they lie (no pack): destination-major, as sent_tokens_ lists them.
-  token_side_ = {send_counts_, sent_tokens_};
-  received_side_ = {recv_counts_, std::vector<std::int64_t>(static_cast<size_t>(total(recv_counts_)))};
-  std::iota(received_side_.rows.begin(), received_side_.rows.end(), std::int64_t{0});
-  Matrix<T> x(total(recv_counts_), tokens.cols());
-  domain_.alltoallv_indexed<T>(const_span_of(tokens), token_side_, span_of(x), received_side_, tokens.cols(),
-                               RowLanding::copy);
+  // The probabilities and expert map first: the fused path needs the local permute before the token rows move.
   const Matrix<T> p = alltoallv_rows(domain_, send_probs, send_counts_, recv_counts_);
-  this->observe("alltoallv", x);
-  this->observe("alltoallv", p);
   const IndexMatrix m = alltoallv_rows(domain_, send_map, send_counts_, recv_counts_);
-  received_ = x.rows();
+  received_ = m.rows();
 
   // Local permute: received rows duplicated per selected local expert, expert-major.
   ExpertRows<T> out;
@@ -78,9 +70,43 @@ ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<
       }
     out.group_sizes.push_back(count);
   }
-  out.x = kernels_.gather_rows(x, local_rows_);
   out.probs = Eigen::Map<const Vector<T>>(row_probs.data(), static_cast<Eigen::Index>(row_probs.size()));
+
+  // The token rows are read where they lie (no pack): destination-major, as sent_tokens_ lists them.
+  token_side_ = {send_counts_, sent_tokens_};
+  received_side_ = {recv_counts_, std::vector<std::int64_t>(static_cast<size_t>(received_))};
+  std::iota(received_side_.rows.begin(), received_side_.rows.end(), std::int64_t{0});
+  fused_ = received_ * tokens.cols() * static_cast<std::int64_t>(sizeof(T)) >= fused_min_bytes_;
+  if (fused_) {
+    plan_expert_side();
+    out.x.resize(static_cast<Eigen::Index>(local_rows_.size()), tokens.cols());
+    domain_.alltoallv_indexed<T>(const_span_of(tokens), token_side_, span_of(out.x), expert_side_, tokens.cols(),
+                                 RowLanding::copy);
+    this->observe("alltoallv", out.x);
+    this->observe("alltoallv", p);
+    return out;
+  }
+  Matrix<T> x(received_, tokens.cols());
+  domain_.alltoallv_indexed<T>(const_span_of(tokens), token_side_, span_of(x), received_side_, tokens.cols(),
+                               RowLanding::copy);
+  this->observe("alltoallv", x);
+  this->observe("alltoallv", p);
+  out.x = kernels_.gather_rows(x, local_rows_);
   return out;
+}
+
+// Received row j, as a group of the expert rows that hold it, rising (local expert order): a stable counting sort
+// of local_rows_.
+template <typename T>
+void FlexDispatcher<T>::plan_expert_side() {
+  expert_side_.counts = recv_counts_;
+  expert_side_.starts.assign(static_cast<size_t>(received_) + 1, 0);
+  for (const auto j : local_rows_) ++expert_side_.starts[static_cast<size_t>(j) + 1];
+  std::partial_sum(expert_side_.starts.begin(), expert_side_.starts.end(), expert_side_.starts.begin());
+  std::vector<std::int64_t> next(expert_side_.starts.begin(), expert_side_.starts.end() - 1);
+  expert_side_.rows.resize(local_rows_.size());
+  for (size_t r = 0; r < local_rows_.size(); ++r)
+    expert_side_.rows[static_cast<size_t>(next[static_cast<size_t>(local_rows_[r])]++)] = static_cast<std::int64_t>(r);
 }
 
 template <typename T>
@@ -91,25 +117,32 @@ M FlexDispatcher<T>::return_to_sources(const M& received) const {
 
 template <typename T>
 Matrix<T> FlexDispatcher<T>::combine(const Matrix<T>& expert_out) {
+  if (fused_) return sum_at_sources(expert_out, expert_side_);
   // One row per received token: the sum over its local experts, then back to the source.
   const Matrix<T> per_token = kernels_.scatter_add_rows(expert_out, local_rows_, received_);
   this->observe("combine_local", per_token);
-  return sum_at_sources(per_token);
+  return sum_at_sources(per_token, received_side_);
 }
 
-// Back to the sources, each row added straight into its token row in sent order (scatter_add_rows' sum, without
-// the unpack).
+// Each row (or group, summed left to right: scatter_add_rows' order over a token's expert rows) added straight
+// into its token row in sent order: scatter_add_rows' sum at the source, without the unpack.
 template <typename T>
-Matrix<T> FlexDispatcher<T>::sum_at_sources(const Matrix<T>& per_token) const {
-  Matrix<T> y = Matrix<T>::Zero(tokens_, per_token.cols());
-  domain_.alltoallv_indexed<T>(const_span_of(per_token), received_side_, span_of(y), token_side_, per_token.cols(),
-                               RowLanding::add);
+Matrix<T> FlexDispatcher<T>::sum_at_sources(const Matrix<T>& rows, const RowBlocks& side) const {
+  Matrix<T> y = Matrix<T>::Zero(tokens_, rows.cols());
+  domain_.alltoallv_indexed<T>(const_span_of(rows), side, span_of(y), token_side_, rows.cols(), RowLanding::add);
   this->observe("alltoallv_back", y);
   return y;
 }
 
 template <typename T>
 Matrix<T> FlexDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
+  if (fused_) {
+    Matrix<T> rows(static_cast<Eigen::Index>(local_rows_.size()), grad_y.cols());
+    domain_.alltoallv_indexed<T>(const_span_of(grad_y), token_side_, span_of(rows), expert_side_, grad_y.cols(),
+                                 RowLanding::copy);
+    this->observe("alltoallv", rows);
+    return rows;
+  }
   Matrix<T> received(received_, grad_y.cols());
   domain_.alltoallv_indexed<T>(const_span_of(grad_y), token_side_, span_of(received), received_side_, grad_y.cols(),
                                RowLanding::copy);
@@ -121,14 +154,15 @@ template <typename T>
 void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vector<T>& grad_row_probs,
                                           Matrix<T>& grad_tokens, Matrix<T>& grad_probs) {
   const int L = local_experts_;
-  const Matrix<T> per_token = kernels_.scatter_add_rows(grad_rows, local_rows_, received_);
+  Matrix<T> per_token;
+  if (!fused_) per_token = kernels_.scatter_add_rows(grad_rows, local_rows_, received_);
   // The probability gradient of expert row r belongs to (its received row, its local expert).
   Matrix<T> per_token_probs = Matrix<T>::Zero(received_, L);
   for (size_t r = 0; r < local_rows_.size(); ++r)
     per_token_probs(local_rows_[r], local_row_expert_[r]) += grad_row_probs(static_cast<Eigen::Index>(r));
-  this->observe("combine_local", per_token);
+  if (!fused_) this->observe("combine_local", per_token);
   this->observe("combine_local", per_token_probs);
-  grad_tokens = sum_at_sources(per_token);
+  grad_tokens = fused_ ? sum_at_sources(grad_rows, expert_side_) : sum_at_sources(per_token, received_side_);
   const Matrix<T> back_probs = return_to_sources(per_token_probs);
   this->observe("alltoallv_back", back_probs);
   grad_probs = Matrix<T>::Zero(tokens_, num_experts_);

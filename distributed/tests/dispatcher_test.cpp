@@ -14,6 +14,7 @@
 
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/dispatch/alltoall_dispatcher.hpp"
+#include "distributed/dispatch/flex_dispatcher.hpp"
 #include "distributed/train/rank_groups.hpp"
 #include "reference/random_init.hpp"
 
@@ -24,11 +25,14 @@ struct Case {
   ParallelLayout layout;
   int experts;
   DispatcherKind kind;
-  bool direct = false;  // AlltoAll exchanging straight into the sorted order (alltoall_dispatcher.hpp)
+  // The large-size path forced: AlltoAll exchanging straight into the sorted order (alltoall_dispatcher.hpp),
+  // Flex with its local permute and combine fused into the exchange (flex_dispatcher.hpp).
+  bool direct = false;
 };
 
 std::string name_of(const Case& c) {
-  return std::string(to_string(c.kind)) + (c.direct ? "_direct" : "") + "_w" + std::to_string(c.layout.world) +
+  const char* forced = !c.direct ? "" : c.kind == DispatcherKind::flex ? "_fused" : "_direct";
+  return std::string(to_string(c.kind)) + forced + "_w" + std::to_string(c.layout.world) +
          "_tp" + std::to_string(c.layout.tp) + "_ep" + std::to_string(c.layout.ep) + "_etp" +
          std::to_string(c.layout.etp);
 }
@@ -48,6 +52,9 @@ std::vector<Case> cases() {
   for (auto l : {ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .tp = 2, .ep = 2},
                  ParallelLayout{.world = 4, .ep = 4}})
     out.push_back({l, 8, DispatcherKind::alltoall, true});
+  for (auto l : {ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .ep = 2, .etp = 2},
+                 ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}})
+    out.push_back({l, 8, DispatcherKind::flex, true});
   return out;
 }
 
@@ -94,8 +101,11 @@ TEST_P(DispatcherTest, ProvenanceIdentityAndAdjoint) {
     RankGroups g(world, groups);
     const int rank = world.rank();
     const LocalTokens t = local_tokens(rank, c.experts, k);
-    auto d = c.direct ? std::make_unique<AlltoAllDispatcher<double>>(g.dispatch(), c.experts, cpu_kernels(), 0)
-                      : make_dispatcher<double>(c.kind, g.dispatch(), c.experts);
+    std::unique_ptr<Dispatcher<double>> d;
+    if (!c.direct) d = make_dispatcher<double>(c.kind, g.dispatch(), c.experts);
+    else if (c.kind == DispatcherKind::flex)
+      d = std::make_unique<FlexDispatcher<double>>(g.dispatch(), c.experts, cpu_kernels(), 0);
+    else d = std::make_unique<AlltoAllDispatcher<double>>(g.dispatch(), c.experts, cpu_kernels(), 0);
     const ExpertRows<double> rows = d->dispatch(t.x, t.probs, t.map);
 
     // Provenance: the (source, token) pairs expected for each local expert, from every rank of the domain.
@@ -146,36 +156,61 @@ TEST_P(DispatcherTest, ProvenanceIdentityAndAdjoint) {
 INSTANTIATE_TEST_SUITE_P(Layouts, DispatcherTest, ::testing::ValuesIn(cases()),
                          [](const auto& param_info) { return name_of(param_info.param); });
 
-// The AlltoAll direct exchange is only a different way to move the same rows: dispatch, combine and both backward
-// passes give the same bits, in the same row order, as the exchange followed by the sort gather.
-TEST(AlltoAllDirectExchange, GivesTheSortGathersBits) {
-  for (auto layout : {ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .tp = 2, .ep = 2},
-                      ParallelLayout{.world = 4, .ep = 4}}) {
+// Two paths of one dispatcher that only move the same rows differently: dispatch, combine and both backward passes
+// give the same bits, in the same row order. make(g, large) builds the dispatcher forced onto its large-size path
+// (large) or kept off it; tokens select k of 8 experts.
+template <typename Make>
+void expect_same_bits(std::initializer_list<ParallelLayout> layouts, int k, const Make& make) {
+  for (auto layout : layouts) {
     const ProcessGroups groups(layout);
     std::mutex mu;
     int compared = 0;
     InprocWorld(layout.world).run([&](Communicator& world) {
       RankGroups g(world, groups);
-      const LocalTokens t = local_tokens(world.rank(), 8, 3);
-      AlltoAllDispatcher<double> direct(g.dispatch(), 8, cpu_kernels(), 0);
-      AlltoAllDispatcher<double> sorted(g.dispatch(), 8, cpu_kernels(), std::numeric_limits<std::int64_t>::max());
-      const ExpertRows<double> a = direct.dispatch(t.x, t.probs, t.map), b = sorted.dispatch(t.x, t.probs, t.map);
+      const LocalTokens t = local_tokens(world.rank(), 8, k);
+      const auto large = make(g, true), small = make(g, false);
+      const ExpertRows<double> a = large->dispatch(t.x, t.probs, t.map), b = small->dispatch(t.x, t.probs, t.map);
       SeededUniform rng(9 + static_cast<std::uint64_t>(world.rank()));
       const Matrix<double> out = rng.matrix<double>(a.x.rows(), a.x.cols(), 1.0);
       const Matrix<double> v = rng.matrix<double>(t.x.rows(), t.x.cols(), 1.0);
       const Vector<double> gp = rng.matrix<double>(a.x.rows(), 1, 1.0);
       Matrix<double> dx_a, dp_a, dx_b, dp_b;
-      direct.dispatch_backward(out, gp, dx_a, dp_a);
-      sorted.dispatch_backward(out, gp, dx_b, dp_b);
-      const bool same = a.x == b.x && a.probs == b.probs && a.group_sizes == b.group_sizes &&
-                        direct.combine(out) == sorted.combine(out) &&
-                        direct.combine_backward(v) == sorted.combine_backward(v) && dx_a == dx_b && dp_a == dp_b;
+      large->dispatch_backward(out, gp, dx_a, dp_a);
+      small->dispatch_backward(out, gp, dx_b, dp_b);
+      // Every collective runs on every rank before any comparison (a short-circuit would leave peers waiting).
+      const Matrix<double> y_a = large->combine(out), y_b = small->combine(out);
+      const Matrix<double> g_a = large->combine_backward(v), g_b = small->combine_backward(v);
+      const bool same = a.x == b.x && a.probs == b.probs && a.group_sizes == b.group_sizes && y_a == y_b &&
+                        g_a == g_b && dx_a == dx_b && dp_a == dp_b;
       std::lock_guard<std::mutex> lock(mu);
-      EXPECT_TRUE(same) << "w" << layout.world << " ep" << layout.ep << " rank " << world.rank();
+      EXPECT_TRUE(same) << "w" << layout.world << " ep" << layout.ep << " etp" << layout.etp << " rank "
+                        << world.rank();
       compared += a.x.rows() > 0;
     });
     EXPECT_GT(compared, 0);
   }
+}
+
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+
+TEST(AlltoAllDirectExchange, GivesTheSortGathersBits) {
+  expect_same_bits({ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .tp = 2, .ep = 2},
+                    ParallelLayout{.world = 4, .ep = 4}},
+                   3, [](RankGroups& g, bool large) {
+                     return std::make_unique<AlltoAllDispatcher<double>>(g.dispatch(), 8, cpu_kernels(),
+                                                                         large ? 0 : kNever);
+                   });
+}
+
+// Six of eight experts: most tokens select three or four of a rank's experts, whose rows the fused combine sums
+// as it reads them; in another order than the scatter-add's the low bits would differ.
+TEST(FlexFusedExchange, GivesTheLocalPermuteAndCombinesBits) {
+  expect_same_bits({ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .ep = 2, .etp = 2},
+                    ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}},
+                   6, [](RankGroups& g, bool large) {
+                     return std::make_unique<FlexDispatcher<double>>(g.dispatch(), 8, cpu_kernels(),
+                                                                     large ? 0 : kNever);
+                   });
 }
 
 }  // namespace

@@ -55,16 +55,18 @@ class FaultyCommunicator final : public Communicator {
       return;
     }
     const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
-    std::vector<std::byte> packed(x.to->rows.size() * row_bytes), arrived(x.from->rows.size() * row_bytes);
-    pack_rows(x.type, x.width, x.send, x.to->rows, packed.data());
-    run_collective(x.as_alltoallv(), packed.data(), arrived.data());
+    const CollectiveCall call = x.as_alltoallv();
+    std::vector<std::byte> packed(std::size_t(call.send_size) * element_size(x.type));
+    std::vector<std::byte> arrived(std::size_t(call.recv_size) * element_size(x.type));
+    pack_rows(x.type, x.width, x.send, *x.to, packed.data());
+    run_collective(call, packed.data(), arrived.data());
     std::vector<const std::byte*> sources;
     std::vector<std::int64_t> rows;
     for (std::size_t i = x.from->rows.size(); i-- > 0;) {
       sources.push_back(arrived.data() + i * row_bytes);
       rows.push_back(x.from->rows[i]);
     }
-    land_rows(x.type, x.width, sources, rows, x.recv, x.recv_rows, x.landing);
+    land_rows(x.type, x.width, {sources, {}, rows, {}}, x.recv, x.recv_rows, x.landing);
   }
   void send_bytes(ElementType type, const void* data, std::int64_t count, int dest, int tag) override {
     inner_.send_bytes(type, data, count, dest, tag);

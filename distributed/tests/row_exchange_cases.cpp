@@ -34,40 +34,68 @@ std::vector<T> send_buffer(int s, std::int64_t width) {
   return send;
 }
 
-RowBlocks sends_of(int me, int ranks) {
+// With groups: entry k to d is the sum of the sent rows k, k + 1, … (one to three of them).
+std::int64_t group_size(int s, int d, std::int64_t k) { return 1 + (s + d + k) % 3; }
+
+RowBlocks sends_of(int me, int ranks, bool groups) {
   RowBlocks to;
+  if (groups) to.starts.push_back(0);
   for (int d = 0; d < ranks; ++d) {
     to.counts.push_back(rows_between(me, d));
-    for (std::int64_t k = 0; k < to.counts.back(); ++k) to.rows.push_back(sent_row(me, d, k));
+    for (std::int64_t k = 0; k < to.counts.back(); ++k) {
+      for (std::int64_t m = 0; m < (groups ? group_size(me, d, k) : 1); ++m) to.rows.push_back(sent_row(me, d, k + m));
+      if (groups) to.starts.push_back(std::int64_t(to.rows.size()));
+    }
   }
   return to;
 }
 
+// What rank s sends d as its k-th row: one row, or its group summed left to right.
+template <CommElement T>
+T sent_value(int s, int d, std::int64_t k, std::int64_t c, bool groups) {
+  T x = element<T>(s, sent_row(s, d, k), c);
+  for (std::int64_t m = 1; groups && m < group_size(s, d, k); ++m) x = T(x + element<T>(s, sent_row(s, d, k + m), c));
+  return x;
+}
+
+struct Grouping {
+  bool sends = false;     // senders sum groups of rows
+  bool landings = false;  // each received row lands in one or two rows (copy)
+};
+
 // The p-th incoming row (in source order) lands at landing(p, n) of a receive buffer of `recv_rows` rows. Wide
 // rows (128 KiB) make a backend that sums a few rows at a time (the MPI single-copy path) use several pieces.
 template <CommElement T>
-Tally indexed_case(Communicator& comm, RowLanding landing, std::int64_t width = kWidth) {
+Tally indexed_case(Communicator& comm, RowLanding landing, std::int64_t width = kWidth, Grouping groups = {}) {
   const int me = comm.rank(), ranks = comm.size();
   std::int64_t incoming = 0;
   for (int s = 0; s < ranks; ++s) incoming += rows_between(s, me);
-  // copy: reversed, with a sentinel row before and after; add: everything onto two rows (and one left alone).
-  const std::int64_t recv_rows = landing == RowLanding::copy ? incoming + 2 : 3;
-  const auto land_at = [&](std::int64_t p) { return landing == RowLanding::copy ? incoming - p : p % 2; };
+  // copy: reversed, with a sentinel row before and after (row p in 1 + p % 2 places with landing groups); add:
+  // everything onto two rows (and one left alone).
   RowBlocks from;
   for (int s = 0; s < ranks; ++s) from.counts.push_back(rows_between(s, me));
-  for (std::int64_t p = 0; p < incoming; ++p) from.rows.push_back(land_at(p));
+  std::int64_t places = 0;
+  for (std::int64_t p = 0; p < incoming; ++p) places += groups.landings ? 1 + p % 2 : 1;
+  const std::int64_t recv_rows = landing == RowLanding::copy ? places + 2 : 3;
+  if (groups.landings) from.starts.push_back(0);
+  for (std::int64_t p = 0; p < incoming; ++p) {
+    for (std::int64_t g = 0; g < (groups.landings ? 1 + p % 2 : 1); ++g)
+      from.rows.push_back(landing == RowLanding::copy ? places - std::int64_t(from.rows.size()) : p % 2);
+    if (groups.landings) from.starts.push_back(std::int64_t(from.rows.size()));
+  }
 
   auto recv = filled<T>(recv_rows * width, sentinel<T>), want = recv;
   std::int64_t p = 0;
   for (int s = 0; s < ranks; ++s)
     for (std::int64_t k = 0; k < rows_between(s, me); ++k, ++p)
-      for (std::int64_t c = 0; c < width; ++c) {
-        T& w = want[std::size_t(land_at(p) * width + c)];
-        const T x = element<T>(s, sent_row(s, me, k), c);
-        w = landing == RowLanding::copy ? x : T(w + x);
-      }
+      for (const auto at : from.group(std::size_t(p)))
+        for (std::int64_t c = 0; c < width; ++c) {
+          T& w = want[std::size_t(at * width + c)];
+          const T x = sent_value<T>(s, me, k, c, groups.sends);
+          w = landing == RowLanding::copy ? x : T(w + x);
+        }
   const auto send = send_buffer<T>(me, width);
-  comm.alltoallv_indexed<T>(send, sends_of(me, ranks), recv, from, width, landing);
+  comm.alltoallv_indexed<T>(send, sends_of(me, ranks, groups.sends), recv, from, width, landing);
   return compare(recv, want);
 }
 
@@ -101,9 +129,21 @@ void add_typed(std::vector<Case>& cases) {
   const std::string t = type_name<T>();
   cases.push_back({"alltoallv_indexed.copy." + t, [](Communicator& c) { return indexed_case<T>(c, RowLanding::copy); }});
   cases.push_back({"alltoallv_indexed.add." + t, [](Communicator& c) { return indexed_case<T>(c, RowLanding::add); }});
+  cases.push_back({"alltoallv_indexed.copy.grouped." + t, [](Communicator& c) {
+                     return indexed_case<T>(c, RowLanding::copy, kWidth, {.sends = true, .landings = true});
+                   }});
+  cases.push_back({"alltoallv_indexed.add.grouped_sends." + t, [](Communicator& c) {
+                     return indexed_case<T>(c, RowLanding::add, kWidth, {.sends = true});
+                   }});
   if constexpr (std::same_as<T, double>) {
     cases.push_back({"alltoallv_indexed.add.wide_rows." + t,
                      [](Communicator& c) { return indexed_case<T>(c, RowLanding::add, 16384); }});
+    cases.push_back({"alltoallv_indexed.add.grouped_sends.wide_rows." + t, [](Communicator& c) {
+                       return indexed_case<T>(c, RowLanding::add, 16384, {.sends = true});
+                     }});
+    cases.push_back({"alltoallv_indexed.copy.grouped_landings." + t, [](Communicator& c) {
+                       return indexed_case<T>(c, RowLanding::copy, kWidth, {.landings = true});
+                     }});
   }
 }
 
@@ -127,6 +167,15 @@ void add_row_exchange_cases(std::vector<Case>& cases, int size) {
   rule("rows_and_counts", "add up to", RowLanding::copy, [](R& to, R&, std::int64_t&) { to.rows.push_back(0); });
   rule("width", "not rows of", RowLanding::copy, [](R&, R&, std::int64_t& width) { width = 3; });
   rule("zero_width", "at least one element", RowLanding::copy, [](R&, R&, std::int64_t& width) { width = 0; });
+  rule("recv_groups_with_add", "only with RowLanding::copy", RowLanding::add, [](R&, R& from, std::int64_t&) {
+    for (std::int64_t i = 0; i <= std::int64_t(from.rows.size()); ++i) from.starts.push_back(i);
+  });
+  rule("starts_length", "offsets for", RowLanding::copy, [](R& to, R&, std::int64_t&) { to.starts = {0}; });
+  rule("empty_group", "is empty or reversed", RowLanding::copy, [](R& to, R&, std::int64_t&) {
+    to.rows.pop_back();  // n - 1 rows in n groups: the first one empty
+    to.starts = {0};
+    for (std::int64_t i = 0; i <= std::int64_t(to.rows.size()); ++i) to.starts.push_back(i);
+  });
   if (size >= 2)
     rule("copied_twice", "listed twice", RowLanding::copy, [](R&, R& from, std::int64_t&) { from.rows[1] = 0; });
   // Counts that do not match the peer's: checked on the calls of all ranks, so every rank throws.
