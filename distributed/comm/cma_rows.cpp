@@ -36,25 +36,26 @@ bool cma_readable(pid_t pid, std::uintptr_t address, void* into, std::size_t byt
 
 void cma_read_rows(pid_t pid, std::uintptr_t remote_base, std::span<const std::int64_t> remote_rows,
                    std::byte* local_base, std::span<const std::int64_t> local_rows, std::size_t row_bytes) {
-  const std::size_t n = remote_rows.size();
   auto local_row = [&](std::size_t i) { return local_rows.empty() ? std::int64_t(i) : local_rows[i]; };
   std::vector<iovec> local, remote;
   local.reserve(IOV_MAX);
   remote.reserve(IOV_MAX);
   std::size_t batch_bytes = 0;
-  for (std::size_t i = 0; i < n;) {
-    // The run of rows consecutive on both sides that starts at i.
-    std::size_t end = i + 1;
-    while (end < n && remote_rows[end] == remote_rows[end - 1] + 1 && local_row(end) == local_row(end - 1) + 1) ++end;
-    const std::size_t bytes = (end - i) * row_bytes;
-    local.push_back({local_base + std::size_t(local_row(i)) * row_bytes, bytes});
-    remote.push_back({reinterpret_cast<void*>(remote_base + std::size_t(remote_rows[i]) * row_bytes), bytes});
-    batch_bytes += bytes;
-    if (local.size() == IOV_MAX) {
+  for (std::size_t i = 0; i < remote_rows.size(); ++i) {
+    // Row i extends each side's last piece when it follows it there, else starts a piece of its own.
+    const bool local_run = i > 0 && !local.empty() && local_row(i) == local_row(i - 1) + 1;
+    const bool remote_run = i > 0 && !remote.empty() && remote_rows[i] == remote_rows[i - 1] + 1;
+    if ((!local_run && local.size() == IOV_MAX) || (!remote_run && remote.size() == IOV_MAX)) {
       read_batch(pid, local, remote, batch_bytes);
       batch_bytes = 0;
+      --i;  // again, as the first row of the next batch
+      continue;
     }
-    i = end;
+    if (local_run) local.back().iov_len += row_bytes;
+    else local.push_back({local_base + std::size_t(local_row(i)) * row_bytes, row_bytes});
+    if (remote_run) remote.back().iov_len += row_bytes;
+    else remote.push_back({reinterpret_cast<void*>(remote_base + std::size_t(remote_rows[i]) * row_bytes), row_bytes});
+    batch_bytes += row_bytes;
   }
   if (!local.empty()) read_batch(pid, local, remote, batch_bytes);
 }

@@ -21,8 +21,10 @@ namespace moe {
 bool cma_readable(pid_t pid, std::uintptr_t address, void* into, std::size_t bytes);
 
 // Copies row `remote_rows[i]` of the buffer at `remote_base` in process `pid` to local row `local_rows[i]` of
-// `local_base` (or to local row i when local_rows is empty), rows of `row_bytes`. Runs of consecutive rows on both
-// sides go as one piece, pieces in batches of IOV_MAX per system call. std::runtime_error if the kernel refuses or
+// `local_base` (or to local row i when local_rows is empty), rows of `row_bytes`. Each side's runs of consecutive
+// rows go as one piece of that side (the kernel fills the local pieces in order from the remote ones, whatever
+// their lengths), pieces in batches of at most IOV_MAX per side and system call. The kernel looks up and pins
+// the pages of each remote piece, so rows in rising remote order cost far less than scattered ones. std::runtime_error if the kernel refuses or
 // reads less than asked (the peer's buffer is not where it said).
 void cma_read_rows(pid_t pid, std::uintptr_t remote_base, std::span<const std::int64_t> remote_rows,
                    std::byte* local_base, std::span<const std::int64_t> local_rows, std::size_t row_bytes);

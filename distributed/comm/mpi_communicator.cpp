@@ -343,15 +343,25 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
     return;
   }
   const std::size_t piece_bytes = std::size_t(256) << 10;
+  std::vector<std::size_t> order;
+  std::vector<std::int64_t> sorted;
   for (std::size_t b = 0; b < n;) {
     std::size_t e = b + 1;
     const auto row_of = [&](std::size_t i) { return groups ? std::size_t(starts[i]) : i; };
     while (e < n && (row_of(e + 1) - row_of(b)) * row_bytes <= piece_bytes) ++e;
+    // Read in rising order of the peer's rows, which makes runs of them (a Flex group's rows are scattered, but the
+    // groups of consecutive received rows take consecutive rows of each expert), and point each source at its row.
     const std::span<const std::int64_t> rows = peer.rows.subspan(row_of(b), row_of(e) - row_of(b));
+    order.resize(rows.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    if (!std::is_sorted(rows.begin(), rows.end()))
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t i, std::size_t k) { return rows[i] < rows[k]; });
+    sorted.resize(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) sorted[i] = rows[order[i]];
     std::byte* staged = staging(1, rows.size() * row_bytes);
-    cma_read_rows(pid, peer.base, rows, staged, {}, row_bytes);
+    cma_read_rows(pid, peer.base, sorted, staged, {}, row_bytes);
     sources.resize(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) sources[i] = staged + i * row_bytes;
+    for (std::size_t i = 0; i < rows.size(); ++i) sources[order[i]] = staged + i * row_bytes;
     land(arrivals(b, e, sources));
     b = e;
   }

@@ -14,7 +14,10 @@ constexpr std::int64_t kWidth = 3;
 constexpr std::int64_t kSendRows = 5;
 
 std::int64_t rows_between(int s, int d) { return (s + 2 * d + 1) % 4; }     // zero for some pairs
-std::int64_t sent_row(int s, int d, std::int64_t k) { return (3 * k + s + 2 * d) % kSendRows; }  // repeats rows
+// Repeats rows; `consecutive` sends runs of consecutive rows (wrapping at the end of the buffer).
+std::int64_t sent_row(int s, int d, std::int64_t k, bool consecutive = false) {
+  return ((consecutive ? 1 : 3) * k + s + 2 * d) % kSendRows;
+}
 
 // Element c of send row r on rank s. Floating types get non-dyadic values, so that sums in another order than
 // (source rank, position) change low bits.
@@ -37,13 +40,13 @@ std::vector<T> send_buffer(int s, std::int64_t width) {
 // With groups: entry k to d is the sum of the sent rows k, k + 1, … (one to three of them).
 std::int64_t group_size(int s, int d, std::int64_t k) { return 1 + (s + d + k) % 3; }
 
-RowBlocks sends_of(int me, int ranks, bool groups) {
+RowBlocks sends_of(int me, int ranks, bool groups, bool consecutive) {
   RowBlocks to;
   if (groups) to.starts.push_back(0);
   for (int d = 0; d < ranks; ++d) {
     to.counts.push_back(rows_between(me, d));
     for (std::int64_t k = 0; k < to.counts.back(); ++k) {
-      for (std::int64_t m = 0; m < (groups ? group_size(me, d, k) : 1); ++m) to.rows.push_back(sent_row(me, d, k + m));
+      for (std::int64_t m = 0; m < (groups ? group_size(me, d, k) : 1); ++m) to.rows.push_back(sent_row(me, d, k + m, consecutive));
       if (groups) to.starts.push_back(std::int64_t(to.rows.size()));
     }
   }
@@ -52,26 +55,32 @@ RowBlocks sends_of(int me, int ranks, bool groups) {
 
 // What rank s sends d as its k-th row: one row, or its group summed left to right.
 template <CommElement T>
-T sent_value(int s, int d, std::int64_t k, std::int64_t c, bool groups) {
-  T x = element<T>(s, sent_row(s, d, k), c);
-  for (std::int64_t m = 1; groups && m < group_size(s, d, k); ++m) x = T(x + element<T>(s, sent_row(s, d, k + m), c));
+T sent_value(int s, int d, std::int64_t k, std::int64_t c, bool groups, bool consecutive) {
+  T x = element<T>(s, sent_row(s, d, k, consecutive), c);
+  for (std::int64_t m = 1; groups && m < group_size(s, d, k); ++m)
+    x = T(x + element<T>(s, sent_row(s, d, k + m, consecutive), c));
   return x;
 }
 
-struct Grouping {
+// Runs of consecutive rows on one side only (a backend may read each side's runs as one piece): remote, the
+// senders' rows come in runs and land reversed; local, scattered rows land in rising order.
+enum class Runs { none, remote, local };
+
+struct Shape {
   bool sends = false;     // senders sum groups of rows
   bool landings = false;  // each received row lands in one or two rows (copy)
+  Runs runs = Runs::none;
 };
 
 // The p-th incoming row (in source order) lands at landing(p, n) of a receive buffer of `recv_rows` rows. Wide
 // rows (128 KiB) make a backend that sums a few rows at a time (the MPI single-copy path) use several pieces.
 template <CommElement T>
-Tally indexed_case(Communicator& comm, RowLanding landing, std::int64_t width = kWidth, Grouping groups = {}) {
+Tally indexed_case(Communicator& comm, RowLanding landing, std::int64_t width = kWidth, Shape groups = {}) {
   const int me = comm.rank(), ranks = comm.size();
   std::int64_t incoming = 0;
   for (int s = 0; s < ranks; ++s) incoming += rows_between(s, me);
-  // copy: reversed, with a sentinel row before and after (row p in 1 + p % 2 places with landing groups); add:
-  // everything onto two rows (and one left alone).
+  // copy: reversed (rising with Runs::local), with a sentinel row before and after (row p in 1 + p % 2 places
+  // with landing groups); add: everything onto two rows (and one left alone).
   RowBlocks from;
   for (int s = 0; s < ranks; ++s) from.counts.push_back(rows_between(s, me));
   std::int64_t places = 0;
@@ -80,7 +89,9 @@ Tally indexed_case(Communicator& comm, RowLanding landing, std::int64_t width = 
   if (groups.landings) from.starts.push_back(0);
   for (std::int64_t p = 0; p < incoming; ++p) {
     for (std::int64_t g = 0; g < (groups.landings ? 1 + p % 2 : 1); ++g)
-      from.rows.push_back(landing == RowLanding::copy ? places - std::int64_t(from.rows.size()) : p % 2);
+      from.rows.push_back(landing == RowLanding::add         ? p % 2
+                          : groups.runs == Runs::local ? 1 + std::int64_t(from.rows.size())
+                                                       : places - std::int64_t(from.rows.size()));
     if (groups.landings) from.starts.push_back(std::int64_t(from.rows.size()));
   }
 
@@ -91,11 +102,11 @@ Tally indexed_case(Communicator& comm, RowLanding landing, std::int64_t width = 
       for (const auto at : from.group(std::size_t(p)))
         for (std::int64_t c = 0; c < width; ++c) {
           T& w = want[std::size_t(at * width + c)];
-          const T x = sent_value<T>(s, me, k, c, groups.sends);
+          const T x = sent_value<T>(s, me, k, c, groups.sends, groups.runs == Runs::remote);
           w = landing == RowLanding::copy ? x : T(w + x);
         }
   const auto send = send_buffer<T>(me, width);
-  comm.alltoallv_indexed<T>(send, sends_of(me, ranks, groups.sends), recv, from, width, landing);
+  comm.alltoallv_indexed<T>(send, sends_of(me, ranks, groups.sends, groups.runs == Runs::remote), recv, from, width, landing);
   return compare(recv, want);
 }
 
@@ -143,6 +154,12 @@ void add_typed(std::vector<Case>& cases) {
                      }});
     cases.push_back({"alltoallv_indexed.copy.grouped_landings." + t, [](Communicator& c) {
                        return indexed_case<T>(c, RowLanding::copy, kWidth, {.landings = true});
+                     }});
+    cases.push_back({"alltoallv_indexed.copy.remote_runs." + t, [](Communicator& c) {
+                       return indexed_case<T>(c, RowLanding::copy, kWidth, {.runs = Runs::remote});
+                     }});
+    cases.push_back({"alltoallv_indexed.copy.local_runs." + t, [](Communicator& c) {
+                       return indexed_case<T>(c, RowLanding::copy, kWidth, {.runs = Runs::local});
                      }});
   }
 }
