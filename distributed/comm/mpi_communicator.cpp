@@ -332,18 +332,43 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
     return;
   }
   auto* recv = static_cast<std::byte*>(x.recv);
+  const std::size_t piece_bytes = std::size_t(256) << 10;
+  // Positions of `rows` in their rising order (stable).
+  std::vector<std::size_t> order;
+  const auto rising = [&](std::span<const std::int64_t> rows) {
+    order.resize(rows.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    if (!std::is_sorted(rows.begin(), rows.end()))
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t i, std::size_t k) { return rows[i] < rows[k]; });
+  };
   if (x.landing == RowLanding::copy && !groups) {
-    std::vector<std::int64_t> firsts(n);
-    for (std::size_t i = 0; i < n; ++i) firsts[i] = x.from->group(peer.first + i)[0];
-    cma_read_rows(pid, peer.base, peer.rows, recv, firsts, row_bytes);
-    if (x.from->grouped())
-      for (std::size_t i = 0; i < n; ++i)
-        for (const auto r : x.from->group(peer.first + i).subspan(1))
-          std::memcpy(recv + std::size_t(r) * row_bytes, recv + std::size_t(firsts[i]) * row_bytes, row_bytes);
+    // Each distinct row of the peer is read once, in rising order (so runs of them are one piece), into the first
+    // place it lands; its other places (one token for several experts of this rank, a receive group) are copied
+    // from there while it is in cache, a cache-sized piece of distinct rows at a time.
+    std::vector<std::int64_t> distinct, landed;
+    rising(peer.rows);
+    for (std::size_t b = 0; b < n;) {
+      distinct.clear();
+      landed.clear();
+      std::size_t e = b;
+      for (; e < n; ++e) {
+        const std::int64_t row = peer.rows[order[e]];
+        if (!distinct.empty() && row == distinct.back()) continue;
+        if (distinct.size() * row_bytes >= piece_bytes) break;
+        distinct.push_back(row);
+        landed.push_back(x.from->group(peer.first + order[e])[0]);
+      }
+      cma_read_rows(pid, peer.base, distinct, recv, landed, row_bytes);
+      for (std::size_t k = b, u = 0; k < e; ++k) {
+        if (k > b && peer.rows[order[k]] != peer.rows[order[k - 1]]) ++u;
+        const std::byte* read = recv + std::size_t(landed[u]) * row_bytes;
+        for (const auto r : x.from->group(peer.first + order[k]))
+          if (r != landed[u]) std::memcpy(recv + std::size_t(r) * row_bytes, read, row_bytes);
+      }
+      b = e;
+    }
     return;
   }
-  const std::size_t piece_bytes = std::size_t(256) << 10;
-  std::vector<std::size_t> order;
   std::vector<std::int64_t> sorted;
   for (std::size_t b = 0; b < n;) {
     std::size_t e = b + 1;
@@ -352,10 +377,7 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
     // Read in rising order of the peer's rows, which makes runs of them (a Flex group's rows are scattered, but the
     // groups of consecutive received rows take consecutive rows of each expert), and point each source at its row.
     const std::span<const std::int64_t> rows = peer.rows.subspan(row_of(b), row_of(e) - row_of(b));
-    order.resize(rows.size());
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    if (!std::is_sorted(rows.begin(), rows.end()))
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t i, std::size_t k) { return rows[i] < rows[k]; });
+    rising(rows);
     sorted.resize(rows.size());
     for (std::size_t i = 0; i < rows.size(); ++i) sorted[i] = rows[order[i]];
     std::byte* staged = staging(1, rows.size() * row_bytes);

@@ -14,9 +14,16 @@ constexpr std::int64_t kWidth = 3;
 constexpr std::int64_t kSendRows = 5;
 
 std::int64_t rows_between(int s, int d) { return (s + 2 * d + 1) % 4; }     // zero for some pairs
-// Repeats rows; `consecutive` sends runs of consecutive rows (wrapping at the end of the buffer).
-std::int64_t sent_row(int s, int d, std::int64_t k, bool consecutive = false) {
-  return ((consecutive ? 1 : 3) * k + s + 2 * d) % kSendRows;
+
+// Runs of consecutive rows on one side only (a backend may read each side's runs as one piece): remote, the
+// senders' rows come in runs and land reversed; local, scattered rows land in rising order. repeats: each row is
+// sent twice running to a peer (a backend may read it once).
+enum class Runs { none, remote, local, repeats };
+
+// The k-th row rank s sends d (rows repeat across peers; with groups, also within one).
+std::int64_t sent_row(int s, int d, std::int64_t k, Runs runs = Runs::none) {
+  const std::int64_t step = runs == Runs::remote ? k : runs == Runs::repeats ? k / 2 : 3 * k;
+  return (step + s + 2 * d) % kSendRows;
 }
 
 // Element c of send row r on rank s. Floating types get non-dyadic values, so that sums in another order than
@@ -40,13 +47,14 @@ std::vector<T> send_buffer(int s, std::int64_t width) {
 // With groups: entry k to d is the sum of the sent rows k, k + 1, … (one to three of them).
 std::int64_t group_size(int s, int d, std::int64_t k) { return 1 + (s + d + k) % 3; }
 
-RowBlocks sends_of(int me, int ranks, bool groups, bool consecutive) {
+RowBlocks sends_of(int me, int ranks, bool groups, Runs runs) {
   RowBlocks to;
   if (groups) to.starts.push_back(0);
   for (int d = 0; d < ranks; ++d) {
     to.counts.push_back(rows_between(me, d));
     for (std::int64_t k = 0; k < to.counts.back(); ++k) {
-      for (std::int64_t m = 0; m < (groups ? group_size(me, d, k) : 1); ++m) to.rows.push_back(sent_row(me, d, k + m, consecutive));
+      for (std::int64_t m = 0; m < (groups ? group_size(me, d, k) : 1); ++m)
+        to.rows.push_back(sent_row(me, d, k + m, runs));
       if (groups) to.starts.push_back(std::int64_t(to.rows.size()));
     }
   }
@@ -55,16 +63,12 @@ RowBlocks sends_of(int me, int ranks, bool groups, bool consecutive) {
 
 // What rank s sends d as its k-th row: one row, or its group summed left to right.
 template <CommElement T>
-T sent_value(int s, int d, std::int64_t k, std::int64_t c, bool groups, bool consecutive) {
-  T x = element<T>(s, sent_row(s, d, k, consecutive), c);
+T sent_value(int s, int d, std::int64_t k, std::int64_t c, bool groups, Runs runs) {
+  T x = element<T>(s, sent_row(s, d, k, runs), c);
   for (std::int64_t m = 1; groups && m < group_size(s, d, k); ++m)
-    x = T(x + element<T>(s, sent_row(s, d, k + m, consecutive), c));
+    x = T(x + element<T>(s, sent_row(s, d, k + m, runs), c));
   return x;
 }
-
-// Runs of consecutive rows on one side only (a backend may read each side's runs as one piece): remote, the
-// senders' rows come in runs and land reversed; local, scattered rows land in rising order.
-enum class Runs { none, remote, local };
 
 struct Shape {
   bool sends = false;     // senders sum groups of rows
@@ -102,11 +106,11 @@ Tally indexed_case(Communicator& comm, RowLanding landing, std::int64_t width = 
       for (const auto at : from.group(std::size_t(p)))
         for (std::int64_t c = 0; c < width; ++c) {
           T& w = want[std::size_t(at * width + c)];
-          const T x = sent_value<T>(s, me, k, c, groups.sends, groups.runs == Runs::remote);
+          const T x = sent_value<T>(s, me, k, c, groups.sends, groups.runs);
           w = landing == RowLanding::copy ? x : T(w + x);
         }
   const auto send = send_buffer<T>(me, width);
-  comm.alltoallv_indexed<T>(send, sends_of(me, ranks, groups.sends, groups.runs == Runs::remote), recv, from, width, landing);
+  comm.alltoallv_indexed<T>(send, sends_of(me, ranks, groups.sends, groups.runs), recv, from, width, landing);
   return compare(recv, want);
 }
 
@@ -160,6 +164,9 @@ void add_typed(std::vector<Case>& cases) {
                      }});
     cases.push_back({"alltoallv_indexed.copy.local_runs." + t, [](Communicator& c) {
                        return indexed_case<T>(c, RowLanding::copy, kWidth, {.runs = Runs::local});
+                     }});
+    cases.push_back({"alltoallv_indexed.copy.repeats." + t, [](Communicator& c) {
+                       return indexed_case<T>(c, RowLanding::copy, kWidth, {.landings = true, .runs = Runs::repeats});
                      }});
   }
 }
