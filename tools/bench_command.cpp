@@ -104,6 +104,20 @@ struct Result {
   std::int64_t wrong = 0;  // output elements, over all ranks, that differ from the expected sum
 };
 
+// Median over repetitions (after one warm-up) of the slowest rank's time of `f`.
+template <typename F>
+double timed(Communicator& world, int repetitions, const F& f) {
+  std::vector<double> times;
+  for (int rep = -1; rep < repetitions; ++rep) {
+    world.barrier();
+    const double start = now();
+    f();
+    const double elapsed = slowest(world, now() - start);
+    if (rep >= 0) times.push_back(elapsed);
+  }
+  return median(times);
+}
+
 // One rank's part: uniform random top-k routing, identity experts, dispatch + combine timed.
 Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKind kind, bool mpi) {
 #ifdef _OPENMP
@@ -133,20 +147,11 @@ Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKi
   Result r;
   r.dispatcher = std::string(to_string(kind));
   r.tokens = o.tokens;
-  std::vector<double> times;
   Matrix<double> y;
   std::vector<std::int64_t> sent(static_cast<size_t>(world.size()), 0), received = sent;
   // One dispatcher for every repetition, as a layer keeps its own across steps.
   auto d = dist::make_dispatcher<double>(kind, comms.dispatch(), o.experts);
-  for (int rep = -1; rep < o.repetitions; ++rep) {
-    world.barrier();
-    const double start = now();
-    const dist::ExpertRows<double> rows = d->dispatch(x, probs, map);
-    y = d->combine(rows.x);
-    const double elapsed = slowest(world, now() - start);
-    if (rep >= 0) times.push_back(elapsed);
-  }
-  r.seconds = median(times);
+  r.seconds = timed(world, o.repetitions, [&] { y = d->combine(d->dispatch(x, probs, map).x); });
   // Every run checks its output: with identity experts a token comes back as k times itself, exactly.
   std::int64_t wrong = (y.array() != double(o.topk) * x.array()).count();
   world.allreduce<std::int64_t>(std::span<std::int64_t>(&wrong, 1), ReduceOp::sum);
@@ -171,13 +176,10 @@ Result bench_rank(Communicator& world, const BenchOptions& o, dist::DispatcherKi
     };
     std::vector<double> send_buf(static_cast<size_t>(dist::total(sent) / 8));
     std::vector<double> recv_buf(static_cast<size_t>(dist::total(received) / 8));
-    for (int rep = -1; rep < o.repetitions; ++rep) {
-      world.barrier();
-      const double start = now();
-      world.alltoallv<double>(send_buf, elements(sent), recv_buf, elements(received));
-      const double elapsed = slowest(world, now() - start);
-      if (rep >= 0) raw.push_back(2 * elapsed);  // there and back
-    }
+    const auto sent_elements = elements(sent), received_elements = elements(received);
+    raw.push_back(2 * timed(world, o.repetitions, [&] {  // there and back
+      world.alltoallv<double>(send_buf, sent_elements, recv_buf, received_elements);
+    }));
   }
   r.raw_seconds = median(raw);
 
