@@ -364,13 +364,28 @@ void add_bench_command(CLI::App& app) {
     if (o->backend == "mpi") {
       int argc = 0;
       char** argv = nullptr;
-      MpiRuntime mpi(argc, argv);
-      MpiCommunicator world(mpi);
-      if (o->experts % world.size()) throw std::invalid_argument("--experts must divide by the number of ranks");
-      for_each_size([&](const BenchOptions& sized, dist::DispatcherKind k) {
-        results.push_back(bench_rank(world, sized, k, true));
-      });
-      if (world.rank() == 0) report(results, *o, world.size());
+      bool failed = false;
+      {
+        MpiRuntime mpi(argc, argv);
+        MpiCommunicator world(mpi);
+        try {
+          if (o->experts % world.size())
+            throw std::invalid_argument("--experts " + std::to_string(o->experts) + " must divide by the " +
+                                        std::to_string(world.size()) + " ranks");
+          for_each_size([&](const BenchOptions& sized, dist::DispatcherKind k) {
+            results.push_back(bench_rank(world, sized, k, true));
+          });
+          if (world.rank() == 0) report(results, *o, world.size());
+        } catch (const std::exception& e) {
+          // Peers may wait in a collective this rank will never join: say why, then end the job (as check does).
+          std::cerr << "moe-oracle: error on rank " + std::to_string(world.rank()) + " of " +
+                           std::to_string(world.size()) + ": " + e.what() + "\n"
+                    << std::flush;
+          if (world.size() > 1) mpi.abort(2);
+          failed = true;  // alone (no mpirun): MPI ends normally first
+        }
+      }
+      if (failed) throw CLI::RuntimeError(2);
       return;
     }
     if (o->backend != "inproc") throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
