@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "distributed/comm/inproc_world.hpp"
+#include "distributed/dispatch/allgather_dispatcher.hpp"
 #include "distributed/dispatch/alltoall_dispatcher.hpp"
 #include "distributed/dispatch/flex_dispatcher.hpp"
 #include "distributed/train/rank_groups.hpp"
@@ -26,12 +27,12 @@ struct Case {
   int experts;
   DispatcherKind kind;
   // The large-size path forced: AlltoAll exchanging straight into the sorted order (alltoall_dispatcher.hpp),
-  // Flex with its local permute and combine fused into the exchange (flex_dispatcher.hpp).
+  // Flex and AllGather with their selection of expert rows and their combine fused into the exchange.
   bool direct = false;
 };
 
 std::string name_of(const Case& c) {
-  const char* forced = !c.direct ? "" : c.kind == DispatcherKind::flex ? "_fused" : "_direct";
+  const char* forced = !c.direct ? "" : c.kind == DispatcherKind::alltoall ? "_direct" : "_fused";
   return std::string(to_string(c.kind)) + forced + "_w" + std::to_string(c.layout.world) +
          "_tp" + std::to_string(c.layout.tp) + "_ep" + std::to_string(c.layout.ep) + "_etp" +
          std::to_string(c.layout.etp);
@@ -54,7 +55,7 @@ std::vector<Case> cases() {
     out.push_back({l, 8, DispatcherKind::alltoall, true});
   for (auto l : {ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .ep = 2, .etp = 2},
                  ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}})
-    out.push_back({l, 8, DispatcherKind::flex, true});
+    for (auto kind : {DispatcherKind::flex, DispatcherKind::allgather}) out.push_back({l, 8, kind, true});
   return out;
 }
 
@@ -105,6 +106,8 @@ TEST_P(DispatcherTest, ProvenanceIdentityAndAdjoint) {
     if (!c.direct) d = make_dispatcher<double>(c.kind, g.dispatch(), c.experts);
     else if (c.kind == DispatcherKind::flex)
       d = std::make_unique<FlexDispatcher<double>>(g.dispatch(), c.experts, cpu_kernels(), 0);
+    else if (c.kind == DispatcherKind::allgather)
+      d = std::make_unique<AllGatherDispatcher<double>>(g.dispatch(), c.experts, cpu_kernels(), 0);
     else d = std::make_unique<AlltoAllDispatcher<double>>(g.dispatch(), c.experts, cpu_kernels(), 0);
     const ExpertRows<double> rows = d->dispatch(t.x, t.probs, t.map);
 
@@ -210,6 +213,17 @@ TEST(FlexFusedExchange, GivesTheLocalPermuteAndCombinesBits) {
                    6, [](RankGroups& g, bool large) {
                      return std::make_unique<FlexDispatcher<double>>(g.dispatch(), 8, cpu_kernels(),
                                                                      large ? 0 : kNever);
+                   });
+}
+
+// As for Flex: a token's expert rows on one rank are summed as they are read, then the ranks' sums in rank order,
+// as the scatter-add and the reduce-scatter do.
+TEST(AllGatherFusedExchange, GivesTheGatherScatterAddAndReduceScattersBits) {
+  expect_same_bits({ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .ep = 2, .etp = 2},
+                    ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}},
+                   6, [](RankGroups& g, bool large) {
+                     return std::make_unique<AllGatherDispatcher<double>>(g.dispatch(), 8, cpu_kernels(),
+                                                                          large ? 0 : kNever);
                    });
 }
 
