@@ -2,8 +2,6 @@
 
 #include "distributed/comm/row_collectives.hpp"
 
-#include <numeric>
-
 namespace moe::dist {
 
 template <typename T>
@@ -45,9 +43,7 @@ ExpertRows<T> AllGatherDispatcher<T>::dispatch(const Matrix<T>& tokens, const Ma
     rows.probs(static_cast<Eigen::Index>(j)) = all_probs(selected_rows_[j], selected_experts_[j]);
   if (fused_) {
     plan_fused(map);
-    rows.x.resize(static_cast<Eigen::Index>(selected_rows_.size()), tokens.cols());
-    domain_.alltoallv_indexed<T>(const_span_of(tokens), token_side_, span_of(rows.x), expert_side_, tokens.cols(),
-                                 RowLanding::copy);
+    rows.x = exchange_.to_experts(domain_, tokens);
     this->observe("allgather", rows.x);
     this->observe("allgather", all_probs);
     return rows;
@@ -60,43 +56,38 @@ ExpertRows<T> AllGatherDispatcher<T>::dispatch(const Matrix<T>& tokens, const Ma
 
 // The fused exchange's two sides. Sending: this rank's tokens that select any expert of peer q, rising. Receiving:
 // the gathered rows selected here (peer after peer, rising, as the senders list them), each the group of its
-// expert rows, rising (a stable counting sort of selected_rows_).
+// expert rows.
 template <typename T>
 void AllGatherDispatcher<T>::plan_fused(const BoolMatrix& map) {
   const auto peers = static_cast<size_t>(domain_.size());
-  token_side_ = {std::vector<std::int64_t>(peers, 0), {}};
+  RowBlocks& to = exchange_.token_side;
+  to = {std::vector<std::int64_t>(peers, 0), {}};
   for (size_t q = 0; q < peers; ++q)
     for (Eigen::Index t = 0; t < map.rows(); ++t)
       if (map.row(t).segment(peer_experts_[q].first, peer_experts_[q].count).any()) {
-        token_side_.rows.push_back(t);
-        ++token_side_.counts[q];
+        to.rows.push_back(t);
+        ++to.counts[q];
       }
-  const std::int64_t gathered = total(peer_tokens_);
-  std::vector<std::int64_t> first(static_cast<size_t>(gathered) + 1, 0);
-  for (const auto g : selected_rows_) ++first[static_cast<size_t>(g) + 1];
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  std::vector<std::int64_t> next(first.begin(), first.end() - 1), by_row(selected_rows_.size());
-  for (size_t r = 0; r < selected_rows_.size(); ++r)
-    by_row[static_cast<size_t>(next[static_cast<size_t>(selected_rows_[r])]++)] = static_cast<std::int64_t>(r);
-  expert_side_ = {std::vector<std::int64_t>(peers, 0), {}, {0}};
+  const ExpertRowsByToken held = expert_rows_by_token(selected_rows_, total(peer_tokens_));
+  RowBlocks& from = exchange_.expert_side;
+  from = {std::vector<std::int64_t>(peers, 0), {}, {0}};
   std::int64_t g = 0;
   for (size_t s = 0; s < peers; ++s)
     for (std::int64_t k = 0; k < peer_tokens_[s]; ++k, ++g) {
-      const auto b = first[static_cast<size_t>(g)], e = first[static_cast<size_t>(g) + 1];
+      const auto b = held.first[static_cast<size_t>(g)], e = held.first[static_cast<size_t>(g) + 1];
       if (b == e) continue;  // no expert here selected it
-      expert_side_.rows.insert(expert_side_.rows.end(), by_row.begin() + b, by_row.begin() + e);
-      expert_side_.starts.push_back(static_cast<std::int64_t>(expert_side_.rows.size()));
-      ++expert_side_.counts[s];
+      from.rows.insert(from.rows.end(), held.rows.begin() + b, held.rows.begin() + e);
+      from.starts.push_back(static_cast<std::int64_t>(from.rows.size()));
+      ++from.counts[s];
     }
+  exchange_.expert_rows = static_cast<std::int64_t>(selected_rows_.size());
 }
 
 // Fused: each token's expert rows on each rank, summed left to right (the scatter-add's order), added into the
 // token at its owner in rank order (the reduce-scatter's).
 template <typename T>
 Matrix<T> AllGatherDispatcher<T>::sum_at_owners(const Matrix<T>& expert_rows) const {
-  Matrix<T> y = Matrix<T>::Zero(tokens_, expert_rows.cols());
-  domain_.alltoallv_indexed<T>(const_span_of(expert_rows), expert_side_, span_of(y), token_side_, expert_rows.cols(),
-                               RowLanding::add);
+  Matrix<T> y = exchange_.to_tokens(domain_, expert_rows, tokens_);
   this->observe("reduce_scatter", y);
   return y;
 }
@@ -112,9 +103,7 @@ Matrix<T> AllGatherDispatcher<T>::combine(const Matrix<T>& expert_out) {
 template <typename T>
 Matrix<T> AllGatherDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
   if (fused_) {
-    Matrix<T> rows(static_cast<Eigen::Index>(selected_rows_.size()), grad_y.cols());
-    domain_.alltoallv_indexed<T>(const_span_of(grad_y), token_side_, span_of(rows), expert_side_, grad_y.cols(),
-                                 RowLanding::copy);
+    Matrix<T> rows = exchange_.to_experts(domain_, grad_y);
     this->observe("allgather", rows);
     return rows;
   }

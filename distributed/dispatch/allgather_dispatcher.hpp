@@ -11,6 +11,7 @@
 #pragma once
 
 #include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/dispatch/token_expert_exchange.hpp"
 
 namespace moe::dist {
 
@@ -41,8 +42,9 @@ class AllGatherDispatcher final : public Dispatcher<T> {
   std::int64_t fused_min_bytes_ = 0;
   bool fused_ = false;                       // this dispatch reads the selected rows from their owners
   Eigen::Index tokens_ = 0;                  // this rank's
-  RowBlocks token_side_;                     // fused: this rank's tokens that each peer's experts selected
-  RowBlocks expert_side_;                    // fused: each peer's tokens selected here, as groups of expert rows
+  // Fused: this rank's tokens that each peer's experts selected, and each peer's tokens selected here, as the
+  // groups of expert rows that hold them.
+  TokenExpertExchange exchange_;
 };
 
 }  // namespace moe::dist

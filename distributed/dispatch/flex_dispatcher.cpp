@@ -73,40 +73,26 @@ ExpertRows<T> FlexDispatcher<T>::dispatch(const Matrix<T>& tokens, const Matrix<
   out.probs = Eigen::Map<const Vector<T>>(row_probs.data(), static_cast<Eigen::Index>(row_probs.size()));
 
   // The token rows are read where they lie (no pack): destination-major, as sent_tokens_ lists them.
-  token_side_ = {send_counts_, sent_tokens_};
-  received_side_ = {recv_counts_, std::vector<std::int64_t>(static_cast<size_t>(received_))};
-  std::iota(received_side_.rows.begin(), received_side_.rows.end(), std::int64_t{0});
+  exchange_.token_side = {send_counts_, sent_tokens_};
   fused_ = received_ * tokens.cols() * static_cast<std::int64_t>(sizeof(T)) >= fused_min_bytes_;
   if (fused_) {
-    plan_expert_side();
-    out.x.resize(static_cast<Eigen::Index>(local_rows_.size()), tokens.cols());
-    domain_.alltoallv_indexed<T>(const_span_of(tokens), token_side_, span_of(out.x), expert_side_, tokens.cols(),
-                                 RowLanding::copy);
-    this->observe("alltoallv", out.x);
-    this->observe("alltoallv", p);
-    return out;
+    ExpertRowsByToken held = expert_rows_by_token(local_rows_, received_);
+    exchange_.expert_side = {recv_counts_, std::move(held.rows), std::move(held.first)};
+    exchange_.expert_rows = static_cast<std::int64_t>(local_rows_.size());
+  } else {
+    exchange_.expert_side = {recv_counts_, std::vector<std::int64_t>(static_cast<size_t>(received_))};
+    std::iota(exchange_.expert_side.rows.begin(), exchange_.expert_side.rows.end(), std::int64_t{0});
+    exchange_.expert_rows = received_;
   }
-  Matrix<T> x(received_, tokens.cols());
-  domain_.alltoallv_indexed<T>(const_span_of(tokens), token_side_, span_of(x), received_side_, tokens.cols(),
-                               RowLanding::copy);
+  Matrix<T> x = exchange_.to_experts(domain_, tokens);
   this->observe("alltoallv", x);
   this->observe("alltoallv", p);
-  out.x = kernels_.gather_rows(x, local_rows_);
+  if (fused_) {
+    out.x = std::move(x);
+  } else {
+    out.x = kernels_.gather_rows(x, local_rows_);
+  }
   return out;
-}
-
-// Received row j, as a group of the expert rows that hold it, rising (local expert order): a stable counting sort
-// of local_rows_.
-template <typename T>
-void FlexDispatcher<T>::plan_expert_side() {
-  expert_side_.counts = recv_counts_;
-  expert_side_.starts.assign(static_cast<size_t>(received_) + 1, 0);
-  for (const auto j : local_rows_) ++expert_side_.starts[static_cast<size_t>(j) + 1];
-  std::partial_sum(expert_side_.starts.begin(), expert_side_.starts.end(), expert_side_.starts.begin());
-  std::vector<std::int64_t> next(expert_side_.starts.begin(), expert_side_.starts.end() - 1);
-  expert_side_.rows.resize(local_rows_.size());
-  for (size_t r = 0; r < local_rows_.size(); ++r)
-    expert_side_.rows[static_cast<size_t>(next[static_cast<size_t>(local_rows_[r])]++)] = static_cast<std::int64_t>(r);
 }
 
 template <typename T>
@@ -117,37 +103,28 @@ M FlexDispatcher<T>::return_to_sources(const M& received) const {
 
 template <typename T>
 Matrix<T> FlexDispatcher<T>::combine(const Matrix<T>& expert_out) {
-  if (fused_) return sum_at_sources(expert_out, expert_side_);
+  if (fused_) return sum_at_sources(expert_out);
   // One row per received token: the sum over its local experts, then back to the source.
   const Matrix<T> per_token = kernels_.scatter_add_rows(expert_out, local_rows_, received_);
   this->observe("combine_local", per_token);
-  return sum_at_sources(per_token, received_side_);
+  return sum_at_sources(per_token);
 }
 
 // Each row (or group, summed left to right: scatter_add_rows' order over a token's expert rows) added straight
 // into its token row in sent order: scatter_add_rows' sum at the source, without the unpack.
 template <typename T>
-Matrix<T> FlexDispatcher<T>::sum_at_sources(const Matrix<T>& rows, const RowBlocks& side) const {
-  Matrix<T> y = Matrix<T>::Zero(tokens_, rows.cols());
-  domain_.alltoallv_indexed<T>(const_span_of(rows), side, span_of(y), token_side_, rows.cols(), RowLanding::add);
+Matrix<T> FlexDispatcher<T>::sum_at_sources(const Matrix<T>& rows) const {
+  Matrix<T> y = exchange_.to_tokens(domain_, rows, tokens_);
   this->observe("alltoallv_back", y);
   return y;
 }
 
 template <typename T>
 Matrix<T> FlexDispatcher<T>::combine_backward(const Matrix<T>& grad_y) {
-  if (fused_) {
-    Matrix<T> rows(static_cast<Eigen::Index>(local_rows_.size()), grad_y.cols());
-    domain_.alltoallv_indexed<T>(const_span_of(grad_y), token_side_, span_of(rows), expert_side_, grad_y.cols(),
-                                 RowLanding::copy);
-    this->observe("alltoallv", rows);
-    return rows;
-  }
-  Matrix<T> received(received_, grad_y.cols());
-  domain_.alltoallv_indexed<T>(const_span_of(grad_y), token_side_, span_of(received), received_side_, grad_y.cols(),
-                               RowLanding::copy);
-  this->observe("alltoallv", received);
-  return kernels_.gather_rows(received, local_rows_);
+  Matrix<T> rows = exchange_.to_experts(domain_, grad_y);
+  this->observe("alltoallv", rows);
+  if (fused_) return rows;
+  return kernels_.gather_rows(rows, local_rows_);
 }
 
 template <typename T>
@@ -162,7 +139,7 @@ void FlexDispatcher<T>::dispatch_backward(const Matrix<T>& grad_rows, const Vect
     per_token_probs(local_rows_[r], local_row_expert_[r]) += grad_row_probs(static_cast<Eigen::Index>(r));
   if (!fused_) this->observe("combine_local", per_token);
   this->observe("combine_local", per_token_probs);
-  grad_tokens = fused_ ? sum_at_sources(grad_rows, expert_side_) : sum_at_sources(per_token, received_side_);
+  grad_tokens = sum_at_sources(fused_ ? grad_rows : per_token);
   const Matrix<T> back_probs = return_to_sources(per_token_probs);
   this->observe("alltoallv_back", back_probs);
   grad_probs = Matrix<T>::Zero(tokens_, num_experts_);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/dispatch/token_expert_exchange.hpp"
 
 namespace moe::dist {
 
@@ -35,10 +36,9 @@ class FlexDispatcher final : public Dispatcher<T> {
  private:
   template <typename M>
   M return_to_sources(const M& received) const;
-  // Back to the sources, added into their token rows: `side` is received_side_ (one row per received token) or
-  // expert_side_ (fused: a received token's expert rows, summed as they are read).
-  Matrix<T> sum_at_sources(const Matrix<T>& rows, const RowBlocks& side) const;
-  void plan_expert_side();
+  // Back to the sources, added into their token rows: one row per received token, or (fused) a received token's
+  // expert rows, summed as they are read.
+  Matrix<T> sum_at_sources(const Matrix<T>& rows) const;
 
   Communicator& domain_;
   const KernelBackend& kernels_;
@@ -50,9 +50,9 @@ class FlexDispatcher final : public Dispatcher<T> {
   std::vector<std::int64_t> sent_tokens_;      // source token of each sent row (destination-major)
   std::vector<int> sent_first_expert_;         // first global expert of that row's destination
   std::vector<std::int64_t> send_counts_, recv_counts_;  // rows per peer
-  RowBlocks token_side_;                       // the token rows sent to each peer (sent_tokens_)
-  RowBlocks received_side_;                    // the received rows, peer after peer
-  RowBlocks expert_side_;                      // fused: the same as groups of expert rows (received_side_ order)
+  // The token rows sent to each peer (sent_tokens_), and where they land: one received row each, peer after peer,
+  // or (fused) the group of expert rows that hold it.
+  TokenExpertExchange exchange_;
   std::vector<std::int64_t> local_rows_;       // received row of each expert row (local-expert-major)
   std::vector<int> local_row_expert_;          // local expert of each expert row
 };
