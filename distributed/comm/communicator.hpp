@@ -14,7 +14,8 @@
 //                    recv[recv_displs[r], +recv_counts[r]); send_counts[j] on r == recv_counts[r] on j.
 //   alltoallv_indexed the same with rows of `width` elements picked by index on both sides (row_exchange.hpp):
 //                    rank r sends rows to.rows[block j] of send to rank j, whose k-th row from r lands at row
-//                    from.rows[block r][k] of j's recv, copied or added (RowLanding).
+//                    from.rows[block r][k] of j's recv, copied or added (RowLanding); with groups, a sent row
+//                    is the sum of several rows and a received one lands in several (RowBlocks::starts).
 //   allgather        recv = send_0 | send_1 | … | send_{size-1}, all sends of one size.
 //   allgatherv       rank j's send lands at recv[recv_displs[j], +recv_counts[j]).
 //   reduce_scatter   send = size() blocks of recv.size() elements; rank r receives block r reduced over ranks.
