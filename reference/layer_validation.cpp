@@ -5,39 +5,45 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace moe {
 namespace {
 
-void require(bool ok, const std::string& rule) {
-  if (!ok) throw std::invalid_argument("invalid MoE layer input: " + rule);
+// These run on every layer call, over every expert and token: a message is built only when its rule is broken.
+[[noreturn]] void fail(const std::string& rule) { throw std::invalid_argument("invalid MoE layer input: " + rule); }
+
+void require(bool ok, std::string_view rule) {
+  if (!ok) fail(std::string(rule));
 }
 
 std::string shape(Eigen::Index r, Eigen::Index c) { return "[" + std::to_string(r) + ", " + std::to_string(c) + "]"; }
 
+// `name`, or name[index] with an index.
 template <typename M>
-void require_shape(const M& m, Eigen::Index rows, Eigen::Index cols, const std::string& name) {
-  require(m.rows() == rows && m.cols() == cols,
-          name + " must have shape " + shape(rows, cols) + ", got " + shape(m.rows(), m.cols()));
+void require_shape(const M& m, Eigen::Index rows, Eigen::Index cols, std::string_view name, int index = -1) {
+  if (m.rows() == rows && m.cols() == cols) return;
+  fail(std::string(name) + (index >= 0 ? "[" + std::to_string(index) + "]" : "") + " must have shape " +
+       shape(rows, cols) + ", got " + shape(m.rows(), m.cols()));
 }
 
 template <typename M>
-void require_empty(const M& m, const std::string& name, const std::string& why) {
-  require(m.size() == 0, name + " is given but " + why);
+void require_empty(const M& m, std::string_view name, std::string_view why) {
+  if (m.size() != 0) fail(std::string(name) + " is given but " + std::string(why));
 }
 
 template <typename T>
 void validate_params(const MoeConfig& c, const MoeParams<T>& p) {
   const int h = c.hidden, E = c.num_experts, d = c.ffn_hidden, w = c.expert_width();
   require_shape(p.router_weight, E, h, "router_weight");
-  if (c.expert_bias) require(p.expert_bias.size() == E, "expert_bias must have E = " + std::to_string(E) + " entries");
-  else require_empty(p.expert_bias, "expert_bias", "the config has expert_bias off");
+  if (!c.expert_bias) require_empty(p.expert_bias, "expert_bias", "the config has expert_bias off");
+  else if (p.expert_bias.size() != E) fail("expert_bias must have E = " + std::to_string(E) + " entries");
 
-  require(static_cast<int>(p.expert_fc1.size()) == E && static_cast<int>(p.expert_fc2.size()) == E,
-          "expert_fc1 and expert_fc2 must hold one matrix per expert (E = " + std::to_string(E) + ")");
+  if (static_cast<int>(p.expert_fc1.size()) != E || static_cast<int>(p.expert_fc2.size()) != E)
+    fail("expert_fc1 and expert_fc2 must hold one matrix per expert (E = " + std::to_string(E) + ")");
   for (int e = 0; e < E; ++e) {
-    require_shape(p.expert_fc1[static_cast<size_t>(e)], 2 * d, w, "expert_fc1[" + std::to_string(e) + "]");
-    require_shape(p.expert_fc2[static_cast<size_t>(e)], w, d, "expert_fc2[" + std::to_string(e) + "]");
+    require_shape(p.expert_fc1[static_cast<size_t>(e)], 2 * d, w, "expert_fc1", e);
+    require_shape(p.expert_fc2[static_cast<size_t>(e)], w, d, "expert_fc2", e);
   }
 
   if (c.has_shared_expert()) {
@@ -59,16 +65,17 @@ void validate_params(const MoeConfig& c, const MoeParams<T>& p) {
   }
 
   if (c.hash_routing) {
-    require(p.tid2eid.rows() > 0 && p.tid2eid.cols() == c.topk,
-            "tid2eid must have shape [V, k = " + std::to_string(c.topk) + "] with V > 0");
+    if (p.tid2eid.rows() == 0 || p.tid2eid.cols() != c.topk)
+      fail("tid2eid must have shape [V, k = " + std::to_string(c.topk) + "] with V > 0");
     for (Eigen::Index v = 0; v < p.tid2eid.rows(); ++v) {
       std::set<std::int64_t> seen;
       for (Eigen::Index j = 0; j < p.tid2eid.cols(); ++j) {
         const auto e = p.tid2eid(v, j);
-        require(e >= 0 && e < E, "tid2eid[" + std::to_string(v) + "] names expert " + std::to_string(e) +
-                                     ", outside [0, " + std::to_string(E) + ")");
-        require(seen.insert(e).second,
-                "tid2eid[" + std::to_string(v) + "] names expert " + std::to_string(e) + " twice");
+        if (e < 0 || e >= E)
+          fail("tid2eid[" + std::to_string(v) + "] names expert " + std::to_string(e) + ", outside [0, " +
+               std::to_string(E) + ")");
+        if (!seen.insert(e).second)
+          fail("tid2eid[" + std::to_string(v) + "] names expert " + std::to_string(e) + " twice");
       }
     }
   } else {
@@ -90,9 +97,9 @@ void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, 
     require_shape(inputs.input_ids, inputs.batch, inputs.seq, "input_ids ([batch, seq])");
     for (Eigen::Index i = 0; i < inputs.input_ids.size(); ++i) {
       const auto id = inputs.input_ids.data()[i];
-      require(id >= 0 && id < params.tid2eid.rows(),
-              "input id " + std::to_string(id) + " is outside the tid2eid table [0, " +
-                  std::to_string(params.tid2eid.rows()) + ")");
+      if (id < 0 || id >= params.tid2eid.rows())
+        fail("input id " + std::to_string(id) + " is outside the tid2eid table [0, " +
+             std::to_string(params.tid2eid.rows()) + ")");
     }
   }
 
@@ -103,14 +110,14 @@ void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, 
     std::vector<int> seen(static_cast<size_t>(tokens), 0);
     for (const auto& part : inputs.partition) {
       for (int row : part) {
-        require(row >= 0 && row < tokens, "partition names row " + std::to_string(row) + ", outside the tokens");
+        if (row < 0 || row >= tokens) fail("partition names row " + std::to_string(row) + ", outside the tokens");
         ++seen[static_cast<size_t>(row)];
       }
     }
     for (Eigen::Index t = 0; t < tokens; ++t)
-      require(seen[static_cast<size_t>(t)] == 1, "partition must cover every row exactly once (row " +
-                                                      std::to_string(t) + " appears " +
-                                                      std::to_string(seen[static_cast<size_t>(t)]) + " times)");
+      if (seen[static_cast<size_t>(t)] != 1)
+        fail("partition must cover every row exactly once (row " + std::to_string(t) + " appears " +
+             std::to_string(seen[static_cast<size_t>(t)]) + " times)");
   }
 
   if (inputs.capacity_decision) {
