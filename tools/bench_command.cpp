@@ -19,6 +19,7 @@
 #include "tools/bench_timing.hpp"
 #include "tools/build_isa.hpp"
 #include "tools/commands.hpp"
+#include "tools/rank_error.hpp"
 #include "tools/expert_bench.hpp"
 #include "tools/oracle_bench.hpp"
 #include "tools/permute_bench.hpp"
@@ -377,11 +378,7 @@ void add_bench_command(CLI::App& app) {
           });
           if (world.rank() == 0) report(results, *o, world.size());
         } catch (const std::exception& e) {
-          // Peers may wait in a collective this rank will never join: say why, then end the job (as check does).
-          std::cerr << "moe-oracle: error on rank " + std::to_string(world.rank()) + " of " +
-                           std::to_string(world.size()) + ": " + e.what() + "\n"
-                    << std::flush;
-          if (world.size() > 1) mpi.abort(2);
+          end_job_on_error(mpi, world, e.what());
           failed = true;  // alone (no mpirun): MPI ends normally first
         }
       }

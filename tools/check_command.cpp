@@ -34,6 +34,7 @@
 #include "golden/case_json.hpp"
 #include "tools/check_report.hpp"
 #include "tools/commands.hpp"
+#include "tools/rank_error.hpp"
 #include "tools/kernel_choice.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/side_by_side.hpp"
@@ -614,13 +615,8 @@ void add_check_command(CLI::App& app) {
     } catch (const std::exception& e) {
       remove_own();
       if (!world) throw;
-      // Under MPI the other ranks may wait in a collective this one will never join: only an abort ends the job,
-      // and it must not swallow the reason. Say it first, naming the rank (every rank that fails says it).
-      std::cerr << "moe-oracle: error on rank " + std::to_string(world->rank()) + " of " +
-                       std::to_string(world->size()) + ": " + e.what() + "\n"
-                << std::flush;
-      if (world->size() > 1) mpi->abort(2);
-      world.reset();  // alone (no mpirun): no one waits on this rank, so MPI ends normally
+      end_job_on_error(*mpi, *world, e.what());
+      world.reset();  // alone (no mpirun): MPI ends normally
       mpi.reset();
       throw CLI::RuntimeError(2);
     }

@@ -24,8 +24,8 @@ bool cma_readable(pid_t pid, std::uintptr_t address, void* into, std::size_t byt
 // `local_base` (or to local row i when local_rows is empty), rows of `row_bytes`. Each side's runs of consecutive
 // rows go as one piece of that side (the kernel fills the local pieces in order from the remote ones, whatever
 // their lengths), pieces in batches of at most IOV_MAX per side and system call. The kernel looks up and pins
-// the pages of each remote piece, so rows in rising remote order cost far less than scattered ones. std::runtime_error if the kernel refuses or
-// reads less than asked (the peer's buffer is not where it said).
+// the pages of each remote piece, so rows in rising remote order cost far less than scattered ones.
+// std::runtime_error if the kernel refuses or reads less than asked (the peer's buffer is not where it said).
 void cma_read_rows(pid_t pid, std::uintptr_t remote_base, std::span<const std::int64_t> remote_rows,
                    std::byte* local_base, std::span<const std::int64_t> local_rows, std::size_t row_bytes);
 

@@ -312,7 +312,7 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
   const auto* own = peer.rank == state_->rank ? reinterpret_cast<const std::byte*>(peer.base) : nullptr;
   const pid_t pid = pid_t(state_->pids[std::size_t(peer.rank)]);
   // Arrivals for this peer's rows [b, e), their sources given.
-  std::vector<std::int64_t> piece_starts, row_starts;
+  std::vector<std::int64_t> piece_starts;
   const auto arrivals = [&](std::size_t b, std::size_t e, std::span<const std::byte* const> sources) {
     piece_starts.clear();
     if (groups)

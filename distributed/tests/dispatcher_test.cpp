@@ -194,15 +194,19 @@ void expect_same_bits(std::initializer_list<ParallelLayout> layouts, int k, cons
   }
 }
 
-constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+// make for expect_same_bits: dispatcher D on its large-size path from 0 bytes, or never on it.
+template <template <typename> class D>
+auto forced() {
+  return [](RankGroups& g, bool large) {
+    return std::make_unique<D<double>>(g.dispatch(), 8, cpu_kernels(),
+                                       large ? 0 : std::numeric_limits<std::int64_t>::max());
+  };
+}
 
 TEST(AlltoAllDirectExchange, GivesTheSortGathersBits) {
   expect_same_bits({ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .tp = 2, .ep = 2},
                     ParallelLayout{.world = 4, .ep = 4}},
-                   3, [](RankGroups& g, bool large) {
-                     return std::make_unique<AlltoAllDispatcher<double>>(g.dispatch(), 8, cpu_kernels(),
-                                                                         large ? 0 : kNever);
-                   });
+                   3, forced<AlltoAllDispatcher>());
 }
 
 // Six of eight experts: most tokens select three or four of a rank's experts, whose rows the fused combine sums
@@ -210,10 +214,7 @@ TEST(AlltoAllDirectExchange, GivesTheSortGathersBits) {
 TEST(FlexFusedExchange, GivesTheLocalPermuteAndCombinesBits) {
   expect_same_bits({ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .ep = 2, .etp = 2},
                     ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}},
-                   6, [](RankGroups& g, bool large) {
-                     return std::make_unique<FlexDispatcher<double>>(g.dispatch(), 8, cpu_kernels(),
-                                                                     large ? 0 : kNever);
-                   });
+                   6, forced<FlexDispatcher>());
 }
 
 // As for Flex: a token's expert rows on one rank are summed as they are read, then the ranks' sums in rank order,
@@ -221,10 +222,7 @@ TEST(FlexFusedExchange, GivesTheLocalPermuteAndCombinesBits) {
 TEST(AllGatherFusedExchange, GivesTheGatherScatterAddAndReduceScattersBits) {
   expect_same_bits({ParallelLayout{.world = 2, .ep = 2}, ParallelLayout{.world = 4, .ep = 2, .etp = 2},
                     ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}},
-                   6, [](RankGroups& g, bool large) {
-                     return std::make_unique<AllGatherDispatcher<double>>(g.dispatch(), 8, cpu_kernels(),
-                                                                          large ? 0 : kNever);
-                   });
+                   6, forced<AllGatherDispatcher>());
 }
 
 }  // namespace
