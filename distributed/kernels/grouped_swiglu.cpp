@@ -1,5 +1,7 @@
 #include "distributed/kernels/grouped_swiglu.hpp"
 
+#include "distributed/kernels/parallel_loop.hpp"
+
 #include "distributed/seeded_bugs.hpp"
 #include "reference/bf16.hpp"
 
@@ -31,11 +33,10 @@ template <typename Body>
 void for_each_group(const std::vector<std::int64_t>& sizes, Eigen::Index rows, double macs_per_row, Body&& body) {
   const auto start = group_starts(sizes, rows);
   const auto experts = static_cast<std::int64_t>(sizes.size());
-#pragma omp parallel for schedule(dynamic) if (double(rows) * macs_per_row >= kParallelMacs)
-  for (std::int64_t e = 0; e < experts; ++e) {
+  parallel_loop(experts, double(rows) * macs_per_row >= kParallelMacs, Schedule::dynamic, [&](std::int64_t e) {
     const auto ei = static_cast<size_t>(e);
     if (sizes[ei] > 0) body(ei, Eigen::Index(start[ei]), Eigen::Index(sizes[ei]));
-  }
+  });
 }
 
 // The activation of a block of pre-activations, whole arrays at a time.

@@ -1,5 +1,7 @@
 #include "distributed/kernels/token_kernels.hpp"
 
+#include "distributed/kernels/parallel_loop.hpp"
+
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -10,8 +12,8 @@ template <typename T>
 void gather_rows_into(const Matrix<T>& x, const std::vector<std::int64_t>& rows, Matrix<T>& out) {
   const auto n = static_cast<std::int64_t>(rows.size());
   if (out.rows() != n || out.cols() != x.cols()) out.resize(n, x.cols());
-#pragma omp parallel for schedule(static) if (n * x.cols() > 65536)
-  for (std::int64_t i = 0; i < n; ++i) out.row(i) = x.row(rows[static_cast<size_t>(i)]);
+  parallel_loop(n, n * x.cols() > 65536, Schedule::equal_chunks,
+                [&](std::int64_t i) { out.row(i) = x.row(rows[static_cast<size_t>(i)]); });
 }
 
 template <typename T>
@@ -42,13 +44,14 @@ void scatter_add_rows(const Matrix<T>& y, const std::vector<std::int64_t>& rows,
   for (size_t i = 0; i < rows.size(); ++i) by_target[static_cast<size_t>(next[static_cast<size_t>(rows[i])]++)] =
       static_cast<std::int64_t>(i);
   const auto n = static_cast<std::int64_t>(targets);
-#pragma omp parallel for schedule(static) if (static_cast<Eigen::Index>(rows.size()) * y.cols() > 65536)
-  for (std::int64_t t = 0; t < n; ++t)
-    for (auto j = first[static_cast<size_t>(t)]; j < first[static_cast<size_t>(t) + 1]; ++j) {
-      const auto i = by_target[static_cast<size_t>(j)];
-      if (weight.empty()) out.row(t) += y.row(i);
-      else out.row(t) += weight[static_cast<size_t>(i)] * y.row(i);
-    }
+  parallel_loop(n, static_cast<Eigen::Index>(rows.size()) * y.cols() > 65536, Schedule::equal_chunks,
+                [&](std::int64_t t) {
+                  for (auto j = first[static_cast<size_t>(t)]; j < first[static_cast<size_t>(t) + 1]; ++j) {
+                    const auto i = by_target[static_cast<size_t>(j)];
+                    if (weight.empty()) out.row(t) += y.row(i);
+                    else out.row(t) += weight[static_cast<size_t>(i)] * y.row(i);
+                  }
+                });
 }
 
 std::vector<std::int64_t> sort_chunks_rows(const std::vector<std::int64_t>& split_sizes,
