@@ -41,7 +41,7 @@ class FiberScheduler {
  private:
   struct Fiber;
   struct Thread;  // the thread's own context, to which every fiber returns
-  static void entry(unsigned high, unsigned low);
+  static void entry(void* scheduler) noexcept;
   void resume(int i);
 
   std::vector<std::unique_ptr<Fiber>> fibers_;

@@ -1,6 +1,6 @@
 // What in-process ranks promise beyond the conformance body, as fibers and as threads: failures and deadlocks end
 // the world instead of hanging it, barriers really separate phases, and reductions do not depend on timing. And
-// what fibers must carry across a switch: each rank's own exception being handled.
+// what fibers must carry across a switch: each rank's own exception being handled and floating-point modes.
 #include "distributed/comm/inproc_world.hpp"
 
 #include "distributed/comm/inproc_state.hpp"
@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <chrono>
+#include <cfenv>
 #include <cstring>
 #include <numeric>
 #include <ostream>
@@ -231,6 +232,37 @@ TEST_P(InprocRanks, FibersShareTheCallersThreadAndThreadsDoNot) {
     ids[std::size_t(comm.rank())] = std::this_thread::get_id();
   });
   for (const auto& id : ids) EXPECT_EQ(id == caller, GetParam() == RankExecution::fibers);
+}
+
+// The floating-point modes are a thread's, and so each fiber's: a rank that rounds upward while the others round
+// their own ways keeps its mode across every switch (x87 control word: fegetround; MXCSR: the SSE division), and
+// the caller's thread gets its own mode back.
+TEST_P(InprocRanks, ARankKeepsItsOwnRoundingMode) {
+  const int modes[4] = {FE_TONEAREST, FE_UPWARD, FE_DOWNWARD, FE_TOWARDZERO};
+  volatile double one = 1.0, three = 3.0;
+  double expected[4];
+  for (int r = 0; r < 4; ++r) {
+    std::fesetround(modes[r]);
+    expected[r] = one / three;
+  }
+  std::fesetround(FE_TONEAREST);
+  ASSERT_NE(expected[1], expected[2]);  // the modes tell apart
+  std::vector<int> wrong(4, 0);
+  InprocWorld(4, GetParam()).run([&](Communicator& comm) {
+    const int r = comm.rank();
+    std::fesetround(modes[r]);
+    for (int round = 0; round < 3; ++round) {
+      comm.barrier();  // the others set their modes meanwhile
+      wrong[std::size_t(r)] += std::fegetround() != modes[r];
+      const double third = one / three;
+      wrong[std::size_t(r)] += std::memcmp(&third, &expected[r], sizeof third) != 0;
+    }
+  });
+  EXPECT_EQ(std::fegetround(), FE_TONEAREST);
+  const double third = one / three;
+  EXPECT_EQ(std::memcmp(&third, &expected[0], sizeof third), 0);
+  std::fesetround(FE_TONEAREST);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(wrong[std::size_t(r)], 0) << "rank " << r;
 }
 
 // A rank may use as much stack as a thread's default allows, less a margin: 6 MiB of locals in one frame chain.
