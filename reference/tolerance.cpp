@@ -86,14 +86,6 @@ bool Tolerance::admits(double got, double want) const {
   return std::abs(got - want) <= atol + rtol * std::abs(want);  // false for NaN
 }
 
-double Tolerance::ratio(double got, double want) const {
-  const double diff = std::abs(got - want);
-  if (!std::isfinite(diff)) return std::numeric_limits<double>::infinity();
-  const double allowed = atol + rtol * std::abs(want);
-  if (allowed > 0) return diff / allowed;
-  return diff == 0 ? 0.0 : std::numeric_limits<double>::infinity();
-}
-
 Tolerance tolerance(Compared what, Precision precision) {
   for (const Row& row : kRows)
     if (row.what == what && row.precision == precision) return row.tolerance;

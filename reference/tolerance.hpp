@@ -5,6 +5,8 @@
 // A value passes when |got − want| ≤ atol + rtol·|want|, with `want` the reference; NaN and ±inf never pass.
 #pragma once
 
+#include <cmath>
+#include <limits>
 #include <string_view>
 
 namespace moe {
@@ -34,8 +36,15 @@ struct Tolerance {
   double rtol = 0;
 
   bool admits(double got, double want) const;
-  // |got − want| / (atol + rtol·|want|): ≤ 1 passes; +inf for a NaN or infinite got.
-  double ratio(double got, double want) const;
+  // |got − want| / (atol + rtol·|want|): ≤ 1 passes; +inf for a NaN or infinite got. Inline: comparisons call
+  // it on every element of every tensor of every rank.
+  double ratio(double got, double want) const {
+    const double diff = std::abs(got - want);
+    if (!std::isfinite(diff)) return std::numeric_limits<double>::infinity();
+    const double allowed = atol + rtol * std::abs(want);
+    if (allowed > 0) return diff / allowed;
+    return diff == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  }
 };
 
 // Throws std::invalid_argument for a pair the table has no row for (e.g. a float golden case).
