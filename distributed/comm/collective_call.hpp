@@ -59,5 +59,8 @@ CollectiveCall decode(std::span<const std::int64_t> words);
 // calls[r] is the call of rank r. Throws std::invalid_argument naming the first broken rule; the same calls give
 // the same verdict and message on every rank.
 void check_calls(std::span<const CollectiveCall> calls);
+// After check_calls on an alltoallv: an indexed exchange checks as the plain alltoallv of its rows, so the ranks
+// say which form they run (indexed[r]); throws std::invalid_argument, the same on every rank, when they differ.
+void check_same_alltoallv_form(const std::vector<bool>& indexed);
 
 }  // namespace moe

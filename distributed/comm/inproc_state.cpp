@@ -108,6 +108,11 @@ void Group::check_posts(std::span<const Post> posts) {
   for (const Post& p : posts) calls.push_back(p.call);
   try {
     check_calls(calls);
+    if (calls.front().kind == CollectiveKind::alltoallv) {
+      std::vector<bool> indexed;
+      for (const Post& p : posts) indexed.push_back(p.send_rows != nullptr);
+      check_same_alltoallv_form(indexed);
+    }
     error_.clear();
   } catch (const std::invalid_argument& e) {
     error_ = std::string(e.what()) + " [on " + name_ + "]";

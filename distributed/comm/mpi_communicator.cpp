@@ -106,26 +106,61 @@ MpiCommunicator::~MpiCommunicator() {
 int MpiCommunicator::rank() const { return state_->rank; }
 int MpiCommunicator::size() const { return state_->size; }
 
-// Every rank learns every rank's call, so check_calls reaches the same verdict everywhere.
-void MpiCommunicator::check_with_peers(const CollectiveCall& call) const {
-  const std::vector<std::int64_t> mine = encode(call);
-  const std::int64_t length = std::int64_t(mine.size());
-  std::vector<std::int64_t> lengths(std::size_t(state_->size));
-  check(MPI_Allgather(&length, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, state_->comm), "MPI_Allgather");
-  const std::vector<std::int64_t> displs = packed_displacements(lengths);
-  std::vector<std::int64_t> all(std::size_t(displs.back() + lengths.back()));
-  check(MPI_Allgatherv(mine.data(), to_int(length), MPI_INT64_T, all.data(), to_ints(lengths).data(),
-                       to_ints(displs).data(), MPI_INT64_T, state_->comm),
-        "MPI_Allgatherv");
-  std::vector<CollectiveCall> calls;
-  for (std::size_t r = 0; r < lengths.size(); ++r) {
-    calls.push_back(decode(std::span(all).subspan(std::size_t(displs[r]), std::size_t(lengths[r]))));
+// Every rank learns every rank's call, so check_calls reaches the same verdict everywhere, and every rank's `extra`
+// (words a caller sends along, the same number on every rank), returned rank after rank. One MPI_Allgather of a
+// slot per rank carries both: every collective waits for all its ranks, and with more ranks than cores each wait
+// can cost a scheduling round, so one round instead of two (an allgather of lengths, then of the calls). A call
+// longer than its slot (none of ours: the longest, an alltoallv, is 14 + 4·ranks words) takes a second round.
+std::vector<std::int64_t> MpiCommunicator::check_with_peers(const CollectiveCall& call,
+                                                            std::span<const std::int64_t> extra) const {
+  const std::size_t peers = std::size_t(state_->size);
+  std::vector<std::int64_t> mine = encode(call);
+  const std::int64_t encoded = std::int64_t(mine.size());
+  mine.insert(mine.end(), extra.begin(), extra.end());
+  const std::size_t slot = 2 + 16 + 5 * peers;  // [words, of which the call, words…]
+  std::vector<std::int64_t> out(slot, 0), all(slot * peers);
+  out[0] = std::int64_t(mine.size());
+  out[1] = encoded;
+  std::copy_n(mine.begin(), std::min(mine.size(), slot - 2), out.begin() + 2);
+  check(MPI_Allgather(out.data(), to_int(std::int64_t(slot)), MPI_INT64_T, all.data(), to_int(std::int64_t(slot)),
+                      MPI_INT64_T, state_->comm),
+        "MPI_Allgather");
+  // Rank r's words: its call (of_call[r] words) then its extras, from `words` at starts[r].
+  std::vector<std::int64_t> lengths(peers), of_call(peers), starts(peers);
+  for (std::size_t r = 0; r < peers; ++r) {
+    lengths[r] = all[r * slot];
+    of_call[r] = all[r * slot + 1];
+    starts[r] = std::int64_t(r * slot + 2);
   }
+  const std::vector<std::int64_t>* words = &all;
+  std::vector<std::int64_t> whole;
+  if (std::any_of(lengths.begin(), lengths.end(), [&](std::int64_t n) { return n > std::int64_t(slot - 2); })) {
+    whole.resize(std::size_t(std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0})));
+    starts = packed_displacements(lengths);
+    check(MPI_Allgatherv(mine.data(), to_int(std::int64_t(mine.size())), MPI_INT64_T, whole.data(),
+                         to_ints(lengths).data(), to_ints(starts).data(), MPI_INT64_T, state_->comm),
+          "MPI_Allgatherv");
+    words = &whole;
+  }
+  std::vector<std::int64_t> extras;
   try {
+    std::vector<CollectiveCall> calls;
+    for (std::size_t r = 0; r < peers; ++r) {
+      if (of_call[r] < 0 || of_call[r] > lengths[r]) throw std::invalid_argument("decode: malformed collective call");
+      calls.push_back(decode(std::span(*words).subspan(std::size_t(starts[r]), std::size_t(of_call[r]))));
+    }
     check_calls(calls);
+    if (call.kind == CollectiveKind::alltoallv) {  // an indexed exchange sends extras, a plain one none
+      std::vector<bool> indexed;
+      for (std::size_t r = 0; r < peers; ++r) indexed.push_back(lengths[r] > of_call[r]);
+      check_same_alltoallv_form(indexed);
+    }
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string(e.what()) + " [on " + state_->name + "]");
   }
+  for (std::size_t r = 0; r < peers; ++r)
+    extras.insert(extras.end(), words->begin() + starts[r] + of_call[r], words->begin() + starts[r] + lengths[r]);
+  return extras;
 }
 
 // Rank j sends block i of its send buffer to rank i; rank i reduces the size() copies of its block in rank order.
@@ -197,9 +232,16 @@ void MpiCommunicator::run_collective(const CollectiveCall& call, const void* sen
 
 // Single copy when every rank can read the others (see the header), else the packing default.
 void MpiCommunicator::run_indexed_alltoallv(const IndexedExchange& x) {
-  check_with_peers(x.as_alltoallv());
+  // Along with the call, for the single-copy path: the send buffer's address and the buffer rows sent each peer.
+  std::vector<std::int64_t> sends{std::int64_t(reinterpret_cast<std::uintptr_t>(x.send))};
+  for (std::size_t d = 0, i = 0; d < x.to->counts.size(); ++d) {
+    std::int64_t rows = 0;
+    for (std::int64_t k = 0; k < x.to->counts[d]; ++k, ++i) rows += std::int64_t(x.to->group(i).size());
+    sends.push_back(rows);
+  }
+  const std::vector<std::int64_t> peers_sends = check_with_peers(x.as_alltoallv(), sends);
   if (single_copy_ready()) {
-    read_rows_from_peers(x);
+    read_rows_from_peers(x, peers_sends);
   } else {
     Communicator::run_indexed_alltoallv(x);
   }
@@ -240,51 +282,39 @@ bool MpiCommunicator::single_copy_ready() {
   return all_ok == 1;
 }
 
-// Each rank learns from each peer where its send buffer lies, how many of its buffer rows make each row it
-// receives (one, or a group the peer's call sums) and which rows those are; it reads them in (source, position)
-// order and waits until every peer has read its rows before returning, so that the caller may then overwrite its
-// send buffer.
-void MpiCommunicator::read_rows_from_peers(const IndexedExchange& x) {
+// Each rank knows from the check where each peer's send buffer lies and how many of its buffer rows it reads
+// there; one alltoallv tells it how many of those make each row it receives (one, or a group the peer's call sums)
+// and which rows they are. It reads them in (source, position) order and waits until every peer has read its rows
+// before returning, so that the caller may then overwrite its send buffer.
+void MpiCommunicator::read_rows_from_peers(const IndexedExchange& x, std::span<const std::int64_t> peers_sends) {
   State& s = *state_;
   const std::size_t peers = std::size_t(s.size);
-  const auto exchange = [&](const std::vector<std::int64_t>& out, const std::vector<std::int64_t>& out_counts,
-                            const std::vector<std::int64_t>& in_counts) {
-    std::vector<std::int64_t> in(std::size_t(std::accumulate(in_counts.begin(), in_counts.end(), std::int64_t{0})));
-    const std::vector<int> oc = to_ints(out_counts), ic = to_ints(in_counts);
-    const std::vector<int> od = to_ints(packed_displacements(out_counts)), id = to_ints(packed_displacements(in_counts));
-    check(MPI_Alltoallv(out.data(), oc.data(), od.data(), MPI_INT64_T, in.data(), ic.data(), id.data(), MPI_INT64_T,
-                        s.comm),
-          "MPI_Alltoallv");
-    return in;
-  };
-  // To each peer: this rank's send buffer address, then the group size of each row it sends there.
-  std::vector<std::int64_t> head, head_counts(peers), rows_to(peers, 0), head_in_counts(peers);
+  const auto sent_by = [&](std::size_t j) { return peers_sends.subspan(j * (peers + 1), peers + 1); };
+  // To each peer: the group size of each row it receives from this rank, then the buffer rows of those groups.
+  std::vector<std::int64_t> out, out_counts(peers), in_counts(peers);
   for (std::size_t d = 0, i = 0; d < peers; ++d) {
-    head_counts[d] = x.to->counts[d] + 1;
-    head.push_back(std::int64_t(reinterpret_cast<std::uintptr_t>(x.send)));
-    for (std::int64_t k = 0; k < x.to->counts[d]; ++k, ++i) {
-      head.push_back(std::int64_t(x.to->group(i).size()));
-      rows_to[d] += head.back();
-    }
-    head_in_counts[d] = x.from->counts[d] + 1;
+    const std::size_t first = i;
+    for (std::int64_t k = 0; k < x.to->counts[d]; ++k, ++i) out.push_back(std::int64_t(x.to->group(i).size()));
+    const std::size_t rows = std::size_t(sent_by(std::size_t(s.rank))[1 + d]);
+    const std::size_t from = x.to->grouped() ? std::size_t(x.to->starts[first]) : first;
+    out.insert(out.end(), x.to->rows.begin() + std::ptrdiff_t(from), x.to->rows.begin() + std::ptrdiff_t(from + rows));
+    out_counts[d] = x.to->counts[d] + std::int64_t(rows);
+    in_counts[d] = x.from->counts[d] + sent_by(d)[1 + std::size_t(s.rank)];
   }
-  const std::vector<std::int64_t> heads = exchange(head, head_counts, head_in_counts);
-  std::vector<std::int64_t> rows_from(peers, 0);
-  for (std::size_t j = 0, h = 0; j < peers; h += std::size_t(head_in_counts[j]), ++j)
-    for (std::int64_t k = 1; k < head_in_counts[j]; ++k) rows_from[j] += heads[h + std::size_t(k)];
-  const std::vector<std::int64_t> their_rows = exchange(x.to->rows, rows_to, rows_from);
+  std::vector<std::int64_t> in(std::size_t(std::accumulate(in_counts.begin(), in_counts.end(), std::int64_t{0})));
+  check(MPI_Alltoallv(out.data(), to_ints(out_counts).data(), to_ints(packed_displacements(out_counts)).data(),
+                      MPI_INT64_T, in.data(), to_ints(in_counts).data(), to_ints(packed_displacements(in_counts)).data(),
+                      MPI_INT64_T, s.comm),
+        "MPI_Alltoallv");
 
   std::string failure;
   try {
-    for (std::size_t j = 0, h = 0, e = 0, r = 0; j < peers; ++j) {
-      const std::size_t n = std::size_t(x.from->counts[j]);
-      const std::span<const std::int64_t> sizes = std::span(heads).subspan(h + 1, n);
-      PeerRows peer{int(j), std::uintptr_t(heads[h]), sizes, std::span(their_rows).subspan(r, std::size_t(rows_from[j])),
-                    e};
-      read_from(peer, x);
-      h += n + 1;
+    for (std::size_t j = 0, h = 0, e = 0; j < peers; ++j) {
+      const std::size_t n = std::size_t(x.from->counts[j]), rows = std::size_t(in_counts[j]) - n;
+      const std::span<const std::int64_t> block = std::span(in).subspan(h, n + rows);
+      read_from({int(j), std::uintptr_t(sent_by(j)[0]), block.first(n), block.subspan(n), e}, x);
+      h += n + rows;
       e += n;
-      r += std::size_t(rows_from[j]);
     }
   } catch (const std::runtime_error& e) {
     failure = e.what();

@@ -1,6 +1,6 @@
 // A Communicator over Open MPI, for runs under mpirun across processes and machines. Semantics as in
 // communicator.hpp, identical to InprocWorld's ranks; how MPI is used:
-//   - before every collective the ranks exchange their CollectiveCalls (two small allgathers) and run check_calls,
+//   - before every collective the ranks exchange their CollectiveCalls (one small allgather) and run check_calls,
 //     so a mismatch throws the same std::invalid_argument on every rank instead of truncating or hanging;
 //   - allreduce and reduce_scatter(v) move blocks with MPI_Alltoallv and reduce them locally in rank order
 //     (MPI_Allreduce may reassociate), which keeps results bitwise equal to the in-process backend;
@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 namespace moe {
 
@@ -44,10 +45,11 @@ class MpiCommunicator final : public Communicator {
  private:
   struct State;
   explicit MpiCommunicator(std::unique_ptr<State> state);
-  void check_with_peers(const CollectiveCall& call) const;
+  std::vector<std::int64_t> check_with_peers(const CollectiveCall& call, std::span<const std::int64_t> extra = {}) const;
   // Whether alltoallv_indexed may read peers' rows in place; decided collectively on the first call.
   bool single_copy_ready();
-  void read_rows_from_peers(const IndexedExchange& x);
+  // `peers_sends`: from every rank, its send buffer's address and the buffer rows it sends each rank (1 + size()).
+  void read_rows_from_peers(const IndexedExchange& x, std::span<const std::int64_t> peers_sends);
   // The rows a peer sends this rank: its rank, the address of its send buffer, the group size of each row (one for
   // a plain row), the buffer rows of all groups back to back, and the index of its first row in the exchange's
   // receive side.

@@ -124,6 +124,23 @@ void add_cross_rank_rules(std::vector<Case>& cases) {
     std::vector<double> send(std::size_t(c.size() + 1)), recv(std::size_t(c.size()));
     c.alltoallv<double>(send, send_counts, recv, recv_counts);
   });
+  add(cases, "error.calls.alltoallv_indexed_versus_plain", "runs alltoallv_indexed and rank", [](Communicator& c) {
+    const I64 ones(std::size_t(c.size()), 1);
+    std::vector<double> send(std::size_t(c.size())), recv(std::size_t(c.size()));
+    if (c.rank() == 1) {
+      c.alltoallv<double>(send, ones, recv, ones);
+    } else {
+      RowBlocks rows{ones, prefix_sum(ones)};
+      c.alltoallv_indexed<double>(send, rows, recv, rows, 1, RowLanding::copy);
+    }
+  });
+  // A call longer than the slot MPI gathers calls in (counts for far more ranks than there are) takes the second
+  // round; the rule is the usual one.
+  add(cases, "error.calls.alltoallv_counts_length", "ranks (one entry per rank)", [](Communicator& c) {
+    const I64 counts(std::size_t(c.rank() == 0 ? 8 * c.size() + 32 : c.size()), 0);
+    std::vector<double> send(1), recv(1);
+    c.alltoallv<double>(send, counts, recv, counts);
+  });
   add(cases, "error.calls.alltoallv_recv_overlap", "overlap (receive blocks must be disjoint)", [](Communicator& c) {
     const I64 counts(std::size_t(c.size()), 1), displs = prefix_sum(counts), zeros(std::size_t(c.size()), 0);
     std::vector<std::int32_t> send(std::size_t(c.size())), recv(std::size_t(c.size()));
