@@ -209,7 +209,6 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "min";
 }
 
-// Layout: 10 scalars, then each per-peer vector as its length followed by its entries.
 void check_same_alltoallv_form(const std::vector<bool>& indexed) {
   for (std::size_t r = 1; r < indexed.size(); ++r)
     if (indexed[r] != indexed[0])
@@ -218,6 +217,7 @@ void check_same_alltoallv_form(const std::vector<bool>& indexed) {
                                   " a plain alltoallv of the same counts");
 }
 
+// Layout: 10 scalars, then each per-peer vector as its length followed by its entries.
 std::vector<std::int64_t> encode(const CollectiveCall& c) {
   std::vector<std::int64_t> w{
       std::int64_t(c.kind), std::int64_t(c.type), std::int64_t(c.op), c.root,           c.color, c.key,

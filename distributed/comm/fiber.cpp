@@ -109,7 +109,6 @@ void swap_exception_state([[maybe_unused]] ExceptionState& saved) {
 #endif
 }
 
-
 // A suspended execution context and the two things done with one: prepare it to run fn(arg) on a fresh stack, and
 // switch to it from the running one (saved into `from`).
 #ifdef MOE_FIBER_OWN_SWITCH

@@ -233,12 +233,11 @@ void MpiCommunicator::run_collective(const CollectiveCall& call, const void* sen
 // Single copy when every rank can read the others (see the header), else the packing default.
 void MpiCommunicator::run_indexed_alltoallv(const IndexedExchange& x) {
   // Along with the call, for the single-copy path: the send buffer's address and the buffer rows sent each peer.
+  // A peer's rows are consecutive groups, so their buffer rows are one span of the starts.
   std::vector<std::int64_t> sends{std::int64_t(reinterpret_cast<std::uintptr_t>(x.send))};
-  for (std::size_t d = 0, i = 0; d < x.to->counts.size(); ++d) {
-    std::int64_t rows = 0;
-    for (std::int64_t k = 0; k < x.to->counts[d]; ++k, ++i) rows += std::int64_t(x.to->group(i).size());
-    sends.push_back(rows);
-  }
+  for (std::size_t d = 0, i = 0; d < x.to->counts.size(); i += std::size_t(x.to->counts[d]), ++d)
+    sends.push_back(x.to->grouped() ? x.to->starts[i + std::size_t(x.to->counts[d])] - x.to->starts[i]
+                                    : x.to->counts[d]);
   const std::vector<std::int64_t> peers_sends = check_with_peers(x.as_alltoallv(), sends);
   if (single_copy_ready()) {
     read_rows_from_peers(x, peers_sends);
