@@ -1,5 +1,7 @@
 #include "cuda/cuda_error.hpp"
 
+#include "cuda/cublas_library.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -13,7 +15,7 @@ void check_cuda(cudaError_t status, const char* call) {
 
 void check_cublas(cublasStatus_t status, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw std::runtime_error(std::string("cuBLAS: ") + call + " failed: " + cublasGetStatusString(status));
+  throw std::runtime_error(std::string("cuBLAS: ") + call + " failed: " + cublas().status_string(status));
 }
 
 void check_launch(const char* kernel) {

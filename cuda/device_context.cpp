@@ -1,5 +1,6 @@
 #include "cuda/device_context.hpp"
 
+#include "cuda/cublas_library.hpp"
 #include "cuda/cuda_error.hpp"
 
 namespace moe::cuda {
@@ -9,19 +10,19 @@ DeviceContext::DeviceContext(GemmMode mode) : mode_(mode) {
   // default zero() run (a pageable cudaMemcpy may return before its DMA lands), so no caller has to order those.
   MOE_CUDA_CHECK(cudaStreamCreate(&stream_));
   try {
-    MOE_CUBLAS_CHECK(cublasCreate(&cublas_));
-    MOE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    MOE_CUBLAS_CHECK(cublas().create(&cublas_));
+    MOE_CUBLAS_CHECK(cublas().set_stream(cublas_, stream_));
     // Plain fp32 arithmetic for float data: TF32 would make float results incomparable with the CPU's.
-    MOE_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    MOE_CUBLAS_CHECK(cublas().set_math_mode(cublas_, CUBLAS_DEFAULT_MATH));
   } catch (...) {
-    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (cublas_ != nullptr) cublas().destroy(cublas_);
     cudaStreamDestroy(stream_);
     throw;
   }
 }
 
 DeviceContext::~DeviceContext() {
-  cublasDestroy(cublas_);
+  cublas().destroy(cublas_);
   cudaStreamDestroy(stream_);
 }
 

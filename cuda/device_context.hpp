@@ -24,7 +24,7 @@ class DeviceContext {
   ~DeviceContext();
 
   cudaStream_t stream() const { return stream_; }
-  cublasHandle_t cublas() const { return cublas_; }
+  cublasHandle_t cublas_handle() const { return cublas_; }
   GemmMode mode() const { return mode_; }
   void synchronize() const;
 
