@@ -329,6 +329,40 @@ std::string render(const std::vector<PipelineOp>& ops) {
   return s;
 }
 
+// The comparison itself: on one rank, gradients equal to the oracle's but for two elements of one tensor. It names
+// the first failing element in tensor order (not the largest), and its maxima and counts cover every element.
+TEST(OracleComparison, NamesTheFirstMismatchAndKeepsTheMaxima) {
+  CheckProblem p;
+  p.config = base_model();
+  p.params = random_model_params<double>(p.config, 5);
+  p.batch = random_global_batch(p.config, 8, 2, 6);
+  p.layout = ParallelLayout{};
+  p.options = {DispatcherKind::alltoall, LossMode::sum, 1};
+  const GlobalStep oracle = oracle_step(p);
+  const ProcessGroups groups(p.layout);
+  RankStep step;
+  InprocWorld(1).run([&](Communicator& world) { step = step_on_world(world, p, groups); });
+  const RankComparison same = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
+  ASSERT_TRUE(same.pass());
+  const long long elements = same.errors[static_cast<size_t>(Quantity::grad_expert)].compared;
+  ASSERT_GT(elements, 5);
+
+  Matrix<double>& fc1 = step.grads.layers[0].experts.fc1[1];
+  const double before = fc1(0, 3);  // the oracle's value up to rounding
+  fc1(0, 3) += 1.0;  // flat index 3: the first failing element
+  fc1(1, 0) -= 4.0;  // a later, larger one
+  const RankComparison r = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
+  ASSERT_FALSE(r.pass());
+  EXPECT_EQ(r.first.tensor, "layer0.expert_fc1[1]");
+  EXPECT_EQ(r.first.index, 3);
+  EXPECT_EQ(r.first.got, fc1(0, 3));
+  EXPECT_NEAR(r.first.want, before, 1e-9);
+  const QuantityError& e = r.errors[static_cast<size_t>(Quantity::grad_expert)];
+  EXPECT_NEAR(e.max_abs, 4.0, 1e-9);
+  EXPECT_GT(e.max_ratio, 1.0);
+  EXPECT_EQ(e.compared, elements);
+}
+
 // pp 2, 2 chunks, 4 microbatches, by hand from the rule in pipeline_schedule.hpp. Forward k runs microbatch
 // (k div 4)·2 + k mod 2 of chunk (k mod 4) div 2; backward k the same with the chunks reversed. Rank 0 warms up
 // with (2 − 0 − 1)·2 + (2 − 1)·2 = 4 forwards, rank 1 with 2.

@@ -163,8 +163,9 @@ struct Logical {
 void add_logical(std::vector<Logical>& out, const ModelParams<double>& shape, bool trained, bool moments,
                  const std::string& name, const std::function<Matrix<double>&(ModelParams<double>&)>& get,
                  int half = -1) {
-  ModelParams<double> copy = shape;
-  const Matrix<double>& m = get(copy);
+  // `get` only selects a tensor (the same selector writes it on load): reading its shape through it writes
+  // nothing, so no copy of the whole model per tensor.
+  const Matrix<double>& m = get(const_cast<ModelParams<double>&>(shape));
   if (m.size() == 0) return;
   const Eigen::Index rows = half < 0 ? m.rows() : m.rows() / 2;
   auto setter = [get, half, rows](ModelParams<double>& p, const Matrix<double>& v) {
