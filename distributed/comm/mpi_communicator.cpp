@@ -306,14 +306,22 @@ void MpiCommunicator::read_rows_from_peers(const IndexedExchange& x, std::span<c
                       MPI_INT64_T, s.comm),
         "MPI_Alltoallv");
 
+  std::vector<PeerRows> from_peers;
+  bool plain = true;  // every peer sends single rows, no sums of groups
+  for (std::size_t j = 0, h = 0, e = 0; j < peers; ++j) {
+    const std::size_t n = std::size_t(x.from->counts[j]), rows = std::size_t(in_counts[j]) - n;
+    const std::span<const std::int64_t> block = std::span(in).subspan(h, n + rows);
+    from_peers.push_back({int(j), std::uintptr_t(sent_by(j)[0]), block.first(n), block.subspan(n), e});
+    plain = plain && rows == n;
+    h += n + rows;
+    e += n;
+  }
   std::string failure;
   try {
-    for (std::size_t j = 0, h = 0, e = 0; j < peers; ++j) {
-      const std::size_t n = std::size_t(x.from->counts[j]), rows = std::size_t(in_counts[j]) - n;
-      const std::span<const std::int64_t> block = std::span(in).subspan(h, n + rows);
-      read_from({int(j), std::uintptr_t(sent_by(j)[0]), block.first(n), block.subspan(n), e}, x);
-      h += n + rows;
-      e += n;
+    if (x.landing == RowLanding::add && plain) {
+      add_by_receive_ranges(from_peers, x);
+    } else {
+      for (const PeerRows& peer : from_peers) read_from(peer, x);
     }
   } catch (const std::runtime_error& e) {
     failure = e.what();
@@ -415,6 +423,59 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
     for (std::size_t i = 0; i < rows.size(); ++i) sources[order[i]] = staged + i * row_bytes;
     land(arrivals(b, e, sources));
     b = e;
+  }
+}
+
+// Peer by peer (read_from), every row added into a receive row fetches that row from memory: with top-k routing a
+// token's k expert outputs arrive from several peers and far apart, and the receive buffer is larger than the
+// cache. Here the receive rows are taken a cache-sized range at a time; for each range every peer's rows that land
+// in it are read (in the peer's position order, so in runs of its rows) and added before the next range, so each
+// receive row stays in cache while all its rows are added. A receive row still takes its rows in (source,
+// position) order, the order of land_rows, so the sums have the same bits.
+void MpiCommunicator::add_by_receive_ranges(std::span<const PeerRows> peers, const IndexedExchange& x) {
+  const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
+  const auto range_rows = std::int64_t(std::max<std::size_t>(1, (std::size_t(128) << 10) / row_bytes));
+  const auto piece_rows = std::max<std::size_t>(1, (std::size_t(256) << 10) / row_bytes);
+  const std::size_t ranges = std::size_t((x.recv_rows + range_rows - 1) / range_rows);
+  // Each peer's positions grouped by the range their receive row lies in, in position order within a range (a
+  // stable counting sort).
+  std::vector<std::vector<std::int64_t>> start(peers.size()), position(peers.size());
+  for (std::size_t j = 0; j < peers.size(); ++j) {
+    const auto lands = std::span(x.from->rows).subspan(peers[j].first, peers[j].rows.size());
+    start[j].assign(ranges + 1, 0);
+    for (const auto r : lands) ++start[j][std::size_t(r / range_rows) + 1];
+    std::partial_sum(start[j].begin(), start[j].end(), start[j].begin());
+    std::vector<std::int64_t> next(start[j].begin(), start[j].end() - 1);
+    position[j].resize(lands.size());
+    for (std::size_t k = 0; k < lands.size(); ++k)
+      position[j][std::size_t(next[std::size_t(lands[k] / range_rows)]++)] = std::int64_t(k);
+  }
+  std::vector<std::int64_t> remote, landed;
+  std::vector<const std::byte*> sources;
+  for (std::size_t c = 0; c < ranges; ++c) {
+    for (std::size_t j = 0; j < peers.size(); ++j) {
+      const PeerRows& peer = peers[j];
+      const auto* own = peer.rank == state_->rank ? reinterpret_cast<const std::byte*>(peer.base) : nullptr;
+      for (auto b = std::size_t(start[j][c]); b < std::size_t(start[j][c + 1]); b += piece_rows) {
+        const std::size_t e = std::min(b + piece_rows, std::size_t(start[j][c + 1]));
+        remote.clear();
+        landed.clear();
+        for (std::size_t i = b; i < e; ++i) {
+          const auto k = std::size_t(position[j][i]);
+          remote.push_back(peer.rows[k]);
+          landed.push_back(x.from->rows[peer.first + k]);
+        }
+        sources.resize(remote.size());
+        if (own != nullptr) {
+          for (std::size_t i = 0; i < remote.size(); ++i) sources[i] = own + std::size_t(remote[i]) * row_bytes;
+        } else {
+          std::byte* staged = staging(1, remote.size() * row_bytes);
+          cma_read_rows(pid_t(state_->pids[std::size_t(peer.rank)]), peer.base, remote, staged, {}, row_bytes);
+          for (std::size_t i = 0; i < remote.size(); ++i) sources[i] = staged + i * row_bytes;
+        }
+        add_rows(x.type, x.width, Arrivals{sources, {}, landed, {}}, x.recv);
+      }
+    }
   }
 }
 

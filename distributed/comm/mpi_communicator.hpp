@@ -61,6 +61,8 @@ class MpiCommunicator final : public Communicator {
     std::size_t first = 0;
   };
   void read_from(const PeerRows& peer, const IndexedExchange& x);
+  // RowLanding::add of plain rows (AlltoAll's combine): every peer's rows, a range of receive rows at a time.
+  void add_by_receive_ranges(std::span<const PeerRows> peers, const IndexedExchange& x);
   void reduce_scatterv(const CollectiveCall& call, const void* send, void* recv,
                        std::span<const std::int64_t> block_sizes) const;
   void allreduce(const CollectiveCall& call, const void* send, void* recv) const;
