@@ -1,6 +1,6 @@
 // cuBLAS, loaded on first use instead of at program start.
 //
-// Linking libcublas and libcublasLt costs every process ~0.08 s before main (mapping and relocating ~0.7 GB of
+// Linking libcublas and libcublasLt costs every process ~0.08 s before main (mapping and relocating ~0.6 GB of
 // shared objects), paid by each `moe-oracle` command and each mpirun rank although only `--kernels cuda` calls
 // cuBLAS. So nothing links it: the first DeviceContext dlopens libcublas.so.<major of the headers> (the loader's
 // search path first, then the toolkit directory CMake found) and resolves the handful of entry points we call.
