@@ -24,7 +24,7 @@ struct CublasLibrary {
 };
 
 // Loads the library once (thread-safe) and returns its entry points; throws std::runtime_error naming the file
-// and dlerror() when the library or one of the symbols is missing.
+// (and dlerror()'s reason) when the library cannot be loaded, or the symbol when one is missing.
 const CublasLibrary& cublas();
 
 }  // namespace moe::cuda

@@ -44,14 +44,14 @@ void gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::int64_t m, std::int64
   const int LDA = as_int(ldb, "ldb"), LDB = as_int(lda, "lda"), LDC = as_int(ldc, "ldc");
   if constexpr (std::is_same_v<T, double>) {
     const double alpha_d = 1.0, beta_d = beta;
-    MOE_CUBLAS_CHECK(cublas().gemm_ex(ctx.cublas_handle(), cublas_op(op_b), cublas_op(op_a), M, N, K, &alpha_d, b, CUDA_R_64F,
-                                  LDA, a, CUDA_R_64F, LDB, &beta_d, c, CUDA_R_64F, LDC, CUBLAS_COMPUTE_64F,
-                                  CUBLAS_GEMM_DEFAULT));
+    MOE_CUBLAS_CHECK(cublas().gemm_ex(ctx.cublas_handle(), cublas_op(op_b), cublas_op(op_a), M, N, K, &alpha_d, b,
+                                      CUDA_R_64F, LDA, a, CUDA_R_64F, LDB, &beta_d, c, CUDA_R_64F, LDC,
+                                      CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT));
   } else {
     const float alpha_f = 1.0f, beta_f = static_cast<float>(beta);
     MOE_CUBLAS_CHECK(cublas().gemm_ex(ctx.cublas_handle(), cublas_op(op_b), cublas_op(op_a), M, N, K, &alpha_f, b,
-                                  data_type<T>(), LDA, a, data_type<T>(), LDB, &beta_f, c, data_type<T>(), LDC,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                      data_type<T>(), LDA, a, data_type<T>(), LDB, &beta_f, c, data_type<T>(), LDC,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 

@@ -86,6 +86,10 @@ struct MpiCommunicator::State {
 
 namespace {
 
+// The rows a single-copy reader takes per staging piece or per read: small enough to stay in cache while they are
+// landed or added.
+constexpr std::size_t kPieceBytes = std::size_t(256) << 10;
+
 MPI_Comm duplicate_world() {
   MPI_Comm comm = MPI_COMM_NULL;
   check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
@@ -369,7 +373,6 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
     return;
   }
   auto* recv = static_cast<std::byte*>(x.recv);
-  const std::size_t piece_bytes = std::size_t(256) << 10;
   // Positions of `rows` in their rising order (stable).
   std::vector<std::size_t> order;
   const auto rising = [&](std::span<const std::int64_t> rows) {
@@ -391,7 +394,7 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
       for (; e < n; ++e) {
         const std::int64_t row = peer.rows[order[e]];
         if (!distinct.empty() && row == distinct.back()) continue;
-        if (distinct.size() * row_bytes >= piece_bytes) break;
+        if (distinct.size() * row_bytes >= kPieceBytes) break;
         distinct.push_back(row);
         landed.push_back(x.from->group(peer.first + order[e])[0]);
       }
@@ -410,7 +413,7 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
   for (std::size_t b = 0; b < n;) {
     std::size_t e = b + 1;
     const auto row_of = [&](std::size_t i) { return groups ? std::size_t(starts[i]) : i; };
-    while (e < n && (row_of(e + 1) - row_of(b)) * row_bytes <= piece_bytes) ++e;
+    while (e < n && (row_of(e + 1) - row_of(b)) * row_bytes <= kPieceBytes) ++e;
     // Read in rising order of the peer's rows, which makes runs of them (a Flex group's rows are scattered, but the
     // groups of consecutive received rows take consecutive rows of each expert), and point each source at its row.
     const std::span<const std::int64_t> rows = peer.rows.subspan(row_of(b), row_of(e) - row_of(b));
@@ -435,7 +438,7 @@ void MpiCommunicator::read_from(const PeerRows& peer, const IndexedExchange& x) 
 void MpiCommunicator::add_by_receive_ranges(std::span<const PeerRows> peers, const IndexedExchange& x) {
   const std::size_t row_bytes = std::size_t(x.width) * element_size(x.type);
   const auto range_rows = std::int64_t(std::max<std::size_t>(1, (std::size_t(128) << 10) / row_bytes));
-  const auto piece_rows = std::max<std::size_t>(1, (std::size_t(256) << 10) / row_bytes);
+  const auto piece_rows = std::max<std::size_t>(1, kPieceBytes / row_bytes);
   const std::size_t ranges = std::size_t((x.recv_rows + range_rows - 1) / range_rows);
   // Each peer's positions grouped by the range their receive row lies in, in position order within a range (a
   // stable counting sort).
