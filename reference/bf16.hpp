@@ -16,6 +16,9 @@ namespace moe {
 
 // x rounded to the nearest bf16 (ties to even), exactly, for any double. Assumes the default rounding mode.
 double round_bf16(double x);
+// The same by its definition: x's quantum (the place value of bf16's last significant bit at x's binade) and
+// nearbyint. round_bf16 is this, computed on the bits where x is a normal bf16-range double.
+double round_bf16_by_quantum(double x);
 inline float round_bf16(float x) { return static_cast<float>(round_bf16(static_cast<double>(x))); }
 
 // Every entry of m rounded to bf16 in place (a block or a whole matrix).

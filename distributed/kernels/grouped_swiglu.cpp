@@ -39,30 +39,23 @@ void for_each_group(const std::vector<std::int64_t>& sizes, Eigen::Index rows, d
   });
 }
 
-// The activation of a block of pre-activations, whole arrays at a time.
-template <typename T>
-struct Activation {
-  Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> gate, up, sig, silu;
-  Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> gate_pass, up_pass;
-
-  Activation(const Eigen::Ref<const Matrix<T>>& pre, const SwigluOptions& o) {
-    const auto d = pre.cols() / 2;
-    gate = pre.leftCols(d).array();
-    up = pre.rightCols(d).array();
-    gate_pass.setConstant(gate.rows(), gate.cols(), true);
-    up_pass.setConstant(up.rows(), up.cols(), true);
-    if (o.clamp) {
-      const T L = static_cast<T>(*o.clamp);
-      gate_pass = gate <= L;
-      up_pass = up >= -L && up <= L;
-      gate = gate.min(L);
-      up = up.max(-L).min(L);
-    }
-    sig = T(1) / (T(1) + (-gate).exp());
-    silu = gate * sig;
+// The two halves of a block of pre-activations as the activation reads them, as expressions (no copies):
+// body(gate, up, gate_pass, up_pass) with gate = min(g, L), up = clip(u, ±L) and the passes 1 where the clamp let the
+// value through, 0 where it cut it (clamped entries pass no gradient); without a clamp the halves as they are and
+// passes of 1 (multiplying by 1 is exact, so both paths round alike).
+template <typename T, typename Pre, typename Body>
+void with_activation_inputs(const Pre& pre, const SwigluOptions& o, Body&& body) {
+  const auto d = pre.cols() / 2;
+  const auto gate = pre.leftCols(d).array();
+  const auto up = pre.rightCols(d).array();
+  if (!o.clamp) {
+    const auto ones = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>::Ones(pre.rows(), d);
+    body(gate, up, ones, ones);
+    return;
   }
-  auto act() const { return silu * up; }
-};
+  const T L = static_cast<T>(*o.clamp);
+  body(gate.min(L), up.max(-L).min(L), (gate <= L).template cast<T>(), (up >= -L && up <= L).template cast<T>());
+}
 
 }  // namespace
 
@@ -81,8 +74,10 @@ GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::ve
     else
       f.pre.middleRows(begin, n).noalias() = x.middleRows(begin, n) * w.fc1[ei].transpose();
     if (options.bf16) round_bf16_in_place(f.pre.middleRows(begin, n));
-    const Activation<T> a(f.pre.middleRows(begin, n), options);
-    Matrix<T> h = a.act().matrix();
+    Matrix<T> h(n, f.pre.cols() / 2);  // act = silu(gate)·up, in one pass over the block
+    with_activation_inputs<T>(f.pre.middleRows(begin, n), options, [&](const auto& gate, const auto& up, auto, auto) {
+      h.array() = gate * (T(1) / (T(1) + (-gate).exp())) * up;
+    });
     if (!options.probs_on_input) h.array().colwise() *= p;
 #if MOE_SEEDED_BUG == MOE_BUG_PROBS_APPLIED_TWICE
     if (!options.probs_on_input) h.array().colwise() *= p;
@@ -104,35 +99,39 @@ GroupedSwigluBackward<T> grouped_swiglu_backward(const Matrix<T>& x, const std::
   GroupedSwigluBackward<T> b{Matrix<T>::Zero(x.rows(), x.cols()), Vector<T>::Zero(x.rows())};
   for_each_group(group_sizes, x.rows(), macs_per_row(w), [&](size_t ei, Eigen::Index begin, Eigen::Index n) {
     const auto p = probs.segment(begin, n).array();
-    const Activation<T> a(pre.middleRows(begin, n), options);
-    const Matrix<T> act = a.act().matrix();
+    const auto d = pre.cols() / 2;
     // d L / d (what fc2 multiplies)
     const Matrix<T> g_h = stored(options.bf16, Matrix<T>(dy.middleRows(begin, n) * w.fc2[ei]));
     Matrix<T> g_act = g_h;
+    if (!options.probs_on_input) g_act.array().colwise() *= p;
+    // The activation recomputed from pre, and d L / d pre: silu'(g) = σ(g)·(1 + g·(1 − σ(g))).
+    Matrix<T> act(n, d), g_pre(n, pre.cols());
+    with_activation_inputs<T>(
+        pre.middleRows(begin, n), options,
+        [&](const auto& gate, const auto& up, const auto& gate_pass, const auto& up_pass) {
+          const Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> sig = T(1) / (T(1) + (-gate).exp());
+          act.array() = gate * sig * up;
+          g_pre.leftCols(d).array() = gate_pass * g_act.array() * up * (sig * (T(1) + gate * (T(1) - sig)));
+          g_pre.rightCols(d).array() = up_pass * g_act.array() * (gate * sig);
+        });
     if (options.probs_on_input) {
       grads.fc2[ei].noalias() += dy.middleRows(begin, n).transpose() * stored(options.bf16, act);
     } else {
       grads.fc2[ei].noalias() +=
           dy.middleRows(begin, n).transpose() * stored(options.bf16, Matrix<T>(act.array().colwise() * p));
       b.dprob.segment(begin, n) = (act.array() * g_h.array()).rowwise().sum().matrix();
-      g_act.array().colwise() *= p;
     }
-    // silu'(g) = σ(g)·(1 + g·(1 − σ(g))); clamped entries pass no gradient.
-    const auto dsilu = a.sig * (T(1) + a.gate * (T(1) - a.sig));
-    Matrix<T> g_pre(n, pre.cols());
-    const auto d = pre.cols() / 2;
-    g_pre.leftCols(d) = (a.gate_pass.template cast<T>() * g_act.array() * a.up * dsilu).matrix();
-    g_pre.rightCols(d) = (a.up_pass.template cast<T>() * g_act.array() * a.silu).matrix();
     if (options.bf16) round_bf16_in_place(g_pre);
-    const Matrix<T> g_in = g_pre * w.fc1[ei];
     if (options.probs_on_input) {
+      const Matrix<T> g_in = g_pre * w.fc1[ei];
       const Matrix<T> in = (x.middleRows(begin, n).array().colwise() * p).matrix();
       grads.fc1[ei].noalias() += g_pre.transpose() * in;
       b.dprob.segment(begin, n) = (g_in.array() * x.middleRows(begin, n).array()).rowwise().sum().matrix();
       b.dx.middleRows(begin, n) = (g_in.array().colwise() * p).matrix();
     } else {
       grads.fc1[ei].noalias() += g_pre.transpose() * x.middleRows(begin, n);
-      b.dx.middleRows(begin, n) = g_in;
+      b.dx.middleRows(begin, n) = Matrix<T>(g_pre * w.fc1[ei]);  // via a fresh matrix: the GEMM's rounding then
+                                                                  // cannot depend on where the rows sit in dx
     }
   });
   return b;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -63,6 +64,46 @@ TEST(Bf16, AgreesWithTorchOnEveryProbe) {
     ++probes;
   }
   EXPECT_GT(probes, 3000);
+}
+
+// round_bf16 works on the bits in bf16's normal range; round_bf16_by_quantum is the definition. Random bit patterns
+// over every exponent, and the values a rounding gets wrong first: the ties, one double either side of them, and the
+// binade edges (the smallest normal, the carry into the next binade, the overflow to inf).
+TEST(Bf16, BitRoundingIsTheQuantumFormulaOnEveryKindOfDouble) {
+  std::mt19937_64 rng(7);
+  auto same = [](double x) {
+    const double want = round_bf16_by_quantum(x), got = round_bf16(x);
+    return std::memcmp(&want, &got, sizeof want) == 0 || (std::isnan(want) && std::isnan(got));
+  };
+  int checked = 0, wrong = 0;
+  auto probe = [&](double x) {
+    ++checked;
+    if (!same(x) && ++wrong <= 5) ADD_FAILURE() << "x = " << std::hexfloat << x << ": " << round_bf16(x) << " vs "
+                                                << round_bf16_by_quantum(x);
+  };
+  for (int i = 0; i < 200000; ++i) {
+    const std::uint64_t bits = rng();
+    double x = 0;
+    std::memcpy(&x, &bits, sizeof x);
+    probe(x);
+    // The same mantissa at an exponent near bf16's range, where the fast path's edges are.
+    const std::uint64_t near = (bits & 0x800fffffffffffffULL) | (std::uint64_t(1023 - 140 + rng() % 280) << 52);
+    std::memcpy(&x, &near, sizeof x);
+    probe(x);
+  }
+  for (int e = -140; e <= 128; ++e) {
+    for (int m = 0; m < 256; ++m) {
+      // In binade e (2^e ≤ x < 2^(e+1)) bf16's values are 2^(e−7) apart: m even is one of them, m odd the tie
+      // halfway between two.
+      const double v = (256 + m) * two(e - 8);
+      for (double x : {v, std::nextafter(v, 0.0), std::nextafter(v, 1e308)}) {
+        probe(x);
+        probe(-x);
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << checked;
+  EXPECT_GT(checked, 600000);
 }
 
 TEST(Bf16, StoredRoundsOnlyAtAStoragePoint) {
