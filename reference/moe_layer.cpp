@@ -35,7 +35,8 @@ Vector<T> expert_forward(const ExpertCall<T>& f, const Vector<T>& u, T p) {
 
 template <typename T>
 struct ExpertBackward {
-  Vector<T> output;      // the forward output, recomputed (latent MoE needs Σ outputs for grad latent_up)
+  Vector<T> output;      // the forward output, recomputed when asked (latent MoE: Σ outputs for grad latent_up;
+                         // the shared expert's gate: its gradient), else empty
   Vector<T> grad_input;  // dL/du
   T grad_prob;           // dL/dp
 };
@@ -43,8 +44,7 @@ struct ExpertBackward {
 // Accumulates dL/dfc1 and dL/dfc2 for upstream gradient `grad_out` = dL/d(out).
 template <typename T>
 ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T p, const Vector<T>& grad_out,
-                                  Matrix<T>& grad_fc1, Matrix<T>& grad_fc2) {
-  const Vector<T> in = f.probs_on_input ? Vector<T>(p * u) : u;
+                                  Matrix<T>& grad_fc1, Matrix<T>& grad_fc2, bool with_output) {
   const Vector<T> pre = expert_pre(f, u, p);
   const Vector<T> act = swiglu_activation<T>(pre, f.clamp);
   const T act_scale = f.probs_on_input ? T(1) : p;  // what multiplies act before fc2
@@ -52,11 +52,14 @@ ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T 
   const Vector<T> grad_scaled_act = stored(f.bf16, Vector<T>(f.fc2.transpose() * grad_out));
 
   ExpertBackward<T> b;
-  b.output = f.fc2 * scaled_act;
+  if (with_output) b.output = f.fc2 * scaled_act;
   grad_fc2.noalias() += grad_out * scaled_act.transpose();
   const Vector<T> grad_pre =
       stored(f.bf16, Vector<T>(swiglu_activation_backward<T>(pre, f.clamp, act_scale * grad_scaled_act)));
-  grad_fc1.noalias() += grad_pre * in.transpose();
+  if (f.probs_on_input)
+    grad_fc1.noalias() += grad_pre * (p * u).transpose();
+  else
+    grad_fc1.noalias() += grad_pre * u.transpose();
   const Vector<T> grad_in = f.fc1.transpose() * grad_pre;
   if (f.probs_on_input) {
     b.grad_input = p * grad_in;
@@ -171,8 +174,8 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
       if (!r.routing_map(t, e)) continue;
       const auto b = expert_backward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e),
                                         grad_z.row(t).transpose(), g.params.expert_fc1[static_cast<size_t>(e)],
-                                        g.params.expert_fc2[static_cast<size_t>(e)]);
-      z.row(t) += b.output.transpose();
+                                        g.params.expert_fc2[static_cast<size_t>(e)], config.latent_size > 0);
+      if (config.latent_size > 0) z.row(t) += b.output.transpose();
       grad_u.row(t) += b.grad_input.transpose();
       grad_probs(t, e) = b.grad_prob;
     }
@@ -192,7 +195,7 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
       const Vector<T> gy = grad_y.row(t).transpose();
       const T gate = config.shared_expert_gate ? shared_gate_value(params, x) : T(1);
       const auto b = expert_backward<T>(shared_expert(config, params), x, T(1), Vector<T>(gate * gy),
-                                        g.params.shared_fc1, g.params.shared_fc2);
+                                        g.params.shared_fc1, g.params.shared_fc2, config.shared_expert_gate);
       g.x.row(t) += b.grad_input.transpose();
       if (config.shared_expert_gate) {
         const T grad_gate_logit = gy.dot(b.output) * gate * (T(1) - gate);
