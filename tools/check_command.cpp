@@ -58,6 +58,7 @@ struct CheckOptions {
   int hot_expert_slots = 0;  // replicated hot experts: replica slots per layer (0: each row's own)
   int expert_waves = 0;      // wave-scheduled EP: waves per layer (0: each row's own)
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
+  bool own_checkpoint_dir = false;  // checkpoint_dir is that fresh folder (set when the command runs)
   std::string dtype = "double";
   double atol = 0, rtol = 0;  // unless given: the training-step row of reference/tolerance.hpp for the dtype
   bool tolerance_given = false;  // --atol or --rtol: also for Muon rows (else the muon_step row)
@@ -342,16 +343,22 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
     std::string checkpoint_dir;
   };
   std::vector<Task> tasks;
-  std::vector<ModelParams<double>> params;  // per row: the main parameters; under bf16 storage each step computes
-  std::vector<GlobalBatch> batches;         // with their bf16 copy (global_step, train_step)
-  for (const CheckRow& row : rows) {
+  // Per row: the main parameters (under bf16 storage each step computes with their bf16 copy: global_step,
+  // train_step) and the batch, drawn side by side: before any run starts, a serial loop would keep a core idle.
+  std::vector<ModelParams<double>> params(rows.size());
+  std::vector<GlobalBatch> batches(rows.size());
+  run_side_by_side(int(rows.size()), world ? 1 : o.jobs, [&](int r) {
+    const CheckRow& row = rows[std::size_t(r)];
     const ModelConfig model = row.run.model();
-    params.push_back(random_model_params<double>(model, row.run.seed));
-    batches.push_back(row.run.batch(model, row.run.seed + 1));
+    params[std::size_t(r)] = random_model_params<double>(model, row.run.seed);
+    batches[std::size_t(r)] = row.run.batch(model, row.run.seed + 1);
+  });
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const CheckRow& row = rows[r];
     const auto row_kinds = kinds_of(row, kinds);
     for (const ParallelLayout& layout : row.layouts)
       if (std::any_of(row_kinds.begin(), row_kinds.end(), [&](auto k) { return selected(o, run_name(row, layout, k)); }))
-        tasks.push_back({&row, &layout, params.size() - 1, o.checkpoint_dir});
+        tasks.push_back({&row, &layout, r, o.checkpoint_dir});
   }
   // Runs side by side must not share a checkpoint: with more than one resumed task each saves in a subfolder.
   if (std::count_if(tasks.begin(), tasks.end(), [](const Task& t) { return !t.row->resume_as.empty(); }) > 1)
@@ -416,6 +423,13 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
         std::cerr << "  [" << ++finished << "/" << chosen << "] " << run_name(row, layout, kind) << ": "
                   << (result.pass() ? "pass" : "FAIL") << "\n";
       }
+    }
+    // In process, a resumed task's run-N folder of the check's own scratch folder goes as the task ends, beside
+    // the other worker's runs rather than in the serial tail (the scratch folder itself is removed at the end).
+    const std::string& own = tasks[std::size_t(t)].checkpoint_dir;
+    if (!world && o.own_checkpoint_dir && !row.resume_as.empty() && own != o.checkpoint_dir) {
+      std::error_code ignored;  // what is left is removed with the scratch folder
+      std::filesystem::remove_all(own, ignored);
     }
   });
   std::vector<CheckRun> runs;
@@ -586,6 +600,7 @@ void add_check_command(CLI::App& app) {
     // A checkpoint folder of this run's own (two checks running at once must not share one): named after the
     // process id of rank 0, which every MPI rank learns, under scratch_directory(), removed at the end.
     const bool own_checkpoint_dir = o->checkpoint_dir.empty();
+    o->own_checkpoint_dir = own_checkpoint_dir;
     if (own_checkpoint_dir) {
       std::int64_t pid = static_cast<std::int64_t>(::getpid());
       if (world) world->broadcast<std::int64_t>(std::span<std::int64_t>(&pid, 1), 0);

@@ -110,17 +110,6 @@ RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& 
 }  // namespace moe::dist
 
 namespace moe::dist {
-namespace {
-
-// The oracle's Adam moments (flat, trained_tensors order) laid out as a model, so they can be sharded like one.
-ModelParams<double> moments_as_model(const ModelConfig& config, ModelParams<double> shape,
-                                     const std::vector<std::vector<double>>& flat) {
-  auto tensors = trained_tensors(config, shape);
-  for (size_t i = 0; i < tensors.size(); ++i) std::copy(flat[i].begin(), flat[i].end(), tensors[i].data);
-  return shape;
-}
-
-}  // namespace
 
 RankComparison compare_with_trajectory(const ModelConfig& config, const TrajectoryPoint& oracle, double objective,
                                        double grad_norm,
@@ -146,8 +135,13 @@ RankComparison compare_with_trajectory(const ModelConfig& config, const Trajecto
               want.mtp[k].layer.expert_bias.data(), g.size());
   }
   if (!moments.m.empty()) {
+    // The oracle's moments (flat, trained_tensors order) laid out as a model, so they can be sharded like one:
+    // one copy of the model's shapes, filled with m, then with v.
+    ModelParams<double> laid_out = oracle.params;
+    const auto slots = trained_tensors(config, laid_out);
     for (const auto* which : {&oracle.adam.m, &oracle.adam.v}) {
-      ModelShard<double> state = shard_model(config, moments_as_model(config, oracle.params, *which), groups, rank);
+      for (size_t i = 0; i < slots.size(); ++i) std::copy((*which)[i].begin(), (*which)[i].end(), slots[i].data);
+      ModelShard<double> state = shard_model(config, laid_out, groups, rank);
       const auto expected_state = shard_tensors(state, first_expert);
       const auto& mine = which == &oracle.adam.m ? moments.m : moments.v;
       for (size_t i = 0; i < expected_state.size(); ++i)
