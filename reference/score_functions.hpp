@@ -33,10 +33,9 @@ T silu(T x) {
   return x * sigmoid(x);
 }
 
-// d silu / dx = σ(x)·(1 + x·(1 − σ(x)))
+// d silu / dx = σ(x)·(1 + x·(1 − σ(x))), given s = σ(x) (a caller that also needs silu computes σ once)
 template <typename T>
-T silu_grad(T x) {
-  const T s = sigmoid(x);
+T silu_grad(T x, T s) {
   return s * (T(1) + x * (T(1) - s));
 }
 

@@ -49,9 +49,8 @@ Vector<T> swiglu_activation_backward(const Vector<T>& pre, std::optional<double>
       g = std::min(g, limit);
       v = std::clamp(v, -limit, limit);
     }
-    // silu(g) = g·σ(g) and silu'(g) = σ(g)·(1 + g·(1 − σ(g))), from one σ(g)
-    const T s = sigmoid(g);
-    grad_pre(i) = gate_passes ? grad_act(i) * v * (s * (T(1) + g * (T(1) - s))) : T(0);
+    const T s = sigmoid(g);  // once, for silu(g) = g·σ(g) and silu'(g)
+    grad_pre(i) = gate_passes ? grad_act(i) * v * silu_grad(g, s) : T(0);
     grad_pre(d + i) = up_passes ? grad_act(i) * (g * s) : T(0);
   }
   return grad_pre;

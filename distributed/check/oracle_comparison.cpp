@@ -107,10 +107,6 @@ RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& 
   return cmp.result;
 }
 
-}  // namespace moe::dist
-
-namespace moe::dist {
-
 RankComparison compare_with_trajectory(const ModelConfig& config, const TrajectoryPoint& oracle, double objective,
                                        double grad_norm,
                                        ModelShard<double>& params, const ShardMoments& moments,
