@@ -1,12 +1,16 @@
 #include "compare/dump.hpp"
 
+#include "compare/dump_tensors.hpp"
 #include "golden/case_json.hpp"
+#include "reference/process_groups.hpp"
+#include "storage/json_file.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
-#include <fstream>
+#include <regex>
 #include <set>
 
 namespace moe::compare {
@@ -34,6 +38,26 @@ int positive(const json& value, const std::string& key, const std::filesystem::p
   return value.get<int>();
 }
 
+std::string text(const json& value, const std::string& key, const std::filesystem::path& where) {
+  if (!value.is_string()) fail(where, "'" + key + "' must be a string, not " + std::string(value.type_name()));
+  return value.get<std::string>();
+}
+
+std::string optional_text(const json& object, const char* key, const std::string& fallback,
+                          const std::filesystem::path& where) {
+  return object.contains(key) ? text(object.at(key), key, where) : fallback;
+}
+
+// float64 < float32 < bfloat16: how loose a precision's tolerance is.
+int looseness(const std::string& precision) {
+  return precision == "float64" ? 0 : precision == "float32" ? 1 : 2;
+}
+
+// The one .npy dtype a dump of `dtype` stores its floating tensors in.
+golden::NpyDtype floating_dtype(const std::string& dtype) {
+  return dtype == "float64" ? golden::NpyDtype::f8 : dtype == "float32" ? golden::NpyDtype::f4 : golden::NpyDtype::u2;
+}
+
 // bfloat16 bits -> the float they encode (the upper half of an IEEE binary32).
 double bfloat16_value(std::int64_t bits) {
   const std::uint32_t word = static_cast<std::uint32_t>(bits) << 16;
@@ -51,9 +75,10 @@ Tolerance tolerance_of(const std::string& precision) {
 std::vector<double> RankDump::values(const std::string& name, const std::vector<std::int64_t>& shape) const {
   const auto it = files.find(name);
   if (it == files.end()) fail(dir, "no tensor '" + name + "'");
+  const std::filesystem::path& path = it->second.path;
   golden::NpyArray a;
   try {
-    a = golden::read_npy_widened(it->second);
+    a = golden::read_npy_widened(path);
   } catch (const golden::NpyError& e) {
     throw DumpError(e.what());
   }
@@ -62,7 +87,7 @@ std::vector<double> RankDump::values(const std::string& name, const std::vector<
   if (!fits) {
     std::string want = "[";
     for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + (shape[i] < 0 ? "*" : std::to_string(shape[i]));
-    fail(it->second, "shape " + a.shape_string() + ", expected " + want + "]");
+    fail(path, "shape " + a.shape_string() + ", expected " + want + "]");
   }
   if (a.dtype == golden::NpyDtype::u2) {
     std::vector<double> out;
@@ -73,15 +98,67 @@ std::vector<double> RankDump::values(const std::string& name, const std::vector<
   return a.as_doubles();
 }
 
-Dump read_dump(const std::filesystem::path& dir, const std::string& semantics) {
+std::vector<double> RankDump::input_values(const std::string& name, const std::vector<std::int64_t>& shape) const {
+  std::vector<double> v = values(name, shape);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i]))
+      fail(files.at(name).path, "element " + std::to_string(i) + " is " + (std::isnan(v[i]) ? "NaN" : "infinite") +
+                                    ": inputs and parameters must be finite (a non-finite input is refused, not "
+                                    "judged)");
+  return v;
+}
+
+namespace {
+
+// rank0/, rank1/, … with each .npy file's header read and checked against the file's size; nothing else named
+// rank* may sit beside them.
+void list_ranks(Dump& d) {
+  const std::regex rank_folder("rank(0|[1-9][0-9]*)");
+  for (const auto& entry : std::filesystem::directory_iterator(d.dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("rank")) continue;
+    std::smatch m;
+    if (!std::regex_match(name, m, rank_folder) || m[1].length() > 6 || std::stoi(m[1]) >= d.layout.world)
+      fail(entry.path(), "is not a rank of the layout's world of " + std::to_string(d.layout.world) +
+                             " (rank0 … rank" + std::to_string(d.layout.world - 1) + ")");
+  }
+  for (int r = 0; r < d.layout.world; ++r) {
+    RankDump rank;
+    rank.rank = r;
+    rank.dir = d.dir / ("rank" + std::to_string(r));
+    if (!std::filesystem::is_directory(rank.dir))
+      fail(rank.dir, "missing (the layout has " + std::to_string(d.layout.world) + " ranks)");
+    for (const auto& entry : std::filesystem::directory_iterator(rank.dir)) {
+      if (entry.path().extension() != ".npy") continue;
+      if (!entry.is_regular_file()) fail(entry.path(), "is not a regular file");
+      TensorFile file{entry.path(), {}};
+      try {
+        file.header = golden::read_npy_header_widened(entry.path());
+      } catch (const golden::NpyError& e) {
+        throw DumpError(e.what());
+      }
+      const bool floating = file.header.dtype == golden::NpyDtype::f8 || file.header.dtype == golden::NpyDtype::f4 ||
+                            file.header.dtype == golden::NpyDtype::u2;
+      if (floating && file.header.dtype != floating_dtype(d.dtype))
+        fail(entry.path(), "holds " + std::string(golden::npy_descr(file.header.dtype)) + " values, but dump.json's "
+                           "dtype is " + d.dtype + " (every floating tensor of a dump has its dtype)");
+      rank.files[entry.path().stem().string()] = std::move(file);
+    }
+    d.ranks.push_back(std::move(rank));
+  }
+}
+
+}  // namespace
+
+Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
   const std::filesystem::path meta_path = dir / "dump.json";
-  std::ifstream in(meta_path);
-  if (!in) fail(meta_path, "cannot open (a dump folder holds dump.json and rank0/, rank1/, …)");
+  if (!std::filesystem::exists(meta_path))
+    fail(meta_path, "missing (a dump folder holds dump.json and rank0/, rank1/, …)");
   json meta;
   try {
-    meta = json::parse(in);
-  } catch (const json::exception& e) {
-    fail(meta_path, std::string("not JSON: ") + e.what());
+    meta = storage::read_json_file(meta_path);
+  } catch (const storage::StorageError& e) {
+    throw DumpError(e.what());
   }
   if (!meta.is_object()) fail(meta_path, "must be a JSON object");
   static const std::set<std::string> known{"format",    "producer", "config",   "semantics",       "layout", "shape",
@@ -100,9 +177,9 @@ Dump read_dump(const std::filesystem::path& dir, const std::string& semantics) {
   } catch (const std::exception& e) {
     fail(meta_path, std::string("config: ") + e.what());
   }
-  const std::string claimed = meta.value("semantics", std::string("intended"));
+  const std::string claimed = optional_text(meta, "semantics", "intended", meta_path);
   try {
-    d.config.semantics = Semantics::parse(semantics.empty() ? claimed : semantics);
+    d.config.semantics = Semantics::parse(options.semantics.empty() ? claimed : options.semantics);
   } catch (const std::invalid_argument& e) {
     fail(meta_path, std::string("semantics: ") + e.what());
   }
@@ -111,7 +188,7 @@ Dump read_dump(const std::filesystem::path& dir, const std::string& semantics) {
   if (!layout.is_object()) fail(meta_path, "'layout' must be an object");
   for (const auto& [key, value] : layout.items()) {
     if (key == "order") {
-      d.layout.order = value.get<std::string>();
+      d.layout.order = text(value, "layout.order", meta_path);
       continue;
     }
     const int size = positive(value, "layout." + key, meta_path);
@@ -124,39 +201,51 @@ Dump read_dump(const std::filesystem::path& dir, const std::string& semantics) {
   }
   try {
     d.layout.validate();
+    check_layer_sharding(d.config, d.layout);
   } catch (const std::invalid_argument& e) {
     fail(meta_path, std::string("layout: ") + e.what());
   }
   const json& shape = member(meta, "shape", meta_path);
+  if (!shape.is_object()) fail(meta_path, "'shape' must be an object");
+  for (const auto& [key, value] : shape.items())
+    if (key != "seq" && key != "batch") fail(meta_path, "unknown key 'shape." + key + "' (shape has seq and batch)");
   d.seq = positive(member(shape, "seq", meta_path), "shape.seq", meta_path);
   d.batch = positive(member(shape, "batch", meta_path), "shape.batch", meta_path);
   if (d.seq % d.layout.tp != 0) fail(meta_path, "shape.seq must divide by tp (sequence parallelism)");
 
-  d.dtype = member(meta, "dtype", meta_path).get<std::string>();
+  d.dtype = text(member(meta, "dtype", meta_path), "dtype", meta_path);
   if (d.dtype != "float64" && d.dtype != "float32" && d.dtype != "bfloat16")
     fail(meta_path, "'dtype' must be float64, float32 or bfloat16");
-  d.precision = meta.value("precision", d.dtype);
+  // The tolerance: the user's statement, else the dump's own claim when it is no looser than its arrays, else the
+  // arrays' precision. A dump alone never loosens it.
+  const std::string stated = optional_text(meta, "precision", d.dtype, meta_path);
+  tolerance_of(stated);  // refuses an unknown name
+  if (!options.precision.empty()) {
+    d.precision = options.precision;
+    d.precision_from = "--precision";
+  } else if (looseness(stated) > looseness(d.dtype)) {
+    fail(meta_path, "precision \"" + stated + "\" is looser than the dump's " + d.dtype + " arrays, and a dump cannot "
+                    "loosen its own tolerance: if the framework computed in " + stated + ", say so with --precision " +
+                    stated);
+  } else {
+    d.precision = stated;
+    d.precision_from = meta.contains("precision") ? "dump.json" : "the arrays' dtype";
+  }
   d.tolerance = tolerance_of(d.precision);
-  d.dispatcher = meta.value("dispatcher", std::string("unknown"));
-  d.producer = meta.value("producer", std::string("unknown"));
-  d.replay_capacity = meta.value("replay_capacity", false);
+  d.dispatcher = optional_text(meta, "dispatcher", "unknown", meta_path);
+  d.producer = optional_text(meta, "producer", "unknown", meta_path);
+  if (meta.contains("replay_capacity")) {
+    if (!meta["replay_capacity"].is_boolean()) fail(meta_path, "'replay_capacity' must be true or false");
+    d.replay_capacity = meta["replay_capacity"].get<bool>();
+  }
   if (d.replay_capacity && !d.config.capacity_factor) fail(meta_path, "replay_capacity without a capacity_factor");
 
-  for (int r = 0; r < d.layout.world; ++r) {
-    RankDump rank;
-    rank.rank = r;
-    rank.dir = dir / ("rank" + std::to_string(r));
-    if (!std::filesystem::is_directory(rank.dir)) fail(rank.dir, "missing (the layout has " +
-                                                                std::to_string(d.layout.world) + " ranks)");
-    for (const auto& entry : std::filesystem::directory_iterator(rank.dir)) {
-      if (entry.path().extension() != ".npy") continue;
-      if (!entry.is_regular_file()) fail(entry.path(), "is not a regular file");
-      rank.files[entry.path().stem().string()] = entry.path();
-    }
-    d.ranks.push_back(std::move(rank));
+  try {
+    list_ranks(d);
+  } catch (const std::filesystem::filesystem_error& e) {
+    fail(e.path1(), e.code().message());
   }
-  if (std::filesystem::exists(dir / ("rank" + std::to_string(d.layout.world))))
-    fail(dir, "has more rank folders than the layout's world of " + std::to_string(d.layout.world));
+  check_dump_tensors(d);
   return d;
 }
 

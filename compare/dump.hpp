@@ -1,8 +1,12 @@
 // A per-rank dump of one MoE layer's forward and backward from another framework (format `moe-dump/1`,
 // compare/README.md): dump.json with the layer's config, the semantics it claims, its layout and batch shape, and
 // one folder per rank of .npy tensors under Megatron-Core's parameter names. What is present is compared; what is
-// absent is listed. Everything read is checked: a malformed dump is refused with one line naming the file and the
-// problem (DumpError).
+// absent is listed. Everything read is checked before anything is computed: a malformed dump is refused with one
+// line naming the file and the problem (DumpError).
+//
+// What a dump cannot do by itself: loosen its own tolerance. The tolerance follows the precision of its arrays
+// (`dtype`, checked against every file), or the precision the user states on the command line (`--precision`);
+// dump.json's own `precision` is taken only when it is no looser than its arrays.
 #pragma once
 
 #include "golden/npy.hpp"
@@ -27,15 +31,23 @@ class DumpError : public std::runtime_error {
 // ("float64", "float32", "bfloat16"): the foreign-dump row of reference/tolerance.hpp.
 Tolerance tolerance_of(const std::string& precision);
 
+struct TensorFile {
+  std::filesystem::path path;
+  golden::NpyHeader header;  // read and checked against the file's size when the dump is listed
+};
+
 struct RankDump {
   int rank = 0;
   std::filesystem::path dir;
-  std::map<std::string, std::filesystem::path> files;  // tensor name -> .npy path (name = file stem)
+  std::map<std::string, TensorFile> files;  // tensor name (= file stem) -> file
 
   bool has(const std::string& name) const { return files.count(name) > 0; }
   // The tensor widened to double (bfloat16 stored as 16-bit words decoded); throws DumpError when absent or when
   // its shape is not `shape` (-1 = any extent).
   std::vector<double> values(const std::string& name, const std::vector<std::int64_t>& shape) const;
+  // The same for an input or a parameter, which must also be finite: a NaN or infinity the oracle would compute
+  // with is refused, never judged.
+  std::vector<double> input_values(const std::string& name, const std::vector<std::int64_t>& shape) const;
 };
 
 struct Dump {
@@ -43,8 +55,9 @@ struct Dump {
   MoeConfig config;            // semantics included
   ParallelLayout layout;       // world, tp, ep, etp (cp = pp = 1)
   int seq = 0, batch = 0;      // per data-parallel replica: S positions × B sequences
-  std::string dtype;           // of the arrays: float64, float32 or bfloat16
-  std::string precision;       // the framework's arithmetic: decides the tolerance
+  std::string dtype;           // of the arrays: float64, float32 or bfloat16 (every floating file has it)
+  std::string precision;       // the arithmetic the tolerance is set for
+  std::string precision_from;  // why: "the arrays", "dump.json (no looser than its arrays)", "--precision"
   std::string dispatcher;      // informational
   std::string producer;
   bool replay_capacity = false;  // take the capacity decisions from router.routing_map
@@ -52,8 +65,12 @@ struct Dump {
   Tolerance tolerance;
 };
 
-// Reads and validates dump.json and lists every rank folder's tensors. `semantics` (non-empty) overrides the
-// dump's own claim.
-Dump read_dump(const std::filesystem::path& dir, const std::string& semantics = "");
+struct ReadOptions {
+  std::string semantics;  // non-empty: overrides the dump's claim
+  std::string precision;  // non-empty: the user's statement of the framework's arithmetic (sets the tolerance)
+};
+
+// Reads and validates dump.json, lists every rank folder's tensors and checks each file's header.
+Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options = {});
 
 }  // namespace moe::compare

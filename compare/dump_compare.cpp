@@ -1,29 +1,27 @@
 #include "compare/dump_compare.hpp"
 
 #include "compare/dump_oracle.hpp"
+#include "compare/dump_tensors.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <set>
 
 namespace moe::compare {
-namespace {
-
-// The dump tensors that are inputs or parameters: read by the oracle, never compared.
-bool is_input(const std::string& name) {
-  const bool grad = name.ends_with(".grad");
-  return name == "hidden_states" || name == "output.grad" || name == "router.expert_bias" || name == "padding_mask" ||
-         (!grad && name.find(".weight") != std::string::npos);
-}
-
-}  // namespace
 
 bool Comparison::pass() const {
   for (const auto& t : tensors)
     if (!t.pass()) return false;
   return true;
 }
+
+int Comparison::forward_tensors() const {
+  return static_cast<int>(std::count_if(tensors.begin(), tensors.end(), [](const TensorResult& t) { return !t.backward; }));
+}
+
+int Comparison::backward_tensors() const { return static_cast<int>(tensors.size()) - forward_tensors(); }
 
 const TensorResult* Comparison::first_failure() const {
   for (const auto& t : tensors)
@@ -36,15 +34,14 @@ Comparison compare_dump(const Dump& dump) {
   const Tolerance tol = dump.tolerance;
   Comparison out;
   out.replay_differences = answer.replay_differences;
+  out.backward = has_backward(dump);
   std::map<std::string, size_t> index;  // tensor name -> position in out.tensors
   std::map<std::string, std::vector<int>> absent;
-  std::set<std::pair<int, std::string>> compared;
 
   for (const Expected& e : answer.expected) {
     const std::vector<int> ranks = e.summed_ranks.empty() ? std::vector<int>{e.rank} : e.summed_ranks;
     bool present = true;
     for (int r : ranks) present = present && dump.ranks[static_cast<size_t>(r)].has(e.tensor);
-    for (int r : ranks) compared.insert({r, e.tensor});
     if (!present) {
       absent[e.tensor].push_back(e.rank);
       continue;
@@ -60,6 +57,7 @@ Comparison compare_dump(const Dump& dump) {
       t.tensor = e.tensor;
       t.summed = e.summed_ranks.size() > 1;
       t.exact = e.exact;
+      t.backward = e.backward;
       out.tensors.push_back(t);
     }
     TensorResult& t = out.tensors[index[e.tensor]];
@@ -81,10 +79,14 @@ Comparison compare_dump(const Dump& dump) {
     for (int r : ranks) where += (where.empty() ? "" : ", ") + std::to_string(r);
     out.absent.push_back(name + " (rank " + where + ")");
   }
+  // Files no rule of the format names: neither read nor compared, said so rather than passed over in silence.
   std::set<std::string> ignored;
-  for (const RankDump& r : dump.ranks)
-    for (const auto& [name, path] : r.files)
-      if (!compared.count({r.rank, name}) && !is_input(name)) ignored.insert(name);
+  for (const RankDump& r : dump.ranks) {
+    std::set<std::string> known;
+    for (const TensorSpec& s : rank_tensors(dump, r.rank)) known.insert(s.name);
+    for (const auto& [name, file] : r.files)
+      if (!known.count(name)) ignored.insert(name);
+  }
   out.ignored.assign(ignored.begin(), ignored.end());
   return out;
 }

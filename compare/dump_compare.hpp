@@ -25,6 +25,7 @@ struct TensorResult {
   double max_abs = 0;       // max |dump − oracle|
   double max_ratio = 0;     // max |dump − oracle| / (atol + rtol·|oracle|); exact tensors: 0 or ∞
   bool exact = false;
+  bool backward = false;    // a gradient (needs output.grad)
   std::optional<Mismatch> first;  // the first failing element (in rank, then index order)
 
   bool pass() const { return !first.has_value(); }
@@ -35,6 +36,11 @@ struct Comparison {
   std::vector<std::string> absent;    // compared if present: "name (ranks …)"
   std::vector<std::string> ignored;   // dump tensors nothing is compared with (inputs and parameters excluded)
   int replay_differences = -1;        // replayed capacity slots that differ from the oracle's rule (-1: none replayed)
+  bool backward = false;              // the dump holds output.grad: gradients were compared
+
+  // How many tensors of each side were compared (the verdict states both; `output` is always among the forward's).
+  int forward_tensors() const;
+  int backward_tensors() const;
 
   bool pass() const;
   const TensorResult* first_failure() const;

@@ -1,5 +1,7 @@
 #include "compare/dump_oracle.hpp"
 
+#include "compare/dump_tensors.hpp"
+
 #include "reference/capacity.hpp"
 #include "reference/global_step.hpp"
 #include "reference/moe_layer.hpp"
@@ -8,6 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 namespace moe::compare {
 namespace {
@@ -65,9 +72,9 @@ class Assembler {
 
   // A replicated tensor: the same on every rank (else the dump is inconsistent).
   std::vector<double> replicated(const std::string& name, const Shape& shape) const {
-    const std::vector<double> first = d_.ranks.front().values(name, shape);
+    const std::vector<double> first = d_.ranks.front().input_values(name, shape);
     for (const RankDump& r : d_.ranks)
-      if (r.has(name) && r.values(name, shape) != first)
+      if (r.input_values(name, shape) != first)
         throw DumpError(r.dir.string() + ": " + name + " differs from rank 0's (parameters must be the values the "
                                                        "step started from, replicated)");
     return first;
@@ -97,13 +104,14 @@ class Assembler {
       for (int j = 0; j < etp; ++j) {
         const int r = find(-1, -1, e / nle, j);
         const RankDump& rd = d_.ranks[static_cast<size_t>(r)];
-        const Matrix<double> s1 = as_matrix(rd.values(expert_name(e % nle, "linear_fc1", r), {2 * dd / etp, h}),
+        const Matrix<double> s1 = as_matrix(rd.input_values(expert_name(e % nle, "linear_fc1", r), {2 * dd / etp, h}),
                                             2 * dd / etp, h);
         gate.middleRows(j * dd / etp, dd / etp) = s1.topRows(dd / etp);
         up.middleRows(j * dd / etp, dd / etp) = s1.bottomRows(dd / etp);
         fc2.middleCols(j * dd / etp, dd / etp) =
-            as_matrix(rd.values(expert_name(e % nle, "linear_fc2", r), {h, dd / etp}), h, dd / etp);
+            as_matrix(rd.input_values(expert_name(e % nle, "linear_fc2", r), {h, dd / etp}), h, dd / etp);
       }
+      same_shard_everywhere(e, nle);
       Matrix<double> fc1(2 * dd, h);
       fc1 << gate, up;
       p.expert_fc1.push_back(fc1);
@@ -112,14 +120,23 @@ class Assembler {
     if (c.has_shared_expert()) {
       const int ds = c.shared_expert_ffn_hidden;
       Matrix<double> gate(ds, h), up(ds, h), fc2(h, ds);
+      for (int r = 0; r < d_.layout.world; ++r) {  // every replica's copy of a TP shard is the first replica's
+        const int first = find(at(r).tp, 0, -1, -1);
+        for (const char* name : {"shared_experts.linear_fc1.weight", "shared_experts.linear_fc2.weight"})
+          if (r != first && d_.ranks[static_cast<size_t>(r)].input_values(name, {-1, -1}) !=
+                                d_.ranks[static_cast<size_t>(first)].input_values(name, {-1, -1}))
+            throw DumpError(d_.ranks[static_cast<size_t>(r)].files.at(name).path.string() + ": differs from rank " +
+                            std::to_string(first) + "'s copy of the same shard (parameters must be the values the "
+                            "step started from)");
+      }
       for (int j = 0; j < tp; ++j) {
         const RankDump& rd = d_.ranks[static_cast<size_t>(find(j, 0, -1, -1))];
-        const Matrix<double> s1 = as_matrix(rd.values("shared_experts.linear_fc1.weight", {2 * ds / tp, h}),
+        const Matrix<double> s1 = as_matrix(rd.input_values("shared_experts.linear_fc1.weight", {2 * ds / tp, h}),
                                             2 * ds / tp, h);
         gate.middleRows(j * ds / tp, ds / tp) = s1.topRows(ds / tp);
         up.middleRows(j * ds / tp, ds / tp) = s1.bottomRows(ds / tp);
         fc2.middleCols(j * ds / tp, ds / tp) =
-            as_matrix(rd.values("shared_experts.linear_fc2.weight", {h, ds / tp}), h, ds / tp);
+            as_matrix(rd.input_values("shared_experts.linear_fc2.weight", {h, ds / tp}), h, ds / tp);
       }
       p.shared_fc1.resize(2 * ds, h);
       p.shared_fc1 << gate, up;
@@ -127,6 +144,23 @@ class Assembler {
       if (c.shared_expert_gate) p.shared_gate = as_matrix(replicated("shared_experts.gate_weight", {1, h}), 1, h);
     }
     return p;
+  }
+
+  // Every data-parallel copy of expert e's shards holds what the first one does (a copy that differs would be
+  // trained from other weights, whatever the oracle says about the first).
+  void same_shard_everywhere(int e, int nle) const {
+    for (int r = 0; r < d_.layout.world; ++r) {
+      if (at(r).ep != e / nle) continue;
+      const int first = find(-1, -1, at(r).ep, at(r).etp);
+      if (first == r) continue;
+      for (const char* which : {"linear_fc1", "linear_fc2"}) {
+        const std::string mine = expert_name(e % nle, which, r), theirs = expert_name(e % nle, which, first);
+        const RankDump& rd = d_.ranks[static_cast<size_t>(r)];
+        if (rd.input_values(mine, {-1, -1}) != d_.ranks[static_cast<size_t>(first)].input_values(theirs, {-1, -1}))
+          throw DumpError(rd.files.at(mine).path.string() + ": differs from rank " + std::to_string(first) +
+                          "'s copy of the same shard (parameters must be the values the step started from)");
+      }
+    }
   }
 
   // Replica d's rows [S·B, ·] from its tp ranks' [S/tp, B, ·] tensors (or [S/tp·B, ·]: `flat_rows`).
@@ -148,6 +182,34 @@ class Assembler {
   std::vector<Coordinates> coords_;
 };
 
+
+// The bytes the oracle holds for this dump, estimated from the sizes dump.json gives before any is allocated
+// (in floating point: no product wraps). Parameters: the model, each replica's gradients and each source part's
+// (the expert gradients are split by the tp rank that sent the tokens); activations: each replica's forward and
+// backward, a few copies of [tokens, h], [tokens, E] and [tokens·k, d].
+double oracle_bytes(const Dump& dump) {
+  const MoeConfig& c = dump.config;
+  const double h = c.hidden, E = c.num_experts, d = c.ffn_hidden, ds = c.shared_expert_ffn_hidden, k = c.topk;
+  const double dp = dump.layout.dp(), tp = dump.layout.tp, tokens = static_cast<double>(dump.seq) * dump.batch;
+  const double params = E * (3 * d * h + h) + 3 * ds * h;
+  const double activations = tokens * (8 * h + 6 * E + k * (9 * d + 3 * h)) * 2;
+  return 8.0 * (params * (3 + dp * (1 + tp)) + dp * activations);
+}
+
+void check_memory(const Dump& dump) {
+  // The machine's memory, or MOE_ORACLE_MEMORY_BYTES where a test or a user sets a smaller budget.
+  const double pages = static_cast<double>(::sysconf(_SC_PHYS_PAGES)), page = static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  double budget = pages > 0 && page > 0 ? pages * page : 0x1p40;
+  if (const char* set = std::getenv("MOE_ORACLE_MEMORY_BYTES")) budget = std::min(budget, std::strtod(set, nullptr));
+  const double need = oracle_bytes(dump);
+  if (need > budget) {
+    char text[160];
+    std::snprintf(text, sizeof text, "the oracle would hold about %.3g GiB for this dump, more than this machine's "
+                                     "%.3g GiB of memory", need / 0x1p30, budget / 0x1p30);
+    throw DumpError(dump.dir.string() + ": " + text);
+  }
+}
+
 }  // namespace
 
 OracleAnswer oracle_for(const Dump& dump) {
@@ -155,15 +217,15 @@ OracleAnswer oracle_for(const Dump& dump) {
   if (c.hash_routing || c.latent_size > 0)
     throw DumpError(dump.dir.string() + ": dumps of hash or latent layers are not compared yet (megatron-core 0.19 "
                                         "has neither)");
+  check_memory(dump);
   const Assembler a(dump);
   const int tp = dump.layout.tp, S = dump.seq, B = dump.batch, E = c.num_experts, h = c.hidden;
   const int dp = dump.layout.dp();
   const std::int64_t local_rows = static_cast<std::int64_t>(S / tp) * B;
   const MoeParams<double> params = a.params();
   const auto partition = source_rank_partition(S, B, 1, tp);
-  const bool backward = std::all_of(dump.ranks.begin(), dump.ranks.end(),
-                                    [](const RankDump& r) { return r.has("output.grad"); });
-  const auto tensor3 = [&](const RankDump& r, const std::string& name) { return r.values(name, {S / tp, B, h}); };
+  const bool backward = has_backward(dump);
+  const auto tensor3 = [&](const RankDump& r, const std::string& name) { return r.input_values(name, {S / tp, B, h}); };
 
   // Replica d's rows are parts in tp order, each part's rows in local order; the oracle's rows are s·B + b, so
   // part j's local row l is the oracle's row partition[j][l].
@@ -198,7 +260,7 @@ OracleAnswer oracle_for(const Dump& dump) {
     if (backward) grad_y[static_cast<size_t>(d)] = to_oracle_order(a.replica_rows(d, "output.grad", h, tensor3));
     if (dump.ranks.front().has("padding_mask")) {  // [S/tp, B], true = padded: the rows' own order
       const Matrix<double> mask = to_oracle_order(a.replica_rows(
-          d, "padding_mask", 1, [&](const RankDump& r, const std::string& n) { return r.values(n, {S / tp, B}); }));
+          d, "padding_mask", 1, [&](const RankDump& r, const std::string& n) { return r.input_values(n, {S / tp, B}); }));
       for (Eigen::Index t = 0; t < mask.rows(); ++t) in.padding_mask.push_back(mask(t, 0) != 0.0);
     }
   }

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -233,7 +234,15 @@ NpyArray NpyArray::of_booleans(std::vector<std::int64_t> shape, std::vector<std:
 
 namespace {
 
-NpyArray parse(std::string_view bytes, const std::string& origin, bool widened) {
+// The preamble and header of `bytes` (at least the first kPreamble + header length bytes of the file).
+struct ParsedHeader {
+  NpyDtype dtype = NpyDtype::f8;
+  std::vector<std::int64_t> shape;
+  std::string descr;
+  std::size_t data_offset = 0;
+};
+
+ParsedHeader parse_header(std::string_view bytes, const std::string& origin, bool widened) {
   if (bytes.size() < kMagic.size() || bytes.substr(0, kMagic.size()) != kMagic) {
     fail(origin, "bad magic (does not start with \\x93NUMPY)");
   }
@@ -249,18 +258,35 @@ NpyArray parse(std::string_view bytes, const std::string& origin, bool widened) 
   if (bytes.size() < kPreamble + header_len) fail(origin, "truncated in the header");
   const auto header = HeaderParser(bytes.substr(kPreamble, header_len), origin).parse();
   if (header.fortran_order) fail(origin, "fortran_order is True (only C order is supported)");
+  ParsedHeader h;
+  h.dtype = dtype_of(header.descr, origin, widened);
+  h.shape = header.shape;
+  h.descr = header.descr;
+  h.data_offset = kPreamble + header_len;
+  element_count(h.shape, origin);  // refuses a shape past kMaxElements
+  return h;
+}
 
+// The data section must be exactly the shape's size: neither truncated nor followed by anything.
+void check_data_size(std::size_t have, const ParsedHeader& h, const std::string& origin) {
+  const std::size_t need = static_cast<std::size_t>(element_count(h.shape, origin)) * item_size(h.dtype);
+  if (have < need) {
+    fail(origin, "truncated: the data has " + std::to_string(have) + " bytes, shape " +
+                     NpyArray{h.dtype, h.shape, {}, {}, {}}.shape_string() + " of " + h.descr + " needs " +
+                     std::to_string(need));
+  }
+  if (have > need) fail(origin, std::to_string(have - need) + " bytes after the data");
+}
+
+NpyArray parse(std::string_view bytes, const std::string& origin, bool widened) {
+  const ParsedHeader header = parse_header(bytes, origin, widened);
   NpyArray a;
-  a.dtype = dtype_of(header.descr, origin, widened);
+  a.dtype = header.dtype;
   a.shape = header.shape;
   const std::int64_t n = element_count(a.shape, origin);
+  const std::string_view data = bytes.substr(header.data_offset);
+  check_data_size(data.size(), header, origin);
   const std::size_t need = static_cast<std::size_t>(n) * item_size(a.dtype);
-  const std::string_view data = bytes.substr(kPreamble + header_len);
-  if (data.size() < need) {
-    fail(origin, "truncated: the data has " + std::to_string(data.size()) + " bytes, shape " + a.shape_string() +
-                     " of " + header.descr + " needs " + std::to_string(need));
-  }
-  if (data.size() > need) fail(origin, std::to_string(data.size() - need) + " bytes after the data");
   const auto count = static_cast<std::size_t>(n);
   // An empty vector's data() may be null, and memcpy with a null pointer is undefined even for 0 bytes.
   switch (a.dtype) {
@@ -290,10 +316,10 @@ NpyArray parse(std::string_view bytes, const std::string& origin, bool widened) 
 NpyArray parse_npy(std::string_view bytes, const std::string& origin) { return parse(bytes, origin, false); }
 
 std::string serialize_npy(const NpyArray& a) {
-  if (a.dtype != NpyDtype::f8 && a.dtype != NpyDtype::i8 && a.dtype != NpyDtype::b1)
-    throw NpyError("serialize_npy: only '<f8', '<i8' and '|b1' are written");
+  if (a.dtype != NpyDtype::f8 && a.dtype != NpyDtype::f4 && a.dtype != NpyDtype::i8 && a.dtype != NpyDtype::b1)
+    throw NpyError("serialize_npy: only '<f8', '<f4', '<i8' and '|b1' are written");
   if (a.size() < 0 || static_cast<std::size_t>(a.size()) !=
-                          (a.dtype == NpyDtype::f8   ? a.reals.size()
+                          (a.dtype == NpyDtype::f8 || a.dtype == NpyDtype::f4 ? a.reals.size()
                            : a.dtype == NpyDtype::i8 ? a.integers.size()
                                                      : a.booleans.size())) {
     throw NpyError("serialize_npy: shape " + a.shape_string() + " does not match the number of values");
@@ -323,6 +349,13 @@ std::string serialize_npy(const NpyArray& a) {
       if (!a.integers.empty()) out.append(reinterpret_cast<const char*>(a.integers.data()), a.integers.size() * 8);
       break;
     case NpyDtype::f4:
+      for (const double v : a.reals) {
+        const auto f = static_cast<float>(v);
+        if (static_cast<double>(f) != v && !std::isnan(v))
+          throw NpyError("serialize_npy: " + std::to_string(v) + " is not a float32 value");
+        out.append(reinterpret_cast<const char*>(&f), sizeof f);
+      }
+      break;
     case NpyDtype::i4:
     case NpyDtype::u2: break;  // refused above
     case NpyDtype::b1:
@@ -340,6 +373,27 @@ NpyArray read_npy(const std::filesystem::path& path) {
   if (!in) throw NpyError(path.string() + ": cannot open");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return parse_npy(bytes, path.string());
+}
+
+NpyHeader read_npy_header_widened(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NpyError(path.string() + ": cannot open");
+  std::string head(kPreamble, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  if (head.size() == kPreamble) {  // the header's length is known: read just the header
+    const std::size_t header_len = static_cast<unsigned char>(head[8]) |
+                                   (static_cast<std::size_t>(static_cast<unsigned char>(head[9])) << 8);
+    head.resize(kPreamble + header_len);
+    in.read(head.data() + kPreamble, static_cast<std::streamsize>(header_len));
+    head.resize(kPreamble + static_cast<std::size_t>(in.gcount()));
+  }
+  const ParsedHeader h = parse_header(head, path.string(), true);
+  std::error_code ec;
+  const std::uintmax_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw NpyError(path.string() + ": cannot read its size (" + ec.message() + ")");
+  check_data_size(static_cast<std::size_t>(file_size - h.data_offset), h, path.string());
+  return {h.dtype, h.shape};
 }
 
 NpyArray read_npy_widened(const std::filesystem::path& path) {

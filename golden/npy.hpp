@@ -48,12 +48,20 @@ struct NpyArray {
 
 // `origin` names the source in error messages (a file path, or "<memory>").
 NpyArray parse_npy(std::string_view bytes, const std::string& origin);
+// f8, i8, b1 (the golden format) and f4 (framework dumps made by tests; each value must be a float exactly).
 std::string serialize_npy(const NpyArray& array);
 
 NpyArray read_npy(const std::filesystem::path& path);
 // Also '<f4', '<i4', '<u2' and '<V2' (read as u2), widened exactly to double / int64: for dumps of other frameworks,
 // never for golden cases.
 NpyArray read_npy_widened(const std::filesystem::path& path);
+// The dtype and shape of a file read_npy_widened would accept, from its header alone, with the file's size checked
+// against them (a truncated or over-long file is refused): what a reader checks before it allocates anything.
+struct NpyHeader {
+  NpyDtype dtype = NpyDtype::f8;
+  std::vector<std::int64_t> shape;
+};
+NpyHeader read_npy_header_widened(const std::filesystem::path& path);
 void write_npy(const std::filesystem::path& path, const NpyArray& array);
 
 }  // namespace moe::golden

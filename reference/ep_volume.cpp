@@ -1,5 +1,7 @@
 #include "reference/ep_volume.hpp"
 
+#include "reference/process_groups.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -34,10 +36,7 @@ EpVolume ep_volume(const LayerPreset& preset, const ParallelLayout& layout, int 
   require(tokens % (layout.tp * layout.cp) == 0, "seq·micro_batch (" + std::to_string(tokens) +
                                                      ") must be divisible by tp·cp (" +
                                                      std::to_string(layout.tp * layout.cp) + ")");
-  require(c.num_experts % layout.ep == 0, "num_experts (" + std::to_string(c.num_experts) +
-                                              ") must be divisible by ep (" + std::to_string(layout.ep) + ")");
-  require(c.ffn_hidden % layout.etp == 0, "ffn_hidden (" + std::to_string(c.ffn_hidden) +
-                                              ") must be divisible by etp (" + std::to_string(layout.etp) + ")");
+  check_layer_sharding(c, layout);
 
   EpVolume v;
   v.width = c.expert_width();

@@ -1,5 +1,7 @@
 #include "reference/process_groups.hpp"
 
+#include "reference/config.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -100,6 +102,16 @@ int ProcessGroups::rank_in(GroupKind kind, int rank) const {
 
 ExpertRange ProcessGroups::experts_of(int rank, int num_experts) const {
   return local_experts(num_experts, layout_.ep, rank_in(GroupKind::ep, rank));
+}
+
+void check_layer_sharding(const MoeConfig& c, const ParallelLayout& layout) {
+  local_experts(c.num_experts, layout.ep, 0);
+  if (c.ffn_hidden % layout.etp != 0)
+    throw std::invalid_argument("ffn_hidden (" + std::to_string(c.ffn_hidden) + ") must be divisible by etp (" +
+                                std::to_string(layout.etp) + ")");
+  if (c.has_shared_expert() && c.shared_expert_ffn_hidden % layout.tp != 0)
+    throw std::invalid_argument("shared_expert_ffn_hidden (" + std::to_string(c.shared_expert_ffn_hidden) +
+                                ") must be divisible by tp (" + std::to_string(layout.tp) + ")");
 }
 
 }  // namespace moe

@@ -37,6 +37,12 @@ struct ExpertRange {
 // Throws std::invalid_argument unless ep_size divides num_experts.
 ExpertRange local_experts(int num_experts, int ep_size, int ep_rank);
 
+struct MoeConfig;
+// How a layer's weights split over a layout, the rules every sharded path shares (the parallel system, compare's
+// reassembly, the volume model): experts evenly over ep (the placement rule above), each expert's FFN width over
+// etp, the shared expert's width over tp. std::invalid_argument naming the sizes.
+void check_layer_sharding(const MoeConfig& c, const ParallelLayout& layout);
+
 class ProcessGroups {
  public:
   // Validates the layout (ParallelLayout::validate) and builds its two meshes.

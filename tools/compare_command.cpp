@@ -21,6 +21,7 @@ namespace {
 struct CompareArgs {
   std::string dir;
   std::string semantics;  // empty: the dump's claim
+  std::string precision;  // empty: the arrays' (or dump.json's, when no looser)
   bool explain = true;
   bool json = false;
 };
@@ -41,7 +42,7 @@ std::string ranks_text(const compare::TensorResult& t) {
 }
 
 void run(const CompareArgs& a) {
-  const compare::Dump dump = compare::read_dump(a.dir, a.semantics);
+  const compare::Dump dump = compare::read_dump(a.dir, {a.semantics, a.precision});
   const compare::Comparison c = compare::compare_dump(dump);
   const std::vector<std::string> explaining =
       c.pass() || !a.explain ? std::vector<std::string>() : compare::explaining_deviations(dump);
@@ -54,6 +55,9 @@ void run(const CompareArgs& a) {
                        {"semantics", dump.config.semantics.spec()},
                        {"layout", layout_json(dump.layout)},
                        {"precision", dump.precision},
+                       {"precision_from", dump.precision_from},
+                       {"compared", {{"forward_tensors", c.forward_tensors()}, {"backward_tensors", c.backward_tensors()},
+                                     {"ranks", dump.layout.world}, {"backward", c.backward}}},
                        {"tolerance", {{"atol", dump.tolerance.atol}, {"rtol", dump.tolerance.rtol}}},
                        {"pass", c.pass()},
                        {"absent", c.absent},
@@ -63,7 +67,7 @@ void run(const CompareArgs& a) {
     for (const auto& t : c.tensors)
       out["tensors"].push_back({{"tensor", t.tensor}, {"where", ranks_text(t)}, {"elements", t.elements},
                                 {"max_abs", t.max_abs}, {"max_ratio", t.exact ? nlohmann::json(nullptr) : nlohmann::json(t.max_ratio)},
-                                {"exact", t.exact}, {"pass", t.pass()}});
+                                {"exact", t.exact}, {"backward", t.backward}, {"pass", t.pass()}});
     if (fail)
       out["first_mismatch"] = {{"tensor", fail->tensor}, {"rank", fail->first->rank}, {"index", fail->first->index},
                                {"dump", fail->first->got}, {"oracle", fail->first->want}};
@@ -72,7 +76,7 @@ void run(const CompareArgs& a) {
     std::cout << "moe-oracle compare " << a.dir << ": " << dump.producer << "\n"
               << "layout " << layout_name(dump.layout) << ", S " << dump.seq << " × B " << dump.batch
               << " per replica, dispatcher " << dump.dispatcher << ", semantics " << dump.config.semantics.spec()
-              << ", precision " << dump.precision << " (pass: |dump − oracle| ≤ " << sci(dump.tolerance.atol)
+              << ", precision " << dump.precision << " (from " << dump.precision_from << "; pass: |dump − oracle| ≤ " << sci(dump.tolerance.atol)
               << " + " << sci(dump.tolerance.rtol) << "·|oracle|; maps and counts exact)\n\n";
     TextTable table({"tensor", "where", "elements", "max |dump − oracle|", "of tolerance", "result"});
     for (const auto& t : c.tensors)
@@ -85,7 +89,7 @@ void run(const CompareArgs& a) {
       std::cout << "\n";
     }
     if (!c.ignored.empty()) {
-      std::cout << "\nin the dump, not compared (unknown names):";
+      std::cout << "\nin the dump, neither read nor compared (names the format does not have):";
       for (const auto& name : c.ignored) std::cout << " " << name;
       std::cout << "\n";
     }
@@ -101,7 +105,11 @@ void run(const CompareArgs& a) {
       std::cout << "explained by " << name << ": the dump matches the oracle under " << dump.config.semantics.spec()
                 << "," << spec << "\n  megatron: " << deviation_info(parse_deviation(name)).statement << "\n";
     }
-    std::cout << "\n" << (c.pass() ? "PASS" : "FAIL") << ": " << c.tensors.size() << " tensors compared\n";
+    std::cout << "\n" << (c.pass() ? "PASS" : "FAIL") << ": " << c.tensors.size() << " tensors compared on "
+              << dump.layout.world << " rank(s), " << c.forward_tensors() << " of the forward and "
+              << c.backward_tensors() << " of the backward"
+              << (c.backward ? "" : " (a forward-only dump: it has no output.grad, so no gradient was compared)")
+              << "\n";
   }
   if (!c.pass()) throw CLI::RuntimeError(1);
 }
@@ -117,6 +125,10 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("dir", args->dir, "the dump folder (dump.json, rank0/, rank1/, …)")->required();
   cmd->add_option("--semantics", args->semantics,
                   "compare under this semantics instead of the dump's claim (P,+deviation,-deviation)");
+  cmd->add_option("--precision", args->precision,
+                  "the arithmetic the framework computed in, which sets the tolerance (default: the arrays' dtype, or "
+                  "dump.json's precision when it is no looser; a dump cannot loosen its own tolerance)")
+      ->check(CLI::IsMember({"float64", "float32", "bfloat16"}));
   cmd->add_flag("!--no-explain", args->explain, "on a mismatch, do not search for a deviation that explains it");
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->callback([args] {

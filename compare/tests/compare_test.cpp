@@ -29,12 +29,18 @@ class DumpCopy : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / "dump.json")); }
+  // A tensor of the float32 dump, widened; and written back as float32 (the dump's dtype).
+  golden::NpyArray read(const std::string& rank_file) const { return golden::read_npy_widened(dir_ / rank_file); }
+  void write(const std::string& rank_file, golden::NpyArray a) const {
+    if (a.dtype == golden::NpyDtype::f8) a.dtype = golden::NpyDtype::f4;
+    golden::write_npy(dir_ / rank_file, a);
+  }
   void write_meta(const nlohmann::json& j) const { std::ofstream(dir_ / "dump.json") << j.dump(2); }
 
   // Refused with a DumpError whose one-line message holds `fragment`.
-  void expect_refused(const std::string& fragment) const {
+  void expect_refused(const std::string& fragment, const ReadOptions& options = {}) const {
     try {
-      compare_dump(read_dump(dir_));
+      compare_dump(read_dump(dir_, options));
       ADD_FAILURE() << "accepted a dump that should fail with: " << fragment;
     } catch (const DumpError& e) {
       const std::string what = e.what();
@@ -66,10 +72,9 @@ TEST(CompareMegatron, Float32DumpOfMegatronCorePasses) {
 }
 
 TEST_F(DumpCopy, ChangedValueFailsNamingTensorRankAndIndex) {
-  auto out = golden::read_npy_widened(dir_ / "rank1" / "output.npy");
-  out.dtype = golden::NpyDtype::f8;  // written back as float64: any dtype the reader takes
-  out.reals[5] += 1e-2;
-  golden::write_npy(dir_ / "rank1" / "output.npy", out);
+  auto out = read("rank1/output.npy");
+  out.reals[5] = static_cast<float>(out.reals[5] + 1e-2);
+  write("rank1/output.npy", out);
   const Comparison c = compare_dump(read_dump(dir_));
   ASSERT_FALSE(c.pass());
   const TensorResult* first = c.first_failure();
@@ -88,11 +93,11 @@ TEST_F(DumpCopy, ClaimedSemanticsMatter) {
 }
 
 TEST_F(DumpCopy, MissingTensorIsListedNotFailed) {
-  fs::remove(dir_ / "rank1" / "hidden_states.grad.npy");
+  for (const char* rank : {"rank0", "rank1"}) fs::remove(dir_ / rank / "router.probs.npy");
   const Comparison c = compare_dump(read_dump(dir_));
   EXPECT_TRUE(c.pass());
   ASSERT_EQ(c.absent.size(), 1u);
-  EXPECT_EQ(c.absent[0], "hidden_states.grad (rank 1)");
+  EXPECT_EQ(c.absent[0], "router.probs (rank 0, 1)");
 }
 
 TEST_F(DumpCopy, RefusesAnUnknownFormat) {
@@ -115,7 +120,7 @@ TEST_F(DumpCopy, RefusesAMissingRank) {
 }
 
 TEST_F(DumpCopy, RefusesAWrongShape) {
-  golden::write_npy(dir_ / "rank0" / "router.weight.npy", golden::NpyArray::of_reals({3, 4}, std::vector<double>(12)));
+  write("rank0/router.weight.npy", golden::NpyArray::of_reals({3, 4}, std::vector<double>(12)));
   expect_refused("shape [3, 4], expected [4, 4]");
 }
 
@@ -125,10 +130,9 @@ TEST_F(DumpCopy, RefusesATruncatedFile) {
 }
 
 TEST_F(DumpCopy, RefusesParametersThatDifferBetweenRanks) {
-  auto w = golden::read_npy_widened(dir_ / "rank1" / "router.weight.npy");
-  w.dtype = golden::NpyDtype::f8;
-  w.reals[0] += 1;
-  golden::write_npy(dir_ / "rank1" / "router.weight.npy", w);
+  auto w = read("rank1/router.weight.npy");
+  w.reals[0] = 0.5;
+  write("rank1/router.weight.npy", w);
   expect_refused("router.weight differs from rank 0's");
 }
 

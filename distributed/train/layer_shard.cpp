@@ -29,12 +29,7 @@ void slice_swiglu(const Matrix<T>& fc1, const Matrix<T>& fc2, int parts, int par
 template <typename T>
 LayerShard<T> shard_layer(const MoeConfig& c, const MoeParams<T>& global, const ProcessGroups& groups, int rank) {
   const ParallelLayout& l = groups.layout();
-  if (c.ffn_hidden % l.etp != 0)
-    throw std::invalid_argument("layout: etp (" + std::to_string(l.etp) + ") must divide ffn_hidden (" +
-                                std::to_string(c.ffn_hidden) + ")");
-  if (c.has_shared_expert() && c.shared_expert_ffn_hidden % l.tp != 0)
-    throw std::invalid_argument("layout: tp (" + std::to_string(l.tp) + ") must divide shared_expert_ffn_hidden (" +
-                                std::to_string(c.shared_expert_ffn_hidden) + ")");
+  check_layer_sharding(c, l);
   LayerShard<T> s;
   s.router_weight = global.router_weight;
   s.expert_bias = global.expert_bias;

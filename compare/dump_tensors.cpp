@@ -1,0 +1,131 @@
+#include "compare/dump_tensors.hpp"
+
+#include <map>
+
+namespace moe::compare {
+namespace {
+
+[[noreturn]] void fail(const std::filesystem::path& where, const std::string& problem) {
+  throw DumpError(where.string() + ": " + problem);
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+bool is_integer(golden::NpyDtype t) { return t == golden::NpyDtype::i8 || t == golden::NpyDtype::i4; }
+
+// A rank's file against its spec: the shape, and for exact tensors the kind of values stored.
+void check_file(const TensorFile& file, const TensorSpec& spec) {
+  if (file.header.shape != spec.shape)
+    fail(file.path, "shape " + shape_text(file.header.shape) + ", expected " + shape_text(spec.shape));
+  const golden::NpyDtype t = file.header.dtype;
+  if (spec.name == "padding_mask" && t != golden::NpyDtype::b1)
+    fail(file.path, "must hold booleans (|b1, true = padded), not " + std::string(golden::npy_descr(t)));
+  if (spec.name == "router.routing_map" && t != golden::NpyDtype::b1 && !is_integer(t))
+    fail(file.path, "must hold booleans (|b1) or integers, not " + std::string(golden::npy_descr(t)));
+  if (spec.name == "router.local_tokens_per_expert" && !is_integer(t))
+    fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(golden::npy_descr(t)));
+  if (!spec.exact && (t == golden::NpyDtype::b1 || is_integer(t)))
+    fail(file.path, "must hold floating values, not " + std::string(golden::npy_descr(t)));
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
+  const MoeConfig& c = dump.config;
+  const ParallelLayout& l = dump.layout;
+  const std::int64_t S = dump.seq, B = dump.batch, h = c.hidden, E = c.num_experts, tp = l.tp, etp = l.etp;
+  const std::int64_t d = c.ffn_hidden, nle = E / l.ep, local_rows = S / tp * B;
+  const RankDump& rd = dump.ranks[static_cast<size_t>(rank)];
+  using enum TensorRole;
+  std::vector<TensorSpec> t;
+  t.push_back({"hidden_states", {S / tp, B, h}, input, true, false});
+  t.push_back({"output.grad", {S / tp, B, h}, input, false, false});
+  t.push_back({"padding_mask", {S / tp, B}, input, false, true});
+  t.push_back({"router.weight", {E, h}, parameter, true, false});
+  if (c.expert_bias) t.push_back({"router.expert_bias", {E}, parameter, true, false});
+  for (std::int64_t i = 0; i < nle; ++i) {
+    for (const char* which : {"linear_fc1", "linear_fc2"}) {
+      const std::string sequential = "experts.local_experts." + std::to_string(i) + "." + which + ".weight";
+      const std::string grouped = std::string("experts.") + which + ".weight" + std::to_string(i);
+      const std::string name = rd.has(grouped) && !rd.has(sequential) ? grouped : sequential;
+      const std::vector<std::int64_t> shape =
+          std::string(which) == "linear_fc1" ? std::vector<std::int64_t>{2 * d / etp, h} : std::vector<std::int64_t>{h, d / etp};
+      t.push_back({name, shape, parameter, true, false});
+      t.push_back({name + ".grad", shape, backward, false, false});
+    }
+  }
+  if (c.has_shared_expert()) {
+    const std::int64_t ds = c.shared_expert_ffn_hidden;
+    t.push_back({"shared_experts.linear_fc1.weight", {2 * ds / tp, h}, parameter, true, false});
+    t.push_back({"shared_experts.linear_fc2.weight", {h, ds / tp}, parameter, true, false});
+    t.push_back({"shared_experts.linear_fc1.weight.grad", {2 * ds / tp, h}, backward, false, false});
+    t.push_back({"shared_experts.linear_fc2.weight.grad", {h, ds / tp}, backward, false, false});
+    if (c.shared_expert_gate) {
+      t.push_back({"shared_experts.gate_weight", {1, h}, parameter, true, false});
+      t.push_back({"shared_experts.gate_weight.grad", {1, h}, backward, false, false});
+    }
+  }
+  t.push_back({"output", {S / tp, B, h}, forward, true, false});
+  t.push_back({"router.probs", {local_rows, E}, forward, false, false});
+  t.push_back({"router.routing_map", {local_rows, E}, forward, dump.replay_capacity, true});
+  if (c.expert_bias) t.push_back({"router.local_tokens_per_expert", {E}, forward, false, true});
+  if (c.aux_loss_type != AuxLossType::none) t.push_back({"aux_loss", {}, forward, false, false});
+  if (c.z_loss_coeff > 0) t.push_back({"z_loss", {}, forward, false, false});
+  t.push_back({"hidden_states.grad", {S / tp, B, h}, backward, false, false});
+  t.push_back({"router.weight.grad", {E, h}, backward, false, false});
+  return t;
+}
+
+bool has_backward(const Dump& dump) { return dump.ranks.front().has("output.grad"); }
+
+void check_dump_tensors(const Dump& dump) {
+  // Presence over the ranks, name by name (the specs list the same names on every rank but the experts').
+  std::map<std::string, std::vector<int>> with, without;
+  std::map<std::string, TensorSpec> spec_of;
+  for (const RankDump& rd : dump.ranks) {
+    for (const TensorSpec& s : rank_tensors(dump, rd.rank)) {
+      // Expert names are per rank: presence is judged by the local index's name, which every rank shares.
+      spec_of.emplace(s.name, s);
+      (rd.has(s.name) ? with : without)[s.name].push_back(rd.rank);
+      if (rd.has(s.name)) check_file(rd.files.at(s.name), s);
+      else if (s.required)
+        fail(rd.dir, "no " + s.name + ".npy: a dump holds " + (s.role == TensorRole::forward ? "the layer's output"
+                                                                                               : "every input and parameter of its config") +
+                         " on every rank");
+    }
+  }
+  for (const auto& [name, ranks] : with) {
+    if (!without.count(name)) continue;
+    fail(dump.dir, name + " is on rank " + ranks_text(ranks) + " but not on rank " + ranks_text(without.at(name)) +
+                       ": a tensor is on every rank or on none");
+  }
+  const bool backward = has_backward(dump);
+  for (const RankDump& rd : dump.ranks) {
+    for (const auto& [name, file] : rd.files) {
+      const bool gradient = name.ends_with(".grad") && name != "output.grad";
+      if (gradient && !backward)
+        fail(file.path, "a gradient without output.grad: the dump must hold the dL/dy its gradients come from");
+      // A parameter of a layer the config does not describe means the config is not the layer's.
+      const bool parameter = !name.ends_with(".grad") && (name.starts_with("router.") || name.starts_with("experts.") ||
+                                                          name.starts_with("shared_experts.")) &&
+                             (name.find("weight") != std::string::npos || name == "router.expert_bias");
+      if (parameter && !spec_of.count(name))
+        fail(file.path, "a parameter this config does not have (check the config's expert_bias, shared expert, "
+                        "num_experts and the layout's ep)");
+    }
+  }
+  if (backward && !dump.ranks.front().has("hidden_states.grad"))
+    fail(dump.dir, "output.grad without hidden_states.grad: a dump with a backward holds dL/dx on every rank");
+}
+
+}  // namespace moe::compare
