@@ -32,6 +32,7 @@
 #include "distributed/comm/mpi_communicator.hpp"
 #include "distributed/comm/mpi_runtime.hpp"
 #include "golden/case_json.hpp"
+#include "tools/check_compare_roundtrip.hpp"
 #include "tools/check_report.hpp"
 #include "tools/commands.hpp"
 #include "tools/rank_error.hpp"
@@ -618,13 +619,25 @@ void add_check_command(CLI::App& app) {
       const std::vector<CheckRun> runs = run_all(*o, rows, kernels.backend(), world.get());
       remove_own();
       for (const CheckRun& r : runs) pass = pass && r.result.pass();
+      const ReportSettings settings{o->backend, o->kernels, o->dtype, o->atol, o->rtol, o->tolerance_given, o->notes,
+                                    !o->custom_model && o->layout.world == 0 && o->filters.empty()};
+      // The default set also judges compare itself (check_compare_roundtrip.hpp), in process, in double.
+      std::vector<RoundTrip> round_trips;
+      if (settings.default_set && !world && o->dtype == "double" && o->kernels == "cpu" && o->steps == 0)
+        round_trips = compare_round_trips(scratch_directory() / ("moe-oracle-compare-" + std::to_string(::getpid())));
+      for (const RoundTrip& t : round_trips) pass = pass && t.pass;
       if (print) {
-        const ReportSettings settings{o->backend, o->kernels, o->dtype, o->atol, o->rtol, o->tolerance_given, o->notes,
-                                      !o->custom_model && o->layout.world == 0 && o->filters.empty()};
-        if (o->json)
-          std::cout << report_json(runs, settings).dump(2) << "\n";
-        else
+        if (o->json) {
+          nlohmann::json report = report_json(runs, settings);
+          for (const RoundTrip& t : round_trips)
+            report["compare_round_trips"].push_back({{"preset", t.preset}, {"layout", layout_name(t.layout)},
+                                                     {"tensors", t.tensors}, {"pass", t.pass},
+                                                     {"first_failure", t.first_failure}});
+          std::cout << report.dump(2) << "\n";
+        } else {
           print_report(runs, settings, std::cout);
+          print_round_trips(round_trips, std::cout);
+        }
         if (!o->junit.empty()) write_junit(runs, o->junit);
       }
     } catch (const std::exception& e) {

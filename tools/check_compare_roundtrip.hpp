@@ -1,0 +1,32 @@
+// The main job's view of `compare`: the parallel system's own MoE layer, run on in-process ranks, is written out as
+// a moe-dump/1 (each rank's inputs, parameter shards, outputs and gradients, as a foreign framework would write
+// them) and judged by compare. Its parameters are sharded by the parallel system (shard_layer) and reassembled by
+// compare (its own code), so a fault in either — a GLU half taken from the wrong block, an expert index off by an EP
+// rank, a gradient summed over the wrong group — fails `check`. Without it, compare's reassembly ran only in its
+// unit tests and tools/megatron-check.
+#pragma once
+
+#include "reference/parallel_layout.hpp"
+
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace moe::cli {
+
+struct RoundTrip {
+  std::string preset;
+  ParallelLayout layout;
+  bool pass = false;
+  int tensors = 0;          // compared by compare (forward and backward)
+  std::string first_failure;  // "tensor rank index: dump …, oracle …" when it failed
+};
+
+// Each (preset, layout) of the default set, dumped under `scratch` (a folder of its own, removed after).
+std::vector<RoundTrip> compare_round_trips(const std::filesystem::path& scratch);
+
+// One line for all when they pass, one per failure otherwise; nothing when there were none.
+void print_round_trips(const std::vector<RoundTrip>& trips, std::ostream& out);
+
+}  // namespace moe::cli
