@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 namespace moe::compare {
 
@@ -30,7 +31,12 @@ const TensorResult* Comparison::first_failure() const {
 }
 
 Comparison compare_dump(const Dump& dump) {
-  const OracleAnswer answer = oracle_for(dump);
+  OracleAnswer answer;
+  try {
+    answer = oracle_for(dump);
+  } catch (const std::invalid_argument& e) {  // the oracle's own validation of inputs and parameters
+    throw DumpError(dump.dir.string() + ": the oracle refuses the dump's inputs: " + e.what());
+  }
   const Tolerance tol = dump.tolerance;
   Comparison out;
   out.replay_differences = answer.replay_differences;

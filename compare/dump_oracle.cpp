@@ -143,6 +143,12 @@ class Assembler {
       p.shared_fc2 = fc2;
       if (c.shared_expert_gate) p.shared_gate = as_matrix(replicated("shared_experts.gate_weight", {1, h}), 1, h);
     }
+    if (c.hash_routing) {  // integers; the oracle's validation refuses ids or experts out of range
+      const auto table = replicated("router.tid2eid", {-1, c.topk});
+      const Eigen::Index V = static_cast<Eigen::Index>(table.size()) / c.topk;
+      p.tid2eid.resize(V, c.topk);
+      for (Eigen::Index i = 0; i < p.tid2eid.size(); ++i) p.tid2eid.data()[i] = static_cast<std::int64_t>(table[static_cast<size_t>(i)]);
+    }
     return p;
   }
 
@@ -214,9 +220,9 @@ void check_memory(const Dump& dump) {
 
 OracleAnswer oracle_for(const Dump& dump) {
   const MoeConfig& c = dump.config;
-  if (c.hash_routing || c.latent_size > 0)
-    throw DumpError(dump.dir.string() + ": dumps of hash or latent layers are not compared yet (megatron-core 0.19 "
-                                        "has neither)");
+  if (c.latent_size > 0)
+    throw DumpError(dump.dir.string() + ": dumps of latent layers are not compared yet (megatron-core 0.19 has no "
+                                        "latent MoE)");
   check_memory(dump);
   const Assembler a(dump);
   const int tp = dump.layout.tp, S = dump.seq, B = dump.batch, E = c.num_experts, h = c.hidden;
@@ -256,6 +262,12 @@ OracleAnswer oracle_for(const Dump& dump) {
       const Matrix<double> map = to_oracle_order(a.replica_rows(
           d, "router.routing_map", E, [&](const RankDump& r, const std::string& n) { return r.values(n, {local_rows, E}); }));
       in.capacity_decision = (map.array() != 0.0).matrix();
+    }
+    if (c.hash_routing) {  // input_ids [S/tp, B] per rank; the oracle's are [batch, seq], row t = s·B + b
+      const Matrix<double> ids = to_oracle_order(a.replica_rows(
+          d, "input_ids", 1, [&](const RankDump& r, const std::string& n) { return r.input_values(n, {S / tp, B}); }));
+      in.input_ids.resize(B, S);
+      for (Eigen::Index t = 0; t < ids.rows(); ++t) in.input_ids(t % B, t / B) = static_cast<std::int64_t>(ids(t, 0));
     }
     if (backward) grad_y[static_cast<size_t>(d)] = to_oracle_order(a.replica_rows(d, "output.grad", h, tensor3));
     if (dump.ranks.front().has("padding_mask")) {  // [S/tp, B], true = padded: the rows' own order

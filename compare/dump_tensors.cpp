@@ -26,6 +26,8 @@ void check_file(const TensorFile& file, const TensorSpec& spec) {
     fail(file.path, "must hold booleans (|b1, true = padded), not " + std::string(golden::npy_descr(t)));
   if (spec.name == "router.routing_map" && t != golden::NpyDtype::b1 && !is_integer(t))
     fail(file.path, "must hold booleans (|b1) or integers, not " + std::string(golden::npy_descr(t)));
+  if ((spec.name == "input_ids" || spec.name == "router.tid2eid") && !is_integer(t))
+    fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(golden::npy_descr(t)));
   if (spec.name == "router.local_tokens_per_expert" && !is_integer(t))
     fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(golden::npy_descr(t)));
   if (!spec.exact && (t == golden::NpyDtype::b1 || is_integer(t)))
@@ -52,6 +54,13 @@ std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
   t.push_back({"output.grad", {S / tp, B, h}, input, false, false});
   t.push_back({"padding_mask", {S / tp, B}, input, false, true});
   t.push_back({"router.weight", {E, h}, parameter, true, false});
+  if (c.hash_routing) {  // DeepSeek-V4's hash layers: the experts are tid2eid[input id], the router only weighs them
+    t.push_back({"input_ids", {S / tp, B}, input, true, true});
+    const auto table = rd.files.find("router.tid2eid");
+    const std::int64_t V = table == rd.files.end() || table->second.header.shape.empty() ? 1
+                                                                                          : table->second.header.shape[0];
+    t.push_back({"router.tid2eid", {V, c.topk}, parameter, true, true});
+  }
   if (c.expert_bias) t.push_back({"router.expert_bias", {E}, parameter, true, false});
   for (std::int64_t i = 0; i < nle; ++i) {
     for (const char* which : {"linear_fc1", "linear_fc2"}) {
@@ -118,7 +127,8 @@ void check_dump_tensors(const Dump& dump) {
       // A parameter of a layer the config does not describe means the config is not the layer's.
       const bool parameter = !name.ends_with(".grad") && (name.starts_with("router.") || name.starts_with("experts.") ||
                                                           name.starts_with("shared_experts.")) &&
-                             (name.find("weight") != std::string::npos || name == "router.expert_bias");
+                             (name.find("weight") != std::string::npos || name == "router.expert_bias" ||
+                                                          name == "router.tid2eid");
       if (parameter && !spec_of.count(name))
         fail(file.path, "a parameter this config does not have (check the config's expert_bias, shared expert, "
                         "num_experts and the layout's ep)");

@@ -5,6 +5,7 @@
 #include "distributed/train/moe_layer_rank.hpp"
 #include "golden/case_json.hpp"
 #include "golden/npy.hpp"
+#include "reference/model.hpp"
 #include "reference/presets.hpp"
 #include "reference/random_init.hpp"
 #include "storage/durable_files.hpp"
@@ -34,14 +35,19 @@ struct Case {
   MoeConfig config;
 };
 
-// Layers compare takes (no hash routing, no latent projection) that between them hold what it reassembles: expert
+// Layers compare takes (no latent projection) that between them hold what it reassembles: expert
 // bias and its counts, seq_aux and z losses, the shared expert with and without its gate, probabilities on the
-// expert input.
+// expert input, a hash layer's input ids and tid2eid table.
 std::vector<Case> cases() {
   MoeConfig gated = layer_preset("tiny-v4").config;
   gated.shared_expert_gate = true;
   gated.z_loss_coeff = 1e-3;
-  return {{"tiny-v4 +gate +z", gated}, {"tiny-top1", layer_preset("tiny-top1").config}};
+  // A DeepSeek-V4 hash layer as the model makes its first layers (ModelConfig::layer_config).
+  ModelConfig model;
+  model.layer = layer_preset("tiny-v4").config;
+  model.n_hash_layers = 1;
+  return {{"tiny-v4 +gate +z", gated}, {"tiny-top1", layer_preset("tiny-top1").config},
+          {"tiny-v4 hash layer", model.layer_config(0)}};
 }
 
 // Every cut compare makes: experts over ep with ETP halves, the shared expert over tp, replicas over dp.
@@ -56,8 +62,11 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
   const int S = 16, vocab = 16, h = c.hidden, E = c.num_experts;
   const MoeParams<double> params = random_params<double>(c, vocab, 91);
   std::vector<Matrix<double>> x, dy;  // per replica [S, h]
+  std::vector<IndexMatrix> ids;       // per replica [1, S] (hash layers)
   for (int d = 0; d < layout.dp(); ++d) {
-    x.push_back(random_inputs<double>(c, S, 1, vocab, 92 + static_cast<std::uint64_t>(d)).x);
+    const MoeInputs<double> in = random_inputs<double>(c, S, 1, vocab, 92 + static_cast<std::uint64_t>(d));
+    x.push_back(in.x);
+    ids.push_back(in.input_ids);
     dy.push_back(random_grad_y<double>(c, S, 192 + static_cast<std::uint64_t>(d)));
   }
   const ProcessGroups groups(layout);
@@ -71,7 +80,9 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
     const Matrix<double> dys = dy[static_cast<size_t>(d)].middleRows(j * n, n);
     dist::MoeLayerRank<double> layer(c, shard, comms, dist::DispatcherKind::alltoall);
     dist::GlobalAuxCounts global_aux;
-    const Matrix<double> y = layer.forward(xs, dist::RouterInputs{},
+    dist::RouterInputs router_inputs;
+    if (c.hash_routing) router_inputs.token_ids = ids[static_cast<size_t>(d)].row(0).segment(j * n, n).transpose();
+    const Matrix<double> y = layer.forward(xs, router_inputs,
                                            dist::LocalTokens{{}, std::vector<int>(static_cast<size_t>(n), 0), 1}, global_aux);
     dist::LayerShard<double> grads = dist::zeros_like(shard);
     // compare's loss: Σ⟨dy, y⟩ + aux_loss + z_loss, each rank's loss shares at weight 1.
@@ -106,6 +117,13 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
         put("shared_experts.gate_weight", of(shard.shared_gate));
         put("shared_experts.gate_weight.grad", of(grads.shared_gate));
       }
+    }
+    if (c.hash_routing) {
+      put("input_ids", golden::NpyArray::of_integers({n, 1}, std::vector<std::int64_t>(router_inputs.token_ids.data(),
+                                                                                     router_inputs.token_ids.data() + n)));
+      put("router.tid2eid", golden::NpyArray::of_integers({shard.tid2eid.rows(), shard.tid2eid.cols()},
+                                                          std::vector<std::int64_t>(shard.tid2eid.data(),
+                                                                                    shard.tid2eid.data() + shard.tid2eid.size())));
     }
     if (c.aux_loss_type != AuxLossType::none) put("aux_loss", golden::NpyArray::of_reals({}, {layer.aux_share()}));
     if (c.z_loss_coeff > 0) put("z_loss", golden::NpyArray::of_reals({}, {layer.z_share()}));

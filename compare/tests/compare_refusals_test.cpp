@@ -262,6 +262,24 @@ TEST_F(Refusal, MoreMemoryThanTheBudget) {
   EXPECT_NE(what.find("the oracle would hold about"), std::string::npos) << what;
 }
 
+// A hash layer needs its input ids and table, as integers (the layer itself is judged in check's round trip).
+TEST_F(Refusal, AHashLayerWithoutItsIdsOrTable) {
+  auto j = meta();
+  j["config"]["hash_routing"] = true;
+  j["config"]["expert_bias"] = false;
+  j["config"].erase("bias_update_rate");
+  write_meta(j);
+  for (const char* r : kRanks) fs::remove(dir_ / r / "router.expert_bias.npy");
+  expect_refused("no input_ids.npy");
+  for (const char* r : kRanks) write(std::string(r) + "/input_ids.npy", golden::NpyArray::of_reals({4, 1}, {0, 1, 2, 3}));
+  expect_refused("input_ids.npy: must hold integers");
+  for (const char* r : kRanks) {
+    golden::write_npy(dir_ / r / "input_ids.npy", golden::NpyArray::of_integers({4, 1}, {0, 1, 2, 9}));
+    golden::write_npy(dir_ / r / "router.tid2eid.npy", golden::NpyArray::of_integers({4, 2}, {0, 1, 1, 2, 2, 3, 3, 0}));
+  }
+  expect_refused("input id 9 is outside the tid2eid table [0, 4)");
+}
+
 // Was: listed as "unknown, not compared" although it is read, and its gradient compared.
 TEST_F(Refusal, TheSharedExpertGateIsKnown) {
   auto j = meta();
