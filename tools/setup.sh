@@ -9,7 +9,9 @@ build="${MOE_BUILD_DIR:-$root/build}"
 jobs="${MOE_BUILD_JOBS:-$(nproc)}"
 
 # pybind11-dev, python3-dev: the moe_oracle extension (python/); python3-pytest, python3-venv: its ctests.
-packages=(build-essential cmake libeigen3-dev libgtest-dev librapidcheck-dev libopenmpi-dev openmpi-bin
+# ccache: a compiler cache outside the clone (~/.cache/ccache), so that a fresh clone on a machine that built the
+# project before compiles only what changed.
+packages=(build-essential ccache cmake libeigen3-dev libgtest-dev librapidcheck-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev libcli11-dev python3-numpy chromium pybind11-dev python3-dev python3-pytest python3-venv)
 missing=()
 for p in "${packages[@]}"; do
@@ -24,9 +26,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Paths under the clone are hashed relative to it, so two clones share the cache.
+export CCACHE_BASEDIR="$root"
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   echo "setup: configuring $build"
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release $(bash "$root/tools/compiler-cache") >/dev/null
 fi
 echo "setup: building with $jobs jobs"
 cmake --build "$build" -j "$jobs" 2>&1 | grep -v -E '^\[ *[0-9]+%\] (Built|Linking)|Consolidate compiler' || true
