@@ -90,3 +90,6 @@
 // train/expert_waves.cpp — wave-scheduled EP
 #define MOE_BUG_WAVE_COMBINE_BEFORE_COMPUTE 42  // a wave's combine issued right after its dispatch, without waiting
                                                 // for its compute: it returns the zeros the output buffer holds
+
+// 43 lives in reference/expert_batched.cpp (MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB): the oracle's expert-batched
+// path takes fc2's gradient from the activation before the probability scales it.

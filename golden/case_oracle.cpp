@@ -127,10 +127,10 @@ TensorMap gradient_tensors(const MoeConfig& config, const MoeGradients<T>& grads
   return out;
 }
 
-TensorMap oracle_outputs(const MoeConfig& config, const OracleInputs& in) {
-  const auto fwd = moe_forward(config, in.params, in.inputs);
+TensorMap oracle_outputs(const MoeConfig& config, const OracleInputs& in, ExpertPath path) {
+  const auto fwd = moe_forward(config, in.params, in.inputs, path);
   TensorMap out = forward_tensors(config, fwd);
-  out.merge(gradient_tensors(config, moe_backward(config, in.params, in.inputs, fwd, in.grad_y)));
+  out.merge(gradient_tensors(config, moe_backward(config, in.params, in.inputs, fwd, in.grad_y, {}, path)));
   return out;
 }
 

@@ -47,8 +47,9 @@ TensorMap forward_tensors(const MoeConfig& config, const MoeForward<T>& forward)
 template <typename T>
 TensorMap gradient_tensors(const MoeConfig& config, const MoeGradients<T>& grads);
 
-// The output tensors the oracle computes for the case's inputs (loss L = Σ⟨grad_y, y⟩ + aux_loss + z_loss).
-TensorMap oracle_outputs(const MoeConfig& config, const OracleInputs& in);
+// The output tensors the oracle computes for the case's inputs (loss L = Σ⟨grad_y, y⟩ + aux_loss + z_loss), on
+// either path of the experts (the per-token definition wrote every stored case).
+TensorMap oracle_outputs(const MoeConfig& config, const OracleInputs& in, ExpertPath path = ExpertPath::per_token);
 
 // A new case: inputs from moe::random_params/random_inputs/random_grad_y (seeds seed, seed+1, seed+2, as
 // `moe-oracle check`), outputs from the oracle.

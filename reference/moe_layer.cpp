@@ -1,6 +1,7 @@
 #include "reference/moe_layer.hpp"
 
 #include "reference/bf16.hpp"
+#include "reference/expert_batched.hpp"
 #include "reference/expert_bias.hpp"
 #include "reference/fp8_quant.hpp"
 #include "reference/router.hpp"
@@ -113,8 +114,19 @@ MoeGradients<T> zero_gradients(const MoeConfig& c, const MoeParams<T>& p, Eigen:
 
 }  // namespace
 
+ExpertPath parse_expert_path(std::string_view name) {
+  if (name == "per-token") return ExpertPath::per_token;
+  if (name == "expert-batched") return ExpertPath::expert_batched;
+  throw std::invalid_argument("unknown oracle path '" + std::string(name) + "' (per-token, expert-batched)");
+}
+
+std::string_view to_string(ExpertPath path) {
+  return path == ExpertPath::per_token ? "per-token" : "expert-batched";
+}
+
 template <typename T>
-MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs) {
+MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                          ExpertPath path) {
   validate_layer_inputs(config, params, inputs);
   MoeForward<T> f;
   f.routing = route(config, params, inputs);
@@ -124,13 +136,19 @@ MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, c
   // Routed branch: z_t = Σ_{e in routing map} F_e(u_t; p_{t,e}), padded slots included (p = 0).
   const Matrix<T> u = expert_inputs(config, params, inputs.x);
   Matrix<T> z = Matrix<T>::Zero(tokens, u.cols());
-  for (Eigen::Index t = 0; t < tokens; ++t)
-    for (int e = 0; e < config.num_experts; ++e)
-      if (r.routing_map(t, e))
-        z.row(t) += expert_forward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e));
+  if (path == ExpertPath::expert_batched) {
+    routed_forward_batched(config, params, r, u, z);
+  } else {
+    for (Eigen::Index t = 0; t < tokens; ++t)
+      for (int e = 0; e < config.num_experts; ++e)
+        if (r.routing_map(t, e))
+          z.row(t) += expert_forward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e));
+  }
   f.y = config.latent_size > 0 ? Matrix<T>(z * params.latent_up.transpose()) : z;
 
-  if (config.has_shared_expert()) {
+  if (config.has_shared_expert() && path == ExpertPath::expert_batched) {
+    shared_forward_batched(config, params, inputs.x, f.y);
+  } else if (config.has_shared_expert()) {
     for (Eigen::Index t = 0; t < tokens; ++t) {
       const Vector<T> x = inputs.x.row(t).transpose();
       const T gate = config.shared_expert_gate ? shared_gate_value(params, x) : T(1);
@@ -155,7 +173,8 @@ MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, c
 
 template <typename T>
 MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
-                             const MoeForward<T>& forward, const Matrix<T>& grad_y, LossScales scales) {
+                             const MoeForward<T>& forward, const Matrix<T>& grad_y, LossScales scales,
+                             ExpertPath path) {
   validate_layer_inputs(config, params, inputs);
   const Routing<T>& r = forward.routing;
   const auto tokens = inputs.x.rows();
@@ -169,15 +188,20 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
   Matrix<T> z = Matrix<T>::Zero(tokens, u.cols());
   Matrix<T> grad_u = Matrix<T>::Zero(tokens, u.cols());
   Matrix<T> grad_probs = Matrix<T>::Zero(tokens, config.num_experts);
-  for (Eigen::Index t = 0; t < tokens; ++t) {
-    for (int e = 0; e < config.num_experts; ++e) {
-      if (!r.routing_map(t, e)) continue;
-      const auto b = expert_backward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e),
-                                        grad_z.row(t).transpose(), g.params.expert_fc1[static_cast<size_t>(e)],
-                                        g.params.expert_fc2[static_cast<size_t>(e)], config.latent_size > 0);
-      if (config.latent_size > 0) z.row(t) += b.output.transpose();
-      grad_u.row(t) += b.grad_input.transpose();
-      grad_probs(t, e) = b.grad_prob;
+  if (path == ExpertPath::expert_batched) {
+    routed_backward_batched(config, params, r, u, grad_z, g.params, grad_u, grad_probs,
+                            config.latent_size > 0 ? &z : nullptr);
+  } else {
+    for (Eigen::Index t = 0; t < tokens; ++t) {
+      for (int e = 0; e < config.num_experts; ++e) {
+        if (!r.routing_map(t, e)) continue;
+        const auto b = expert_backward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e),
+                                          grad_z.row(t).transpose(), g.params.expert_fc1[static_cast<size_t>(e)],
+                                          g.params.expert_fc2[static_cast<size_t>(e)], config.latent_size > 0);
+        if (config.latent_size > 0) z.row(t) += b.output.transpose();
+        grad_u.row(t) += b.grad_input.transpose();
+        grad_probs(t, e) = b.grad_prob;
+      }
     }
   }
   if (config.latent_size > 0) {
@@ -189,7 +213,9 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
   }
 
   // Shared expert and its gate: y_t += γ_t·F_s(x_t), γ_t = σ(w_g·x_t).
-  if (config.has_shared_expert()) {
+  if (config.has_shared_expert() && path == ExpertPath::expert_batched) {
+    shared_backward_batched(config, params, inputs.x, grad_y, g.params, g.x);
+  } else if (config.has_shared_expert()) {
     for (Eigen::Index t = 0; t < tokens; ++t) {
       const Vector<T> x = inputs.x.row(t).transpose();
       const Vector<T> gy = grad_y.row(t).transpose();
@@ -226,12 +252,15 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
   return g;
 }
 
-template MoeForward<double> moe_forward<double>(const MoeConfig&, const MoeParams<double>&, const MoeInputs<double>&);
-template MoeForward<float> moe_forward<float>(const MoeConfig&, const MoeParams<float>&, const MoeInputs<float>&);
+template MoeForward<double> moe_forward<double>(const MoeConfig&, const MoeParams<double>&, const MoeInputs<double>&,
+                                               ExpertPath);
+template MoeForward<float> moe_forward<float>(const MoeConfig&, const MoeParams<float>&, const MoeInputs<float>&,
+                                             ExpertPath);
 template MoeGradients<double> moe_backward<double>(const MoeConfig&, const MoeParams<double>&,
                                                    const MoeInputs<double>&, const MoeForward<double>&,
-                                                   const Matrix<double>&, LossScales);
+                                                   const Matrix<double>&, LossScales, ExpertPath);
 template MoeGradients<float> moe_backward<float>(const MoeConfig&, const MoeParams<float>&, const MoeInputs<float>&,
-                                                 const MoeForward<float>&, const Matrix<float>&, LossScales);
+                                                 const MoeForward<float>&, const Matrix<float>&, LossScales,
+                                                 ExpertPath);
 
 }  // namespace moe

@@ -11,6 +11,8 @@
 // model-level oracle passes the weights of the global objective, per row where a semantics rule needs it). Everything is validated at this boundary.
 #pragma once
 
+#include <string_view>
+
 #include "reference/config.hpp"
 #include "reference/tensor.hpp"
 
@@ -111,12 +113,23 @@ struct LossScales {
 template <typename T>
 void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs);
 
+// How the experts are computed; both are the same formulas.
+//   per_token       the definition: each token through each of its experts, matrix-vector products, in the order
+//                   the formulas are written (for stepping through and teaching);
+//   expert_batched  expert by expert over all the rows routed to it, GEMMs (expert_batched.hpp): the fast path for
+//                   real layer sizes, held to per_token within the double tolerance.
+enum class ExpertPath { per_token, expert_batched };
+ExpertPath parse_expert_path(std::string_view name);  // "per-token", "expert-batched"
+std::string_view to_string(ExpertPath path);
+
 template <typename T>
-MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs);
+MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                          ExpertPath path = ExpertPath::per_token);
 
 // Backward of L = Σ⟨grad_y, y⟩ + scales.aux·aux_loss + scales.z·z_loss through the forward of the same inputs.
 template <typename T>
 MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
-                             const MoeForward<T>& forward, const Matrix<T>& grad_y, LossScales scales = {});
+                             const MoeForward<T>& forward, const Matrix<T>& grad_y, LossScales scales = {},
+                             ExpertPath path = ExpertPath::per_token);
 
 }  // namespace moe

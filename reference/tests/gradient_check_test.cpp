@@ -116,32 +116,37 @@ std::vector<Eigen::Index> probe_entries(Eigen::Index size) {
 
 class LayerGradientCheck : public ::testing::TestWithParam<GradCase> {};
 
+// On both paths of the experts: the per-token definition and the expert-batched fast path.
 TEST_P(LayerGradientCheck, MatchesCentralDifferences) {
-  LayerCase c = build(GetParam());
-  const MoeForward<double> f0 = moe_forward(c.config, c.params, c.inputs);
-  const MoeGradients<double> g = moe_backward(c.config, c.params, c.inputs, f0, c.grad_y, c.scales);
-  const double h = 1e-6;
-  int checked = 0;
+  for (const ExpertPath path : {ExpertPath::per_token, ExpertPath::expert_batched}) {
+    SCOPED_TRACE(std::string(to_string(path)));
+    LayerCase c = build(GetParam());
+    const MoeForward<double> f0 = moe_forward(c.config, c.params, c.inputs, path);
+    const MoeGradients<double> g = moe_backward(c.config, c.params, c.inputs, f0, c.grad_y, c.scales, path);
+    const double h = 1e-6;
+    int checked = 0;
 
-  for_each_tensor(c, g, [&](const std::string& name, Matrix<double>& value, const Matrix<double>& grad) {
-    ASSERT_EQ(grad.rows(), value.rows()) << name;
-    ASSERT_EQ(grad.cols(), value.cols()) << name;
-    for (Eigen::Index i : probe_entries(value.size())) {
-      const double saved = value.data()[i];
-      value.data()[i] = saved + h;
-      const MoeForward<double> fp = moe_forward(c.config, c.params, c.inputs);
-      value.data()[i] = saved - h;
-      const MoeForward<double> fm = moe_forward(c.config, c.params, c.inputs);
-      value.data()[i] = saved;
-      ASSERT_TRUE(fp.routing.routing_map == f0.routing.routing_map && fm.routing.routing_map == f0.routing.routing_map)
-          << name << "[" << i << "]: the perturbation moved the routing map; pick a seed away from ties";
-      const double numeric = (layer_loss(c, fp) - layer_loss(c, fm)) / (2 * h);
-      const double analytic = grad.data()[i];
-      EXPECT_LE(tolerance(Compared::finite_difference, Precision::float64).ratio(analytic, numeric), 1.0) << name << "[" << i << "]: " << analytic << " vs " << numeric;
-      ++checked;
-    }
-  });
-  EXPECT_GT(checked, 0);
+    for_each_tensor(c, g, [&](const std::string& name, Matrix<double>& value, const Matrix<double>& grad) {
+      ASSERT_EQ(grad.rows(), value.rows()) << name;
+      ASSERT_EQ(grad.cols(), value.cols()) << name;
+      for (Eigen::Index i : probe_entries(value.size())) {
+        const double saved = value.data()[i];
+        value.data()[i] = saved + h;
+        const MoeForward<double> fp = moe_forward(c.config, c.params, c.inputs, path);
+        value.data()[i] = saved - h;
+        const MoeForward<double> fm = moe_forward(c.config, c.params, c.inputs, path);
+        value.data()[i] = saved;
+        ASSERT_TRUE(fp.routing.routing_map == f0.routing.routing_map && fm.routing.routing_map == f0.routing.routing_map)
+            << name << "[" << i << "]: the perturbation moved the routing map; pick a seed away from ties";
+        const double numeric = (layer_loss(c, fp) - layer_loss(c, fm)) / (2 * h);
+        const double analytic = grad.data()[i];
+        EXPECT_LE(tolerance(Compared::finite_difference, Precision::float64).ratio(analytic, numeric), 1.0)
+            << name << "[" << i << "]: " << analytic << " vs " << numeric;
+        ++checked;
+      }
+    });
+    EXPECT_GT(checked, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryOption, LayerGradientCheck, ::testing::ValuesIn(grad_cases()),
