@@ -30,10 +30,10 @@ const TensorResult* Comparison::first_failure() const {
   return nullptr;
 }
 
-Comparison compare_dump(const Dump& dump) {
+Comparison compare_dump(const Dump& dump, ExpertPath path) {
   OracleAnswer answer;
   try {
-    answer = oracle_for(dump);
+    answer = oracle_for(dump, path);
   } catch (const std::invalid_argument& e) {  // the oracle's own validation of inputs and parameters
     throw DumpError(dump.dir.string() + ": the oracle refuses the dump's inputs: " + e.what());
   }
@@ -97,14 +97,14 @@ Comparison compare_dump(const Dump& dump) {
   return out;
 }
 
-std::vector<std::string> explaining_deviations(const Dump& dump) {
+std::vector<std::string> explaining_deviations(const Dump& dump, ExpertPath path) {
   std::vector<std::string> found;
   for (const DeviationInfo& d : deviation_catalogue()) {
     if (d.kind != DeviationKind::modelled) continue;
     Dump other = dump;
     other.config.semantics = dump.config.semantics.with(d.id, !dump.config.semantics.has(d.id));
     try {
-      if (compare_dump(other).pass())
+      if (compare_dump(other, path).pass())
         found.push_back(std::string(other.config.semantics.has(d.id) ? "+" : "-") + std::string(d.name));
     } catch (const std::exception&) {
       // A semantics this dump cannot be compared under explains nothing.

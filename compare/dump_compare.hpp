@@ -4,6 +4,7 @@
 #pragma once
 
 #include "compare/dump.hpp"
+#include "reference/moe_layer.hpp"
 
 #include <optional>
 #include <string>
@@ -46,10 +47,11 @@ struct Comparison {
   const TensorResult* first_failure() const;
 };
 
-Comparison compare_dump(const Dump& dump);
+// The oracle on `path` (expert-batched, the fast path, unless the definition is asked for).
+Comparison compare_dump(const Dump& dump, ExpertPath path = ExpertPath::expert_batched);
 
 // For a failing dump: the single deviations (semantics spec changes like "+fused-swiglu-ignores-clamp") under which
 // the comparison passes — the names of what the dump's framework computes differently.
-std::vector<std::string> explaining_deviations(const Dump& dump);
+std::vector<std::string> explaining_deviations(const Dump& dump, ExpertPath path = ExpertPath::expert_batched);
 
 }  // namespace moe::compare

@@ -218,7 +218,7 @@ void check_memory(const Dump& dump) {
 
 }  // namespace
 
-OracleAnswer oracle_for(const Dump& dump) {
+OracleAnswer oracle_for(const Dump& dump, ExpertPath path) {
   const MoeConfig& c = dump.config;
   if (c.latent_size > 0)
     throw DumpError(dump.dir.string() + ": dumps of latent layers are not compared yet (megatron-core 0.19 has no "
@@ -281,7 +281,7 @@ OracleAnswer oracle_for(const Dump& dump) {
     GlobalAuxGroup group;
     group.counts.assign(static_cast<size_t>(E), 0.0);
     for (const auto& in : inputs) {
-      const auto counts = moe_forward(c, params, in).aux_counts;
+      const auto counts = moe_forward(c, params, in, path).aux_counts;
       for (int e = 0; e < E; ++e) group.counts[static_cast<size_t>(e)] += static_cast<double>(counts[static_cast<size_t>(e)]);
       group.tokens += static_cast<double>(in.padding_mask.empty() ? in.x.rows()
                                                                   : std::count(in.padding_mask.begin(),
@@ -292,11 +292,11 @@ OracleAnswer oracle_for(const Dump& dump) {
 
   std::vector<MoeForward<double>> forwards;
   for (int d = 0; d < dp; ++d) {
-    forwards.push_back(moe_forward(c, params, inputs[static_cast<size_t>(d)]));
+    forwards.push_back(moe_forward(c, params, inputs[static_cast<size_t>(d)], path));
     if (dump.replay_capacity) {  // how far the replayed decisions are from the oracle's own rule
       MoeInputs<double> own = inputs[static_cast<size_t>(d)];
       own.capacity_decision.reset();
-      const BoolMatrix mine = moe_forward(c, params, own).routing.routing_map;
+      const BoolMatrix mine = moe_forward(c, params, own, path).routing.routing_map;
       answer.replay_differences = std::max(answer.replay_differences, 0) +
                                   static_cast<int>((mine.array() != forwards.back().routing.routing_map.array()).count());
     }
@@ -348,12 +348,12 @@ OracleAnswer oracle_for(const Dump& dump) {
   std::vector<std::vector<MoeGradients<double>>> part_grads(static_cast<size_t>(dp));
   for (int d = 0; d < dp; ++d) {
     const auto& in = inputs[static_cast<size_t>(d)];
-    grads.push_back(moe_backward(c, params, in, forwards[static_cast<size_t>(d)], grad_y[static_cast<size_t>(d)]));
+    grads.push_back(moe_backward(c, params, in, forwards[static_cast<size_t>(d)], grad_y[static_cast<size_t>(d)], {}, path));
     for (int j = 0; j < tp; ++j) {  // L restricted to part j's outputs: linear in grad_y, no router losses
       Matrix<double> masked = Matrix<double>::Zero(grad_y[static_cast<size_t>(d)].rows(), h);
       for (int t : partition[static_cast<size_t>(j)]) masked.row(t) = grad_y[static_cast<size_t>(d)].row(t);
       part_grads[static_cast<size_t>(d)].push_back(
-          moe_backward(c, params, in, forwards[static_cast<size_t>(d)], masked, LossScales{0.0, 0.0}));
+          moe_backward(c, params, in, forwards[static_cast<size_t>(d)], masked, LossScales{0.0, 0.0}, path));
     }
   }
   for (int r = 0; r < dump.layout.world; ++r)

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "compare/dump.hpp"
+#include "reference/moe_layer.hpp"
 
 #include <string>
 #include <vector>
@@ -43,6 +44,6 @@ struct OracleAnswer {
 
 // Throws DumpError when the dump lacks what the oracle needs (inputs, parameters) or its replicated parameters
 // differ between ranks.
-OracleAnswer oracle_for(const Dump& dump);
+OracleAnswer oracle_for(const Dump& dump, ExpertPath path = ExpertPath::expert_batched);
 
 }  // namespace moe::compare

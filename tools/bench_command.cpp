@@ -55,6 +55,7 @@ struct BenchOptions {
   bool experts_gemm = false;  // time the experts' grouped SwiGLU instead (expert_bench.hpp)
   bool permute = false;       // time permute / unpermute against a copy instead (permute_bench.hpp)
   bool oracle = false;        // time the oracle's layer on a V4-Flash shape instead (oracle_bench.hpp)
+  ExpertPath oracle_path = ExpertPath::expert_batched;
   bool sweep = false;         // every size from begin to end (nccl-tests style)
   std::string begin = "1K", end = "256M";
   int factor = 2;
@@ -304,6 +305,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--oracle", o->oracle,
                 "time the oracle's own layer forward + backward on a V4-Flash shape (h 4096, FFN 2048, top-6; "
                 "--tokens, default 4096 here; --experts, default 16 here) against a dense GEMM, instead");
+  add_oracle_path_option(*cmd, o->oracle_path);  // with --oracle
   cmd->add_flag("--sweep", o->sweep, "run every size from -b to -e (routed bytes per rank, one way), like nccl-tests");
   cmd->add_option("-b,--begin", o->begin, "smallest size of --sweep (K, M, G suffixes)")->capture_default_str();
   cmd->add_option("-e,--end", o->end, "largest size of --sweep")->capture_default_str();
@@ -312,6 +314,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(2, 1024));
   cmd->callback([o, cmd] {
     const int modes = int(o->experts_gemm) + int(o->permute) + int(o->oracle) + int(o->sweep);
+    if (cmd->count("--oracle-path") && !o->oracle) throw std::invalid_argument("--oracle-path needs --oracle");
     if (modes > 1) throw std::invalid_argument("bench: choose one of --experts-gemm, --permute, --oracle, --sweep");
     if ((o->experts_gemm || o->permute || o->oracle) && o->backend != "inproc")
       throw std::invalid_argument("--experts-gemm, --permute and --oracle run on one process; drop --backend");
@@ -323,6 +326,7 @@ void add_bench_command(CLI::App& app) {
       if (cmd->count("--hidden")) b.hidden = o->hidden;
       if (cmd->count("--ffn")) b.ffn = o->ffn;
       b.topk = o->topk;
+      b.path = o->oracle_path;
       run_oracle_bench(b, std::cout);
       return;
     }

@@ -5,6 +5,7 @@
 #include "compare/dump_compare.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
+#include "tools/model_options.hpp"
 #include "tools/run_options.hpp"
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@ struct CompareArgs {
   std::string dir;
   std::string semantics;  // empty: the dump's claim
   std::string precision;  // empty: the arrays' (or dump.json's, when no looser)
+  ExpertPath path = ExpertPath::expert_batched;
   bool explain = true;
   bool json = false;
 };
@@ -43,9 +45,9 @@ std::string ranks_text(const compare::TensorResult& t) {
 
 void run(const CompareArgs& a) {
   const compare::Dump dump = compare::read_dump(a.dir, {a.semantics, a.precision});
-  const compare::Comparison c = compare::compare_dump(dump);
+  const compare::Comparison c = compare::compare_dump(dump, a.path);
   const std::vector<std::string> explaining =
-      c.pass() || !a.explain ? std::vector<std::string>() : compare::explaining_deviations(dump);
+      c.pass() || !a.explain ? std::vector<std::string>() : compare::explaining_deviations(dump, a.path);
   const compare::TensorResult* fail = c.first_failure();
 
   if (a.json) {
@@ -56,6 +58,7 @@ void run(const CompareArgs& a) {
                        {"layout", layout_json(dump.layout)},
                        {"precision", dump.precision},
                        {"precision_from", dump.precision_from},
+                       {"oracle_path", std::string(to_string(a.path))},
                        {"compared", {{"forward_tensors", c.forward_tensors()}, {"backward_tensors", c.backward_tensors()},
                                      {"ranks", dump.layout.world}, {"backward", c.backward}}},
                        {"tolerance", {{"atol", dump.tolerance.atol}, {"rtol", dump.tolerance.rtol}}},
@@ -129,6 +132,7 @@ void add_compare_command(CLI::App& app) {
                   "the arithmetic the framework computed in, which sets the tolerance (default: the arrays' dtype, or "
                   "dump.json's precision when it is no looser; a dump cannot loosen its own tolerance)")
       ->check(CLI::IsMember({"float64", "float32", "bfloat16"}));
+  add_oracle_path_option(*cmd, args->path);
   cmd->add_flag("!--no-explain", args->explain, "on a mismatch, do not search for a deviation that explains it");
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->callback([args] {

@@ -18,12 +18,13 @@
 namespace moe::cli {
 namespace {
 
-struct CheckOptions {
+struct LayerOptions {
   ModelOptions model;
   std::string semantics = "intended";
   int seq = 0;    // 0 = the preset's
   int batch = 0;  // 0 = the preset's
   std::uint64_t seed = 1;
+  ExpertPath path = ExpertPath::expert_batched;
   bool json = false;
 };
 
@@ -82,7 +83,7 @@ std::string describe(const MoeConfig& c) {
   return s;
 }
 
-void print_human(const LayerPreset& p, const MoeConfig& c, const CheckOptions& o, const MoeParams<double>& params,
+void print_human(const LayerPreset& p, const MoeConfig& c, const LayerOptions& o, const MoeParams<double>& params,
                  const MoeForward<double>& f, const std::vector<TensorNorm>& grads) {
   for (const auto& note : o.model.notes()) std::printf("note: %s\n", note.c_str());
   std::printf("moe-oracle layer: one MoE layer through the oracle (double precision, one process)\n\n");
@@ -116,7 +117,7 @@ void print_human(const LayerPreset& p, const MoeConfig& c, const CheckOptions& o
 }  // namespace
 
 void add_layer_command(CLI::App& app) {
-  auto o = std::make_shared<CheckOptions>();
+  auto o = std::make_shared<LayerOptions>();
   auto* cmd = app.add_subcommand("layer", "Run one MoE layer through the oracle and print its outputs and gradients");
   add_model_options(*cmd, o->model);
   cmd->add_option("--seq,--seq-length", o->seq, "sequence length (default: the model's)")->check(CLI::PositiveNumber);
@@ -126,23 +127,24 @@ void add_layer_command(CLI::App& app) {
   cmd->add_option("--semantics", o->semantics,
                   "semantics profile (intended, megatron-core-0.19, megatron-main; P,+deviation,-deviation)")
       ->capture_default_str();
+  add_oracle_path_option(*cmd, o->path);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
     const LayerPreset p = o->model.resolve();
     MoeConfig config = p.config;
     config.semantics = Semantics::parse(o->semantics);
-    CheckOptions opt = *o;
+    LayerOptions opt = *o;
     if (opt.seq == 0) opt.seq = p.seq;
     if (opt.batch == 0) opt.batch = p.batch;
     require_fits(layer_memory(config, static_cast<double>(opt.seq) * opt.batch), "the layer of " + o->model.source(),
                  "run a test-size model, or give smaller --hidden-size / --num-experts / --moe-ffn-hidden-size");
-    note_long_work(layer_flops(config, static_cast<double>(opt.seq) * opt.batch));
+    note_long_work(layer_flops(config, static_cast<double>(opt.seq) * opt.batch), opt.path);
 
     const auto params = random_params<double>(config, p.vocab, opt.seed);
     const auto inputs = random_inputs<double>(config, opt.seq, opt.batch, p.vocab, opt.seed + 1);
     const auto grad_y = random_grad_y<double>(config, opt.seq * opt.batch, opt.seed + 2);
-    const auto forward = moe_forward(config, params, inputs);
-    const auto grads = moe_backward(config, params, inputs, forward, grad_y);
+    const auto forward = moe_forward(config, params, inputs, opt.path);
+    const auto grads = moe_backward(config, params, inputs, forward, grad_y, {}, opt.path);
     const auto norms = gradient_norms(config, grads);
 
     if (!opt.json) {
@@ -156,6 +158,7 @@ void add_layer_command(CLI::App& app) {
     j["seq"] = opt.seq;
     j["batch"] = opt.batch;
     j["seed"] = opt.seed;
+    j["oracle_path"] = std::string(to_string(opt.path));
     j["tokens_per_expert"] = forward.routing.tokens_per_expert;
     j["aux_loss"] = forward.aux_loss;
     j["z_loss"] = forward.z_loss;

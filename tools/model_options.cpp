@@ -2,10 +2,12 @@
 
 #include "tools/model_file.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 namespace moe::cli {
 namespace {
@@ -235,14 +237,25 @@ double layer_flops(const MoeConfig& c, double tokens) {
   return 3.0 * per_token * tokens;
 }
 
-void note_long_work(double flops) {
-  constexpr double kOracleFlops = 1e9;  // the double oracle on one core: about a GFLOP/s (unblocked loops)
-  const double seconds = flops / kOracleFlops;
+void note_long_work(double flops, ExpertPath path) {
+  // The double oracle's rate: about a GFLOP/s per-token (matrix-vector products), ~20 GFLOP/s per thread
+  // expert-batched (Eigen's GEMMs at roughly half a core's double peak; docs/performance.md).
+  const double rate = path == ExpertPath::per_token ? 1e9 : 2e10 * std::max(1u, std::thread::hardware_concurrency());
+  const double seconds = flops / rate;
   if (seconds < 10) return;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "moe-oracle: note: about %.3g GFLOP; at the oracle's ~1 GFLOP/s this takes about %.0f %s\n",
-                flops / 1e9, seconds < 600 ? seconds : seconds / 60, seconds < 600 ? "s" : "min");
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "moe-oracle: note: about %.3g GFLOP; at the %s oracle's ~%.3g GFLOP/s this takes "
+                "about %.0f %s\n", flops / 1e9, std::string(to_string(path)).c_str(), rate / 1e9,
+                seconds < 600 ? seconds : seconds / 60, seconds < 600 ? "s" : "min");
   std::cerr << buf << std::flush;
+}
+
+void add_oracle_path_option(CLI::App& cmd, ExpertPath& path) {
+  cmd.add_option_function<std::string>(
+         "--oracle-path", [&path](const std::string& name) { path = parse_expert_path(name); },
+         "how the oracle computes the experts: expert-batched (one GEMM per expert, the default) or per-token (the "
+         "definition, one matrix-vector product per token and expert; hours at real sizes)")
+      ->check(CLI::IsMember({"expert-batched", "per-token"}));
 }
 
 }  // namespace moe::cli

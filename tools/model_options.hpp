@@ -5,6 +5,8 @@
 // test size.
 #pragma once
 
+#include "reference/moe_layer.hpp"
+
 #include "reference/parallel_layout.hpp"
 #include "reference/presets.hpp"
 
@@ -68,6 +70,10 @@ MemoryEstimate layer_memory(const MoeConfig& config, double tokens);
 double layer_flops(const MoeConfig& config, double tokens);
 // Long work is announced before it starts: past about ten seconds of the oracle's double arithmetic, a line on stderr
 // with the estimate, so that a run that looks stuck is known to be working.
-void note_long_work(double flops);
+void note_long_work(double flops, ExpertPath path = ExpertPath::per_token);
+
+// --oracle-path expert-batched|per-token: how the oracle computes the experts (reference/moe_layer.hpp). `layer`,
+// `compare` and `bench --oracle` take the fast expert-batched path unless the definition is asked for.
+void add_oracle_path_option(CLI::App& cmd, ExpertPath& path);
 
 }  // namespace moe::cli

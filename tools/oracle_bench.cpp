@@ -39,16 +39,16 @@ void run_oracle_bench(const OracleBenchOptions& o, std::ostream& out) {
   const double tokens = o.tokens;
   require_fits(layer_memory(config, tokens), "this benchmark", "give fewer --experts or --tokens");
   const double flops = layer_flops(config, tokens);
-  note_long_work(flops);
+  note_long_work(flops, o.path);
 
   const MoeParams<double> params = random_params<double>(config, 64, 7);
   const MoeInputs<double> inputs = random_inputs<double>(config, o.tokens, 1, 64, 11);
   const Matrix<double> grad_y = random_grad_y<double>(config, o.tokens, 13);
 
   const double start = now();
-  const MoeForward<double> forward = moe_forward(config, params, inputs);
+  const MoeForward<double> forward = moe_forward(config, params, inputs, o.path);
   const double forward_seconds = now() - start;
-  const MoeGradients<double> grads = moe_backward(config, params, inputs, forward, grad_y);
+  const MoeGradients<double> grads = moe_backward(config, params, inputs, forward, grad_y, {}, o.path);
   const double seconds = now() - start;
   if (!std::isfinite(grads.x.sum())) throw std::runtime_error("--oracle: the layer's gradient is not finite");
 
@@ -58,7 +58,7 @@ void run_oracle_bench(const OracleBenchOptions& o, std::ostream& out) {
   if (o.json) {
     out << nlohmann::json{{"moe_oracle", MOE_ORACLE_VERSION}, {"isa", built_isa()}, {"tokens", o.tokens},
                           {"experts", o.experts}, {"hidden", o.hidden}, {"ffn", o.ffn}, {"topk", o.topk},
-                          {"threads", omp_get_max_threads()}, {"forward_seconds", forward_seconds},
+                          {"oracle_path", std::string(to_string(o.path))}, {"threads", omp_get_max_threads()}, {"forward_seconds", forward_seconds},
                           {"seconds", seconds}, {"gflops", gflops}, {"dense_gemm_gflops", dense_gflops},
                           {"peak_resident_bytes", peak_bytes}}
                .dump(2)
@@ -67,7 +67,7 @@ void run_oracle_bench(const OracleBenchOptions& o, std::ostream& out) {
   }
   out << "moe-oracle bench --oracle: one V4-Flash-shaped layer in double (h " << o.hidden << ", " << o.experts
       << " experts, top-" << o.topk << ", FFN " << o.ffn << ", a shared expert of " << o.ffn << "), " << o.tokens
-      << " tokens, forward + backward; " << omp_get_max_threads() << " OpenMP threads; built for " << built_isa()
+      << " tokens, forward + backward on the " << to_string(o.path) << " path; " << omp_get_max_threads() << " OpenMP threads; built for " << built_isa()
       << "\n\n";
   TextTable t({"measurement", "time", "GFLOP", "GFLOP/s", "% of dense GEMM"});
   t.add_row({"oracle layer forward", trimmed(forward_seconds, 3) + " s", "", "", ""});

@@ -9,6 +9,8 @@
 // tokens.
 #pragma once
 
+#include "reference/moe_layer.hpp"
+
 #include <ostream>
 
 namespace moe::cli {
@@ -19,6 +21,7 @@ struct OracleBenchOptions {
   int hidden = 4096;
   int ffn = 2048;
   int topk = 6;
+  ExpertPath path = ExpertPath::expert_batched;  // --oracle-path: the fast path unless the definition is asked for
   bool json = false;
 };
 
