@@ -69,6 +69,24 @@ constexpr NotMoeKey kNotMoe[] = {
     {"ep_size", "expert parallelism of HF's inference code: a layout, not the numbers"},
     {"num_nextn_predict_layers",
      "multi-token-prediction modules: not modelled and not counted in num_layers (their MoE layer has this config)"},
+    // DeepSeek-V4: the residual stream and the attention around its MoE blocks.
+    {"hc_mult", "mHC residual streams (DeepSeek-V4): they form the MoE block's input, not its computation"},
+    {"hc_sinkhorn_iters", "mHC residual mixing (DeepSeek-V4): outside the MoE layer"},
+    {"hc_eps", "mHC residual mixing (DeepSeek-V4): outside the MoE layer"},
+    {"compress_ratios", "attention (DeepSeek-V4's compressed KV per layer)"},
+    {"compress_rates", "attention (DeepSeek-V4's compressed KV)"},
+    {"compress_rate_csa", "attention (DeepSeek-V4's compressed KV)"},
+    {"compress_rate_hca", "attention (DeepSeek-V4's compressed KV)"},
+    {"compress_rope_theta", "positions of the compressed KV (attention)"},
+    {"layer_types", "the attention kind of each block"},
+    {"index_n_heads", "attention (DeepSeek-V4's lightning indexer)"},
+    {"index_head_dim", "attention (DeepSeek-V4's lightning indexer)"},
+    {"index_topk", "attention (DeepSeek-V4's lightning indexer)"},
+    {"o_groups", "attention (DeepSeek-V4's grouped output projection)"},
+    {"o_lora_rank", "attention (DeepSeek-V4's grouped output projection)"},
+    {"partial_rotary_factor", "positions"},
+    {"rope_parameters", "positions"},
+    {"expert_dtype", "the routed experts' weight storage (FP4 in V4-Flash); the oracle computes in double"},
 };
 
 // The keys of one config.json: typed reads that remember what was read, so that every key left over is reported
@@ -212,9 +230,9 @@ void map_hf_aux(HfKeys& k, ModelFile& out, int layers) {
 
 // What no Hugging Face config says because none of these models has it.
 void note_absent_options(ModelFile& out) {
-  out.assumptions.push_back(
-      "dropless (no capacity factor), no z-loss, no SwiGLU clamp, no latent projection, semantics intended: HF's "
-      "MoE blocks have none of these");
+  out.assumptions.push_back(std::string("dropless (no capacity factor), no z-loss, ") +
+                            (out.model.config.swiglu_clamp ? "" : "no SwiGLU clamp, ") +
+                            "no latent projection, semantics intended: HF's MoE blocks have none of these");
   out.assumptions.push_back("seq " + std::to_string(kDefaultSeq) + ", micro-batch " +
                             std::to_string(kDefaultMicroBatch) +
                             ": a config.json has no training shape (max_position_embeddings is the context limit)");
@@ -405,6 +423,98 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
   out.model.vocab = k.integer("vocab_size");
 }
 
+// DeepSeek-V4 (the inference code's Gate / Expert / MoE, and transformers' DeepseekV4SparseMoeBlock): sqrt-softplus
+// scores, top-k of score + bias (noaux_tc), weights ρ·s_I/Σ s_I, the routed experts' SwiGLU clamped at swiglu_limit,
+// one unclamped shared expert, and the first layers routed by a tid2eid table (hash layers). No groups.
+void map_deepseek_v4(HfKeys& k, ModelFile& out) {
+  MoeConfig& c = out.model.config;
+  c.hidden = k.integer("hidden_size");
+  c.num_experts = k.integer("n_routed_experts");
+  c.topk = k.integer("num_experts_per_tok");
+  c.ffn_hidden = k.integer("moe_intermediate_size");
+  check_activation(k);
+  if (k.boolean_or("mlp_bias", false, kClassDefault))
+    throw std::invalid_argument("'mlp_bias' is true: experts with biases are not modelled");
+
+  const std::string scoring = k.string_or("scoring_func", "sqrtsoftplus", kClassDefault);
+  if (scoring != "softmax" && scoring != "sigmoid" && scoring != "sqrtsoftplus")
+    throw std::invalid_argument("'scoring_func' is " + quoted(scoring) + ": softmax, sigmoid or sqrtsoftplus map");
+  c.score_function = parse_score_function(scoring);
+  if (c.score_function == ScoreFunction::softmax)
+    throw std::invalid_argument("'scoring_func' is \"softmax\": DeepSeek-V4's bias-balanced gate is modelled for "
+                                "sigmoid and sqrtsoftplus only");
+  const std::string method = k.string_or("topk_method", "noaux_tc", "DeepSeek-V4's gate: top-k of score + bias");
+  if (method != "noaux_tc")
+    throw std::invalid_argument("'topk_method' is " + quoted(method) + ": DeepSeek-V4's gate is noaux_tc");
+  if (!k.boolean_or("norm_topk_prob", true, kClassDefault) && c.topk > 1)
+    throw std::invalid_argument("'norm_topk_prob' is false: DeepSeek-V4 always divides by the sum of the top-k "
+                                "scores (unnormalised weights are not modelled)");
+  c.normalization = Normalization::megatron;
+  out.assumptions.push_back("norm_topk_prob -> the weights s_I / Σ s_I as Megatron's (Σ + 1e-20); DeepSeek's "
+                            "inference code divides without the epsilon, transformers with it: a relative difference "
+                            "below 1e-20");
+  c.topk_scaling_factor = k.number_or("routed_scaling_factor", 1.5, kClassDefault);
+  c.expert_bias = true;
+  c.bias_update_rate = 1e-3;
+  out.assumptions.push_back("bias_update_rate 0.001: the V4 paper's bias update speed (config.json does not say)");
+  k.ignore("n_group", "DeepSeek-V4 has no group-limited routing");
+  k.ignore("topk_group", "DeepSeek-V4 has no group-limited routing");
+
+  const double limit = k.number_or("swiglu_limit", 10.0, kClassDefault);
+  if (limit < 0) throw std::invalid_argument("'swiglu_limit' must be >= 0, got " + show(json(limit)));
+  if (limit > 0) c.swiglu_clamp = limit;
+  c.shared_expert_clamp = false;
+  if (limit > 0)
+    out.assumptions.push_back("swiglu_limit clamps the routed experts only (up to ±limit, gate ≤ limit), as "
+                              "DeepSeek's inference code; transformers 5.25 clamps the shared expert too");
+
+  const std::int64_t shared = static_cast<std::int64_t>(k.integer_or("n_shared_experts", 1, kClassDefault)) * c.ffn_hidden;
+  if (shared < 0 || shared > std::numeric_limits<int>::max())
+    throw std::invalid_argument("'n_shared_experts' × 'moe_intermediate_size' = " + std::to_string(shared) +
+                                ": not a width the oracle holds (0 … 2^31 − 1)");
+  c.shared_expert_ffn_hidden = static_cast<int>(shared);
+
+  const int layers = k.integer("num_hidden_layers");
+  // Hash layers: num_hash_layers (the released config.json), or the leading "hash_moe" of mlp_layer_types.
+  int hash = 0;
+  if (const json* types = k.find("mlp_layer_types")) {
+    if (!types->is_array() || static_cast<int>(types->size()) != layers)
+      throw std::invalid_argument("'mlp_layer_types' must list num_hidden_layers entries, got " + show(*types));
+    bool leading = true;
+    for (const json& t : *types) {
+      if (!t.is_string() || (t != "hash_moe" && t != "moe"))
+        throw std::invalid_argument("'mlp_layer_types' entries are \"hash_moe\" or \"moe\", got " + show(t));
+      if (t == "hash_moe" && !leading)
+        throw std::invalid_argument("'mlp_layer_types' has a hash layer after a routed one: the oracle's hash "
+                                    "layers are the first ones");
+      leading = leading && t == "hash_moe";
+      hash += t == "hash_moe";
+    }
+    k.ignore("num_hash_layers", "mlp_layer_types says which layers are hash layers");
+  } else {
+    hash = k.integer_or("num_hash_layers", 3, "transformers' DeepseekV4Config default");
+  }
+  if (hash < 0 || hash > layers)
+    throw std::invalid_argument("'num_hash_layers' is " + std::to_string(hash) + " with num_hidden_layers " +
+                                std::to_string(layers));
+  out.model.num_layers = layers;
+  out.model.n_hash_layers = hash;
+
+  // transformers computes its pooled load-balancing loss only with output_router_logits, which V4 configs leave
+  // false; DeepSeek's own balance loss (sequence-wise, α = 0.0001 in the paper) is not in config.json.
+  const bool logits = k.boolean_or("output_router_logits", false, kClassDefault);
+  if (logits) {
+    map_hf_aux(k, out, layers);
+  } else {
+    k.ignore("router_aux_loss_coef", "output_router_logits is false: transformers computes no aux loss");
+    out.assumptions.push_back("no balance loss: output_router_logits is false (transformers computes none) and "
+                              "config.json does not give DeepSeek's sequence-wise α (0.0001 in the V4 paper; set it "
+                              "with --moe-aux-loss-coeff and --moe-router-load-balancing-type seq_aux)");
+  }
+  check_jitter(k, false);
+  out.model.vocab = k.integer("vocab_size");
+}
+
 std::string describe(const std::string& type, const std::string& name, const LayerPreset& m) {
   const MoeConfig& c = m.config;
   std::string s =
@@ -413,6 +523,7 @@ std::string describe(const std::string& type, const std::string& name, const Lay
   s += ", top-" + std::to_string(c.topk) + ", ffn " + std::to_string(c.ffn_hidden);
   if (c.has_shared_expert()) s += ", shared " + std::to_string(c.shared_expert_ffn_hidden);
   s += ", " + std::to_string(m.num_layers) + " MoE layers";
+  if (m.n_hash_layers > 0) s += " (the first " + std::to_string(m.n_hash_layers) + " hash-routed)";
   if (m.num_dense_layers > 0) s += " after " + std::to_string(m.num_dense_layers) + " dense";
   return s;
 }
@@ -429,6 +540,8 @@ ModelFile model_from_hf_config(const json& root, const std::string& name) {
     map_mixtral(k, out);
   } else if (type == "deepseek_v3" || type == "deepseek_v2") {
     map_deepseek(k, out, type == "deepseek_v3");
+  } else if (type == "deepseek_v4") {
+    map_deepseek_v4(k, out);
   } else {
     throw std::invalid_argument("'model_type' is " + quoted(type) + ": not a model type this reader maps (" +
                                 kHfModelTypes + ")");

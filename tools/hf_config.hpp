@@ -11,7 +11,7 @@
 namespace moe::cli {
 
 // The model types the mapping knows, in the order error messages list them.
-inline constexpr const char* kHfModelTypes = "deepseek_v2, deepseek_v3, mixtral, qwen2_moe, qwen3_moe";
+inline constexpr const char* kHfModelTypes = "deepseek_v2, deepseek_v3, deepseek_v4, mixtral, qwen2_moe, qwen3_moe";
 
 // `root` is a parsed config.json (an object with "model_type"); `name` becomes model.name. Throws
 // std::invalid_argument with one line naming the key (not the file: read_model_file adds it). The config is

@@ -172,6 +172,46 @@ TEST(ModelFile, DeepSeekV3) {
   EXPECT_TRUE(has_entry(m.assumptions, "actual selection"));
 }
 
+// DeepSeek-V4-Flash (models/deepseek-v4-flash.json): every MoE key from the list of the public file.
+TEST(ModelFile, DeepSeekV4Flash) {
+  const ModelFile m = read_model_file(kModels / "deepseek-v4-flash.json");
+  EXPECT_EQ(m.source, "Hugging Face config.json (deepseek_v4)");
+  MoeConfig want;
+  want.hidden = 4096;
+  want.num_experts = 256;  // n_routed_experts
+  want.topk = 6;
+  want.ffn_hidden = 2048;
+  want.score_function = ScoreFunction::sqrtsoftplus;
+  want.topk_scaling_factor = 1.5;                // routed_scaling_factor
+  want.normalization = Normalization::megatron;  // norm_topk_prob: s_I / Σ s_I
+  want.expert_bias = true;                       // noaux_tc
+  want.bias_update_rate = 1e-3;                  // assumed (the paper's)
+  want.swiglu_clamp = 10.0;                      // swiglu_limit, the routed experts only
+  want.shared_expert_ffn_hidden = 1 * 2048;      // n_shared_experts · moe_intermediate_size
+  expect_same_config(m.model.config, want);
+  EXPECT_FALSE(m.model.config.shared_clamp().has_value()) << "DeepSeek's shared expert has no clamp";
+  expect_depth(m.model, {43, 0, 3, 129280, 4096, 1});  // num_hidden_layers, num_hash_layers
+  EXPECT_TRUE(unknown_entries(m).empty()) << unknown_entries(m).front();
+  for (const char* key : {"hc_mult = 4", "expert_dtype = \"fp4\"", "index_topk", "o_groups", "quantization_config"})
+    EXPECT_TRUE(has_entry(m.ignored, key)) << key;
+  EXPECT_TRUE(has_entry(m.assumptions, "transformers 5.25 clamps the shared expert too"));
+  EXPECT_TRUE(has_entry(m.assumptions, "no balance loss"));
+}
+
+TEST(ModelFile, DeepSeekV4RefusesWhatItDoesNotModel) {
+  expect_refused(variant("deepseek-v4-flash.json", "scoring_func", "softmax"), "'scoring_func' is \"softmax\"");
+  expect_refused(variant("deepseek-v4-flash.json", "topk_method", "greedy"), "'topk_method' is \"greedy\"");
+  expect_refused(variant("deepseek-v4-flash.json", "mlp_bias", true), "'mlp_bias' is true");
+  json types = json::array();
+  for (int l = 0; l < 43; ++l) types.push_back(l == 5 ? "hash_moe" : "moe");
+  expect_refused(variant("deepseek-v4-flash.json", "mlp_layer_types", types), "a hash layer after a routed one");
+  expect_refused(variant("deepseek-v4-flash.json", "num_hash_layers", 44), "'num_hash_layers' is 44");
+  // mlp_layer_types, when given, says which layers are hash layers.
+  types = json::array();
+  for (int l = 0; l < 43; ++l) types.push_back(l < 2 ? "hash_moe" : "moe");
+  EXPECT_EQ(read_model_file(variant("deepseek-v4-flash.json", "mlp_layer_types", types)).model.n_hash_layers, 2);
+}
+
 TEST(ModelFile, Mixtral8x7B) {
   const ModelFile m = read_model_file(kModels / "mixtral-8x7b.json");
   EXPECT_EQ(m.source, "Hugging Face config.json (mixtral)");

@@ -1,0 +1,96 @@
+// Harness `compare_dump`: compare::read_dump and compare::compare_dump on a real dump (the committed float32
+// megatron-core dump, world 2, EP 2, with a backward) of which an input replaces dump.json and at most one tensor
+// file. Framed input: dump.json's text, then optionally NUL, "rankR/stem", NUL and the file's bytes (written as
+// rankR/stem.npy). Without a NUL the whole input is dump.json.
+//
+// Invariants: only compare::DumpError leaves read_dump and compare_dump (every refusal is one line naming a file);
+// a comparison that was made compared `output` on every rank, counted its tensors as forward + backward, and, without
+// output.grad, no gradient; a pass holds no non-finite input (a NaN parameter is refused, never judged).
+#include "compare/dump_compare.hpp"
+#include "fuzz/fuzz_support.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The committed dump copied once into the scratch folder; each input's replaced file restored after it.
+const fs::path& base_dump() {
+  static const fs::path dir = [] {
+    const fs::path d = moe::fuzz::scratch_dir() / "dump";
+    fs::remove_all(d);
+    fs::copy(fs::path(MOE_COMPARE_DUMP_DIR), d, fs::copy_options::recursive);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Puts back what an input replaced.
+struct Restore {
+  fs::path path;
+  std::string bytes;
+  bool existed = false;
+  ~Restore() {
+    if (path.empty()) return;
+    if (existed) moe::fuzz::write_file(path, bytes);
+    else fs::remove(path);
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace moe;
+  const fs::path& dir = base_dump();
+  const std::string_view input = fuzz::as_text(data, size);
+  const std::string original_meta = [&] {
+    static const std::string meta = slurp(dir / "dump.json");
+    return meta;
+  }();
+  Restore meta_back{dir / "dump.json", original_meta, true};
+  Restore file_back;
+  const auto cut = input.find('\0');
+  fuzz::write_file(dir / "dump.json", input.substr(0, cut));
+  if (cut != std::string_view::npos) {
+    const std::string_view rest = input.substr(cut + 1);
+    const auto cut2 = rest.find('\0');
+    const std::string_view name = rest.substr(0, cut2);
+    const bool plain = (name.starts_with("rank0/") || name.starts_with("rank1/")) && name.size() > 6 &&
+                       name.find('/', 6) == std::string_view::npos && name.find("..") == std::string_view::npos;
+    if (plain && cut2 != std::string_view::npos) {
+      file_back.path = dir / (std::string(name) + ".npy");
+      file_back.existed = fs::exists(file_back.path);
+      if (file_back.existed) file_back.bytes = slurp(file_back.path);
+      fuzz::write_file(file_back.path, rest.substr(cut2 + 1));
+    }
+  }
+  compare::Comparison c;
+  compare::Dump dump;
+  try {
+    dump = compare::read_dump(dir);
+    c = compare::compare_dump(dump);
+  } catch (const compare::DumpError& e) {
+    if (std::string(e.what()).find('\n') != std::string::npos) fuzz::finding(std::string("a refusal of two lines: ") + e.what());
+    return 0;
+  }
+  bool output = false;
+  int gradients = 0;
+  for (const auto& t : c.tensors) {
+    output = output || t.tensor == "output";
+    gradients += t.backward;
+  }
+  if (!output) fuzz::finding("a comparison without `output`");
+  if (c.forward_tensors() + c.backward_tensors() != static_cast<int>(c.tensors.size()))
+    fuzz::finding("forward + backward tensors do not add up");
+  if (!c.backward && gradients > 0) fuzz::finding("gradients compared in a dump without output.grad");
+  return 0;
+}
