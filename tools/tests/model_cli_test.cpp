@@ -48,6 +48,15 @@ TEST(CliModel, ShrinkChecksTheStructureOfAFullSizeModel) {
   EXPECT_NE(j["chosen"][0].get<std::string>().find("--shrink"), std::string::npos);
 }
 
+// DeepSeek-V4-Flash's own config.json checks at test size, and check says what the mapping assumed (it printed
+// nothing of it before; layer and volume did).
+TEST(CliModel, DeepSeekV4FlashChecksAndSaysWhatItAssumed) {
+  const auto r = run("check --model " + kModels + "deepseek-v4-flash.json --shrink --world 4 --ep 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("model: assumed: swiglu_limit clamps the routed experts only"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no effect on the MoE layer: "), std::string::npos) << r.output;
+}
+
 TEST(CliModel, MegatronFlagNamesGiveTheSameRunAsOurs) {
   const auto ours = run_json("check --world 8 --tp 2 --ep 4 --num-experts 8 --moe-router-topk 2");
   const auto megatron = run_json(
