@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what MoE Oracle needs from Debian (only what is missing), then configures and builds it in build/.
 # Idempotent: a second run installs nothing and rebuilds only what changed.
+#   bash tools/setup.sh               everything (the tests, the property suite's seeded-bug variants, the fuzz
+#                                     replays, the Python module)
+#   bash tools/setup.sh moe-oracle    only these targets (tools/moe-oracle builds just the command line)
 #   MOE_BUILD_DIR   build folder (default: build/ at the repository root)
 #   MOE_BUILD_JOBS  parallel compile jobs (default: nproc)
 set -euo pipefail
@@ -32,6 +35,8 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
   echo "setup: configuring $build"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release $(bash "$root/tools/compiler-cache") >/dev/null
 fi
-echo "setup: building with $jobs jobs"
-cmake --build "$build" -j "$jobs" 2>&1 | grep -v -E '^\[ *[0-9]+%\] (Built|Linking)|Consolidate compiler' || true
-cmake --build "$build" -j "$jobs" >/dev/null   # the real exit status (the filtered pass above may have failed)
+targets=()
+(($#)) && targets=(--target "$@")
+echo "setup: building ${*:-everything} with $jobs jobs"
+cmake --build "$build" -j "$jobs" "${targets[@]}" 2>&1 | grep -v -E '^\[ *[0-9]+%\] (Built|Linking)|Consolidate compiler' || true
+cmake --build "$build" -j "$jobs" "${targets[@]}" >/dev/null   # the real exit status (the filtered pass may have failed)
