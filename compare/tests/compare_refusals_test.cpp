@@ -1,11 +1,7 @@
 // What compare must refuse (exit 2 in the CLI) rather than judge, and what its verdict must say it compared: each
 // test is a finding of a hostile run against an earlier build, where the dump below passed, crashed, hung or was
 // judged a mismatch. The base is the committed float32 megatron-core dump (world 2, EP 2, with a backward).
-#include "compare/dump_compare.hpp"
-#include "golden/npy.hpp"
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include "compare/tests/dump_copy.hpp"
 
 #include <sys/stat.h>
 
@@ -20,60 +16,10 @@
 namespace moe::compare {
 namespace {
 
+using test::kRanks;
 namespace fs = std::filesystem;
-const fs::path kMegatronDump = fs::path(COMPARE_DATA_DIR) / "megatron_ep2_float32";
-const char* const kRanks[] = {"rank0", "rank1"};
 
-class Refusal : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("moe-refusal-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::copy(kMegatronDump, dir_, fs::copy_options::recursive);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / "dump.json")); }
-  void write_meta(const nlohmann::json& j) const { std::ofstream(dir_ / "dump.json") << j.dump(2); }
-  golden::NpyArray read(const std::string& file) const { return golden::read_npy_widened(dir_ / file); }
-  void write(const std::string& file, golden::NpyArray a) const {
-    if (a.dtype == golden::NpyDtype::f8) a.dtype = golden::NpyDtype::f4;
-    for (double& v : a.reals) v = static_cast<float>(v);
-    golden::write_npy(dir_ / file, a);
-  }
-  void set_element(const std::string& file, size_t i, double v) const {
-    auto a = read(file);
-    a.reals[i] = v;
-    write(file, a);
-  }
-  void remove_everywhere(const std::string& name) const {
-    for (const char* r : kRanks) fs::remove(dir_ / r / (name + ".npy"));
-  }
-  void remove_gradients() const {
-    for (const char* r : kRanks)
-      for (const auto& e : fs::directory_iterator(dir_ / r))
-        if (e.path().stem().string().ends_with(".grad")) fs::remove(e.path());
-  }
-
-  std::string refusal(const ReadOptions& options = {}) const {
-    try {
-      compare_dump(read_dump(dir_, options));
-    } catch (const DumpError& e) {
-      const std::string what = e.what();
-      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-      return what;
-    }
-    ADD_FAILURE() << "accepted";
-    return "";
-  }
-  void expect_refused(const std::string& fragment, const ReadOptions& options = {}) const {
-    const std::string what = refusal(options);
-    EXPECT_NE(what.find(fragment), std::string::npos) << what;
-  }
-
-  fs::path dir_;
-};
+class Refusal : public test::DumpCopy {};
 
 // Was: the whole backward skipped and gradients of 123 passing, exit 0.
 TEST_F(Refusal, OutputGradOnSomeRanksOnly) {

@@ -1,56 +1,16 @@
 // Comparing dumps with the oracle: a real float32 dump of megatron-core 0.19.2's MoE layer (world 2, EP 2, written
 // by megatron_bridge/driver.py) passes; a changed value fails naming the tensor, rank and index; a missing tensor is
 // listed, not failed; every malformed dump is refused with one line naming the file and the problem.
-#include "compare/dump_compare.hpp"
+#include "compare/tests/dump_copy.hpp"
 
-#include <gtest/gtest.h>
-
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-
-#include "golden/npy.hpp"
+#include <set>
 
 namespace moe::compare {
 namespace {
 
+using test::DumpCopy;
+using test::kMegatronDump;
 namespace fs = std::filesystem;
-const fs::path kMegatronDump = fs::path(COMPARE_DATA_DIR) / "megatron_ep2_float32";
-
-// A scratch copy of the committed dump that a test may change.
-class DumpCopy : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("moe-compare-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::copy(kMegatronDump, dir_, fs::copy_options::recursive);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / "dump.json")); }
-  // A tensor of the float32 dump, widened; and written back as float32 (the dump's dtype).
-  golden::NpyArray read(const std::string& rank_file) const { return golden::read_npy_widened(dir_ / rank_file); }
-  void write(const std::string& rank_file, golden::NpyArray a) const {
-    if (a.dtype == golden::NpyDtype::f8) a.dtype = golden::NpyDtype::f4;
-    golden::write_npy(dir_ / rank_file, a);
-  }
-  void write_meta(const nlohmann::json& j) const { std::ofstream(dir_ / "dump.json") << j.dump(2); }
-
-  // Refused with a DumpError whose one-line message holds `fragment`.
-  void expect_refused(const std::string& fragment, const ReadOptions& options = {}) const {
-    try {
-      compare_dump(read_dump(dir_, options));
-      ADD_FAILURE() << "accepted a dump that should fail with: " << fragment;
-    } catch (const DumpError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(fragment), std::string::npos) << what;
-      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-    }
-  }
-
-  fs::path dir_;
-};
 
 TEST(CompareMegatron, Float32DumpOfMegatronCorePasses) {
   const Dump dump = read_dump(kMegatronDump);
