@@ -296,6 +296,11 @@ void map_mixtral(HfKeys& k, ModelFile& out) {
 // (it is inference code); the other topk_methods follow V2's, which both types may name.
 void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
   MoeConfig& c = out.model.config;
+  // An absent key takes the default of transformers 5.25's config class for the model type (the pinned reference,
+  // which builds the block from these files): DeepseekV3Config or DeepseekV2Config. DeepSeek's own
+  // configuration_deepseek.py (the files' auto_map) has other defaults; a key set in the file is what it says.
+  const std::string class_default = v3 ? "transformers 5.25's DeepseekV3Config default"
+                                       : "transformers 5.25's DeepseekV2Config default";
   c.hidden = k.integer("hidden_size");
   c.num_experts = k.integer("n_routed_experts");
   c.topk = k.integer("num_experts_per_tok");
@@ -317,7 +322,7 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
     throw std::invalid_argument("'topk_method' is " + quoted(method) +
                                 ": greedy, group_limited_greedy or noaux_tc map");
   const bool norm = k.boolean("norm_topk_prob");
-  const double scale = k.number_or("routed_scaling_factor", 1.0, "the weights are not scaled");
+  const double scale = k.number_or("routed_scaling_factor", v3 ? 2.5 : 1.0, class_default);
 
   // The gate renormalises only when top_k > 1 and norm_topk_prob, dividing by Σ + 1e-20.
   const bool renormalised = norm && c.topk > 1;
@@ -356,13 +361,15 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
     k.ignore("n_group", "topk_method \"greedy\" selects among all experts");
     k.ignore("topk_group", "topk_method \"greedy\" selects among all experts");
   } else {
-    const std::optional<int> groups = k.optional_integer("n_group");
+    std::optional<int> groups = k.optional_integer("n_group");
+    if (!groups && v3) groups = k.integer_or("n_group", 8, class_default);
     if (!groups || *groups <= 1) {
       out.assumptions.push_back("n_group " + (groups ? std::to_string(*groups) : std::string("absent")) +
-                                ": one group, no group-limited routing");
+                                ": one group, no group-limited routing" +
+                                (groups ? std::string() : " (" + class_default + ")"));
       k.ignore("topk_group", "one group");
     } else {
-      const int kept = k.integer("topk_group");
+      const int kept = v3 ? k.integer_or("topk_group", 4, class_default) : k.integer("topk_group");
       const int counted = method == "noaux_tc" ? 2 : 1;
       if (kept <= 0 || c.topk % kept != 0 || c.topk / kept != counted)
         throw std::invalid_argument("'topk_group' is " + std::to_string(kept) + " with num_experts_per_tok " +
@@ -389,7 +396,7 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
 
   // DeepseekMLP(intermediate_size = moe_intermediate_size · n_shared_experts), added ungated. HF builds it only
   // when the key is set.
-  const int shared = k.integer_or("n_shared_experts", 0, "no shared expert, as HF without the key");
+  const int shared = k.integer_or("n_shared_experts", v3 ? 1 : 2, class_default);
   if (shared < 0) throw std::invalid_argument("'n_shared_experts' must be >= 0");
   c.shared_expert_ffn_hidden = shared * c.ffn_hidden;
 
@@ -413,7 +420,7 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
   }
 
   const int layers = k.integer("num_hidden_layers");
-  const int dense = k.integer_or("first_k_dense_replace", 0, "every block an MoE block");
+  const int dense = k.integer_or("first_k_dense_replace", v3 ? 3 : 0, class_default);
   if (dense < 0 || dense >= layers)
     throw std::invalid_argument("'first_k_dense_replace' is " + std::to_string(dense) + " with num_hidden_layers " +
                                 std::to_string(layers) + ": no MoE block left");

@@ -306,6 +306,26 @@ TEST(ModelFile, DeepSeekV2Lite) {
 }
 
 // V2's gate does not scale the weights it renormalises; V3's does.
+// An absent key takes transformers 5.25's default for the model type, and the assumption names that class (it took
+// "no shared expert", scale 1, no dense blocks and one group before, which are neither transformers' nor the file's).
+TEST(ModelFile, DeepSeekDefaultsAreTransformersClassDefaults) {
+  json j = load(kModels / "deepseek-v3.json");
+  for (const char* key : {"routed_scaling_factor", "n_shared_experts", "first_k_dense_replace", "n_group", "topk_group"})
+    j.erase(key);
+  const ModelFile v3 = read_model_file(write_json("deepseek-v3.json", j));
+  EXPECT_EQ(v3.model.config.topk_scaling_factor, 2.5);
+  EXPECT_EQ(v3.model.config.shared_expert_ffn_hidden, 2048);
+  EXPECT_EQ(v3.model.num_dense_layers, 3);
+  EXPECT_EQ(v3.model.config.num_groups, 8);
+  EXPECT_EQ(v3.model.config.group_topk, 4);
+  EXPECT_TRUE(has_entry(v3.assumptions, "n_shared_experts absent: taken as 1 (transformers 5.25's DeepseekV3Config"));
+  j = deepseek_v2_lite();
+  j.erase("n_shared_experts");
+  const ModelFile v2 = read_model_file(write_json("deepseek-v2.json", j));
+  EXPECT_EQ(v2.model.config.shared_expert_ffn_hidden, 2 * 1408);
+  EXPECT_TRUE(has_entry(v2.assumptions, "transformers 5.25's DeepseekV2Config default"));
+}
+
 TEST(ModelFile, DeepSeekV2ScalesOnlyUnnormalisedWeights) {
   json j = deepseek_v2_lite();
   j["norm_topk_prob"] = true;
