@@ -38,6 +38,9 @@ import torch.multiprocessing as mp  # noqa: E402
 
 import seeded_bugs  # noqa: E402
 
+sys.path.insert(0, str(HERE.parent / "python"))
+import moe_capture  # noqa: E402
+
 LOAD_BALANCING = {None: "none", "aux": "aux_loss", "seq_aux": "seq_aux_loss", "global_aux": "global_aux_loss"}
 
 
@@ -149,39 +152,6 @@ def load_parameters(layer, params, ps):
                 shared.gate_weight.copy_(torch.from_numpy(params["shared_gate"]))
 
 
-class Recorder:
-    """What the router hands out: its probs and routing map, and the aux and z values it attaches."""
-
-    def __init__(self):
-        self.router_out = None
-        self.attached = {}
-        self.tag = None
-
-    def install(self, layer):
-        from megatron.core.transformer.moe import router as router_module
-
-        layer.router.register_forward_hook(lambda module, args, out: setattr(self, "router_out", out))
-        original_apply = router_module.MoEAuxLossAutoScaler.apply
-        recorder = self
-
-        class Tapped(router_module.MoEAuxLossAutoScaler):
-            @staticmethod
-            def apply(activation, loss):
-                recorder.attached[recorder.tag] = recorder.attached.get(recorder.tag, 0.0) + float(loss.detach())
-                return original_apply(activation, loss)
-
-        router_module.MoEAuxLossAutoScaler = Tapped
-        cls = type(layer.router)
-        for method, tag in (("apply_z_loss", "z_loss"), ("attach_and_log_load_balancing_loss", "aux_loss")):
-            inner = getattr(cls, method)
-
-            def tagged(*args, _inner=inner, _tag=tag, **kwargs):
-                recorder.tag = _tag
-                return _inner(*args, **kwargs)
-
-            setattr(cls, method, tagged)
-
-
 def run_rank(rank, world, case, out, port, bug):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
@@ -204,10 +174,6 @@ def run_rank(rank, world, case, out, port, bug):
     layer.train()
     params = global_params(case)
     load_parameters(layer, params, ps)
-    recorder = Recorder()
-    recorder.install(layer)
-    seeded_bugs.inject(bug, layer)
-
     tp, tp_rank, dp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank(), \
         ps.get_data_parallel_rank()
     x_full, dy_full = replica_batch(case, dp_rank)
@@ -215,39 +181,34 @@ def run_rank(rank, world, case, out, port, bug):
     dy = torch.from_numpy(np.split(dy_full, tp)[tp_rank].copy())
     mask = replica_padding(case, dp_rank)  # [S, B], True = padded (Megatron 0.19's polarity)
     local_mask = None if mask is None else np.split(mask, tp)[tp_rank]
-    # MoELayer takes the mask as [B, S_local] and transposes it to the rows' [S_local, B].
-    y, _ = layer(x, padding_mask=None if local_mask is None else torch.from_numpy(local_mask.T.copy()))
-    y.backward(dy)
-
-    rank_dir = pathlib.Path(out) / f"rank{rank}"
-    rank_dir.mkdir(parents=True, exist_ok=True)
-    stored = np.float32 if case.get("dump_dtype") == "float32" else np.float64
-
-    def save(name, t):
-        a = t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t)
-        np.save(rank_dir / f"{name}.npy", a.astype(stored) if a.dtype.kind == "f" else a)
-
-    save("hidden_states", x)
-    save("hidden_states.grad", x.grad)
-    save("output", y)
-    save("output.grad", dy)
-    if local_mask is not None:
-        save("padding_mask", local_mask)
-    for name, p in layer.named_parameters():
-        save(name, p)
-        if p.grad is not None:
-            save(name + ".grad", p.grad)
-    probs, routing_map = recorder.router_out
-    save("router.probs", probs)
-    save("router.routing_map", routing_map)
-    if layer.router.expert_bias is not None:
-        save("router.expert_bias", layer.router.expert_bias.double())
-        save("router.local_tokens_per_expert", layer.router.local_tokens_per_expert.long())
-    for tag, value in recorder.attached.items():
-        save(tag, np.float64(value))
+    # The dump is written by moe_capture from the live layer, TransformerConfig and parallel_state, as a user's
+    # job would write it; what only this driver knows goes into dump.json beside it.
+    import megatron.core.package_info as info
+    notes = {"bias_activation_fusion": case.get("bias_activation_fusion", False), "cpu_patches": PATCHES}
+    if bug:
+        notes["seeded_bug"] = bug
+    # Parameters and activations are float64 (or stored as float32), but Megatron computes the router's scores in
+    # float32 whatever the parameter dtype: megatron_check.py compares with --precision float32.
+    meta = {"replay_capacity": case.get("replay_capacity", False), "notes": notes}
+    from megatron.core.transformer.moe import router as router_module
+    before = (router_module.MoEAuxLossAutoScaler, dict(type(layer.router).__dict__), len(layer._forward_hooks),
+              len(layer._forward_pre_hooks), len(layer.router._forward_hooks))
+    with moe_capture.capture(layer, out, semantics=case.get("semantics", "megatron-core-0.19"),
+                             producer=f"megatron-core {info.__version__} on CPU (megatron_bridge/driver.py)",
+                             extra_meta=meta, store_dtype=np.float32 if case.get("dump_dtype") == "float32" else None):
+        bug_hooks = seeded_bugs.inject(bug, layer)  # after capture's hooks: the router output is recorded as it left it
+        # MoELayer takes the mask as [B, S_local] and transposes it to the rows' [S_local, B].
+        y, _ = layer(x, padding_mask=None if local_mask is None else torch.from_numpy(local_mask.T.copy()))
+        y.backward(dy)
+    for handle in bug_hooks:
+        handle.remove()
+    after = (router_module.MoEAuxLossAutoScaler, dict(type(layer.router).__dict__), len(layer._forward_hooks),
+             len(layer._forward_pre_hooks), len(layer.router._forward_hooks))
+    if after != before:
+        raise SystemExit("driver: moe_capture left a hook or a patch behind")
     groups = {"tp_rank": tp_rank, "dp_rank": dp_rank, "ep_rank": ps.get_expert_model_parallel_rank(),
               "etp_rank": ps.get_expert_tensor_parallel_rank()}
-    (rank_dir / "rank.json").write_text(json.dumps(groups) + "\n")  # informational
+    (pathlib.Path(out) / f"rank{rank}" / "rank.json").write_text(json.dumps(groups) + "\n")  # informational
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
@@ -258,26 +219,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def write_dump_meta(case, out, bug=None):
-    """dump.json: what the dump holds and how it was made (compare/README.md)."""
-    import megatron.core.package_info as info
-
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    notes = {"bias_activation_fusion": case.get("bias_activation_fusion", False), "cpu_patches": PATCHES}
-    if bug:
-        notes["seeded_bug"] = bug
-    # Parameters and activations are float64 (or stored as float32), but Megatron computes the router's scores in
-    # float32 whatever the parameter dtype: the comparison uses float32's tolerance.
-    dump = {"format": "moe-dump/1", "producer": f"megatron-core {info.__version__} on CPU (megatron_bridge/driver.py)",
-            "config": case["config"], "semantics": case.get("semantics", "megatron-core-0.19"),
-            "layout": case["layout"], "shape": {"seq": case["seq"], "batch": case["batch"]},
-            "dtype": case.get("dump_dtype", "float64"), "precision": "float32", "dispatcher": case["dispatcher"],
-            "replay_capacity": case.get("replay_capacity", False),
-            "loss": "sum(output.grad * output) + aux_loss + z_loss", "notes": notes}
-    (out / "dump.json").write_text(json.dumps(dump, indent=2) + "\n")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("case")
@@ -285,7 +226,6 @@ def main():
     parser.add_argument("--bug", default=None, help="a seeded bug injected by monkeypatch (seeded_bugs.py)")
     a = parser.parse_args()
     case = json.loads(pathlib.Path(a.case).read_text())
-    write_dump_meta(case, a.out, a.bug)
     run_case(case, pathlib.Path(a.out), a.bug)
 
 

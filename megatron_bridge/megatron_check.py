@@ -110,7 +110,6 @@ def main():
         shutil.rmtree(out, ignore_errors=True)
         start = time.time()
         print(f"[{i + 1}/{len(cases)}] {case['name']} ...", file=sys.stderr, flush=True)
-        driver.write_dump_meta(case, out, case.get("bug"))
         try:
             driver.run_case(case, out, case.get("bug"))
             # Megatron scores its router in float32 even for float64 parameters (driver.py): float32's tolerance.

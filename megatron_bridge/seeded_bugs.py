@@ -14,8 +14,9 @@ BUGS = {
 
 
 def inject(name, layer):
+    """Injects the bug; returns the hook handles it registered (the caller removes them when the run is over)."""
     if name is None:
-        return
+        return []
     if name not in BUGS:
         raise SystemExit(f"unknown seeded bug '{name}' (known: {', '.join(BUGS)})")
     import torch
@@ -30,11 +31,12 @@ def inject(name, layer):
             routing_map = routing_map.clone()
             routing_map[:, 1] = False
             return probs * routing_map, routing_map
-        router.register_forward_hook(drop)
+        return [router.register_forward_hook(drop)]
     elif name == "fc1_grad_zeroed":
-        layer.experts.local_experts[0].linear_fc1.weight.register_hook(lambda g: torch.zeros_like(g))
+        return [layer.experts.local_experts[0].linear_fc1.weight.register_hook(lambda g: torch.zeros_like(g))]
     elif name == "combine_unweighted":
         def unweighted(module, args, out):
             probs, routing_map = out
             return routing_map.to(probs.dtype), routing_map
-        router.register_forward_hook(unweighted)
+        return [router.register_forward_hook(unweighted)]
+    return []

@@ -1,0 +1,289 @@
+"""Take one MoE layer's tensors out of a live PyTorch job, as a moe-dump/1 folder that `moe-oracle compare` judges.
+
+    from moe_capture import capture
+    with capture(model.decoder.layers[3].mlp, "dump/step100", semantics="megatron-core-0.19"):
+        loss = forward_backward(model, batch)     # one forward and one backward through that layer
+    # every rank wrote dump/step100/rank<r>/; rank 0 wrote dump.json: run `moe-oracle compare dump/step100`
+
+What is recorded (compare/README.md gives the format): the layer's input and dL/dinput, its output and the dL/doutput
+the backward brought back, the padding mask it was given, the router's probabilities and routing map, the aux and z
+losses the router attached, the expert-bias token counts of this call, every parameter as it was when the forward
+started and the gradient this forward and backward added (main_grad where Megatron's DDP keeps one). The config and
+the layout are read from the live objects: the layer's TransformerConfig and megatron.core.parallel_state. Tensors
+may live on a GPU and be bfloat16, float32 or float64; nothing in the training loop changes, and every hook and
+patch is removed when the block ends, whatever happened in it.
+
+Layers: Megatron-Core's MoELayer (0.19: SequentialMLP or TEGroupedMLP experts, any token dispatcher). Pipeline and
+context parallelism must be 1 (the layer and its tokens on this stage's ranks only); say so is refused.
+"""
+import contextlib
+import json
+import pathlib
+
+import numpy as np
+
+FORMAT = "moe-dump/1"
+LOSS = "sum(output.grad * output) + aux_loss + z_loss"
+# Megatron's moe_router_load_balancing_type -> the golden config's aux_loss_type
+LOAD_BALANCING = {"none": None, "aux_loss": "aux", "seq_aux_loss": "seq_aux", "global_aux_loss": "global_aux"}
+
+
+class CaptureError(RuntimeError):
+    """The layer or the run is one capture cannot describe faithfully; the message says which setting."""
+
+
+def megatron_config(cfg):
+    """The golden config keys (golden/README.md) of a TransformerConfig's MoE layer; refuses what compare cannot
+    model rather than dropping it."""
+    import torch.nn.functional as F
+
+    if not cfg.gated_linear_unit or cfg.activation_func is not F.silu:
+        raise CaptureError("the experts must be SwiGLU (gated_linear_unit with silu): the oracle's experts are")
+    if cfg.add_bias_linear:
+        raise CaptureError("add_bias_linear: experts with biases are not modelled")
+    balancing = cfg.moe_router_load_balancing_type
+    if isinstance(balancing, (list, tuple)):
+        if len(balancing) != 1:
+            raise CaptureError(f"moe_router_load_balancing_type {balancing}: one balancing loss is modelled")
+        balancing = balancing[0]
+    if balancing not in LOAD_BALANCING:
+        raise CaptureError(f"moe_router_load_balancing_type {balancing!r} is not modelled")
+    c = {"hidden": cfg.hidden_size, "num_experts": cfg.num_moe_experts, "topk": cfg.moe_router_topk,
+         "ffn_hidden": cfg.moe_ffn_hidden_size, "score_function": cfg.moe_router_score_function,
+         "pre_softmax": bool(cfg.moe_router_pre_softmax),
+         "topk_scaling_factor": cfg.moe_router_topk_scaling_factor or 1.0,
+         "expert_bias": bool(cfg.moe_router_enable_expert_bias),
+         "num_groups": cfg.moe_router_num_groups or 0, "group_topk": cfg.moe_router_group_topk or 0,
+         "shared_expert_ffn_hidden": cfg.moe_shared_expert_intermediate_size or 0,
+         "shared_expert_gate": bool(cfg.moe_shared_expert_gate),
+         "apply_probs_on_input": bool(cfg.moe_apply_probs_on_input),
+         "pad_to_capacity": bool(cfg.moe_pad_expert_input_to_capacity),
+         "z_loss_coeff": cfg.moe_z_loss_coeff or 0.0}
+    if c["expert_bias"]:
+        c["bias_update_rate"] = cfg.moe_router_bias_update_rate
+    if LOAD_BALANCING[balancing]:
+        c["aux_loss_type"] = LOAD_BALANCING[balancing]
+        c["aux_loss_coeff"] = cfg.moe_aux_loss_coeff
+    if cfg.moe_expert_capacity_factor is not None:
+        c["capacity_factor"] = cfg.moe_expert_capacity_factor
+        c["drop_policy"] = cfg.moe_token_drop_policy
+    if getattr(cfg, "activation_func_clamp_value", None) is not None:
+        c["swiglu_clamp"] = cfg.activation_func_clamp_value
+    return c
+
+
+def megatron_layout():
+    """world, tp, ep, etp of the live run (parallel_state); cp and pp must be 1."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    if ps.get_context_parallel_world_size() != 1 or ps.get_pipeline_model_parallel_world_size() != 1:
+        raise CaptureError("context and pipeline parallelism must be 1: compare judges a layer on every rank of "
+                           "its world")
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    return {"world": world, "tp": ps.get_tensor_model_parallel_world_size(),
+            "ep": ps.get_expert_model_parallel_world_size(), "etp": ps.get_expert_tensor_parallel_world_size()}
+
+
+def _numpy(t):
+    """A tensor as numpy, on the CPU; bfloat16 as its 16-bit words (numpy has no bfloat16; compare reads '<u2')."""
+    import torch
+
+    t = t.detach().cpu().contiguous()  # C order: a transposed view would be saved Fortran-ordered
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+class _Tap:
+    """The router's outputs and the loss values it attaches, through hooks and a patch that close() removes."""
+
+    def __init__(self, layer):
+        from megatron.core.transformer.moe import router as router_module
+
+        self.router_out = None
+        self.attached = {}
+        self._tag = None
+        self._undo = []
+        handle = layer.router.register_forward_hook(lambda module, args, out: setattr(self, "router_out", out))
+        self._undo.append(handle.remove)
+        original = router_module.MoEAuxLossAutoScaler
+        tap = self
+
+        class Tapped(original):
+            @staticmethod
+            def apply(activation, loss):
+                tap.attached[tap._tag] = tap.attached.get(tap._tag, 0.0) + float(loss.detach())
+                return original.apply(activation, loss)
+
+        router_module.MoEAuxLossAutoScaler = Tapped
+        self._undo.append(lambda: setattr(router_module, "MoEAuxLossAutoScaler", original))
+        cls = type(layer.router)
+        for method, tag in (("apply_z_loss", "z_loss"), ("attach_and_log_load_balancing_loss", "aux_loss")):
+            inner = getattr(cls, method, None)
+            if inner is None:
+                continue
+            own = method in cls.__dict__  # else inherited: the patch shadows it and is deleted again
+
+            def tagged(*args, _inner=inner, _tag=tag, **kwargs):
+                tap._tag = _tag
+                return _inner(*args, **kwargs)
+
+            setattr(cls, method, tagged)
+            self._undo.append(lambda _m=method, _f=inner, _own=own: setattr(cls, _m, _f) if _own else delattr(cls, _m))
+
+    def close(self):
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
+
+
+class Capture:
+    """What one forward and backward of the layer left; written by write()."""
+
+    def __init__(self, layer, out, semantics, producer, dispatcher, store_dtype=None):
+        self.layer, self.out, self.semantics, self.producer = layer, pathlib.Path(out), semantics, producer
+        self.dispatcher = dispatcher
+        self.store_dtype = store_dtype  # None: each floating tensor in its own dtype
+        self.tensors = {}
+        self.forwards = 0
+        self._params_before = {}
+        self._grads_before = {}
+        self._counts_before = None
+        self._bias_before = None
+        self._handles = []
+        self._tap = None
+
+    # --- hooks ------------------------------------------------------------------------------------------------
+    def _pre(self, module, args, kwargs):
+        self.forwards += 1
+        if self.forwards > 1:
+            return  # compare judges one forward: the second is refused when the block ends
+        x = args[0] if args else kwargs["hidden_states"]
+        self.tensors["hidden_states"] = x.detach().clone()
+        mask = kwargs.get("padding_mask")
+        if mask is not None:  # MoELayer takes [B, S_local], True = padded; the dump holds [S_local, B]
+            self.tensors["padding_mask"] = mask.detach().transpose(0, 1).clone()
+        if x.requires_grad:
+            self._handles.append(x.register_hook(lambda g: self.tensors.__setitem__("hidden_states.grad", g.clone())))
+        for name, p in module.named_parameters():
+            self._params_before[name] = p.detach().clone()
+            grad = getattr(p, "main_grad", None)
+            grad = p.grad if grad is None else grad
+            self._grads_before[name] = None if grad is None else grad.detach().clone()
+        counts = getattr(module.router, "local_tokens_per_expert", None)
+        self._counts_before = None if counts is None else counts.detach().clone()
+        bias = getattr(module.router, "expert_bias", None)  # a buffer: trained by the bias update, not by gradient
+        self._bias_before = None if bias is None else bias.detach().clone()
+
+    def _post(self, module, args, kwargs, out):
+        if self.forwards > 1:
+            return
+        y = out[0] if isinstance(out, tuple) else out
+        self.tensors["output"] = y.detach().clone()
+        if y.requires_grad:
+            self._handles.append(y.register_hook(lambda g: self.tensors.__setitem__("output.grad", g.clone())))
+
+    def install(self):
+        self._tap = _Tap(self.layer)
+        self._handles.append(self.layer.register_forward_pre_hook(self._pre, with_kwargs=True))
+        self._handles.append(self.layer.register_forward_hook(self._post, with_kwargs=True))
+
+    def remove(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        if self._tap is not None:
+            self._tap.close()
+
+    # --- writing ----------------------------------------------------------------------------------------------
+    def _gradients(self):
+        for name, p in self.layer.named_parameters():
+            grad = getattr(p, "main_grad", None)
+            grad = p.grad if grad is None else grad
+            if grad is None:
+                continue
+            before = self._grads_before.get(name)
+            yield name, grad.detach() - before if before is not None else grad.detach()
+
+    def write(self, rank):
+        if self.forwards != 1:
+            raise CaptureError(f"the layer ran {self.forwards} forward(s) inside the block: capture one forward and "
+                               "its backward (a microbatch), not a whole step of several")
+        if "output" not in self.tensors:
+            raise CaptureError("the layer's forward was not seen")
+        layer = self.layer
+        d = self.out / f"rank{rank}"
+        d.mkdir(parents=True, exist_ok=True)
+
+        def save(name, t):
+            a = _numpy(t)
+            if self.store_dtype is not None and a.dtype.kind == "f":
+                a = a.astype(self.store_dtype)
+            np.save(d / f"{name}.npy", a)
+
+        for name, t in self.tensors.items():
+            save(name, t)
+        for name, p in self._params_before.items():
+            save(name, p)
+        for name, g in self._gradients():
+            save(name + ".grad", g)
+        if self._tap.router_out is not None:
+            probs, routing_map = self._tap.router_out[:2]
+            save("router.probs", probs)
+            save("router.routing_map", routing_map)
+        if self._bias_before is not None:
+            save("router.expert_bias", self._bias_before.double())
+            counts = layer.router.local_tokens_per_expert.detach()
+            if self._counts_before is not None:
+                counts = counts - self._counts_before
+            save("router.local_tokens_per_expert", counts.long())
+        for tag, value in self._tap.attached.items():
+            if tag is not None:
+                np.save(d / f"{tag}.npy", np.float64(value))
+
+    def meta(self, layout, config):
+        x = self.tensors["hidden_states"]
+        dtype = {"torch.float64": "float64", "torch.float32": "float32", "torch.bfloat16": "bfloat16"}.get(str(x.dtype))
+        if self.store_dtype is not None:
+            dtype = np.dtype(self.store_dtype).name
+        if dtype is None:
+            raise CaptureError(f"hidden states of dtype {x.dtype}: float64, float32 or bfloat16 are compared")
+        seq_local, batch = x.shape[0], x.shape[1]
+        return {"format": FORMAT, "producer": self.producer, "config": config,
+                "semantics": self.semantics, "layout": layout,
+                "shape": {"seq": seq_local * layout["tp"], "batch": batch}, "dtype": dtype,
+                "dispatcher": self.dispatcher, "loss": LOSS}
+
+
+@contextlib.contextmanager
+def capture(layer, out, semantics="megatron-core-0.19", producer=None, extra_meta=None, store_dtype=None):
+    """Records `layer` over the block (one forward and its backward) and writes `out` as moe-dump/1 at its end.
+
+    semantics: what the framework claims to compute (`moe-oracle semantics`); extra_meta: dump.json keys to add or
+    override (for example "notes"); store_dtype: a numpy dtype every floating tensor is stored in (default: each in
+    its own; a mixed-precision layer stored as np.float32 keeps every bf16 value exactly, and `moe-oracle compare
+    --precision bfloat16` then states its arithmetic). Hooks and patches are removed however the block ends; the
+    dump is written only when it ends normally."""
+    import torch.distributed as dist
+    import megatron.core.package_info as info
+
+    cap = Capture(layer, out, semantics, producer or f"megatron-core {info.__version__} (moe_capture)",
+                  layer.config.moe_token_dispatcher_type, store_dtype)
+    layout = megatron_layout()
+    # Read when the block starts: the configuration the run was given (and a refusal before it runs, not after).
+    config = megatron_config(layer.config)
+    cap.install()
+    try:
+        yield cap
+    finally:
+        cap.remove()
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    cap.write(rank)
+    if rank == 0:
+        meta = cap.meta(layout, config)
+        meta.update(extra_meta or {})
+        cap.out.mkdir(parents=True, exist_ok=True)
+        (cap.out / "dump.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if dist.is_initialized():
+        dist.barrier()
