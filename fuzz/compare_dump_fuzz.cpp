@@ -9,6 +9,7 @@
 #include "compare/dump_compare.hpp"
 #include "fuzz/fuzz_support.hpp"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -64,8 +65,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string_view rest = input.substr(cut + 1);
     const auto cut2 = rest.find('\0');
     const std::string_view name = rest.substr(0, cut2);
-    const bool plain = (name.starts_with("rank0/") || name.starts_with("rank1/")) && name.size() > 6 &&
-                       name.find('/', 6) == std::string_view::npos && name.find("..") == std::string_view::npos;
+    // A file of rank0/ or rank1/ with a plain name (letters, digits, '.', '_', '-'; at most 100 characters).
+    bool plain = (name.starts_with("rank0/") || name.starts_with("rank1/")) && name.size() > 6 && name.size() <= 106 &&
+                 name.find("..") == std::string_view::npos;
+    for (size_t i = 6; plain && i < name.size(); ++i)
+      plain = std::isalnum(static_cast<unsigned char>(name[i])) || name[i] == '.' || name[i] == '_' || name[i] == '-';
     if (plain && cut2 != std::string_view::npos) {
       file_back.path = dir / (std::string(name) + ".npy");
       file_back.existed = fs::exists(file_back.path);
