@@ -30,10 +30,10 @@ const TensorResult* Comparison::first_failure() const {
   return nullptr;
 }
 
-Comparison compare_dump(const Dump& dump, ExpertPath path) {
+Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<void()>& progress) {
   OracleAnswer answer;
   try {
-    answer = oracle_for(dump, path);
+    answer = oracle_for(dump, path, progress);
   } catch (const std::invalid_argument& e) {  // the oracle's own validation of inputs and parameters
     throw DumpError(dump.dir.string() + ": the oracle refuses the dump's inputs: " + e.what());
   }

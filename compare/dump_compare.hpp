@@ -6,6 +6,7 @@
 #include "compare/dump.hpp"
 #include "reference/moe_layer.hpp"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,7 +49,9 @@ struct Comparison {
 };
 
 // The oracle on `path` (expert-batched, the fast path, unless the definition is asked for).
-Comparison compare_dump(const Dump& dump, ExpertPath path = ExpertPath::expert_batched);
+// `progress` as oracle_for's.
+Comparison compare_dump(const Dump& dump, ExpertPath path = ExpertPath::expert_batched,
+                        const std::function<void()>& progress = {});
 
 // For a failing dump: the single deviations (semantics spec changes like "+fused-swiglu-ignores-clamp") under which
 // the comparison passes — the names of what the dump's framework computes differently.

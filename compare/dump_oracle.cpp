@@ -218,7 +218,12 @@ void check_memory(const Dump& dump) {
 
 }  // namespace
 
-OracleAnswer oracle_for(const Dump& dump, ExpertPath path) {
+int oracle_passes(const Dump& dump) {
+  const int dp = dump.layout.dp(), tp = dump.layout.tp;
+  return dp + (has_backward(dump) ? dp * (1 + (tp > 1 ? tp : 0)) : 0);
+}
+
+OracleAnswer oracle_for(const Dump& dump, ExpertPath path, const std::function<void()>& progress) {
   const MoeConfig& c = dump.config;
   if (c.latent_size > 0)
     throw DumpError(dump.dir.string() + ": dumps of latent layers are not compared yet (megatron-core 0.19 has no "
@@ -293,6 +298,7 @@ OracleAnswer oracle_for(const Dump& dump, ExpertPath path) {
   std::vector<MoeForward<double>> forwards;
   for (int d = 0; d < dp; ++d) {
     forwards.push_back(moe_forward(c, params, inputs[static_cast<size_t>(d)], path));
+    if (progress) progress();
     if (dump.replay_capacity) {  // how far the replayed decisions are from the oracle's own rule
       MoeInputs<double> own = inputs[static_cast<size_t>(d)];
       own.capacity_decision.reset();
@@ -343,19 +349,25 @@ OracleAnswer oracle_for(const Dump& dump, ExpertPath path) {
     }
   if (!backward) return answer;
 
-  // Backward: every replica's gradients, and each source rank's part of the expert gradients.
+  // Backward: every replica's gradients, and each source rank's part of the expert gradients. With tp = 1 a
+  // replica is one source rank and its expert gradients are the part's (the router losses reach only the router).
   std::vector<MoeGradients<double>> grads;
   std::vector<std::vector<MoeGradients<double>>> part_grads(static_cast<size_t>(dp));
   for (int d = 0; d < dp; ++d) {
     const auto& in = inputs[static_cast<size_t>(d)];
     grads.push_back(moe_backward(c, params, in, forwards[static_cast<size_t>(d)], grad_y[static_cast<size_t>(d)], {}, path));
-    for (int j = 0; j < tp; ++j) {  // L restricted to part j's outputs: linear in grad_y, no router losses
+    if (progress) progress();
+    for (int j = 0; j < tp && tp > 1; ++j) {  // L restricted to part j's outputs: linear in grad_y, no router losses
       Matrix<double> masked = Matrix<double>::Zero(grad_y[static_cast<size_t>(d)].rows(), h);
       for (int t : partition[static_cast<size_t>(j)]) masked.row(t) = grad_y[static_cast<size_t>(d)].row(t);
       part_grads[static_cast<size_t>(d)].push_back(
           moe_backward(c, params, in, forwards[static_cast<size_t>(d)], masked, LossScales{0.0, 0.0}, path));
+      if (progress) progress();
     }
   }
+  const auto part = [&](int d, int j) -> const MoeGradients<double>& {
+    return tp == 1 ? grads[static_cast<size_t>(d)] : part_grads[static_cast<size_t>(d)][static_cast<size_t>(j)];
+  };
   for (int r = 0; r < dump.layout.world; ++r)
     add("hidden_states.grad", r, {S / tp, B, h}, flat(part_rows(grads[static_cast<size_t>(a.at(r).dp)].x, a.at(r).tp)),
         false, true);
@@ -371,7 +383,7 @@ OracleAnswer oracle_for(const Dump& dump, ExpertPath path) {
       const int e = a.at(r).ep * nle + i;
       Matrix<double> fc1 = Matrix<double>::Zero(2 * dd, h), fc2 = Matrix<double>::Zero(h, dd);
       for (int q : a.groups().group(GroupKind::tp_ep, r)) {  // the ranks whose tokens reach r's experts
-        const auto& g = part_grads[static_cast<size_t>(a.at(q).dp)][static_cast<size_t>(a.at(q).tp)];
+        const auto& g = part(a.at(q).dp, a.at(q).tp);
         fc1 += g.params.expert_fc1[static_cast<size_t>(e)];
         fc2 += g.params.expert_fc2[static_cast<size_t>(e)];
       }

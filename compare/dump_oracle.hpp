@@ -21,6 +21,7 @@
 #include "compare/dump.hpp"
 #include "reference/moe_layer.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct OracleAnswer {
 
 // Throws DumpError when the dump lacks what the oracle needs (inputs, parameters) or its replicated parameters
 // differ between ranks.
-OracleAnswer oracle_for(const Dump& dump, ExpertPath path = ExpertPath::expert_batched);
+// `progress`, when set, is called after each of the oracle_passes(dump) layer passes (a forward or a backward of
+// one replica), so that a command can show how far a long comparison is.
+OracleAnswer oracle_for(const Dump& dump, ExpertPath path = ExpertPath::expert_batched,
+                        const std::function<void()>& progress = {});
+int oracle_passes(const Dump& dump);
 
 }  // namespace moe::compare

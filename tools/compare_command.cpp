@@ -3,9 +3,11 @@
 // mismatching tensor, rank and index (and the Megatron deviation that would explain it, if one does), 2 when the
 // dump is malformed.
 #include "compare/dump_compare.hpp"
+#include "compare/dump_oracle.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/model_options.hpp"
+#include "tools/progress.hpp"
 #include "tools/run_options.hpp"
 
 #include <nlohmann/json.hpp>
@@ -45,7 +47,8 @@ std::string ranks_text(const compare::TensorResult& t) {
 
 void run(const CompareArgs& a) {
   const compare::Dump dump = compare::read_dump(a.dir, {a.semantics, a.precision});
-  const compare::Comparison c = compare::compare_dump(dump, a.path);
+  Progress progress("compare", "layer passes", compare::oracle_passes(dump), a.json);
+  const compare::Comparison c = compare::compare_dump(dump, a.path, [&progress] { progress.step(); });
   const std::vector<std::string> explaining =
       c.pass() || !a.explain ? std::vector<std::string>() : compare::explaining_deviations(dump, a.path);
   const compare::TensorResult* fail = c.first_failure();
