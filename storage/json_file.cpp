@@ -38,6 +38,13 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& where) 
     std::string what = e.what();
     const auto at = what.find("parse error");
     throw StorageError(where + ": not valid JSON (" + (at == std::string::npos ? what : what.substr(at)) + ")");
+  } catch (const json::exception& e) {
+    // The others the parser throws, e.g. out_of_range.406 "number overflow parsing '1e400'": the reason, without
+    // the library's tag.
+    std::string what = e.what();
+    const auto tag_end = what.find("] ");
+    throw StorageError(where + ": not valid JSON (" + (tag_end == std::string::npos ? what : what.substr(tag_end + 2)) +
+                       ")");
   }
 }
 

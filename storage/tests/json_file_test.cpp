@@ -45,6 +45,13 @@ TEST(JsonFile, RefusesAKeyGivenTwiceInOneObject) {
   EXPECT_EQ(ok.at("b").at(1).at("a"), 2);
 }
 
+// Found by fuzzing compare's dump.json: a number beyond double escaped as the library's out_of_range.
+TEST(JsonFile, RefusesANumberBeyondDoubleAsNotValidJson) {
+  test::expect_error<StorageError>("cfg.json: not valid JSON (number overflow parsing '1e400')", [] {
+    parse_json_text("{\"a\": 1e400}", "cfg.json");
+  });
+}
+
 TEST(JsonFile, NamesTheSourceAndThePositionOfASyntaxError) {
   test::expect_error<StorageError>("cfg.json: not valid JSON (parse error at line 1, column 6", [] {
     parse_json_text("{\"a\" 1}", "cfg.json");
