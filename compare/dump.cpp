@@ -10,7 +10,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <regex>
 #include <set>
 
 namespace moe::compare {
@@ -112,13 +111,21 @@ namespace {
 
 // rank0/, rank1/, … with each .npy file's header read and checked against the file's size; nothing else named
 // rank* may sit beside them.
+// The rank a folder name "rank<r>" names, r written without leading zeros; -1 for any other name.
+int rank_of_folder(const std::string& name) {
+  const std::string digits = name.substr(4);
+  if (digits.empty() || digits.size() > 7 || (digits.size() > 1 && digits[0] == '0')) return -1;
+  for (char ch : digits)
+    if (ch < '0' || ch > '9') return -1;
+  return std::stoi(digits);
+}
+
 void list_ranks(Dump& d) {
-  const std::regex rank_folder("rank(0|[1-9][0-9]*)");
   for (const auto& entry : std::filesystem::directory_iterator(d.dir)) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("rank")) continue;
-    std::smatch m;
-    if (!std::regex_match(name, m, rank_folder) || m[1].length() > 6 || std::stoi(m[1]) >= d.layout.world)
+    const int r = rank_of_folder(name);
+    if (r < 0 || r >= d.layout.world)
       fail(entry.path(), "is not a rank of the layout's world of " + std::to_string(d.layout.world) +
                              " (rank0 … rank" + std::to_string(d.layout.world - 1) + ")");
   }
