@@ -13,6 +13,7 @@
 #include "reference/config.hpp"
 #include "reference/parallel_layout.hpp"
 #include "reference/tolerance.hpp"
+#include "storage/durable_files.hpp"
 
 #include <filesystem>
 #include <map>
@@ -22,9 +23,11 @@
 
 namespace moe::compare {
 
+// One line naming the file and the problem; file names and dump.json's values are quoted in it, so every control
+// character they hold is written as \xNN (storage::one_line).
 class DumpError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit DumpError(const std::string& what) : std::runtime_error(storage::one_line(what)) {}
 };
 
 // How exactly the dump's numbers can match the double oracle, from the precision its framework computed in

@@ -1,5 +1,7 @@
 #include "golden/npy.hpp"
 
+#include "storage/durable_files.hpp"
+
 #include <bit>
 #include <cctype>
 #include <cmath>
@@ -30,8 +32,9 @@ std::size_t item_size(NpyDtype dtype) {
   return 8;
 }
 
+// The header's text is the file's: quoted in one line whatever bytes it holds.
 [[noreturn]] void fail(const std::string& origin, const std::string& problem) {
-  throw NpyError(origin + ": not a supported .npy file: " + problem);
+  throw NpyError(storage::one_line(origin + ": not a supported .npy file: " + problem));
 }
 
 // The header dict: {'key': value, ...} with values 'string', True/False, or a tuple of integers.

@@ -11,9 +11,14 @@
 
 namespace moe::storage {
 
+// `text` for a one-line message: every control character (a newline from a file name or a file's header, an
+// escape sequence) written as \xNN, so that what a file holds cannot break or forge the message it is quoted in.
+std::string one_line(std::string_view text);
+
+// One line naming the path (paths and file contents quoted in it through one_line).
 class StorageError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit StorageError(const std::string& what) : std::runtime_error(one_line(what)) {}
 };
 
 // Creates or truncates `path`, writes `bytes` and fsyncs the file before returning.

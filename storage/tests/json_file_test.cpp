@@ -45,6 +45,12 @@ TEST(JsonFile, RefusesAKeyGivenTwiceInOneObject) {
   EXPECT_EQ(ok.at("b").at(1).at("a"), 2);
 }
 
+// Found by fuzzing compare: a .npy header key holding a newline broke the one-line refusal that quoted it.
+TEST(OneLine, WritesControlCharactersAsHex) {
+  EXPECT_EQ(one_line("key 'a\nb\x1b[2J' and \x7f"), "key 'a\\x0ab\\x1b[2J' and \\x7f");
+  EXPECT_EQ(one_line("plain, ünïcode kept"), "plain, ünïcode kept");
+}
+
 // Found by fuzzing compare's dump.json: a number beyond double escaped as the library's out_of_range.
 TEST(JsonFile, RefusesANumberBeyondDoubleAsNotValidJson) {
   test::expect_error<StorageError>("cfg.json: not valid JSON (number overflow parsing '1e400')", [] {
