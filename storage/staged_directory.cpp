@@ -75,6 +75,7 @@ fs::path StagedDirectory::staging_path(const fs::path& target, Id id) {
 
 StagedDirectory::StagedDirectory(const fs::path& target, const ReplaceableEntry& replaceable, const std::string& kind)
     : target_(resolve_target(target)) {
+  recover_interrupted_write(target_);
   const fs::file_status status = fs::symlink_status(target_);
   if (fs::exists(status)) {
     if (!fs::is_directory(status))
@@ -88,11 +89,15 @@ StagedDirectory::StagedDirectory(const fs::path& target, const ReplaceableEntry&
     }
   }
   fs::create_directories(parent_of(target_));
+  sweep_leftovers(target_);
   id_.pid = ::getpid();
+  // Created and locked under a shared lock on the parent, so that no sweep sees it unlocked (write_leftovers.hpp).
+  const FolderLock creating(parent_of(target_), FolderLock::Wait::yes, true);
   do {
     id_.serial = next_serial++;
     staging_ = staging_path(target_, id_);
   } while (!fs::create_directory(staging_));  // false: a folder of that name exists (left by a killed writer)
+  lock_.emplace(staging_, FolderLock::Wait::no);
 }
 
 StagedDirectory::~StagedDirectory() {
@@ -110,13 +115,18 @@ void StagedDirectory::commit() {
     rename_or_fail(staging_, target_);
     committed_ = true;
     sync_directory(parent);
+    lock_.reset();  // the write is over: the folder is the target's now
     return;
   }
+  // The old version stays locked until it is removed, wherever it is renamed: a sweep leaves it to this writer,
+  // and a reader finding the target missing waits for the second rename rather than restoring it.
+  const FolderLock old_version(target_, FolderLock::Wait::yes);
   if (exchange(staging_, target_)) {
     committed_ = true;  // the target is the new version; staging_ now holds the old one
     sync_directory(parent);
     pause_for_kill_tests();
     fs::remove_all(staging_, ec);
+    lock_.reset();
     return;
   }
   // The fallback: the old version goes aside first and is removed only once the new one is in place.
@@ -134,6 +144,17 @@ void StagedDirectory::commit() {
   sync_directory(parent);
   pause_for_kill_tests();
   fs::remove_all(aside, ec);
+  lock_.reset();
+}
+
+void StagedDirectory::recover(const fs::path& target) {
+  fs::path resolved;
+  try {
+    resolved = resolve_target(target);
+  } catch (const std::exception&) {
+    return;  // not a folder that can be written (".", a dangling link): no write of it to recover
+  }
+  recover_interrupted_write(resolved);
 }
 
 }  // namespace moe::storage

@@ -19,13 +19,19 @@
 // windows that otherwise last microseconds. It changes the timing only.
 //
 // A killed writer leaves its staging folder (an incomplete new version, or after the swap the old version being
-// removed) or an .old- folder beside the target; either may be deleted. A failed write (an exception) removes the
-// staging folder and leaves the target untouched.
+// removed) or an .old- folder beside the target. The next write of the same target cleans up after it before it
+// stages anything (write_leftovers.hpp): where the target is missing and the old version is complete aside, it
+// puts it back; it then removes the staging and .old- folders whose writers are gone, which a lock tells apart
+// from those of a concurrent writer. A failed write (an exception) removes the staging folder and leaves the
+// target untouched.
 #pragma once
+
+#include "storage/write_leftovers.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace moe::storage {
@@ -42,9 +48,10 @@ class StagedDirectory {
     std::int64_t serial = 0;
   };
 
-  // Checks that `target` may be replaced (absent, or a folder whose every entry `replaceable` accepts; a symbolic
-  // link is resolved and the folder it points to is replaced) and creates the staging folder, and the target's
-  // parent folders if needed. `kind` names the content in refusals ("checkpoint", "golden case").
+  // Recovers an interrupted write of `target` (recover_interrupted_write), checks that `target` may be replaced
+  // (absent, or a folder whose every entry `replaceable` accepts; a symbolic link is resolved and the folder it
+  // points to is replaced), sweeps the leftovers of killed writers (sweep_leftovers) and creates the staging folder,
+  // locked while this object lives, and the target's parent folders if needed. `kind` names the content in refusals ("checkpoint", "golden case").
   StagedDirectory(const std::filesystem::path& target, const ReplaceableEntry& replaceable, const std::string& kind);
   // Removes the staging folder unless commit() succeeded.
   ~StagedDirectory();
@@ -60,6 +67,9 @@ class StagedDirectory {
 
   // The target as it is replaced: lexically normal, without a trailing '/', a symbolic link resolved.
   static std::filesystem::path resolve_target(const std::filesystem::path& target);
+  // For readers: puts the old version of `target` back where a write without RENAME_EXCHANGE was stopped between
+  // its two renames (recover_interrupted_write on the resolved target).
+  static void recover(const std::filesystem::path& target);
   // The staging folder of write `id` for `target` (as resolve_target gives it).
   static std::filesystem::path staging_path(const std::filesystem::path& target, Id id);
 
@@ -67,6 +77,7 @@ class StagedDirectory {
   std::filesystem::path target_;
   std::filesystem::path staging_;
   Id id_;
+  std::optional<FolderLock> lock_;  // on the staging folder: it has a live writer (write_leftovers.hpp)
   bool committed_ = false;
 };
 

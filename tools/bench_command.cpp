@@ -19,6 +19,7 @@
 #include "tools/bench_timing.hpp"
 #include "tools/build_isa.hpp"
 #include "tools/commands.hpp"
+#include "tools/given_options.hpp"
 #include "tools/rank_error.hpp"
 #include "tools/expert_bench.hpp"
 #include "tools/oracle_bench.hpp"
@@ -374,6 +375,7 @@ void add_bench_command(CLI::App& app) {
         MpiRuntime mpi(argc, argv);
         MpiCommunicator world(mpi);
         try {
+          require_same_options(world, given_options(*cmd));  // before any work: ranks must time one problem
           if (o->experts % world.size())
             throw std::invalid_argument("--experts " + std::to_string(o->experts) + " must divide by the " +
                                         std::to_string(world.size()) + " ranks");

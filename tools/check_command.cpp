@@ -35,6 +35,7 @@
 #include "tools/check_compare_roundtrip.hpp"
 #include "tools/check_report.hpp"
 #include "tools/commands.hpp"
+#include "tools/given_options.hpp"
 #include "tools/rank_error.hpp"
 #include "tools/kernel_choice.hpp"
 #include "tools/layout_options.hpp"
@@ -617,6 +618,7 @@ void add_check_command(CLI::App& app) {
                 << "-" << world->size() - 1 << " of the " << world->size() << " mpirun started sit it out\n";
     bool pass = true;
     try {
+      if (world) require_same_options(*world, given_options(*cmd));  // before any work: ranks must run one problem
       const KernelChoice kernels(o->kernels);
       const std::vector<CheckRun> runs = run_all(*o, rows, kernels.backend(), world.get());
       remove_own();

@@ -8,6 +8,7 @@ namespace moe::cli {
 
 void add_bench_command(CLI::App& app);
 void add_check_command(CLI::App& app);
+void add_checkpoint_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
 void add_golden_command(CLI::App& app);

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("moe-oracle ") + MOE_ORACLE_VERSION);
   moe::cli::add_check_command(app);
+  moe::cli::add_checkpoint_command(app);
   moe::cli::add_compare_command(app);
   moe::cli::add_bench_command(app);
   moe::cli::add_layer_command(app);

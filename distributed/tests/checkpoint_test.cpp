@@ -301,17 +301,15 @@ TEST(Checkpoint, SaveReplacesAnOlderCheckpointAsAWhole) {
 }
 
 // Without RENAME_EXCHANGE, a writer stopped between its two renames leaves no folder and the previous checkpoint
-// complete beside it: the refusal says where.
-TEST(Checkpoint, AMissingFolderPointsToTheOldVersionSetAside) {
+// complete beside it. Before: the load refused ("no checkpoint.json", pointing to the .old- folder) and the folder
+// stayed missing; now the loader puts the old version back and loads it.
+TEST(Checkpoint, AMissingFolderIsRestoredFromTheOldVersionSetAside) {
   const Written w("aside");
   const fs::path aside = w.dir.string() + ".old-123-4";
   fs::remove_all(aside);
   fs::rename(w.dir, aside);
-  expect_refused(w, "no checkpoint.json in " + w.dir.string() +
-                        " (a write replacing it was interrupted: the previous checkpoint is complete at " +
-                        aside.string() + ")");
-  EXPECT_TRUE(w.fixture.matches(load_checkpoint(aside.string(), w.fixture.config), 5));
-  fs::remove_all(aside);
+  EXPECT_TRUE(w.fixture.matches(load_checkpoint(w.dir.string(), w.fixture.config), 5));
+  EXPECT_TRUE(beside(w.dir).empty()) << "the old version is back in place, not copied";
 }
 
 // Before: the pieces were written into any folder, next to whatever it held.

@@ -284,24 +284,6 @@ std::string message_of(const std::exception& e) {
   return what.empty() ? "an error without a message" : what;
 }
 
-// Where the folder is missing because a writer without RENAME_EXCHANGE was stopped between its two renames
-// (storage/staged_directory.hpp), the complete previous checkpoint is beside it as <dir>.old-<pid>-<n>: say so.
-std::string interrupted_write(const fs::path& folder) {
-  std::error_code ec;
-  const fs::path dir = folder.lexically_normal().has_filename() ? folder.lexically_normal()
-                                                                : folder.lexically_normal().parent_path();
-  if (dir.filename().empty() || fs::exists(fs::symlink_status(dir, ec))) return "";
-  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
-  for (const auto& e : fs::directory_iterator(parent, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(dir.filename().string() + ".old-", 0) == 0 &&
-        fs::is_regular_file(e.path() / "checkpoint.json", ec))
-      return " (a write replacing it was interrupted: the previous checkpoint is complete at " + e.path().string() +
-             ")";
-  }
-  return "";
-}
-
 // The shortest text that reads back as `v` ("nan", "-inf", "1.5", "4").
 std::string number(double v) {
   char buf[32];
@@ -458,8 +440,14 @@ void save_checkpoint(const std::string& dir, Communicator& world, const ModelCon
 TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config) {
   const fs::path folder(dir);
   const fs::path meta_path = folder / "checkpoint.json";
-  if (storage::file_kind(meta_path, false) == "missing")
-    fail("no checkpoint.json in " + dir + interrupted_write(folder));
+  try {
+    // A writer without RENAME_EXCHANGE killed between its two renames left the folder missing and the previous
+    // checkpoint complete beside it: it is put back (storage/write_leftovers.hpp).
+    storage::StagedDirectory::recover(folder);
+  } catch (const storage::StorageError& e) {
+    fail(e.what());
+  }
+  if (storage::file_kind(meta_path, false) == "missing") fail("no checkpoint.json in " + dir);
   const MetaReader read(meta_path.string());
   try {
     json meta;

@@ -1,0 +1,101 @@
+// `moe-oracle checkpoint verify DIR` on a checkpoint that `check --steps 2 --resume-as` wrote: exit 0 with a
+// summary; a piece cut short, a NaN under a matching checksum, a missing piece, an unlisted file, a folder that is
+// not a checkpoint: exit 2 with one line naming the file and the rule.
+#include "tools/tests/cli_run.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+
+namespace moe::test {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// One checkpoint for every test of this file, copied per test.
+const fs::path& written() {
+  static const fs::path dir = [] {
+    const fs::path d = fs::temp_directory_path() / "moe_checkpoint_cli_test" / "written";
+    fs::remove_all(d.parent_path());
+    const Result r = run("check --steps 2 --world 2 --ep 2 --dispatcher flex --resume-as world=2 --checkpoint-dir " + d.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    return d;
+  }();
+  return dir;
+}
+
+fs::path copy_of(const std::string& name) {
+  const fs::path to = written().parent_path() / name;
+  fs::remove_all(to);
+  fs::copy(written(), to, fs::copy_options::recursive);
+  return to;
+}
+
+void expect_refused(const fs::path& dir, const std::string& fragment) {
+  const Result r = run("checkpoint verify " + dir.string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(fragment), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+}
+
+json meta_of(const fs::path& dir) { return json::parse(std::ifstream(dir / "checkpoint.json")); }
+
+TEST(CheckpointVerify, AGoodCheckpointPassesWithASummary) {
+  const Result r = run("checkpoint verify " + written().string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(": verified"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tensors exactly once"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training step 1"), std::string::npos) << r.output;
+  const json j = run_json("checkpoint verify " + written().string());
+  EXPECT_EQ(j["verified"], true);
+  EXPECT_EQ(j["pieces"], meta_of(written())["pieces"].size());
+  EXPECT_EQ(run("checkpoint verify --help").status, 0);
+}
+
+TEST(CheckpointVerify, EachBrokenPieceIsNamed) {
+  const json meta = meta_of(written());
+  const std::string first = meta["pieces"][0]["file"];
+
+  fs::path dir = copy_of("short");
+  fs::resize_file(dir / first, fs::file_size(dir / first) - 8);
+  expect_refused(dir, (dir / first).string() + ": has ");
+
+  dir = copy_of("missing");
+  fs::remove(dir / first);
+  expect_refused(dir, (dir / first).string() + ": missing");
+
+  // A NaN whose checksum was updated too: only the check of the values finds it.
+  dir = copy_of("nan");
+  std::string bytes;
+  {
+    std::ifstream in(dir / first, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::memcpy(bytes.data(), &nan, sizeof nan);
+  std::ofstream(dir / first, std::ios::binary) << bytes;
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a, as checkpoint.cpp
+  for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  json m = meta;
+  m["pieces"][0]["fnv1a"] = h;
+  std::ofstream(dir / "checkpoint.json") << m.dump();
+  expect_refused(dir, "element 0 of " + meta["pieces"][0]["tensor"].get<std::string>() + " is nan");
+
+  dir = copy_of("unlisted");
+  std::ofstream(dir / "extra.bin") << "x";
+  expect_refused(dir, (dir / "extra.bin").string() + ": not a piece listed in checkpoint.json");
+
+  dir = copy_of("not_a_checkpoint");
+  fs::remove(dir / "checkpoint.json");
+  expect_refused(dir, "checkpoint.json");
+}
+
+}  // namespace
+}  // namespace moe::test
