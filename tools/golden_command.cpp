@@ -1,6 +1,7 @@
 // `moe-oracle golden verify|write`: golden cases (golden/README.md) against the oracle.
 //   verify DIR...  runs the oracle on each case (a DIR holding case.json, or a folder of such DIRs) and prints per
-//                  tensor the max abs / max rel error and PASS/FAIL; exit status 0 only if every tensor passes.
+//                  tensor the max abs / max rel error and PASS/FAIL; exit status 0 only if every tensor passes,
+//                  1 when one fails, 2 when a case could not be read or run (refused input, not a mismatch).
 //                  Layer cases (moe-golden/1, /2) run the layer oracle, model cases (moe-golden-model/1) one
 //                  global step; each case says which semantics it ran under.
 //   write          writes a new layer case from a config file, seeded inputs and the oracle.
@@ -19,7 +20,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -104,6 +104,8 @@ CaseResult verify_case(const fs::path& dir) {
       r.written_by = c.header.written_by;
       r.tensors = golden::compare_outputs(c, golden::oracle_outputs(c.header.config, golden::oracle_inputs(c)));
     }
+  } catch (const fs::filesystem_error& e) {  // a file of the case that cannot be reached (a symlink loop)
+    r.error = (e.path1().empty() ? r.path : e.path1().string()) + ": " + e.code().message();
   } catch (const std::exception& e) {
     r.error = e.what();
   }

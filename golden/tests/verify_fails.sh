@@ -55,4 +55,7 @@ data[-8:] = bytes.fromhex("000000000000f87f")  # the last float64 becomes NaN
 open(path, "wb").write(bytes(data))
 PY
 expect_refusal "$tmp/bad" "ERROR .*y.*\(NaN\|finite\)" "a NaN tensor"
-echo "verify fails as it should: 10 checks"
+# A symlink loop: the path and the reason, not "filesystem error: status: …".
+fresh; rm "$tmp/bad/y.npy"; ln -s y.npy "$tmp/bad/y.npy"
+expect_refusal "$tmp/bad" "ERROR $tmp/bad/y.npy: Too many levels of symbolic links" "a symlink loop"
+echo "verify fails as it should: 11 checks"
