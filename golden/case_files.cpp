@@ -1,22 +1,15 @@
 #include "golden/case_files.hpp"
 
 #include "storage/durable_files.hpp"
+#include "storage/json_file.hpp"
 #include "storage/staged_directory.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 
 namespace moe::golden {
 namespace {
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw CaseFormatError(path.string() + ": cannot open");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -33,10 +26,10 @@ nlohmann::json read_case_json(const std::filesystem::path& directory) {
   if (!std::filesystem::is_regular_file(json_path)) {
     throw CaseFormatError(directory.string() + ": not a golden case (no " + kCaseJson + ")");
   }
-  try {
-    return nlohmann::json::parse(read_text(json_path));
-  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range (1e400)
-    throw CaseFormatError(json_path.string() + ": invalid JSON: " + e.what());
+  try {  // the shared reader's limits: bounded size and depth, no key given twice
+    return storage::read_json_file(json_path);
+  } catch (const storage::StorageError& e) {
+    throw CaseFormatError(e.what());  // names the file already
   }
 }
 

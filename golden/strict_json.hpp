@@ -3,6 +3,7 @@
 #pragma once
 
 #include "golden/case_json.hpp"
+#include "reference/tolerance.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -96,6 +97,15 @@ inline Tolerance tolerance_from(StrictObject& top, const std::string& origin) {
   t.atol = tol.number("atol", tol.required("atol"));
   tol.reject_unknown();
   if (t.rtol < 0 || t.atol < 0) throw CaseFormatError(origin + ": tolerances must be >= 0");
+  // A case may tighten its check, never loosen it: with rtol 1e300 every wrong output would pass. The bound is
+  // the table's row for golden cases (their outputs are the oracle's, in double).
+  const Tolerance bound = moe::tolerance(Compared::golden_case, Precision::float64);
+  if (t.rtol > bound.rtol || t.atol > bound.atol) {
+    const auto num = [](double x) { return nlohmann::json(x).dump(); };
+    throw CaseFormatError(origin + ": tolerance {rtol " + num(t.rtol) + ", atol " + num(t.atol) +
+                          "} is looser than the table allows for a golden case (rtol <= " + num(bound.rtol) +
+                          ", atol <= " + num(bound.atol) + "): a case cannot loosen its own check");
+  }
   return t;
 }
 

@@ -1,7 +1,9 @@
 #include "reference/semantics.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace moe {
 namespace {
@@ -194,13 +196,21 @@ Semantics Semantics::parse(std::string_view spec) {
   const auto comma = spec.find(',');
   Semantics s = profile(spec.substr(0, comma));
   std::string_view rest = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+  // A deviation named twice is refused: "+x,-x" contradicts itself, and taking the last would hide that the
+  // spec does not say what its writer meant; "+x,+x" is refused alike (one way to write each spec).
+  std::vector<Deviation> named;
   while (comma != std::string_view::npos) {
     const auto next = rest.find(',');
     const std::string_view item = rest.substr(0, next);
     if (item.size() < 2 || (item[0] != '+' && item[0] != '-'))
       throw std::invalid_argument("semantics '" + std::string(spec) + "': '" + std::string(item) +
                                   "' is not +deviation or -deviation");
-    s = s.with(parse_deviation(item.substr(1)), item[0] == '+');
+    const Deviation d = parse_deviation(item.substr(1));
+    if (std::find(named.begin(), named.end(), d) != named.end())
+      throw std::invalid_argument("semantics '" + std::string(spec) + "': deviation '" +
+                                  std::string(item.substr(1)) + "' is named twice");
+    named.push_back(d);
+    s = s.with(d, item[0] == '+');
     if (next == std::string_view::npos) break;
     rest = rest.substr(next + 1);
   }

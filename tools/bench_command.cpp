@@ -16,6 +16,7 @@
 #include "distributed/dispatch/dispatcher.hpp"
 #include "distributed/train/rank_groups.hpp"
 #include "reference/random_init.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/bench_timing.hpp"
 #include "tools/build_isa.hpp"
 #include "tools/commands.hpp"
@@ -279,13 +280,13 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Time each dispatcher's dispatch + combine against raw MPI_Alltoallv");
   cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
-  cmd->add_option("--world", o->world, "ranks for the inproc backend (= ep)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--tokens", o->tokens, "tokens per rank")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--hidden", o->hidden, "hidden size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--world", o->world, "ranks for the inproc backend (= ep)")->capture_default_str()->check(whole_at_least(1));
+  cmd->add_option("--tokens", o->tokens, "tokens per rank")->capture_default_str()->check(whole_at_least(1));
+  cmd->add_option("--hidden", o->hidden, "hidden size")->capture_default_str()->check(whole_at_least(1));
   cmd->add_option("--experts", o->experts, "routed experts (divisible by the world)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--topk", o->topk, "experts per token")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
+  cmd->add_option("--topk", o->topk, "experts per token")->capture_default_str()->check(whole_at_least(1));
   cmd->add_option("--repetitions", o->repetitions, "timed repetitions (one warm-up before)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
@@ -297,7 +298,7 @@ void add_bench_command(CLI::App& app) {
                 "are then its local experts");
   cmd->add_option("--ffn", o->ffn, "expert FFN width (with --experts-gemm)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd->add_option("--peak-gflops", o->peak_gflops,
                   "with --experts-gemm: the CPU's double-precision peak (GFLOP/s, all threads), the named limit");
   cmd->add_flag("--permute", o->permute,

@@ -1,6 +1,7 @@
 // `moe-oracle golden verify|write`: golden cases (golden/README.md) against the oracle.
 //   verify DIR...  runs the oracle on each case (a DIR holding case.json, or a folder of such DIRs) and prints per
-//                  tensor the max abs / max rel error and PASS/FAIL; exit status 0 only if every tensor passes.
+//                  tensor the max abs / max rel error and PASS/FAIL; exit status 0 only if every tensor passes,
+//                  1 when one fails, 2 when a case could not be read or run (refused input, not a mismatch).
 //                  Layer cases (moe-golden/1, /2) run the layer oracle, model cases (moe-golden-model/1) one
 //                  global step; each case says which semantics it ran under.
 //   write          writes a new layer case from a config file, seeded inputs and the oracle.
@@ -9,6 +10,8 @@
 #include "golden/case_oracle.hpp"
 #include "golden/golden_case.hpp"
 #include "golden/model_case_oracle.hpp"
+#include "storage/json_file.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
 
@@ -17,7 +20,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -102,6 +104,8 @@ CaseResult verify_case(const fs::path& dir) {
       r.written_by = c.header.written_by;
       r.tensors = golden::compare_outputs(c, golden::oracle_outputs(c.header.config, golden::oracle_inputs(c)));
     }
+  } catch (const fs::filesystem_error& e) {  // a file of the case that cannot be reached (a symlink loop)
+    r.error = (e.path1().empty() ? r.path : e.path1().string()) + ": " + e.code().message();
   } catch (const std::exception& e) {
     r.error = e.what();
   }
@@ -161,17 +165,19 @@ void run_verify(const VerifyOptions& opt) {
     for (const auto& r : results) print_table(r);
     std::cout << passed << " of " << results.size() << " cases pass\n";
   }
+  // A case that could not be read or run is refused input (2, as docs/cli.md says), not a mismatch (1): a NaN
+  // tensor or a bad case.json says nothing about the oracle.
+  const bool refused = std::any_of(results.begin(), results.end(), [](const auto& r) { return !r.error.empty(); });
+  if (refused) throw CLI::RuntimeError(2);
   if (passed != static_cast<std::ptrdiff_t>(results.size())) throw CLI::RuntimeError(1);
 }
 
 void run_write(const WriteOptions& opt) {
-  std::ifstream in(opt.config_file);
-  if (!in) throw std::invalid_argument(opt.config_file + ": cannot open");
   nlohmann::json config_json;
-  try {
-    config_json = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {  // parse errors, and numbers out of range (1e400)
-    throw std::invalid_argument(opt.config_file + ": invalid JSON: " + e.what());
+  try {  // the shared reader's limits: a regular file, bounded size and depth, no key given twice
+    config_json = storage::read_json_file(opt.config_file);
+  } catch (const storage::StorageError& e) {
+    throw std::invalid_argument(e.what());  // names the file already
   }
   // A case.json (or any {"config": {...}} wrapper) gives its config object; a bare config object is used as is.
   if (config_json.is_object() && config_json.contains("config") && !config_json.contains("hidden"))
@@ -225,9 +231,9 @@ void add_golden_command(CLI::App& app) {
   w->add_option("--out", write->out,
                 "case folder to create, or to replace as a whole (an existing one may hold only a previous case)")
       ->required();
-  w->add_option("--seed", write->seed, "seed of the inputs")->capture_default_str();
-  w->add_option("--seq", write->seq, "sequence length")->capture_default_str()->check(CLI::PositiveNumber);
-  w->add_option("--batch", write->batch, "micro-batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  w->add_option("--seed", write->seed, "seed of the inputs")->capture_default_str()->check(seed_value());
+  w->add_option("--seq", write->seq, "sequence length")->capture_default_str()->check(whole_at_least(1));
+  w->add_option("--batch", write->batch, "micro-batch size")->capture_default_str()->check(whole_at_least(1));
   w->add_option("--vocab", write->vocab, "vocabulary size (hash routing's tid2eid rows)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 24));

@@ -398,7 +398,13 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
   // when the key is set.
   const int shared = k.integer_or("n_shared_experts", v3 ? 1 : 2, class_default);
   if (shared < 0) throw std::invalid_argument("'n_shared_experts' must be >= 0");
-  c.shared_expert_ffn_hidden = shared * c.ffn_hidden;
+  // The product in 64 bits: in int, 2^21 × 2048 wraps to 0 and the shared expert would vanish without a word.
+  const std::int64_t shared_width = std::int64_t{shared} * c.ffn_hidden;
+  if (shared_width > std::numeric_limits<int>::max())
+    throw std::invalid_argument("'n_shared_experts' " + std::to_string(shared) + " × 'moe_intermediate_size' " +
+                                std::to_string(c.ffn_hidden) + " = " + std::to_string(shared_width) +
+                                ": the shared expert's width must be at most 2^31 - 1");
+  c.shared_expert_ffn_hidden = static_cast<int>(shared_width);
 
   // The balance loss: per layer, f_e = E/(k·T)·count_e, as Megatron's aux (seq_aux: per sequence, then the mean).
   const double alpha = k.number_or("aux_loss_alpha", 0.0, "no balance loss");

@@ -3,6 +3,7 @@
 #include "reference/moe_layer.hpp"
 #include "reference/presets.hpp"
 #include "reference/random_init.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
 
@@ -120,10 +121,13 @@ void add_layer_command(CLI::App& app) {
   auto o = std::make_shared<LayerOptions>();
   auto* cmd = app.add_subcommand("layer", "Run one MoE layer through the oracle and print its outputs and gradients");
   add_model_options(*cmd, o->model);
-  cmd->add_option("--seq,--seq-length", o->seq, "sequence length (default: the model's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq,--seq-length", o->seq, "sequence length (default: the model's)")
+      ->check(whole_at_least(1));
   cmd->add_option("--micro-batch,--micro-batch-size", o->batch, "sequences per micro-batch (default: the model's)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--seed", o->seed, "seed of parameters, inputs and grad_y")->capture_default_str();
+      ->check(whole_at_least(1));
+  cmd->add_option("--seed", o->seed, "seed of parameters, inputs and grad_y")
+      ->capture_default_str()
+      ->check(seed_value());
   cmd->add_option("--semantics", o->semantics,
                   "semantics profile (intended, megatron-core-0.19, megatron-main; P,+deviation,-deviation)")
       ->capture_default_str();

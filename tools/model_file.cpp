@@ -5,13 +5,13 @@
 #include "golden/npy.hpp"
 #include "golden/strict_json.hpp"
 #include "reference/model.hpp"
+#include "storage/json_file.hpp"
 #include "tools/hf_config.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 namespace moe::cli {
@@ -31,15 +31,13 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// The shared reader's limits (a regular file, bounded size and depth, no key twice): a FIFO, /dev/zero or a
+// 200,000-deep value is refused here, before any message echoes a value by dumping it recursively.
 json parse_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument("cannot open the file");
-  std::stringstream text;
-  text << in.rdbuf();
   try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {  // parse errors, and numbers out of range (1e400)
-    throw std::invalid_argument(std::string("not valid JSON: ") + e.what());
+    return storage::read_json_file(path);
+  } catch (const storage::StorageError& e) {
+    throw NamedError(e.what());  // names the file already
   }
 }
 
@@ -201,7 +199,8 @@ void check_model(const LayerPreset& m) {
 
 ModelFile read_model_file(const fs::path& path) {
   try {
-    ModelFile out = read_any(parse_file(path), path);
+    const json root = parse_file(path);
+    ModelFile out = read_any(root, path);
     check_model(out.model);
     return out;
   } catch (const NamedError& e) {

@@ -1,5 +1,7 @@
 #include "tools/model_options.hpp"
 
+#include "tools/cli_checks.hpp"
+
 #include "tools/model_file.hpp"
 
 #include <algorithm>
@@ -124,10 +126,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "Qwen3-MoE, Qwen2-MoE, Mixtral); models/ has examples")
       ->check(CLI::ExistingFile);
   MegatronFlags& f = o.flags;
-  cmd.add_option("--num-experts", f.num_experts, "routed experts E (Megatron's --num-experts)")->check(CLI::PositiveNumber);
-  cmd.add_option("--moe-router-topk", f.topk, "experts per token k")->check(CLI::PositiveNumber);
-  cmd.add_option("--hidden-size", f.hidden, "hidden width h")->check(CLI::PositiveNumber);
-  cmd.add_option("--moe-ffn-hidden-size", f.ffn_hidden, "routed expert width d")->check(CLI::PositiveNumber);
+  cmd.add_option("--num-experts", f.num_experts, "routed experts E (Megatron's --num-experts)")->check(whole_at_least(1));
+  cmd.add_option("--moe-router-topk", f.topk, "experts per token k")->check(whole_at_least(1));
+  cmd.add_option("--hidden-size", f.hidden, "hidden width h")->check(whole_at_least(1));
+  cmd.add_option("--moe-ffn-hidden-size", f.ffn_hidden, "routed expert width d")->check(whole_at_least(1));
   cmd.add_option("--moe-router-score-function", f.score_function, "softmax, sigmoid or sqrtsoftplus")
       ->check(CLI::IsMember({"softmax", "sigmoid", "sqrtsoftplus"}));
   cmd.add_flag("--moe-router-pre-softmax", f.pre_softmax, "top-k of the softmax, not renormalised");
@@ -146,51 +148,51 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_flag("--moe-pad-expert-input-to-capacity", f.pad_to_capacity, "pad every expert to its capacity");
   cmd.add_option("--moe-shared-expert-intermediate-size", f.shared_ffn_hidden, "shared expert width (0: none)");
   cmd.add_option("--layers,--num-layers", f.num_layers, "MoE layers of the model (default: the model's)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--num-attention-heads", f.num_attention_heads,
                  "attention heads of every block (0: blocks without attention; default: the model's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
   cmd.add_option("--num-query-groups", f.num_query_groups, "key/value heads (GQA; default: the heads)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--kv-channels", f.kv_channels, "width of a head (default: hidden / heads)")
-      ->check(CLI::PositiveNumber);
-  cmd.add_option("--rotary-base", f.rotary_base, "RoPE base (default 10000)")->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
+  cmd.add_option("--rotary-base", f.rotary_base, "RoPE base (default 10000)")->check(real_above_zero(false));
   cmd.add_option("--mtp-num-layers", f.mtp_num_layers,
                  "multi-token-prediction depths after the main model (0: none; default: the model's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
   cmd.add_option("--mtp-loss-scaling-factor", f.mtp_loss_scaling_factor,
                  "λ: each depth's CE enters the objective with λ/depths (default: the model's, 0.1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(real_above_zero(true));
 }
 
 void add_layout_flags(CLI::App& cmd, ParallelLayout& layout, bool world_required) {
-  auto* world = cmd.add_option("--world", layout.world, "number of ranks (GPUs)");
+  auto* world = cmd.add_option("--world", layout.world, "number of ranks (GPUs)")->check(whole_at_least(1));
   if (world_required) world->required();
   cmd.add_option("--tp,--tensor-model-parallel-size", layout.tp, "tensor (and sequence) parallel size")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--cp,--context-parallel-size", layout.cp, "context parallel size")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--pp,--pipeline-model-parallel-size", layout.pp, "pipeline parallel size")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--ep,--expert-model-parallel-size", layout.ep, "expert parallel size")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--etp,--expert-tensor-parallel-size", layout.etp,
                  "expert tensor parallel size (default: the tensor parallel size, as in Megatron)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--gtp,--gtp-weight-remat-size", layout.gtp,
                  "GTP weight-rematerialisation size: ranks of distinct data that each keep 1/gtp of the dense "
                  "weights (Megatron: --tensor-parallel-num-weight-shards = tp·gtp); volume refuses it")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--egtp,--expert-gtp-weight-remat-size", layout.egtp,
                  "the same for the routed experts (Megatron: --expert-tensor-parallel-num-weight-shards = etp·egtp); "
                  "volume refuses it")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--order", layout.order, "rank order, fastest-varying axis first")->capture_default_str();
 }
 

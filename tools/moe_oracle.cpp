@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -57,6 +58,12 @@ int main(int argc, char** argv) {
     // 0 help, 1 a mismatch (a command's CLI::RuntimeError(1)); every usage error is 2, as for bad input below.
     const int code = app.exit(e);
     return code <= 1 ? code : 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path that cannot be walked (a symlink loop, no permission): the path and the reason, not the library's
+    // "filesystem error: status: …" with the path in brackets at the end.
+    std::cerr << "moe-oracle: error: " + (e.path1().empty() ? std::string("a path") : e.path1().string()) + ": " +
+                     e.code().message() + "\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << std::string("moe-oracle: error: ") + e.what() + "\n";  // one write: ranks of a job interleave
     return 2;

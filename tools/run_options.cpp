@@ -1,3 +1,4 @@
+#include "tools/cli_checks.hpp"
 #include "tools/run_options.hpp"
 
 #include "reference/presets.hpp"
@@ -91,7 +92,22 @@ LayerPreset shrink_model(const LayerPreset& model, int ep_multiple) {
 
 std::vector<int> RunOptions::padded(int size) const {
   std::vector<int> pattern;
-  for (const std::string& item : split_items(padding)) {
+  // Items are split at commas only, so that an empty one (",,,", "3,,1", a trailing comma) is refused as what it
+  // is rather than dropped: ",,," used to mean no padding at all.
+  if (padding.empty()) return {};
+  std::vector<std::string> items;
+  std::string between_commas;
+  for (char ch : padding + ",") {
+    if (ch != ',') {
+      between_commas += ch;
+      continue;
+    }
+    const std::vector<std::string> words = split_items(between_commas);  // "3 1" is two items, as before
+    if (words.empty()) throw std::invalid_argument("--padding: '" + padding + "' has an empty item");
+    items.insert(items.end(), words.begin(), words.end());
+    between_commas.clear();
+  }
+  for (const std::string& item : items) {
     if (item.find_first_not_of("0123456789") != std::string::npos || item.size() > 9)
       throw std::invalid_argument("--padding: '" + item + "' is not a whole number of positions");
     const int n = std::stoi(item);
@@ -99,7 +115,10 @@ std::vector<int> RunOptions::padded(int size) const {
                                              std::to_string(seq));
     pattern.push_back(n);
   }
-  if (pattern.empty()) return {};
+  // Cycled over the batch; a list longer than the batch would lose its tail without a word.
+  if (pattern.size() > static_cast<std::size_t>(size))
+    throw std::invalid_argument("--padding: " + std::to_string(pattern.size()) + " items for a batch of " +
+                                std::to_string(size) + " sequences (at most one per sequence; the list is cycled)");
   std::vector<int> out(static_cast<size_t>(size));
   for (int b = 0; b < size; ++b) out[static_cast<size_t>(b)] = pattern[static_cast<size_t>(b) % pattern.size()];
   return out;
@@ -129,13 +148,13 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
                "check the model's structure at test size: same top-k, groups, score function and options; h 32, "
                "widths 16, ≤ 4 layers, fewer experts (README: --shrink)");
   cmd.add_option("--seq,--seq-length", o.seq, "sequence length (default 16, or the smallest that fits the layout)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--micro-batch,--micro-batch-size", o.micro_batch, "sequences per microbatch")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--global-batch,--global-batch-size", o.global_batch,
                  "sequences per step (default 8, or the smallest that fits the layout)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd.add_option("--padding", o.padding,
                  "padded positions at the end of each sequence, e.g. 3,0,1 (cycled over the batch; default none)");
   cmd.add_option("--quant", o.quant,
@@ -152,7 +171,7 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
                  "intended, megatron-core-0.19 or megatron-main, optionally with ,+deviation / ,-deviation "
                  "(moe-oracle semantics lists them)")
       ->capture_default_str();
-  cmd.add_option("--seed", o.seed, "seed of parameters and batch")->capture_default_str();
+  cmd.add_option("--seed", o.seed, "seed of parameters and batch")->capture_default_str()->check(seed_value());
 }
 
 ParallelLayout parse_layout(const std::string& text, const std::string& option) {

@@ -2,6 +2,7 @@
 // mode: per parameter class the pre-scale, collective, group and token division, then the loss weights (CE, aux,
 // global_aux, z) — the same rows distributed/train/loss_weights.cpp evaluates — under a semantics profile.
 #include "reference/scaling_rules.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/model_options.hpp"
@@ -156,10 +157,10 @@ void add_scaling_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--micro-batch,--micro-batch-size", args->micro_batch, "samples per microbatch (b)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd->add_option("--global-batch,--global-batch-size", args->global_batch,
                   "samples per global batch (B); default b·dp, one microbatch")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd->add_flag("--distributed-optimizer", args->distributed_optimizer,
                 "gradients are reduce-scattered (distributed optimizer) instead of all-reduced");
   cmd->add_flag("--json", args->json, "machine-readable output");

@@ -5,6 +5,7 @@
 // --expert-waves, when the waved run is not the unwaved one bit for bit).
 //
 // Default: seed 000's 4-token EP2 example. --preset tiny-v4 (with --world/--ep/--etp/--tokens) steps a preset layer.
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
 #include "tools/step/html_view.hpp"
@@ -127,12 +128,12 @@ void add_step_command(CLI::App& app) {
   cmd->add_option("--etp,--expert-tensor-parallel-size", o->etp, "with a model: expert tensor parallel size")
       ->capture_default_str();
   cmd->add_option("--tokens", o->tokens, "with a model: tokens per rank")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "seed of parameters and tokens")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of parameters and tokens")->capture_default_str()->check(seed_value());
   cmd->add_option("--expert-waves", o->expert_waves,
                   "then run the batch in N waves of experts (wave-scheduled EP, AlltoAll): which experts each wave "
                   "holds, the rows it moves, every rank's program and timeline, and the bitwise check against the "
                   "unwaved run")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd->add_option("--stage", o->stage, "print only this stage: an id (dispatch.permute) or a name (permute)");
   cmd->add_option("--rank", o->rank, "follow one rank");
   cmd->add_flag("--interactive", o->interactive, "advance stage by stage with Enter; q quits");

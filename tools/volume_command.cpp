@@ -1,6 +1,7 @@
 // `moe-oracle volume`: communication and memory accounting of one MoE layer for a preset, layout and microbatch
 // (reference/ep_volume.hpp), with the assumptions it rests on.
 #include "reference/ep_volume.hpp"
+#include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/model_options.hpp"
@@ -201,16 +202,16 @@ void add_volume_command(CLI::App& app) {
   args->model.default_preset = "v4-pro";
   add_model_options(*cmd, args->model);
   cmd->add_option("--seq,--seq-length", args->seq, "tokens per sample (packed sequence length); default: the model's")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd->add_option("--micro-batch,--micro-batch-size", args->micro_batch,
                   "samples per microbatch (b); default: the model's")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd->add_option("--moe-layers-per-stage", args->moe_layers_per_stage,
                   "MoE layers on a stage; default: the fullest stage of an even split of the preset's depth");
   cmd->add_option("--hot-expert-replicas", args->replica_slots,
                   "also account N replica slots of replicated hot experts per layer: the weights sent, the wgrad "
                   "returned, the replica's buffers and the rows forwarded between owner and replica (ETP 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_at_least(1));
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->callback([args, cmd] {
     finish_layout(*cmd, args->layout);

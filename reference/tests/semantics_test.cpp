@@ -52,6 +52,10 @@ TEST(SemanticsProfiles, ParseAndSpecRoundTrip) {
   test::expect_error("megatron-core-0.19", [] { Semantics::parse("megatron"); });
   test::expect_error("+deviation or -deviation", [] { Semantics::parse("intended,z-loss-local-mean"); });
   test::expect_error("unknown deviation", [] { Semantics::parse("intended,+nothing"); });
+  // A deviation named twice: "+x,-x" contradicts itself (the last used to win), "+x,+x" says it twice.
+  test::expect_error("'z-loss-local-mean' is named twice",
+                     [] { Semantics::parse("intended,+z-loss-local-mean,-z-loss-local-mean"); });
+  test::expect_error("named twice", [] { Semantics::parse("megatron-core-0.19,-ce-per-cp-rank,-ce-per-cp-rank"); });
 }
 
 TEST(SemanticsProfiles, LossModeDecidesWhichDeviationsTakeEffect) {

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
 namespace moe::cli {
 namespace {
 
@@ -510,7 +512,33 @@ TEST(ModelFile, RefusesMalformedFiles) {
   expect_refused(variant("tiny-v4.moe-model.json", "n_hash_layers", 5), "n_hash_layers must be in [0, num_layers]");
   expect_refused(write_json("neither.json", {{"hidden_size", 8}}), "neither 'format'");
   expect_refused(variant("qwen3-30b-a3b.json", "num_experts", "128"), "'num_experts' must be an integer");
-  expect_refused(scratch() / "absent.json", "cannot open");
+  expect_refused(scratch() / "absent.json", "missing (no such file)");
+}
+
+// The shared JSON reader's limits reach --model: a FIFO is refused without blocking (the old reader waited for a
+// writer forever), a device without reading it (/dev/zero ran until memory ran out), and a 200,000-deep value
+// while parsing (the old reader parsed it, then overflowed the stack echoing it in a message).
+TEST(ModelFile, RefusesWhatTheSharedJsonReaderRefuses) {
+  const fs::path fifo = scratch() / "config.fifo";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused(fifo, "is not a regular file");
+  expect_error("/dev/zero: is not a regular file", [] { read_model_file("/dev/zero"); });
+  const fs::path deep = scratch() / "deep.json";
+  std::ofstream(deep) << R"({"model_type": "qwen3_moe", "unknown_key": )" << std::string(200000, '[')
+                      << std::string(200000, ']') << "}";
+  expect_refused(deep, "nested deeper than");
+  const fs::path twice = scratch() / "twice.json";
+  std::ofstream(twice) << R"({"model_type": "qwen3_moe", "num_experts": 128, "num_experts": 64})";
+  expect_refused(twice, "\"num_experts\" appears twice");
+}
+
+// n_shared_experts × moe_intermediate_size in 64 bits: 2^21 × 2048 = 2^32 wrapped to 0 in int and the shared
+// expert was dropped silently; now refused, naming both keys.
+TEST(ModelFile, RefusesASharedExpertWidthPastInt) {
+  expect_refused(variant("deepseek-v3.json", "n_shared_experts", 1 << 21), "'n_shared_experts' 2097152 × "
+                                                                            "'moe_intermediate_size' 2048");
+  expect_refused(variant("deepseek-v3.json", "n_shared_experts", 1 << 20), "at most 2^31 - 1");  // 2^31: one past
 }
 
 }  // namespace
