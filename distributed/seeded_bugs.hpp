@@ -90,6 +90,10 @@
 // train/expert_waves.cpp — wave-scheduled EP
 #define MOE_BUG_WAVE_COMBINE_BEFORE_COMPUTE 42  // a wave's combine issued right after its dispatch, without waiting
                                                 // for its compute: it returns the zeros the output buffer holds
+// train/local_router.cpp — the expert counts of hash layers (seen only through check's count comparison)
+#define MOE_BUG_HASH_COUNTS_PADDED_TOKENS 43    // hash layers count padded tokens' assignments too
+// train/train_step.cpp — MTP with more than one depth
+#define MOE_BUG_MTP_DEPTH_SCALE_MISSING 44      // each depth's CE weighed λ, not λ/D (invisible at D = 1)
 
-// 43 lives in reference/expert_batched.cpp (MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB): the oracle's expert-batched
+// 45 lives in reference/expert_batched.cpp (MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB): the oracle's expert-batched
 // path takes fc2's gradient from the activation before the probability scales it.

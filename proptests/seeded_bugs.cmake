@@ -47,7 +47,9 @@ set(MOE_SEEDED_BUGS
   "router_not_reduced_over_gtp    40 train/grad_sync.cpp           TrainStep.GtpMatchesOracle:Optimizer.GtpStepMatchesTrajectory"
   "replica_wgrad_not_returned     41 train/expert_replication.cpp  TrainStep.ReplicatedExpertsMatchOracle:Optimizer.ReplicatedStepsMatchTrajectory"
   "wave_combine_before_compute    42 train/expert_waves.cpp        TrainStep.WavedExpertsBitwiseUnwaved"
-  "batched_wgrad_unscaled_by_prob 43 ../reference/expert_batched.cpp Oracle.ExpertBatchedMatchesPerToken"
+  "hash_counts_padded_tokens      43 train/local_router.cpp        TrainStep.HashRoutingAlignment"
+  "mtp_depth_scale_missing        44 train/train_step.cpp          TrainStep.MtpModelMatchesOracle"
+  "batched_wgrad_unscaled_by_prob 45 ../reference/expert_batched.cpp Oracle.ExpertBatchedMatchesPerToken"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

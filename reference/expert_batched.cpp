@@ -12,7 +12,7 @@
 #ifndef MOE_SEEDED_BUG
 #define MOE_SEEDED_BUG 0
 #endif
-#define MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB 43
+#define MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB 45
 
 namespace moe {
 namespace {

@@ -107,10 +107,16 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-mtp", run_of("tiny-mtp", 2, "sum"),
                   {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .cp = 2, .ep = 2},
                    ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}});
-  rows.push_back({"tiny-mtp", run_of("tiny-mtp", 1, "per-token"), {ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 2, .etp = 2}}});
-  // Megatron's per-token MTP: each CP rank weighs its depth's CE by its own N_c/Nᵏ_c (padding makes them differ).
-  rows.push_back({"tiny-mtp", run_of("tiny-mtp", 1, "per-token", "megatron-core-0.19"),
-                  {ParallelLayout{.world = 4, .cp = 2, .ep = 2}}});
+  // Two depths (D = 2): each depth's CE weighs λ/D, which at D = 1 is λ and hides a missing 1/D; the second depth
+  // rolls the batch twice, so its own token count Nᵏ (per-token) differs from the first's.
+  RunOptions mtp2 = run_of("tiny-mtp", 1, "per-token");
+  mtp2.source.flags.mtp_num_layers = 2;
+  rows.push_back({"tiny-mtp D2", mtp2, {ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 2, .etp = 2}}});
+  // Megatron's per-token MTP: each CP rank weighs its depth's CE by its own N_c/Nᵏ_c (padding makes them differ),
+  // for each of two depths.
+  RunOptions mtp2_megatron = run_of("tiny-mtp", 1, "per-token", "megatron-core-0.19");
+  mtp2_megatron.source.flags.mtp_num_layers = 2;
+  rows.push_back({"tiny-mtp D2", mtp2_megatron, {ParallelLayout{.world = 4, .cp = 2, .ep = 2}}});
   // bf16 storage (float arithmetic, the bf16 tolerance): ETP's and TP's partial sums summed before they are stored,
   // and the stored residual stream between the stages of an interleaved pipeline.
   RunOptions bf16 = run_of("tiny-v4", 1, "sum");
@@ -164,7 +170,7 @@ const std::vector<std::string>& all_features() {
                                "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
                                "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "gtp", "egtp", "alltoall",
                                "allgather", "flex",
-                               "attention", "cp all_gather", "cp p2p", "mtp",
+                               "attention", "cp all_gather", "cp p2p", "mtp", "mtp depth ≥ 2",
                                "training steps", "distributed optimizer", "gradient clipping", "muon",
                                "resume under another layout", "replicated hot experts",
                                "wave-scheduled EP"};
@@ -224,6 +230,7 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   f.insert(dispatcher);
   add_if(m.has_attention(), "attention");
   add_if(m.mtp_depth > 0, "mtp");
+  add_if(m.mtp_depth >= 2, "mtp depth ≥ 2");
   add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == "all_gather", "cp all_gather");
   add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == "p2p", "cp p2p");
   add_if(row.steps > 0, "training steps");

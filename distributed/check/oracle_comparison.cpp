@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
 
 namespace moe::dist {
 namespace {
@@ -47,6 +50,28 @@ struct Comparer {
       result.first = Mismatch{tensor, rank, first_bad, got[first_bad], want[first_bad]};
     }
   }
+
+  // Integers, so no tolerance: any difference fails (ratio ∞), and max_abs is the largest difference in counts.
+  void check_exact(Quantity q, const std::string& tensor, const std::vector<std::int64_t>& got,
+                   const std::vector<std::int64_t>& want) {
+    if (got.size() != want.size()) {
+      fail(tensor + " (entries)", double(got.size()), double(want.size()));
+      return;
+    }
+    QuantityError& e = result.errors[static_cast<size_t>(q)];
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double diff = std::abs(double(got[i] - want[i]));
+      e.max_abs = std::max(e.max_abs, diff);
+      if (diff > 0) {
+        e.max_ratio = std::numeric_limits<double>::infinity();
+        if (!result.failed) {
+          result.failed = true;
+          result.first = Mismatch{tensor, rank, Eigen::Index(i), double(got[i]), double(want[i])};
+        }
+      }
+    }
+    e.compared += static_cast<long long>(got.size());
+  }
 };
 
 }  // namespace
@@ -58,6 +83,7 @@ std::string_view to_string(Quantity q) {
     case Quantity::grad_dense: return "grad dense (TP)";
     case Quantity::grad_expert: return "grad experts";
     case Quantity::expert_bias: return "expert bias";
+    case Quantity::expert_counts: return "expert counts";
     case Quantity::parameters: return "parameters";
     case Quantity::optimizer_state: return "optimizer state";
   }
@@ -103,6 +129,18 @@ RankComparison compare_with_oracle(const ModelConfig& config, const GlobalStep& 
       continue;
     }
     cmp.check(Quantity::expert_bias, "layer" + std::to_string(l) + ".expert_bias", g.data(), w.data(), w.size());
+  }
+  // Every layer's counts, hash layers included (global block index: layers, then MTP depths).
+  if (step.bias_counts.size() != step.layers.size())
+    cmp.fail("expert counts (layers)", double(step.bias_counts.size()), double(step.layers.size()));
+  for (size_t i = 0; i < std::min(step.bias_counts.size(), step.layers.size()); ++i) {
+    const size_t l = static_cast<size_t>(step.layers[i]);
+    if (l >= oracle.bias_counts.size()) {
+      cmp.fail("layer" + std::to_string(l) + ".expert_counts (layer)", double(l), double(oracle.bias_counts.size()));
+      continue;
+    }
+    cmp.check_exact(Quantity::expert_counts, "layer" + std::to_string(l) + ".expert_counts", step.bias_counts[i],
+                    oracle.bias_counts[l]);
   }
   return cmp.result;
 }

@@ -1,5 +1,7 @@
 // Comparing one rank's training step with the oracle: its shard of every synchronised gradient against the
-// oracle's gradient cut the same way, the objective, and the updated expert biases.
+// oracle's gradient cut the same way, the objective, the updated expert biases, and each of its layers' expert
+// counts. The counts are compared on their own because hash layers have no bias: there they feed only the replica
+// plans of the next step, so a wrong count would otherwise pass unseen.
 //
 // A value passes when |got − want| ≤ atol + rtol·|want| (reference/tolerance.hpp). Errors are kept per class of quantity,
 // and the first failing element (tensor, rank, flat index) is named so a user can go straight to it.
@@ -24,10 +26,11 @@ enum class Quantity {
   grad_dense,
   grad_expert,
   expert_bias,
+  expert_counts,    // per layer, the expert counts behind the bias update and the replica plans: compared exactly
   parameters,       // after an optimizer step (multi-step runs)
   optimizer_state,  // Adam moments after a step
 };
-constexpr int kQuantities = 7;
+constexpr int kQuantities = 8;
 std::string_view to_string(Quantity q);
 
 struct Mismatch {

@@ -363,6 +363,40 @@ TEST(OracleComparison, NamesTheFirstMismatchAndKeepsTheMaxima) {
   EXPECT_EQ(e.compared, elements);
 }
 
+// A hash layer's expert counts have no bias to reveal them (they feed only the next step's replica plans), so the
+// comparison checks them on their own, exactly: one count moved from one expert to another (the total unchanged)
+// fails, naming the layer and the expert.
+TEST(OracleComparison, ComparesEveryLayersExpertCountsExactly) {
+  CheckProblem p;
+  p.config = base_model();  // layer 0 routes by hash
+  p.params = random_model_params<double>(p.config, 5);
+  p.batch = random_global_batch(p.config, 8, 2, 6);
+  p.layout = ParallelLayout{};
+  p.options = {DispatcherKind::alltoall, LossMode::sum, 1};
+  const GlobalStep oracle = oracle_step(p);
+  const ProcessGroups groups(p.layout);
+  RankStep step;
+  InprocWorld(1).run([&](Communicator& world) { step = step_on_world(world, p, groups); });
+  const RankComparison same = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
+  ASSERT_TRUE(same.pass());
+  const QuantityError& counted = same.errors[static_cast<size_t>(Quantity::expert_counts)];
+  EXPECT_EQ(counted.compared, p.config.num_blocks() * p.config.layer.num_experts);
+  EXPECT_EQ(counted.max_abs, 0.0);
+
+  ASSERT_EQ(step.layers.front(), 0);
+  ASSERT_TRUE(p.config.layer_config(0).hash_routing);
+  auto& hash_counts = step.bias_counts.front();
+  const auto from = std::max_element(hash_counts.begin(), hash_counts.end()) - hash_counts.begin();
+  const auto to = (from + 3) % static_cast<long>(hash_counts.size());
+  --hash_counts[static_cast<size_t>(from)];
+  ++hash_counts[static_cast<size_t>(to)];
+  const RankComparison r = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
+  ASSERT_FALSE(r.pass());
+  EXPECT_EQ(r.first.tensor, "layer0.expert_counts");
+  EXPECT_EQ(r.first.index, std::min(from, to));
+  EXPECT_EQ(r.errors[static_cast<size_t>(Quantity::expert_counts)].max_abs, 1.0);
+}
+
 // pp 2, 2 chunks, 4 microbatches, by hand from the rule in pipeline_schedule.hpp. Forward k runs microbatch
 // (k div 4)·2 + k mod 2 of chunk (k mod 4) div 2; backward k the same with the chunks reversed. Rank 0 warms up
 // with (2 − 0 − 1)·2 + (2 − 1)·2 = 4 forwards, rank 1 with 2.

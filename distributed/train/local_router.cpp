@@ -160,7 +160,11 @@ LocalRouting<T> route_local(const MoeConfig& c, const Matrix<T>& x, const Matrix
       if (static_cast<size_t>(e) >= in.padding_mask.size() || !in.padding_mask[static_cast<size_t>(e)])
         r.assignments[static_cast<size_t>(e)] += counted(t, e);
 #else
+#if MOE_SEEDED_BUG == MOE_BUG_HASH_COUNTS_PADDED_TOKENS
+    if (!c.hash_routing && !in.padding_mask.empty() && in.padding_mask[static_cast<size_t>(t)]) continue;
+#else
     if (!in.padding_mask.empty() && in.padding_mask[static_cast<size_t>(t)]) continue;
+#endif
     for (int e = 0; e < E; ++e) r.assignments[static_cast<size_t>(e)] += counted(t, e);
 #endif
   }

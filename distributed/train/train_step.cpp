@@ -212,7 +212,11 @@ class StageRunner {
   // λ/D·N/Nᵏ with N and Nᵏ over the whole batch (the step divides every share by N), or under
   // mtp-per-token-local-ratio λ/D·N_c/Nᵏ_c with the CP rank's counts of the microbatch (`main`: its main CE's).
   double mtp_weight(size_t k, std::int64_t local_valid, const TokenCounts& main) {
+#if MOE_SEEDED_BUG == MOE_BUG_MTP_DEPTH_SCALE_MISSING
+    const double scale = c_.mtp_loss_scale;
+#else
     const double scale = c_.mtp_loss_scale / c_.mtp_depth;
+#endif
     TokenCounts n;
     n.local = static_cast<double>(local_valid);
     n.microbatch = all_sum(*comms_.tp_cp, n.local);
