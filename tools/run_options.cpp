@@ -97,6 +97,10 @@ std::vector<int> RunOptions::padded(int size) const {
     pattern.push_back(std::stoi(item));
   }
   if (pattern.empty()) return {};
+  // A shorter list repeats over the batch; a longer one would be cut, its tail silently ignored.
+  if (static_cast<std::int64_t>(pattern.size()) > size)
+    throw std::invalid_argument("--padding: " + std::to_string(pattern.size()) + " entries for a batch of " +
+                                std::to_string(size) + " sequences (at most one per sequence; a shorter list repeats)");
   std::vector<int> out(static_cast<size_t>(size));
   for (int b = 0; b < size; ++b) out[static_cast<size_t>(b)] = pattern[static_cast<size_t>(b) % pattern.size()];
   try {

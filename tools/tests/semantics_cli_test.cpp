@@ -160,4 +160,16 @@ TEST(CliExplain, RefusesAModelBeyondTheMemoryBudgetBeforeAllocating) {
   EXPECT_NE(tiny.output.find("memory budget of 100000 bytes"), std::string::npos) << tiny.output;
 }
 
+// Issue 42: the padding rule is the library's (check_padding), so --padding and Python's padded= refuse alike; a
+// list longer than the batch was cut silently.
+TEST(CliExplain, RefusesPaddingOutsideTheSequenceOrLongerThanTheBatch) {
+  const auto outside = run("explain --seq 4 --global-batch 2 --padding 0,5 --layout cp=1 --layout cp=2");
+  EXPECT_EQ(outside.status, 2) << outside.output;
+  EXPECT_NE(outside.output.find("--padding: global step: padded[1] = 5 is outside [0, seq = 4]"), std::string::npos)
+      << outside.output;
+  const auto longer = run("explain --seq 4 --global-batch 2 --padding 0,1,2 --layout cp=1 --layout cp=2");
+  EXPECT_EQ(longer.status, 2) << longer.output;
+  EXPECT_NE(longer.output.find("--padding: 3 entries for a batch of 2 sequences"), std::string::npos) << longer.output;
+}
+
 }  // namespace
