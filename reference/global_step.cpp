@@ -154,9 +154,20 @@ ModelLossWeights objective_weights(const ModelConfig& c, LossMode mode, const Pa
 
 }  // namespace
 
+// The one padding rule, shared by every caller (the CLI's --padding, Python's padded=): a position outside
+// [0, seq) would be written before or after the loss_mask buffer, so each entry is checked before any write.
+void check_padding(int seq, int size, const std::vector<int>& padded) {
+  require(padded.empty() || static_cast<std::int64_t>(padded.size()) == size,
+          "padded has " + std::to_string(padded.size()) + " entries for a batch of " + std::to_string(size) +
+              " sequences (one entry per sequence, or none)");
+  for (size_t b = 0; b < padded.size(); ++b)
+    require(padded[b] >= 0 && padded[b] <= seq, "padded[" + std::to_string(b) + "] = " + std::to_string(padded[b]) +
+                                                    " is outside [0, seq = " + std::to_string(seq) + "]");
+}
+
 GlobalBatch random_global_batch(const ModelConfig& config, int seq, int size, std::uint64_t seed,
                                 const std::vector<int>& padded) {
-  require(padded.empty() || static_cast<int>(padded.size()) == size, "padded must have one entry per sequence");
+  check_padding(seq, size, padded);
   const TokenBatch t = random_token_batch(config, seq, size, seed);
   GlobalBatch g{seq, size, t.input_ids, t.labels, t.loss_mask};
   for (size_t b = 0; b < padded.size(); ++b)

@@ -61,6 +61,9 @@ struct GlobalBatch {
 };
 
 // Ids and labels uniform in [0, V); the last `padded[b]` positions of sequence b are padding (empty = none).
+// Refuses (std::invalid_argument) a padded list that is neither empty nor one entry per sequence, or an entry
+// outside [0, seq]. random_global_batch calls it; so does every caller that builds a padding list from user input.
+void check_padding(int seq, int size, const std::vector<int>& padded);
 GlobalBatch random_global_batch(const ModelConfig& config, int seq, int size, std::uint64_t seed,
                                 const std::vector<int>& padded = {});
 

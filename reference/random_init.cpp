@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -11,11 +13,18 @@ namespace {
 
 double fan_in_scale(int fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); }
 
+// Hash routing draws ids modulo vocab and sizes tid2eid [vocab, k]: vocab 0 would divide by zero.
+void require_hash_vocab(const MoeConfig& config, int vocab) {
+  if (config.hash_routing && vocab < 1)
+    throw std::invalid_argument("random init: hash routing needs vocab >= 1, got " + std::to_string(vocab));
+}
+
 }  // namespace
 
 template <typename T>
 MoeParams<T> random_params(const MoeConfig& config, int vocab, std::uint64_t seed) {
   config.validate();
+  require_hash_vocab(config, vocab);
   SeededUniform rng(seed);
   const int h = config.hidden, E = config.num_experts, d = config.ffn_hidden, w = config.expert_width();
   MoeParams<T> p;
@@ -52,6 +61,7 @@ MoeParams<T> random_params(const MoeConfig& config, int vocab, std::uint64_t see
 
 template <typename T>
 MoeInputs<T> random_inputs(const MoeConfig& config, int seq, int batch, int vocab, std::uint64_t seed) {
+  require_hash_vocab(config, vocab);
   SeededUniform rng(seed);
   MoeInputs<T> in;
   in.seq = seq;

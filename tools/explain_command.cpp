@@ -11,10 +11,13 @@
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/run_options.hpp"
+#include "reference/memory_estimate.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -94,6 +97,11 @@ void run(const ExplainArgs& a) {
   const RunOptions& o = a.run;
   const ParallelLayout la = parse_layout(a.layouts[0], "--layout"), lb = parse_layout(a.layouts[1], "--layout");
   const ModelConfig model = o.model();
+  // A full-size model (--model of a published config) would take all memory before std::bad_alloc: the one
+  // estimate decides first. A step's working set, plus the two full runs' gradients kept for the attribution.
+  const std::uint64_t step = global_step_bytes(model, o.seq, o.global_batch),
+                      kept = std::min(model_param_bytes(model), UINT64_MAX / 4) * 2;
+  require_memory(step > UINT64_MAX - kept ? UINT64_MAX : step + kept, "explain: " + o.source.source());
   const auto params = random_model_params<double>(model, o.seed);
   const GlobalBatch batch = o.batch(model, o.seed + 1);
 

@@ -110,10 +110,7 @@ std::vector<int> RunOptions::padded(int size) const {
   for (const std::string& item : items) {
     if (item.find_first_not_of("0123456789") != std::string::npos || item.size() > 9)
       throw std::invalid_argument("--padding: '" + item + "' is not a whole number of positions");
-    const int n = std::stoi(item);
-    if (n > seq) throw std::invalid_argument("--padding: " + item + " padded positions in a sequence of " +
-                                             std::to_string(seq));
-    pattern.push_back(n);
+    pattern.push_back(std::stoi(item));
   }
   // Cycled over the batch; a list longer than the batch would lose its tail without a word.
   if (pattern.size() > static_cast<std::size_t>(size))
@@ -121,6 +118,11 @@ std::vector<int> RunOptions::padded(int size) const {
                                 std::to_string(size) + " sequences (at most one per sequence; the list is cycled)");
   std::vector<int> out(static_cast<size_t>(size));
   for (int b = 0; b < size; ++b) out[static_cast<size_t>(b)] = pattern[static_cast<size_t>(b) % pattern.size()];
+  try {
+    check_padding(seq, size, out);  // the library's rule (reference/global_step.hpp), one place for both callers
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--padding: ") + e.what());
+  }
   return out;
 }
 

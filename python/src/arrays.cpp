@@ -1,5 +1,9 @@
 #include "python/src/arrays.hpp"
 
+#include "storage/json_file.hpp"
+
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 
@@ -120,34 +124,86 @@ py::array numpy_from_npy(const golden::NpyArray& array, Precision precision) {
   throw std::logic_error("numpy_from_npy: unknown dtype");
 }
 
-nlohmann::json json_from_python(py::handle value, const std::string& where) {
+namespace {
+
+std::string type_name(py::handle value) { return py::str(py::type::of(value).attr("__name__")).cast<std::string>(); }
+
+// The containers on the path from the root to the value being read: a container met again on its own path is a
+// cycle (it would recurse until the stack overflows). Sibling references to one object are not cycles.
+struct PathGuard {
+  std::vector<PyObject*>& path;
+  PathGuard(std::vector<PyObject*>& p, py::handle value, const std::string& where) : path(p) {
+    if (std::find(path.begin(), path.end(), value.ptr()) != path.end())
+      throw std::invalid_argument(where + ": the value contains itself (a reference cycle)");
+    if (static_cast<int>(path.size()) >= storage::kMaxJsonDepth)
+      throw std::invalid_argument(where + ": nested more than " + std::to_string(storage::kMaxJsonDepth) +
+                                  " levels deep");
+    path.push_back(value.ptr());
+  }
+  ~PathGuard() { path.pop_back(); }
+  PathGuard(const PathGuard&) = delete;
+  PathGuard& operator=(const PathGuard&) = delete;
+};
+
+// A Python int as a JSON integer: int64 range, or the unsigned range above it; anything wider is refused here
+// rather than wrapped (pybind11's cast would raise "Unable to cast" as a RuntimeError).
+nlohmann::json integer_from_python(py::handle value, const std::string& where) {
+  const py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
+  if (!i) throw py::error_already_set();
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow == 0) return static_cast<std::int64_t>(v);
+  if (overflow > 0) {
+    const unsigned long long u = PyLong_AsUnsignedLongLong(i.ptr());
+    if (!PyErr_Occurred()) return static_cast<std::uint64_t>(u);
+    PyErr_Clear();
+  }
+  throw std::invalid_argument(where + ": integer " + py::str(py::handle(i)).cast<std::string>() + " is out of range");
+}
+
+nlohmann::json read_value(py::handle value, const std::string& where, std::vector<PyObject*>& path) {
   PyObject* p = value.ptr();
   if (value.is_none()) return nullptr;
   const py::module_ numpy = py::module_::import("numpy");
   if (PyBool_Check(p) || py::isinstance(value, numpy.attr("bool_"))) return value.cast<bool>();
   if (py::isinstance<py::str>(value)) return value.cast<std::string>();
   if (py::isinstance<py::dict>(value)) {
+    const PathGuard guard(path, value, where);
     nlohmann::json object = nlohmann::json::object();
     for (const auto& [key, item] : value.cast<py::dict>()) {
       if (!py::isinstance<py::str>(key)) throw std::invalid_argument(where + ": dict keys must be strings");
       const auto k = key.cast<std::string>();
-      object[k] = json_from_python(item, where + "." + k);
+      object[k] = read_value(item, where + "." + k, path);
     }
     return object;
   }
   if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    const PathGuard guard(path, value, where);
     nlohmann::json array = nlohmann::json::array();
-    for (const auto& item : value) array.push_back(json_from_python(item, where));
+    for (const auto& item : value) array.push_back(read_value(item, where, path));
     return array;
   }
-  if (PyLong_Check(p) || py::isinstance(value, numpy.attr("integer"))) return value.cast<std::int64_t>();
+  if (PyLong_Check(p) || py::isinstance(value, numpy.attr("integer"))) return integer_from_python(value, where);
   if (PyFloat_Check(p) || py::isinstance(value, numpy.attr("floating"))) return value.cast<double>();
-  throw std::invalid_argument(where + ": unsupported value of type " +
-                              py::str(py::type::of(value).attr("__name__")).cast<std::string>());
+  throw std::invalid_argument(where + ": unsupported value of type " + type_name(value));
+}
+
+}  // namespace
+
+nlohmann::json json_from_python(py::handle value, const std::string& where) {
+  std::vector<PyObject*> path;
+  return read_value(value, where, path);
 }
 
 py::object python_from_json(const nlohmann::json& value) { return to_python(value); }
 py::object python_from_json(const nlohmann::ordered_json& value) { return to_python(value); }
+
+void require_finite(const golden::NpyArray& array, const std::string& name) {
+  for (std::size_t i = 0; i < array.reals.size(); ++i)
+    if (!std::isfinite(array.reals[i]))
+      throw std::invalid_argument(name + ": value " + std::to_string(array.reals[i]) + " at flat index " +
+                                  std::to_string(i) + " is not finite (NaN and inf are refused)");
+}
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";

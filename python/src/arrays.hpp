@@ -31,6 +31,22 @@ golden::NpyArray npy_from_numpy(py::handle array, golden::NpyDtype dtype, const 
 // The golden dtype a numpy array's kind maps to (floating -> f8, integer -> i8, bool -> b1).
 golden::NpyDtype npy_dtype_of(py::handle array, const std::string& name);
 
+// Refuses (ValueError naming `name` and the first bad index) a real array holding NaN or ±inf: the oracle's
+// answer to such input means nothing, and a comparison against it would blame the system under test.
+void require_finite(const golden::NpyArray& array, const std::string& name);
+
+// value.cast<T>() with pybind11's cast_error (a RuntimeError "Unable to cast …") turned into a ValueError that names
+// the argument and the type expected.
+template <typename T>
+T cast_argument(py::handle value, const std::string& name, const std::string& expected) {
+  try {
+    return value.cast<T>();
+  } catch (const py::cast_error&) {
+    throw std::invalid_argument(name + " must be " + expected + ", got " +
+                                py::repr(value).template cast<std::string>());
+  }
+}
+
 // A new numpy array (C order): reals as float64, or float32 under Precision::f32 (the values came from a float
 // computation, so the narrowing is exact).
 py::array numpy_from_npy(const golden::NpyArray& array, Precision precision = Precision::f64);
@@ -56,7 +72,8 @@ py::array numpy_from_vector(const Vector<T>& v) {
 }
 
 // Python dict/list/tuple/str/bool/int/float/None (numpy scalars too) -> JSON; dict keys must be strings. `where`
-// names the value in error messages.
+// names the value in error messages. Containers nest at most storage::kMaxJsonDepth (64) deep, as in every JSON
+// file read; a container that contains itself, and an integer outside [-2^63, 2^64), are refused (ValueError).
 nlohmann::json json_from_python(py::handle value, const std::string& where);
 py::object python_from_json(const nlohmann::json& value);
 py::object python_from_json(const nlohmann::ordered_json& value);

@@ -8,6 +8,8 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -18,6 +20,14 @@ int integer_key(const nlohmann::json& object, const std::string& key, int fallba
   const auto it = object.find(key);
   if (it == object.end() || it->is_null()) return fallback;
   if (!it->is_number_integer()) throw std::invalid_argument("model config: '" + key + "' must be an integer");
+  // get<int> would wrap modulo 2^32 (vocab 2^32 + 64 read as 64): refuse what an int cannot hold.
+  const bool in_range = it->is_number_unsigned()
+                            ? it->get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<int>::max())
+                            : it->get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+                                  it->get<std::int64_t>() <= std::numeric_limits<int>::max();
+  if (!in_range)
+    throw std::invalid_argument("model config: '" + key + "' = " + it->dump() + " is out of range (at most " +
+                                std::to_string(std::numeric_limits<int>::max()) + ")");
   return it->get<int>();
 }
 

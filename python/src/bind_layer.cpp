@@ -6,6 +6,7 @@
 #include "golden/golden_case.hpp"
 #include "python/src/arrays.hpp"
 #include "python/src/bindings.hpp"
+#include "reference/memory_estimate.hpp"
 #include "reference/random_init.hpp"
 
 #include <pybind11/stl.h>
@@ -48,7 +49,9 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
     if (p != c.precision)
       throw std::invalid_argument(name + " is " + precision_name(p) + " but x is " + precision_name(c.precision) +
                                   ": give every real tensor of a call the same precision");
-    c.tensors.emplace(name, npy_from_numpy(value, golden::NpyDtype::f8, name));
+    auto array = npy_from_numpy(value, golden::NpyDtype::f8, name);
+    require_finite(array, name);
+    c.tensors.emplace(name, std::move(array));
   };
   add_real("x", x);
   const auto& x_shape = c.tensors.at("x").shape;
@@ -63,7 +66,7 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
   }
   // Rows are t = s·batch + b; batch matters to seq_aux (one sequence per b) and to input_ids' shape.
   if (!batch.is_none()) {
-    c.batch = batch.cast<int>();
+    c.batch = cast_argument<int>(batch, "batch", "an int");
   } else if (c.tensors.count("input_ids") && c.tensors.at("input_ids").shape.size() == 2) {
     c.batch = static_cast<int>(c.tensors.at("input_ids").shape[0]);
   } else {
@@ -170,6 +173,7 @@ void bind_layer(py::module_& m) {
       [](const py::dict& config, const py::dict& params, const py::object& x, const py::object& input_ids,
          const py::object& padding_mask, const py::object& partition, const py::object& batch) {
         const auto c = prepare(config, params, x, input_ids, padding_mask, partition, batch, py::none());
+        require_memory(layer_activation_bytes(c.config, static_cast<std::uint64_t>(c.seq) * c.batch), "layer_forward");
         return c.precision == Precision::f32 ? forward<float>(c) : forward<double>(c);
       },
       py::arg("config"), py::arg("params"), py::arg("x"), py::arg("input_ids") = py::none(),
@@ -200,6 +204,7 @@ ValueError with the C++ message.)doc");
          const py::object& input_ids, const py::object& padding_mask, const py::object& partition,
          const py::object& batch) {
         const auto c = prepare(config, params, x, input_ids, padding_mask, partition, batch, grad_y);
+        require_memory(layer_activation_bytes(c.config, static_cast<std::uint64_t>(c.seq) * c.batch), "layer_backward");
         return c.precision == Precision::f32 ? backward<float>(c) : backward<double>(c);
       },
       py::arg("config"), py::arg("params"), py::arg("x"), py::arg("grad_y"), py::arg("input_ids") = py::none(),
@@ -215,6 +220,8 @@ expert bias (updated by counts) and tid2eid (a table) have no gradient.)doc");
       "random_layer_inputs",
       [](const py::dict& config, int seq, int batch, std::uint64_t seed, int vocab) {
         const MoeConfig c = layer_config_from_dict(config);
+        // Twice: the C++ tensors and their numpy copies live together until the copies are made.
+        require_memory(2 * std::min(layer_inputs_bytes(c, vocab, seq, batch), UINT64_MAX / 2), "random_layer_inputs");
         golden::OracleInputs in;
         in.params = random_params<double>(c, vocab, seed);
         in.inputs = random_inputs<double>(c, seq, batch, vocab, seed + 1);

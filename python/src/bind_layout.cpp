@@ -2,6 +2,7 @@
 // (reference/process_groups.hpp over rank_generator.hpp), and the gradient-scaling and loss-scale tables
 // (reference/scaling_rules.hpp) evaluated on the layout's group sizes. Row fields are named as `moe-oracle scaling
 // --json` names them.
+#include "python/src/arrays.hpp"
 #include "python/src/bindings.hpp"
 #include "reference/process_groups.hpp"
 #include "reference/scaling_rules.hpp"
@@ -85,7 +86,7 @@ ParallelLayout layout_from_dict(py::handle layout) {
     } else if (sizes.count(name)) {
       if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value))
         throw std::invalid_argument("layout: '" + name + "' must be an integer");
-      given[name] = value.cast<int>();
+      given[name] = cast_argument<int>(value, "layout: '" + name + "'", "an int");
     } else {
       throw std::invalid_argument("layout: unknown key '" + name +
                                   "' (known: world, tp, cp, pp, ep, etp, dp, gtp, egtp, order)");

@@ -6,6 +6,7 @@
 #include "python/src/arrays.hpp"
 #include "python/src/bindings.hpp"
 #include "reference/global_step.hpp"
+#include "reference/memory_estimate.hpp"
 
 #include <pybind11/stl.h>
 
@@ -62,12 +63,14 @@ ModelParams<double> model_params_from_dict(const ModelConfig& config, const py::
   };
   for (const auto& v : trained_tensors(config, p)) {
     const auto a = take(v.name, golden::NpyDtype::f8, shape_of(v));
+    require_finite(a, "params['" + v.name + "']");
     std::copy(a.reals.begin(), a.reals.end(), v.data);
   }
   for_each_table(config, p, [&](const std::string& name, auto& m) {
     using M = std::remove_reference_t<decltype(m)>;
     if constexpr (M::ColsAtCompileTime == 1) {
       const auto a = take(name, golden::NpyDtype::f8, {m.size()});
+      require_finite(a, "params['" + name + "']");
       std::copy(a.reals.begin(), a.reals.end(), m.data());
     } else {
       const auto a = take(name, golden::NpyDtype::i8, {m.rows(), m.cols()});
@@ -160,6 +163,8 @@ void bind_step(py::module_& m) {
       "random_model_params",
       [](const py::dict& model_config, std::uint64_t seed) {
         const ModelConfig c = model_config_from_dict(model_config);
+        // Twice the parameters: the C++ model and its numpy copy live together until the copy is done.
+        require_memory(2 * std::min(model_param_bytes(c), UINT64_MAX / 2), "random_model_params");
         return model_params_to_dict(c, random_model_params<double>(c, seed));
       },
       py::arg("model_config"), py::arg("seed") = 1,
@@ -172,7 +177,10 @@ config selects, "layerL.expert_bias" [E] (bias-balanced layers), "layerL.tid2eid
   m.def(
       "random_global_batch",
       [](const py::dict& model_config, int seq, int size, std::uint64_t seed, const std::vector<int>& padded) {
-        return batch_to_dict(random_global_batch(model_config_from_dict(model_config), seq, size, seed, padded));
+        const ModelConfig c = model_config_from_dict(model_config);
+        check_padding(seq, size, padded);
+        require_memory(2 * std::min(global_batch_bytes(seq, size), UINT64_MAX / 2), "random_global_batch");  // C++ and numpy
+        return batch_to_dict(random_global_batch(c, seq, size, seed, padded));
       },
       py::arg("model_config"), py::arg("seq"), py::arg("size"), py::arg("seed") = 1,
       py::arg("padded") = std::vector<int>{},
@@ -185,8 +193,10 @@ sequence b (loss_mask False).)doc");
       [](const py::dict& model_config, const py::dict& params, const py::dict& batch, const py::dict& layout,
          int micro_batch, const std::string& mode) {
         const ModelConfig c = model_config_from_dict(model_config);
-        const ModelParams<double> p = model_params_from_dict(c, params);
         const GlobalBatch b = batch_from_dict(batch);
+        // Before the parameters are read (model_params_from_dict allocates a model of this config).
+        require_memory(global_step_bytes(c, b.seq, b.size), "global_step");
+        const ModelParams<double> p = model_params_from_dict(c, params);
         const ParallelLayout l = layout_from_dict(layout);
         const LossMode loss_mode = parse_loss_mode(mode);
         GlobalStep s;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "reference/tests/expect_error.hpp"
 #include "reference/tests/model_diff.hpp"
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "reference/expert_bias.hpp"
 #include "reference/optimizer.hpp"
+#include "reference/random_init.hpp"
 #include "reference/trajectory.hpp"
 
 namespace moe {
@@ -36,6 +38,28 @@ ModelConfig small_model(AuxLossType aux) {
 }
 
 using test::max_grad_diff;
+
+// Issue 42: padded[b] > seq wrote before the loss_mask buffer (heap corruption); the rule lives here now, not
+// only in the CLI's --padding.
+TEST(GlobalStep, RandomBatchRefusesPaddingOutsideTheSequence) {
+  const ModelConfig m = small_model(AuxLossType::none);
+  test::expect_error("padded[1] = 9 is outside [0, seq = 8]", [&] { random_global_batch(m, 8, 2, 1, {0, 9}); });
+  test::expect_error("padded[0] = -1 is outside", [&] { random_global_batch(m, 8, 2, 1, {-1, 0}); });
+  test::expect_error("padded has 3 entries for a batch of 2", [&] { random_global_batch(m, 8, 2, 1, {0, 0, 0}); });
+  const GlobalBatch whole = random_global_batch(m, 8, 2, 1, {8, 0});  // a fully padded sequence is allowed
+  EXPECT_EQ(whole.loss_mask.row(0).count(), 0);
+  EXPECT_EQ(whole.loss_mask.row(1).count(), 8);
+}
+
+// Issue 42: a hash-routing layer with vocab 0 divided by zero (SIGFPE) when drawing its ids.
+TEST(GlobalStep, RandomLayerRefusesHashRoutingWithoutVocabulary) {
+  MoeConfig c = small_model(AuxLossType::none).layer;
+  c.expert_bias = false;
+  c.bias_update_rate.reset();
+  c.hash_routing = true;
+  test::expect_error("hash routing needs vocab >= 1, got 0", [&] { random_inputs<double>(c, 4, 2, 0, 1); });
+  test::expect_error("hash routing needs vocab >= 1, got 0", [&] { random_params<double>(c, 0, 1); });
+}
 
 TEST(GlobalStep, SplitsFollowMegatron) {
   // Sampler: microbatch i of replica r holds i·b·dp + r·b + [0, b): dp 2, b 2, r 1, i 1 → 6, 7.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <string>
 
 #include "tools/tests/cli_run.hpp"
@@ -143,6 +144,32 @@ TEST(CliCheck, ReplicasInWholeStepsAndWaves) {
   EXPECT_EQ(waved["runs"][0]["dispatcher"], "alltoall");
   EXPECT_EQ(waved["runs"][0]["expert_waves"], 4);
   EXPECT_TRUE(waved["runs"][0]["pass"].get<bool>()) << waved["runs"][0];
+}
+
+// Issue 42: explain --model of a full-size model took all memory before std::bad_alloc. The memory estimate
+// (reference/memory_estimate.hpp) refuses it first, exit 2, naming the estimate and the budget; the budget
+// variable makes the refusal reachable with the tiny model too.
+TEST(CliExplain, RefusesAModelBeyondTheMemoryBudgetBeforeAllocating) {
+  const auto full = run("explain --model " MOE_SOURCE_DIR "/models/deepseek-v3.json --layout dp=1 --layout dp=2");
+  EXPECT_EQ(full.status, 2) << full.output;
+  EXPECT_NE(full.output.find("more than the memory budget of"), std::string::npos) << full.output;
+  ::setenv("MOE_ORACLE_MEMORY_BUDGET", "100000", 1);
+  const auto tiny = run("explain --layout cp=1 --layout cp=2");
+  ::unsetenv("MOE_ORACLE_MEMORY_BUDGET");
+  EXPECT_EQ(tiny.status, 2) << tiny.output;
+  EXPECT_NE(tiny.output.find("memory budget of 100000 bytes"), std::string::npos) << tiny.output;
+}
+
+// Issue 42: the padding rule is the library's (check_padding), so --padding and Python's padded= refuse alike; a
+// list longer than the batch was cut silently.
+TEST(CliExplain, RefusesPaddingOutsideTheSequenceOrLongerThanTheBatch) {
+  const auto outside = run("explain --seq 4 --global-batch 2 --padding 0,5 --layout cp=1 --layout cp=2");
+  EXPECT_EQ(outside.status, 2) << outside.output;
+  EXPECT_NE(outside.output.find("--padding: global step: padded[1] = 5 is outside [0, seq = 4]"), std::string::npos)
+      << outside.output;
+  const auto longer = run("explain --seq 4 --global-batch 2 --padding 0,1,2 --layout cp=1 --layout cp=2");
+  EXPECT_EQ(longer.status, 2) << longer.output;
+  EXPECT_NE(longer.output.find("--padding: 3 entries for a batch of 2 sequences"), std::string::npos) << longer.output;
 }
 
 }  // namespace
