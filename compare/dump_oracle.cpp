@@ -4,17 +4,15 @@
 
 #include "reference/capacity.hpp"
 #include "reference/global_step.hpp"
+#include "reference/memory_estimate.hpp"
 #include "reference/moe_layer.hpp"
 #include "reference/process_groups.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numeric>
-
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
 
 namespace moe::compare {
 namespace {
@@ -189,30 +187,27 @@ class Assembler {
 };
 
 
-// The bytes the oracle holds for this dump, estimated from the sizes dump.json gives before any is allocated
-// (in floating point: no product wraps). Parameters: the model, each replica's gradients and each source part's
-// (the expert gradients are split by the tp rank that sent the tokens); activations: each replica's forward and
-// backward, a few copies of [tokens, h], [tokens, E] and [tokens·k, d].
-double oracle_bytes(const Dump& dump) {
-  const MoeConfig& c = dump.config;
-  const double h = c.hidden, E = c.num_experts, d = c.ffn_hidden, ds = c.shared_expert_ffn_hidden, k = c.topk;
-  const double dp = dump.layout.dp(), tp = dump.layout.tp, tokens = static_cast<double>(dump.seq) * dump.batch;
-  const double params = E * (3 * d * h + h) + 3 * ds * h;
-  const double activations = tokens * (8 * h + 6 * E + k * (9 * d + 3 * h)) * 2;
-  return 8.0 * (params * (3 + dp * (1 + tp)) + dp * activations);
-}
-
+// What the oracle holds for this dump, estimated from the sizes dump.json gives before any is allocated, with the
+// library's estimate (reference/memory_estimate.hpp) and budget: the layer's parameters, each replica's gradients
+// and, with tp > 1, each source part's; and each replica's activations.
 void check_memory(const Dump& dump) {
-  // The machine's memory, or MOE_ORACLE_MEMORY_BYTES where a test or a user sets a smaller budget.
-  const double pages = static_cast<double>(::sysconf(_SC_PHYS_PAGES)), page = static_cast<double>(::sysconf(_SC_PAGE_SIZE));
-  double budget = pages > 0 && page > 0 ? pages * page : 0x1p40;
-  if (const char* set = std::getenv("MOE_ORACLE_MEMORY_BYTES")) budget = std::min(budget, std::strtod(set, nullptr));
-  const double need = oracle_bytes(dump);
-  if (need > budget) {
-    char text[160];
-    std::snprintf(text, sizeof text, "the oracle would hold about %.3g GiB for this dump, more than this machine's "
-                                     "%.3g GiB of memory", need / 0x1p30, budget / 0x1p30);
-    throw DumpError(dump.dir.string() + ": " + text);
+  const MoeConfig& c = dump.config;
+  const auto saturating = [](std::uint64_t a, std::uint64_t b) {
+    return b != 0 && a > std::numeric_limits<std::uint64_t>::max() / b ? std::numeric_limits<std::uint64_t>::max()
+                                                                        : a * b;
+  };
+  const std::uint64_t dp = static_cast<std::uint64_t>(dump.layout.dp());
+  const std::uint64_t parts = dump.layout.tp > 1 ? static_cast<std::uint64_t>(dump.layout.tp) : 0;
+  const std::uint64_t tokens = static_cast<std::uint64_t>(dump.seq) * static_cast<std::uint64_t>(dump.batch);
+  const std::uint64_t params = saturating(layer_param_bytes(c, 1), 2 + dp * (1 + parts));
+  const std::uint64_t activations = saturating(layer_activation_bytes(c, tokens), dp);
+  const std::uint64_t total =
+      params > std::numeric_limits<std::uint64_t>::max() - activations ? std::numeric_limits<std::uint64_t>::max()
+                                                                          : params + activations;
+  try {
+    require_memory(total, "the oracle for this dump");
+  } catch (const std::invalid_argument& e) {
+    throw DumpError(dump.dir.string() + ": " + e.what());
   }
 }
 

@@ -202,10 +202,11 @@ TEST_F(Refusal, SizesAreCheckedAgainstTheFilesBeforeAnythingIsAllocated) {
 }
 
 TEST_F(Refusal, MoreMemoryThanTheBudget) {
-  ::setenv("MOE_ORACLE_MEMORY_BYTES", "4096", 1);
+  ::setenv("MOE_ORACLE_MEMORY_BUDGET", "4096", 1);
   const std::string what = refusal();
-  ::unsetenv("MOE_ORACLE_MEMORY_BYTES");
-  EXPECT_NE(what.find("the oracle would hold about"), std::string::npos) << what;
+  ::unsetenv("MOE_ORACLE_MEMORY_BUDGET");
+  EXPECT_NE(what.find("the oracle for this dump: needs about"), std::string::npos) << what;
+  EXPECT_NE(what.find("more than the memory budget"), std::string::npos) << what;
 }
 
 // A hash layer needs its input ids and table, as integers (the layer itself is judged in check's round trip).

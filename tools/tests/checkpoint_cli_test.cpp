@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,10 +21,17 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// One checkpoint for every test of this file, copied per test.
+// One checkpoint for every test of this file, copied per test; in a folder of this process's own (ctest runs each
+// test of the file as its own process, side by side).
+struct Scratch {
+  fs::path root = fs::temp_directory_path() / ("moe_checkpoint_cli_test." + std::to_string(::getpid()));
+  ~Scratch() { fs::remove_all(root); }
+};
+
 const fs::path& written() {
+  static const Scratch scratch;
   static const fs::path dir = [] {
-    const fs::path d = fs::temp_directory_path() / "moe_checkpoint_cli_test" / "written";
+    const fs::path d = scratch.root / "written";
     fs::remove_all(d.parent_path());
     const Result r = run("check --steps 2 --world 2 --ep 2 --dispatcher flex --resume-as world=2 --checkpoint-dir " + d.string());
     EXPECT_EQ(r.status, 0) << r.output;

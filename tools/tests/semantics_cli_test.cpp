@@ -169,7 +169,7 @@ TEST(CliExplain, RefusesPaddingOutsideTheSequenceOrLongerThanTheBatch) {
       << outside.output;
   const auto longer = run("explain --seq 4 --global-batch 2 --padding 0,1,2 --layout cp=1 --layout cp=2");
   EXPECT_EQ(longer.status, 2) << longer.output;
-  EXPECT_NE(longer.output.find("--padding: 3 entries for a batch of 2 sequences"), std::string::npos) << longer.output;
+  EXPECT_NE(longer.output.find("--padding: 3 items for a batch of 2 sequences"), std::string::npos) << longer.output;
 }
 
 }  // namespace
