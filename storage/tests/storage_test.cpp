@@ -4,6 +4,7 @@
 #include "reference/tests/expect_error.hpp"
 #include "storage/durable_files.hpp"
 #include "storage/staged_directory.hpp"
+#include "storage/tests/staging_area.hpp"
 
 #include <gtest/gtest.h>
 
@@ -23,41 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-bool txt_file(const fs::directory_entry& e) {
-  return fs::is_regular_file(e.symlink_status()) && e.path().extension() == ".txt";
-}
-
-// A private folder holding the target `area/out`, removed when the test ends; `beside()` lists what is next to
-// the target.
-struct Area {
-  explicit Area(const std::string& tag) : root(fs::temp_directory_path() / ("moe_storage_test_" + tag)) {
-    fs::remove_all(root);
-    fs::create_directories(root / "area");
-  }
-  ~Area() { fs::remove_all(root); }
-  Area(const Area&) = delete;
-  Area& operator=(const Area&) = delete;
-  fs::path target() const { return root / "area" / "out"; }
-  std::vector<std::string> beside() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(root / "area"))
-      if (e.path() != target()) names.push_back(e.path().filename().string());
-    return names;
-  }
-  // Writes version `text` of the target: a.txt always, b.txt only in version "1".
-  void write(const std::string& text) const {
-    StagedDirectory staged(target(), txt_file, "test");
-    write_file_synced(staged.path() / "a.txt", text);
-    if (text == "1") write_file_synced(staged.path() / "b.txt", text);
-    staged.commit();
-  }
-  fs::path root;
-};
+using fixture::Area;
+using fixture::read;
+using fixture::txt_file;
 
 // Runs `body` with MOE_ORACLE_NO_RENAME_EXCHANGE set (the fallback) or unset.
 template <typename F>
