@@ -329,19 +329,31 @@ std::string render(const std::vector<PipelineOp>& ops) {
   return s;
 }
 
+// One rank's step of base_model on one process and the oracle's, for the tests of the comparison itself.
+struct OneRankStep {
+  CheckProblem p;
+  GlobalStep oracle;
+  ProcessGroups groups{ParallelLayout{}};
+  RankStep step;
+  OneRankStep() {
+    p.config = base_model();  // layer 0 routes by hash
+    p.params = random_model_params<double>(p.config, 5);
+    p.batch = random_global_batch(p.config, 8, 2, 6);
+    p.layout = ParallelLayout{};
+    p.options = {DispatcherKind::alltoall, LossMode::sum, 1};
+    oracle = oracle_step(p);
+    InprocWorld(1).run([&](Communicator& world) { step = step_on_world(world, p, groups); });
+  }
+};
+
 // The comparison itself: on one rank, gradients equal to the oracle's but for two elements of one tensor. It names
 // the first failing element in tensor order (not the largest), and its maxima and counts cover every element.
 TEST(OracleComparison, NamesTheFirstMismatchAndKeepsTheMaxima) {
-  CheckProblem p;
-  p.config = base_model();
-  p.params = random_model_params<double>(p.config, 5);
-  p.batch = random_global_batch(p.config, 8, 2, 6);
-  p.layout = ParallelLayout{};
-  p.options = {DispatcherKind::alltoall, LossMode::sum, 1};
-  const GlobalStep oracle = oracle_step(p);
-  const ProcessGroups groups(p.layout);
-  RankStep step;
-  InprocWorld(1).run([&](Communicator& world) { step = step_on_world(world, p, groups); });
+  OneRankStep one;
+  CheckProblem& p = one.p;
+  const GlobalStep& oracle = one.oracle;
+  const ProcessGroups& groups = one.groups;
+  RankStep& step = one.step;
   const RankComparison same = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
   ASSERT_TRUE(same.pass());
   const long long elements = same.errors[static_cast<size_t>(Quantity::grad_expert)].compared;
@@ -367,16 +379,11 @@ TEST(OracleComparison, NamesTheFirstMismatchAndKeepsTheMaxima) {
 // comparison checks them on their own, exactly: one count moved from one expert to another (the total unchanged)
 // fails, naming the layer and the expert.
 TEST(OracleComparison, ComparesEveryLayersExpertCountsExactly) {
-  CheckProblem p;
-  p.config = base_model();  // layer 0 routes by hash
-  p.params = random_model_params<double>(p.config, 5);
-  p.batch = random_global_batch(p.config, 8, 2, 6);
-  p.layout = ParallelLayout{};
-  p.options = {DispatcherKind::alltoall, LossMode::sum, 1};
-  const GlobalStep oracle = oracle_step(p);
-  const ProcessGroups groups(p.layout);
-  RankStep step;
-  InprocWorld(1).run([&](Communicator& world) { step = step_on_world(world, p, groups); });
+  OneRankStep one;
+  CheckProblem& p = one.p;
+  const GlobalStep& oracle = one.oracle;
+  const ProcessGroups& groups = one.groups;
+  RankStep& step = one.step;
   const RankComparison same = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
   ASSERT_TRUE(same.pass());
   const QuantityError& counted = same.errors[static_cast<size_t>(Quantity::expert_counts)];
