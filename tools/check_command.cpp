@@ -32,6 +32,7 @@
 #include "distributed/comm/mpi_communicator.hpp"
 #include "distributed/comm/mpi_runtime.hpp"
 #include "golden/case_json.hpp"
+#include "reference/memory_estimate.hpp"
 #include "tools/check_compare_roundtrip.hpp"
 #include "tools/check_report.hpp"
 #include "tools/commands.hpp"
@@ -215,16 +216,13 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
 // What a check of `row` on `layout` holds at once: the oracle's parameters and gradients, every in-process rank's
 // shards (at worst a full copy each) and, with steps, Adam's moments; and the activations of a step's microbatches.
 MemoryEstimate check_memory(const ModelConfig& m, const RunOptions& run, const ParallelLayout& layout, int steps) {
-  const MoeConfig& c = m.layer;
-  const double h = c.hidden, E = c.num_experts, d = c.ffn_hidden, k = c.topk, V = m.vocab, L = m.num_layers;
-  const double w = c.expert_width();
-  const double per_layer = E * h + E * 3 * w * d + 3 * h * c.shared_expert_ffn_hidden + 2 * h * c.latent_size + 4 * h;
-  const double params = 2 * V * h + L * per_layer;
+  // The model's parameters by the library's count (reference/memory_estimate.hpp), times the copies a check holds.
   const double copies = 3 + layout.world + (steps > 0 ? 3 : 0);
   const double tokens = static_cast<double>(run.global_batch) * run.seq;
+  const double h = m.layer.hidden, E = m.layer.num_experts, d = m.layer.ffn_hidden, k = m.layer.topk, V = m.vocab;
   MemoryEstimate e;
-  e.parameters = 8 * params * copies;
-  e.activations = 8 * 2 * tokens * (L * (10 * h + 4 * E + 6 * k * d) + 2 * V);
+  e.parameters = static_cast<double>(model_param_bytes(m)) * copies;
+  e.activations = 8 * 2 * tokens * (m.num_layers * (10 * h + 4 * E + 6 * k * d) + 2 * V);
   return e;
 }
 

@@ -4,6 +4,8 @@
 
 #include "tools/model_file.hpp"
 
+#include "reference/memory_estimate.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -211,24 +213,27 @@ double available_memory() {
 }
 
 void require_fits(const MemoryEstimate& e, const std::string& what, const std::string& remedy) {
+  // The library's budget (reference/memory_estimate.hpp: MOE_ORACLE_MEMORY_BUDGET, else physical memory), and no
+  // more than 80% of what is available now.
   const double available = available_memory();
-  if (available <= 0 || e.total() <= 0.8 * available) return;
+  const double budget = std::min(static_cast<double>(memory_budget()), available > 0 ? 0.8 * available : 1e300);
+  if (e.total() <= budget) return;
   const auto gib = [](double bytes) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / (1024.0 * 1024 * 1024));
     return std::string(buf);
   };
   throw std::invalid_argument(what + " needs about " + gib(e.total()) + " (parameters and their copies " +
-                              gib(e.parameters) + ", activations " + gib(e.activations) + "), more than 80% of the " +
-                              gib(available) + " available; " + remedy);
+                              gib(e.parameters) + ", activations " + gib(e.activations) + "), more than the " +
+                              gib(budget) + " it may take (the memory budget, at most 80% of the " +
+                              gib(available) + " available); " + remedy);
 }
 
 MemoryEstimate layer_memory(const MoeConfig& c, double tokens) {
+  // The library's estimate: the parameters, their gradients and a copy; a forward's and backward's intermediates.
   MemoryEstimate memory;
-  memory.parameters = 8.0 * 3 *
-                      (c.num_experts * 3.0 * c.expert_width() * c.ffn_hidden + c.num_experts * 1.0 * c.hidden +
-                       3.0 * c.hidden * c.shared_expert_ffn_hidden);
-  memory.activations = 8.0 * tokens * (10.0 * c.hidden + 6.0 * c.num_experts + 6.0 * c.topk * c.ffn_hidden);
+  memory.parameters = 3.0 * static_cast<double>(layer_param_bytes(c, 1));
+  memory.activations = static_cast<double>(layer_activation_bytes(c, tokens < 0 ? 0 : static_cast<std::uint64_t>(tokens)));
   return memory;
 }
 

@@ -2,6 +2,8 @@
 // names, --shrink, the memory guard, defaults that fit the layout, and the output for scripts (versions, nulls for
 // what was not measured, JUnit, filters, strict parsing, exit codes). Each test runs the built moe-oracle binary.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -29,6 +31,16 @@ TEST(CliModel, FullSizeModelsAreRefusedWithAnEstimateNotKilled) {
   expect_refused("check --preset v4-pro --world 1", {"needs about", "GiB", "--shrink"});
   expect_refused("layer --preset v4-flash --seq 1", {"needs about", "GiB"});
   expect_refused("step --preset v4-pro", {"needs about", "GiB"});
+}
+
+// One memory budget for every command: the library's MOE_ORACLE_MEMORY_BUDGET bounds layer, check and step too
+// (they had their own rule, 80% of MemAvailable, and ignored it).
+TEST(CliModel, OneMemoryBudgetForEveryCommand) {
+  ::setenv("MOE_ORACLE_MEMORY_BUDGET", "1000", 1);
+  for (const char* command : {"layer", "check --world 1", "step --preset tiny-v4"})
+    expect_refused(command, {"needs about", "the memory budget"});
+  ::unsetenv("MOE_ORACLE_MEMORY_BUDGET");
+  EXPECT_EQ(run("layer").status, 0);
 }
 
 TEST(CliModel, ShrinkChecksTheStructureOfAFullSizeModel) {
