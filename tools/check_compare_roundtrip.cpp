@@ -143,6 +143,14 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
 }  // namespace
 
 std::vector<RoundTrip> compare_round_trips(const fs::path& scratch) {
+  // `scratch` is this run's own: removed whole when the round trips end, whether they pass, fail or throw.
+  struct RemovedAtExit {
+    const fs::path& path;
+    ~RemovedAtExit() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } removed{scratch};
   std::vector<RoundTrip> out;
   for (const Case& k : cases()) {
     for (const ParallelLayout& layout : layouts()) {

@@ -23,7 +23,8 @@ struct RoundTrip {
   std::string first_failure;  // "tensor rank index: dump …, oracle …" when it failed
 };
 
-// Each (preset, layout) of the default set, dumped under `scratch` (a folder of its own, removed after).
+// Each (preset, layout) of the default set, dumped under `scratch` (a folder of this run's own, removed whole at
+// the end).
 std::vector<RoundTrip> compare_round_trips(const std::filesystem::path& scratch);
 
 // One line for all when they pass, one per failure otherwise; nothing when there were none.
