@@ -68,14 +68,33 @@ class Assembler {
     throw DumpError("no rank with those coordinates");
   }
 
-  // A replicated tensor: the same on every rank (else the dump is inconsistent).
-  std::vector<double> replicated(const std::string& name, const Shape& shape) const {
-    const std::vector<double> first = d_.ranks.front().input_values(name, shape);
-    for (const RankDump& r : d_.ranks)
-      if (r.input_values(name, shape) != first)
-        throw DumpError(r.dir.string() + ": " + name + " differs from rank 0's (parameters must be the values the "
-                                                       "step started from, replicated)");
+  // A parameter (shard) held by every rank `holds` admits, under the name `name_on(r)` there: read once from each
+  // holder, every copy compared with the first. A copy that differs would be trained from other weights, whatever
+  // the oracle says about the first: the dump is inconsistent.
+  template <typename Holds, typename NameOn>
+  std::vector<double> same_on_every_holder(Holds holds, NameOn name_on, const Shape& shape) const {
+    std::vector<double> first;
+    int first_rank = -1;
+    for (int r = 0; r < d_.layout.world; ++r) {
+      if (!holds(r)) continue;
+      const RankDump& rd = d_.ranks[static_cast<size_t>(r)];
+      std::vector<double> v = rd.input_values(name_on(r), shape);
+      if (first_rank < 0) {
+        first = std::move(v);
+        first_rank = r;
+      } else if (v != first) {
+        throw DumpError(rd.dir.string() + ": " + name_on(r) + " differs from rank " + std::to_string(first_rank) +
+                        "'s copy (parameters must be the values the step started from, the same on every rank "
+                        "that holds them)");
+      }
+    }
+    if (first_rank < 0) throw DumpError("no rank holds " + name_on(0));
     return first;
+  }
+
+  // A tensor every rank holds.
+  std::vector<double> replicated(const std::string& name, const Shape& shape) const {
+    return same_on_every_holder([](int) { return true; }, [&](int) { return name; }, shape);
   }
 
   // Expert e's fc1 name on its rank: SequentialMLP's, or TEGroupedMLP's.
@@ -99,17 +118,18 @@ class Assembler {
     }
     for (int e = 0; e < E; ++e) {
       Matrix<double> gate(dd, h), up(dd, h), fc2(h, dd);
-      for (int j = 0; j < etp; ++j) {
-        const int r = find(-1, -1, e / nle, j);
-        const RankDump& rd = d_.ranks[static_cast<size_t>(r)];
-        const Matrix<double> s1 = as_matrix(rd.input_values(expert_name(e % nle, "linear_fc1", r), {2 * dd / etp, h}),
-                                            2 * dd / etp, h);
+      for (int j = 0; j < etp; ++j) {  // ETP shard j, on every rank of EP rank e / nle and ETP rank j
+        const auto holds = [&](int r) { return at(r).ep == e / nle && at(r).etp == j; };
+        const Matrix<double> s1 = as_matrix(
+            same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc1", r); },
+                                 {2 * dd / etp, h}),
+            2 * dd / etp, h);
         gate.middleRows(j * dd / etp, dd / etp) = s1.topRows(dd / etp);
         up.middleRows(j * dd / etp, dd / etp) = s1.bottomRows(dd / etp);
-        fc2.middleCols(j * dd / etp, dd / etp) =
-            as_matrix(rd.input_values(expert_name(e % nle, "linear_fc2", r), {h, dd / etp}), h, dd / etp);
+        fc2.middleCols(j * dd / etp, dd / etp) = as_matrix(
+            same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc2", r); }, {h, dd / etp}),
+            h, dd / etp);
       }
-      same_shard_everywhere(e, nle);
       Matrix<double> fc1(2 * dd, h);
       fc1 << gate, up;
       p.expert_fc1.push_back(fc1);
@@ -118,23 +138,16 @@ class Assembler {
     if (c.has_shared_expert()) {
       const int ds = c.shared_expert_ffn_hidden;
       Matrix<double> gate(ds, h), up(ds, h), fc2(h, ds);
-      for (int r = 0; r < d_.layout.world; ++r) {  // every replica's copy of a TP shard is the first replica's
-        const int first = find(at(r).tp, 0, -1, -1);
-        for (const char* name : {"shared_experts.linear_fc1.weight", "shared_experts.linear_fc2.weight"})
-          if (r != first && d_.ranks[static_cast<size_t>(r)].input_values(name, {-1, -1}) !=
-                                d_.ranks[static_cast<size_t>(first)].input_values(name, {-1, -1}))
-            throw DumpError(d_.ranks[static_cast<size_t>(r)].files.at(name).path.string() + ": differs from rank " +
-                            std::to_string(first) + "'s copy of the same shard (parameters must be the values the "
-                            "step started from)");
-      }
-      for (int j = 0; j < tp; ++j) {
-        const RankDump& rd = d_.ranks[static_cast<size_t>(find(j, 0, -1, -1))];
-        const Matrix<double> s1 = as_matrix(rd.input_values("shared_experts.linear_fc1.weight", {2 * ds / tp, h}),
-                                            2 * ds / tp, h);
+      for (int j = 0; j < tp; ++j) {  // TP shard j, on every rank of TP rank j (each replica holds a copy)
+        const auto holds = [&](int r) { return at(r).tp == j; };
+        const auto shard = [&](const std::string& name, const Shape& shape) {
+          return same_on_every_holder(holds, [&](int) { return name; }, shape);
+        };
+        const Matrix<double> s1 = as_matrix(shard("shared_experts.linear_fc1.weight", {2 * ds / tp, h}), 2 * ds / tp, h);
         gate.middleRows(j * ds / tp, ds / tp) = s1.topRows(ds / tp);
         up.middleRows(j * ds / tp, ds / tp) = s1.bottomRows(ds / tp);
         fc2.middleCols(j * ds / tp, ds / tp) =
-            as_matrix(rd.input_values("shared_experts.linear_fc2.weight", {h, ds / tp}), h, ds / tp);
+            as_matrix(shard("shared_experts.linear_fc2.weight", {h, ds / tp}), h, ds / tp);
       }
       p.shared_fc1.resize(2 * ds, h);
       p.shared_fc1 << gate, up;
@@ -148,23 +161,6 @@ class Assembler {
       for (Eigen::Index i = 0; i < p.tid2eid.size(); ++i) p.tid2eid.data()[i] = static_cast<std::int64_t>(table[static_cast<size_t>(i)]);
     }
     return p;
-  }
-
-  // Every data-parallel copy of expert e's shards holds what the first one does (a copy that differs would be
-  // trained from other weights, whatever the oracle says about the first).
-  void same_shard_everywhere(int e, int nle) const {
-    for (int r = 0; r < d_.layout.world; ++r) {
-      if (at(r).ep != e / nle) continue;
-      const int first = find(-1, -1, at(r).ep, at(r).etp);
-      if (first == r) continue;
-      for (const char* which : {"linear_fc1", "linear_fc2"}) {
-        const std::string mine = expert_name(e % nle, which, r), theirs = expert_name(e % nle, which, first);
-        const RankDump& rd = d_.ranks[static_cast<size_t>(r)];
-        if (rd.input_values(mine, {-1, -1}) != d_.ranks[static_cast<size_t>(first)].input_values(theirs, {-1, -1}))
-          throw DumpError(rd.files.at(mine).path.string() + ": differs from rank " + std::to_string(first) +
-                          "'s copy of the same shard (parameters must be the values the step started from)");
-      }
-    }
   }
 
   // Replica d's rows [S·B, ·] from its tp ranks' [S/tp, B, ·] tensors (or [S/tp·B, ·]: `flat_rows`).

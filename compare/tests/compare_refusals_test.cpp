@@ -209,6 +209,13 @@ TEST_F(Refusal, MoreMemoryThanTheBudget) {
   EXPECT_NE(what.find("more than the memory budget"), std::string::npos) << what;
 }
 
+// Every data-parallel copy of a shard is compared with the first: a replica trained from other weights is an
+// inconsistent dump, whatever the first copy says.
+TEST_F(Refusal, AShardCopyThatDiffers) {
+  set_element("rank1/shared_experts.linear_fc1.weight.npy", 0, 0.5);
+  expect_refused("shared_experts.linear_fc1.weight differs from rank 0's copy");
+}
+
 // A hash layer needs its input ids and table, as integers (the layer itself is judged in check's round trip).
 TEST_F(Refusal, AHashLayerWithoutItsIdsOrTable) {
   auto j = meta();
