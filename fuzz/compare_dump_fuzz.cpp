@@ -53,10 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace moe;
   const fs::path& dir = base_dump();
   const std::string_view input = fuzz::as_text(data, size);
-  const std::string original_meta = [&] {
-    static const std::string meta = slurp(dir / "dump.json");
-    return meta;
-  }();
+  static const std::string original_meta = slurp(dir / "dump.json");
   Restore meta_back{dir / "dump.json", original_meta, true};
   Restore file_back;
   const auto cut = input.find('\0');

@@ -196,6 +196,16 @@ void check_activation(HfKeys& k) {
     throw std::invalid_argument("'hidden_act' is " + quoted(act) + ": the oracle's experts are SwiGLU (silu) only");
 }
 
+// The layer's shape, under the model type's key names for the expert count and width; the experts' activation
+// checked.
+void read_expert_shape(HfKeys& k, MoeConfig& c, const char* experts_key, const char* width_key) {
+  c.hidden = k.integer("hidden_size");
+  c.num_experts = k.integer(experts_key);
+  c.topk = k.integer("num_experts_per_tok");
+  c.ffn_hidden = k.integer(width_key);
+  check_activation(k);
+}
+
 // Router jitter multiplies the router input by noise while training: not modelled (only Mixtral's class has it;
 // elsewhere the key is read the same way, so that a jitter is never ignored).
 void check_jitter(HfKeys& k, bool mixtral) {
@@ -242,11 +252,7 @@ void note_absent_options(ModelFile& out) {
 // with norm_topk_prob the k probabilities divided by their sum.
 void map_qwen(HfKeys& k, ModelFile& out, bool qwen2) {
   MoeConfig& c = out.model.config;
-  c.hidden = k.integer("hidden_size");
-  c.num_experts = k.integer("num_experts");
-  c.topk = k.integer("num_experts_per_tok");
-  c.ffn_hidden = k.integer("moe_intermediate_size");
-  check_activation(k);
+  read_expert_shape(k, c, "num_experts", "moe_intermediate_size");
   // A block is an MoE block when (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers.
   const int step = k.integer_or("decoder_sparse_step", 1, kClassDefault);
   if (step != 1)
@@ -280,11 +286,7 @@ void map_qwen(HfKeys& k, ModelFile& out, bool qwen2) {
 // Mixtral (MixtralSparseMoeBlock): softmax over all experts, top-k, always renormalised: post-softmax.
 void map_mixtral(HfKeys& k, ModelFile& out) {
   MoeConfig& c = out.model.config;
-  c.hidden = k.integer("hidden_size");
-  c.num_experts = k.integer("num_local_experts");
-  c.topk = k.integer("num_experts_per_tok");
-  c.ffn_hidden = k.integer("intermediate_size");
-  check_activation(k);
+  read_expert_shape(k, c, "num_local_experts", "intermediate_size");
   c.pre_softmax = false;
   out.model.num_layers = k.integer("num_hidden_layers");
   map_hf_aux(k, out, out.model.num_layers);
@@ -301,11 +303,7 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
   // configuration_deepseek.py (the files' auto_map) has other defaults; a key set in the file is what it says.
   const std::string class_default = v3 ? "transformers 5.25's DeepseekV3Config default"
                                        : "transformers 5.25's DeepseekV2Config default";
-  c.hidden = k.integer("hidden_size");
-  c.num_experts = k.integer("n_routed_experts");
-  c.topk = k.integer("num_experts_per_tok");
-  c.ffn_hidden = k.integer("moe_intermediate_size");
-  check_activation(k);
+  read_expert_shape(k, c, "n_routed_experts", "moe_intermediate_size");
   // Block l is an MoE block when l >= first_k_dense_replace and l % moe_layer_freq == 0.
   const int freq = k.integer_or("moe_layer_freq", 1, kClassDefault);
   if (freq != 1)
@@ -441,11 +439,7 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
 // one unclamped shared expert, and the first layers routed by a tid2eid table (hash layers). No groups.
 void map_deepseek_v4(HfKeys& k, ModelFile& out) {
   MoeConfig& c = out.model.config;
-  c.hidden = k.integer("hidden_size");
-  c.num_experts = k.integer("n_routed_experts");
-  c.topk = k.integer("num_experts_per_tok");
-  c.ffn_hidden = k.integer("moe_intermediate_size");
-  check_activation(k);
+  read_expert_shape(k, c, "n_routed_experts", "moe_intermediate_size");
   if (k.boolean_or("mlp_bias", false, kClassDefault))
     throw std::invalid_argument("'mlp_bias' is true: experts with biases are not modelled");
 
