@@ -40,6 +40,8 @@ CublasLibrary load() {
   resolve(library, "cublasSetMathMode", l.set_math_mode);
   resolve(library, "cublasGemmEx", l.gemm_ex);
   resolve(library, "cublasGetStatusString", l.status_string);
+  l.gemm_grouped_batched_ex =
+      reinterpret_cast<decltype(l.gemm_grouped_batched_ex)>(::dlsym(library, "cublasGemmGroupedBatchedEx"));
   return l;
 }
 

@@ -21,6 +21,8 @@ struct CublasLibrary {
                             const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
                             cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
   decltype(&::cublasGetStatusString) status_string;
+  // cuBLAS >= 12.5 only; nullptr where the loaded library lacks it (GroupedGemm::one_launch then refuses).
+  decltype(&::cublasGemmGroupedBatchedEx) gemm_grouped_batched_ex;
 };
 
 // Loads the library once (thread-safe) and returns its entry points; throws std::runtime_error naming the file

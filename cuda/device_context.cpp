@@ -4,16 +4,38 @@
 #include "cuda/cuda_error.hpp"
 
 namespace moe::cuda {
+namespace {
 
-DeviceContext::DeviceContext(GemmMode mode) : mode_(mode) {
+// A cuBLAS handle bound to `stream` with plain fp32 arithmetic for float data: TF32 would make float results
+// incomparable with the CPU's.
+cublasHandle_t make_handle(cudaStream_t stream) {
+  cublasHandle_t handle = nullptr;
+  MOE_CUBLAS_CHECK(cublas().create(&handle));
+  try {
+    MOE_CUBLAS_CHECK(cublas().set_stream(handle, stream));
+    MOE_CUBLAS_CHECK(cublas().set_math_mode(handle, CUBLAS_DEFAULT_MATH));
+  } catch (...) {
+    cublas().destroy(handle);
+    throw;
+  }
+  return handle;
+}
+
+void release(GemmLane& lane) noexcept {
+  if (lane.handle != nullptr) cublas().destroy(lane.handle);
+  if (lane.done != nullptr) cudaEventDestroy(lane.done);
+  if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
+}
+
+}  // namespace
+
+DeviceContext::DeviceContext(GemmMode mode, GroupedGemm grouped) : mode_(mode), grouped_(grouped) {
   // A blocking stream: it waits for work on the legacy default stream, where DeviceBuffer's blocking uploads and
   // default zero() run (a pageable cudaMemcpy may return before its DMA lands), so no caller has to order those.
   MOE_CUDA_CHECK(cudaStreamCreate(&stream_));
   try {
-    MOE_CUBLAS_CHECK(cublas().create(&cublas_));
-    MOE_CUBLAS_CHECK(cublas().set_stream(cublas_, stream_));
-    // Plain fp32 arithmetic for float data: TF32 would make float results incomparable with the CPU's.
-    MOE_CUBLAS_CHECK(cublas().set_math_mode(cublas_, CUBLAS_DEFAULT_MATH));
+    cublas_ = make_handle(stream_);
+    MOE_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   } catch (...) {
     if (cublas_ != nullptr) cublas().destroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -22,8 +44,27 @@ DeviceContext::DeviceContext(GemmMode mode) : mode_(mode) {
 }
 
 DeviceContext::~DeviceContext() {
+  for (auto& lane : lanes_) release(lane);
+  cudaEventDestroy(fork_);
   cublas().destroy(cublas_);
   cudaStreamDestroy(stream_);
+}
+
+const std::vector<GemmLane>& DeviceContext::lanes() const {
+  while (lanes_.size() < std::size_t(lane_count)) {
+    GemmLane lane;
+    try {
+      // Non-blocking: the lanes are ordered against stream() by events only.
+      MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+      MOE_CUDA_CHECK(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
+      lane.handle = make_handle(lane.stream);
+    } catch (...) {
+      release(lane);
+      throw;
+    }
+    lanes_.push_back(lane);
+  }
+  return lanes_;
 }
 
 void DeviceContext::synchronize() const { MOE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

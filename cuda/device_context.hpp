@@ -1,24 +1,45 @@
-// DeviceContext: the stream and cuBLAS handle one thread's kernels run on, and the GEMM mode.
+// DeviceContext: the stream and cuBLAS handle one thread's kernels run on, the GEMM mode and how groups of GEMMs
+// (a rank's local experts) are run.
 //   GemmMode::cublas           cuBLAS (fp32 compute for float/bf16 data, no TF32; fp64 for double): fast, but
 //                              the kernel cuBLAS picks depends on the shape, so a row's result may depend on how
 //                              many rows share its GEMM;
 //   GemmMode::batch_invariant  our fixed-order tiled GEMM (batch_invariant_gemm.cu): every output element sums
 //                              its k products in increasing k, whatever m and n are, so a token's output does not
 //                              depend on the other tokens in the batch (the deterministic mode). Slow.
+//   GroupedGemm (GemmMode::cublas only; grouped_gemm in gemm.hpp):
+//     one_launch  cublasGemmGroupedBatchedEx: all groups in one call, their tiles scheduled together (default);
+//     lanes       one cublasGemmEx per group, spread round-robin over side streams ("lanes", each with its own
+//                 cuBLAS handle and workspace), joined back into stream();
+//     per_group   one cublasGemmEx per group on stream(), one after another.
+//   256 experts of ~192 rows each give GEMMs that alone fill about half of an H100/H200's SMs; the first two let
+//   several run at once. The benchmark (cuda/bench_moe_layer.cpp) times all three.
 // Kernels are enqueued on stream(); host wrappers that need data on the host (group sizes) synchronise it.
+// This header stays C++17 (nvcc compiles it).
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <vector>
+
 namespace moe::cuda {
 
 enum class GemmMode { cublas, batch_invariant };
+enum class GroupedGemm { one_launch, lanes, per_group };
+
+// A side stream with its own cuBLAS handle, and the event that marks the end of its share of a grouped GEMM.
+struct GemmLane {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t handle = nullptr;
+  cudaEvent_t done = nullptr;
+};
 
 class DeviceContext {
  public:
+  static constexpr int lane_count = 4;
+
   // Uses the current device (cudaSetDevice before constructing one per thread).
-  explicit DeviceContext(GemmMode mode = GemmMode::cublas);
+  explicit DeviceContext(GemmMode mode = GemmMode::cublas, GroupedGemm grouped = GroupedGemm::one_launch);
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
   ~DeviceContext();
@@ -26,12 +47,21 @@ class DeviceContext {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas_handle() const { return cublas_; }
   GemmMode mode() const { return mode_; }
+  GroupedGemm grouped() const { return grouped_; }
+  void set_grouped(GroupedGemm grouped) { grouped_ = grouped; }
+  // The side lanes of GroupedGemm::lanes, created on first use (lane_count of them) and kept.
+  const std::vector<GemmLane>& lanes() const;
+  // An event recorded on stream() that the lanes wait for before their GEMMs (the fork of a grouped GEMM).
+  cudaEvent_t fork_event() const { return fork_; }
   void synchronize() const;
 
  private:
   GemmMode mode_;
+  GroupedGemm grouped_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cudaEvent_t fork_ = nullptr;
+  mutable std::vector<GemmLane> lanes_;
 };
 
 }  // namespace moe::cuda

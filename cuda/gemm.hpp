@@ -1,6 +1,7 @@
 // Row-major GEMM on device: C[m, n] = op(A)·op(B) + beta·C, with op(X) = X or Xᵀ, leading dimensions given as
 // row strides (the torch/Eigen row-major view that the rest of the project uses). beta is 0 or 1 (overwrite or
-// accumulate, as weight gradients do). Dispatches on DeviceContext::mode() (device_context.hpp).
+// accumulate, as weight gradients do). Dispatches on DeviceContext::mode() (device_context.hpp). Groups of GEMMs:
+// grouped_gemm.hpp. This header stays C++17 (nvcc compiles it).
 //   cuBLAS is column-major: a row-major X is the column-major Xᵀ, so C = op(A)·op(B) is computed as
 //   Cᵀ = op(B)ᵀ·op(A)ᵀ, i.e. cublasGemmEx(op_b, op_a, n, m, k, B, ldb, A, lda, C, ldc).
 #pragma once

@@ -1,11 +1,12 @@
 #include "cuda/grouped_swiglu.hpp"
 
 #include "cuda/device_buffer.hpp"
-#include "cuda/gemm.hpp"
+#include "cuda/grouped_gemm.hpp"
 #include "cuda/swiglu_kernels.hpp"
 
 #include <numeric>
 #include <stdexcept>
+#include <vector>
 
 namespace moe::cuda {
 namespace {
@@ -18,12 +19,16 @@ std::int64_t total_rows(std::span<const std::int64_t> group_sizes) {
 
 SwigluClamp clamp_of(const kernels::SwigluOptions& o) { return {o.clamp.has_value(), o.clamp.value_or(0.0)}; }
 
-// body(e, begin, n) for every expert e with n > 0 rows from row `begin`, in expert order (the GEMMs of one group).
-template <typename Body>
-void for_each_group(std::span<const std::int64_t> sizes, Body&& body) {
+// One grouped GEMM over the non-empty groups: problem(e, begin, n) gives expert e's GEMM for its n rows from row
+// `begin`, in expert order.
+template <typename T, typename Problem>
+void grouped(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const std::int64_t> sizes, int beta,
+             Problem&& problem) {
+  std::vector<GemmProblem<T>> problems;
   std::int64_t begin = 0;
   for (std::size_t e = 0; e < sizes.size(); begin += sizes[e], ++e)
-    if (sizes[e] > 0) body(std::int64_t(e), begin, sizes[e]);
+    if (sizes[e] > 0) problems.push_back(problem(std::int64_t(e), begin, sizes[e]));
+  grouped_gemm<T>(ctx, op_a, op_b, problems, beta);
 }
 
 // What fc1 multiplies: x, or p ⊙ x (written into `storage`) when the probabilities go on the input.
@@ -46,16 +51,15 @@ void grouped_swiglu_forward(const DeviceContext& ctx, const T* x, std::span<cons
   const cudaStream_t s = ctx.stream();
   DeviceBuffer<T> scaled_x;
   const T* in = fc1_input(s, rows, w, x, probs, options, scaled_x);
-  for_each_group(group_sizes, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
-    // pre_e [n, 2d] = in_e · fc1_eᵀ
-    gemm<T>(ctx, Op::n, Op::t, n, 2 * d, w, in + begin * w, w, ex.fc1 + e * 2 * d * w, w, pre + begin * 2 * d, 2 * d,
-            0);
+  // pre_e [n, 2d] = in_e · fc1_eᵀ
+  grouped<T>(ctx, Op::n, Op::t, group_sizes, 0, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
+    return GemmProblem<T>{n, 2 * d, w, in + begin * w, w, ex.fc1 + e * 2 * d * w, w, pre + begin * 2 * d, 2 * d};
   });
   DeviceBuffer<T> h(std::size_t(rows * d), s);
   swiglu_activation<T>(s, rows, d, pre, options.probs_on_input ? nullptr : probs, clamp_of(options), h.data());
-  for_each_group(group_sizes, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
-    // y_e [n, w] = h_e · fc2_eᵀ
-    gemm<T>(ctx, Op::n, Op::t, n, w, d, h.data() + begin * d, d, ex.fc2 + e * w * d, d, y + begin * w, w, 0);
+  // y_e [n, w] = h_e · fc2_eᵀ
+  grouped<T>(ctx, Op::n, Op::t, group_sizes, 0, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
+    return GemmProblem<T>{n, w, d, h.data() + begin * d, d, ex.fc2 + e * w * d, d, y + begin * w, w};
   });
 }
 
@@ -69,19 +73,25 @@ void grouped_swiglu_backward(const DeviceContext& ctx, const T* x, std::span<con
   DeviceBuffer<T> g_h(std::size_t(rows * d), s), g_pre(std::size_t(rows * 2 * d), s), act(std::size_t(rows * d), s);
   DeviceBuffer<T> scaled_x;
   const T* in = fc1_input(s, rows, w, x, probs, options, scaled_x);
-  for_each_group(group_sizes, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
-    // g_h_e [n, d] = dy_e · fc2_e
-    gemm<T>(ctx, Op::n, Op::n, n, d, w, dy + begin * w, w, ex.fc2 + e * w * d, d, g_h.data() + begin * d, d, 0);
+  // g_h_e [n, d] = dy_e · fc2_e
+  grouped<T>(ctx, Op::n, Op::n, group_sizes, 0, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
+    return GemmProblem<T>{n, d, w, dy + begin * w, w, ex.fc2 + e * w * d, d, g_h.data() + begin * d, d};
   });
   swiglu_activation_backward<T>(s, rows, d, pre, on_input ? nullptr : probs, clamp_of(options), g_h.data(),
                                 g_pre.data(), act.data(), on_input ? nullptr : dprob);
-  for_each_group(group_sizes, [&](std::int64_t ei, std::int64_t begin, std::int64_t n) {
-    // grad_fc2_e [w, d] += dy_eᵀ · act_e;  g_in_e [n, w] = g_pre_e · fc1_e;  grad_fc1_e [2d, w] += g_pre_eᵀ · in_e
-    gemm<T>(ctx, Op::t, Op::n, w, d, n, dy + begin * w, w, act.data() + begin * d, d, grad_fc2 + ei * w * d, d, 1);
-    gemm<T>(ctx, Op::n, Op::n, n, w, 2 * d, g_pre.data() + begin * 2 * d, 2 * d, ex.fc1 + ei * 2 * d * w, w,
-            dx + begin * w, w, 0);
-    gemm<T>(ctx, Op::t, Op::n, 2 * d, w, n, g_pre.data() + begin * 2 * d, 2 * d, in + begin * w, w,
-            grad_fc1 + ei * 2 * d * w, w, 1);
+  // grad_fc2_e [w, d] += dy_eᵀ · act_e
+  grouped<T>(ctx, Op::t, Op::n, group_sizes, 1, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
+    return GemmProblem<T>{w, d, n, dy + begin * w, w, act.data() + begin * d, d, grad_fc2 + e * w * d, d};
+  });
+  // g_in_e [n, w] = g_pre_e · fc1_e
+  grouped<T>(ctx, Op::n, Op::n, group_sizes, 0, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
+    return GemmProblem<T>{n, w, 2 * d, g_pre.data() + begin * 2 * d, 2 * d, ex.fc1 + e * 2 * d * w, w, dx + begin * w,
+                          w};
+  });
+  // grad_fc1_e [2d, w] += g_pre_eᵀ · in_e
+  grouped<T>(ctx, Op::t, Op::n, group_sizes, 1, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
+    return GemmProblem<T>{2 * d, w, n, g_pre.data() + begin * 2 * d, 2 * d, in + begin * w, w, grad_fc1 + e * 2 * d * w,
+                          w};
   });
   if (on_input) {
     // The probability scaled the input: dprob = ⟨g_in, x⟩, dx = p ⊙ g_in (dx holds g_in until here).

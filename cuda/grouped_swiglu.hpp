@@ -1,6 +1,7 @@
-// Grouped SwiGLU over a rank's local experts on device: the counterpart of distributed/kernels/grouped_swiglu.hpp, same
-// math and options (kernels::SwigluOptions: clamp, probs on the input), one cuBLAS (or batch-invariant) GEMM per
-// non-empty group and the elementwise parts in swiglu_kernels.cu.
+// Grouped SwiGLU over a rank's local experts on device: the counterpart of distributed/kernels/grouped_swiglu.hpp,
+// same math and options (kernels::SwigluOptions: clamp, probs on the input): grouped GEMMs (grouped_gemm in gemm.hpp;
+// two forward, four backward, over the non-empty groups, run as the context's GroupedGemm says) and the elementwise
+// parts in swiglu_kernels.cu.
 //
 // Shapes (row-major, device): x [rows, w] grouped by local expert (group_sizes on the host: the split sizes are
 // host control, as in Megatron's grouped GEMM); probs [rows] in Acc<T>; pre [rows, 2d] saved for the backward;

@@ -1,6 +1,7 @@
 // Grouped SwiGLU forward and backward on device against kernels::grouped_swiglu_forward/backward: double and
 // float against the CPU in the same type, bf16 against the CPU in double on bf16-rounded inputs; with and without
-// the clamp, probabilities after the activation or on the input; both GEMM modes; an empty group included.
+// the clamp, probabilities after the activation or on the input; both GEMM modes and, with cuBLAS, each way of
+// running the grouped GEMMs (one launch, lanes, per group); an empty group included.
 #include "cuda/grouped_swiglu.hpp"
 #include "cuda/tests/gpu_test.hpp"
 
@@ -26,8 +27,9 @@ std::vector<Variant> variants() {
 }
 
 template <typename T>
-void check_swiglu(GemmMode mode, const Variant& v) {
+void check_swiglu(GemmMode mode, const Variant& v, GroupedGemm grouped = GroupedGemm::one_launch) {
   SCOPED_TRACE(v.name);
+  SCOPED_TRACE("grouped GEMM " + std::to_string(int(grouped)));
   // Reference type: the CPU runs in T for double/float and in double (on rounded inputs) for bf16.
   using R = std::conditional_t<std::is_same_v<T, bf16>, double, T>;
   const int rows = 10, L = int(groups.size());
@@ -48,7 +50,7 @@ void check_swiglu(GemmMode mode, const Variant& v) {
   const auto fwd = kernels::grouped_swiglu_forward<R>(x, groups, shards, p, v.options);
   const auto bwd = kernels::grouped_swiglu_backward<R>(x, groups, shards, p, v.options, fwd.pre, dy, grads);
 
-  DeviceContext ctx(mode);
+  DeviceContext ctx(mode, grouped);
   const auto d_x = upload(cast<T>(xs)), d_f1 = upload(cast<T>(f1)), d_f2 = upload(cast<T>(f2)),
              d_dy = upload(cast<T>(gys));
   const auto d_p = upload(cast<Acc<T>>(ps));
@@ -79,9 +81,12 @@ void check_swiglu(GemmMode mode, const Variant& v) {
   expect_close(g2.to_host(), stack(grads.fc2), tol, "grad_fc2");
 }
 
+const GroupedGemm all_grouped[] = {GroupedGemm::one_launch, GroupedGemm::lanes, GroupedGemm::per_group};
+
 TEST(CudaGroupedSwiglu, DoubleCublas) {
   MOE_REQUIRE_GPU();
-  for (const auto& v : variants()) check_swiglu<double>(GemmMode::cublas, v);
+  for (const auto g : all_grouped)
+    for (const auto& v : variants()) check_swiglu<double>(GemmMode::cublas, v, g);
 }
 TEST(CudaGroupedSwiglu, DoubleBatchInvariant) {
   MOE_REQUIRE_GPU();
@@ -89,7 +94,8 @@ TEST(CudaGroupedSwiglu, DoubleBatchInvariant) {
 }
 TEST(CudaGroupedSwiglu, FloatCublas) {
   MOE_REQUIRE_GPU();
-  for (const auto& v : variants()) check_swiglu<float>(GemmMode::cublas, v);
+  for (const auto g : all_grouped)
+    for (const auto& v : variants()) check_swiglu<float>(GemmMode::cublas, v, g);
 }
 TEST(CudaGroupedSwiglu, FloatBatchInvariant) {
   MOE_REQUIRE_GPU();
@@ -97,7 +103,8 @@ TEST(CudaGroupedSwiglu, FloatBatchInvariant) {
 }
 TEST(CudaGroupedSwiglu, Bf16Cublas) {
   MOE_REQUIRE_GPU();
-  for (const auto& v : variants()) check_swiglu<bf16>(GemmMode::cublas, v);
+  for (const auto g : all_grouped)
+    for (const auto& v : variants()) check_swiglu<bf16>(GemmMode::cublas, v, g);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Permutation, permute, unpermute (+ backward), ordered scatter-add and chunk sort against the CPU kernels of
-// distributed/kernels/token_kernels.hpp. Copies and fixed-order sums must be exact in double and float.
+// distributed/kernels/token_kernels.hpp. Copies and fixed-order sums must be exact in double and float. Unpermute
+// moves 16-byte packs where a row's bytes allow it: double and float run at width 20 (packs) and 21 (one element at
+// a time), bf16 at 24 (packs) and 20 (40 bytes: one element at a time).
 #include "cuda/device_context.hpp"
 #include "cuda/row_plans.hpp"
 #include "cuda/tests/gpu_test.hpp"
@@ -33,11 +35,12 @@ std::vector<std::int64_t> cpu_row_slots(const std::vector<std::int32_t>& ids) {
 }
 
 template <typename T>
-void check_permute_roundtrip() {
+void check_permute_roundtrip(int row_width) {
+  SCOPED_TRACE("row width " + std::to_string(row_width));
   const auto ids = topk_ids();
   const auto slots = cpu_row_slots(ids);
   const std::size_t R = slots.size();
-  const auto xs = uniform(std::size_t(tokens * width), 5), ps = uniform(ids.size(), 6);
+  const auto xs = uniform(std::size_t(tokens * row_width), 5), ps = uniform(ids.size(), 6);
   DeviceContext ctx;
   const auto d_ids = upload(ids);
   DeviceBuffer<std::int32_t> row_slot(R), slot_row(R);
@@ -46,11 +49,11 @@ void check_permute_roundtrip() {
                     per_expert.data());
   const auto d_x = upload(cast<T>(xs));
   const auto d_p = upload(cast<Acc<T>>(ps));
-  DeviceBuffer<T> permuted(R * width), combined(static_cast<std::size_t>(tokens * width));
+  DeviceBuffer<T> permuted(R * row_width), combined(static_cast<std::size_t>(tokens * row_width));
   DeviceBuffer<Acc<T>> permuted_probs(R);
-  permute<T>(ctx.stream(), d_x.data(), width, tokens, k, row_slot.data(), d_p.data(), permuted.data(),
+  permute<T>(ctx.stream(), d_x.data(), row_width, tokens, k, row_slot.data(), d_p.data(), permuted.data(),
              permuted_probs.data());
-  unpermute<T>(ctx.stream(), permuted.data(), width, tokens, k, slot_row.data(), d_p.data(), combined.data());
+  unpermute<T>(ctx.stream(), permuted.data(), row_width, tokens, k, slot_row.data(), d_p.data(), combined.data());
   ctx.synchronize();
 
   const auto got_slots = row_slot.to_host();
@@ -70,41 +73,41 @@ void check_permute_roundtrip() {
   const auto got_permuted = permuted.to_host();
   const auto host_x = cast<T>(xs);
   for (std::size_t i = 0; i < R; ++i)
-    for (int c = 0; c < width; ++c)
-      ASSERT_EQ(as_double(got_permuted[i * width + std::size_t(c)]),
-                as_double(host_x[std::size_t(token_rows[i] * width + c)]));
+    for (int c = 0; c < row_width; ++c)
+      ASSERT_EQ(as_double(got_permuted[i * row_width + std::size_t(c)]),
+                as_double(host_x[std::size_t(token_rows[i] * row_width + c)]));
   expect_close(permuted_probs.to_host(), weights, {0, 0}, "permuted probs");
 
   // Unpermute: scatter_add_rows over the permuted rows, in their order.
   if constexpr (!std::is_same_v<T, bf16>) {
-    Matrix<T> y = Eigen::Map<const Matrix<T>>(got_permuted.data(), Eigen::Index(R), width);
-    Matrix<T> ref = Matrix<T>::Zero(tokens, width);
+    Matrix<T> y = Eigen::Map<const Matrix<T>>(got_permuted.data(), Eigen::Index(R), row_width);
+    Matrix<T> ref = Matrix<T>::Zero(tokens, row_width);
     kernels::scatter_add_rows<T>(y, token_rows, weights, ref);
     expect_close(combined.to_host(), std::vector<T>(ref.data(), ref.data() + ref.size()), {0, 0}, "unpermute");
   } else {
-    std::vector<double> ref(std::size_t(tokens * width), 0.0);
+    std::vector<double> ref(std::size_t(tokens * row_width), 0.0);
     for (std::size_t i = 0; i < R; ++i)
-      for (int c = 0; c < width; ++c)
-        ref[std::size_t(token_rows[i] * width + c)] +=
-            double(weights[i]) * as_double(got_permuted[i * width + std::size_t(c)]);
+      for (int c = 0; c < row_width; ++c)
+        ref[std::size_t(token_rows[i] * row_width + c)] +=
+            double(weights[i]) * as_double(got_permuted[i * row_width + std::size_t(c)]);
     expect_close(combined.to_host(), ref, tolerance<T>(), "unpermute bf16");
   }
 
   // Backward of the weighted unpermute.
-  const auto gs = uniform(std::size_t(tokens * width), 7);
+  const auto gs = uniform(std::size_t(tokens * row_width), 7);
   const auto d_g = upload(cast<T>(gs));
-  DeviceBuffer<T> dy(R * width);
+  DeviceBuffer<T> dy(R * row_width);
   DeviceBuffer<Acc<T>> dprobs(ids.size());
-  unpermute_backward<T>(ctx.stream(), d_g.data(), permuted.data(), width, tokens, k, slot_row.data(), d_p.data(),
+  unpermute_backward<T>(ctx.stream(), d_g.data(), permuted.data(), row_width, tokens, k, slot_row.data(), d_p.data(),
                         dy.data(), dprobs.data());
   ctx.synchronize();
   const auto host_g = cast<T>(gs);
-  std::vector<double> ref_dy(R * width), ref_dprobs(ids.size(), 0.0);
+  std::vector<double> ref_dy(R * row_width), ref_dprobs(ids.size(), 0.0);
   for (std::size_t i = 0; i < R; ++i)
-    for (int c = 0; c < width; ++c) {
-      const double g = as_double(host_g[std::size_t(token_rows[i] * width + c)]);
-      ref_dy[i * width + std::size_t(c)] = double(weights[i]) * g;
-      ref_dprobs[std::size_t(slots[i])] += g * as_double(got_permuted[i * width + std::size_t(c)]);
+    for (int c = 0; c < row_width; ++c) {
+      const double g = as_double(host_g[std::size_t(token_rows[i] * row_width + c)]);
+      ref_dy[i * row_width + std::size_t(c)] = double(weights[i]) * g;
+      ref_dprobs[std::size_t(slots[i])] += g * as_double(got_permuted[i * row_width + std::size_t(c)]);
     }
   expect_close(dy.to_host(), ref_dy, tolerance<T>(), "unpermute backward dy");
   expect_close(dprobs.to_host(), ref_dprobs, tolerance<T>(), "unpermute backward dprobs");
@@ -112,15 +115,15 @@ void check_permute_roundtrip() {
 
 TEST(CudaTokenKernels, PermuteUnpermuteDouble) {
   MOE_REQUIRE_GPU();
-  check_permute_roundtrip<double>();
+  for (int w : {width, 21}) check_permute_roundtrip<double>(w);
 }
 TEST(CudaTokenKernels, PermuteUnpermuteFloat) {
   MOE_REQUIRE_GPU();
-  check_permute_roundtrip<float>();
+  for (int w : {width, 21}) check_permute_roundtrip<float>(w);
 }
 TEST(CudaTokenKernels, PermuteUnpermuteBf16) {
   MOE_REQUIRE_GPU();
-  check_permute_roundtrip<bf16>();
+  for (int w : {width, 24}) check_permute_roundtrip<bf16>(w);
 }
 
 template <typename T>
