@@ -79,14 +79,17 @@ int run(std::ostream& out) {
   auto x = random_device<bf16>(std::size_t(tokens * hidden), 1, 1.0);
   auto router_weight = random_device<float>(std::size_t(experts * hidden), 2, 0.05);
   // Expert weights: a constant byte pattern (bf16 0x3c3c ≈ 0.0115); their values do not change the speed.
-  DeviceBuffer<bf16> fc1(static_cast<std::size_t>(experts * 2 * ffn * hidden)), fc2(static_cast<std::size_t>(experts * hidden * ffn));
+  DeviceBuffer<bf16> fc1(static_cast<std::size_t>(experts * 2 * ffn * hidden)),
+      fc2(static_cast<std::size_t>(experts * hidden * ffn));
   MOE_CUDA_CHECK(cudaMemset(fc1.data(), 0x3c, fc1.size() * sizeof(bf16)));
   MOE_CUDA_CHECK(cudaMemset(fc2.data(), 0x3c, fc2.size() * sizeof(bf16)));
 
   // Routing once, to get a realistic permutation for the token kernels.
-  DeviceBuffer<float> x_router(static_cast<std::size_t>(tokens * hidden)), logits(static_cast<std::size_t>(tokens * experts)),
-      scores(static_cast<std::size_t>(tokens * experts)), probs(static_cast<std::size_t>(rows)), permuted_probs(static_cast<std::size_t>(rows));
-  DeviceBuffer<std::int32_t> ids(static_cast<std::size_t>(rows)), row_slot(static_cast<std::size_t>(rows)), slot_row(static_cast<std::size_t>(rows));
+  DeviceBuffer<float> x_router(static_cast<std::size_t>(tokens * hidden)),
+      logits(static_cast<std::size_t>(tokens * experts)), scores(static_cast<std::size_t>(tokens * experts)),
+      probs(static_cast<std::size_t>(rows)), permuted_probs(static_cast<std::size_t>(rows));
+  DeviceBuffer<std::int32_t> ids(static_cast<std::size_t>(rows)), row_slot(static_cast<std::size_t>(rows)),
+      slot_row(static_cast<std::size_t>(rows));
   DeviceBuffer<std::int64_t> per_expert(static_cast<std::size_t>(experts));
   RouterSpec spec;
   spec.score = RouterSpec::Score::sigmoid;
@@ -97,12 +100,15 @@ int run(std::ostream& out) {
   convert<bf16, float>(s, x.data(), x_router.data(), tokens * hidden);
   gemm<float>(ctx, Op::n, Op::t, tokens, experts, hidden, x_router.data(), hidden, router_weight.data(), hidden,
               logits.data(), experts, 0);
-  const double route_s = seconds_per_call(ctx, [&] {
-    route_topk<float>(s, spec, tokens, logits.data(), nullptr, nullptr, nullptr, scores.data(), ids.data(),
-                      probs.data());
-    build_permutation(s, tokens, int(topk), int(experts), ids.data(), row_slot.data(), slot_row.data(),
-                      per_expert.data());
-  }, 10);
+  const double route_s = seconds_per_call(
+      ctx,
+      [&] {
+        route_topk<float>(s, spec, tokens, logits.data(), nullptr, nullptr, nullptr, scores.data(), ids.data(),
+                          probs.data());
+        build_permutation(s, tokens, int(topk), int(experts), ids.data(), row_slot.data(), slot_row.data(),
+                          per_expert.data());
+      },
+      10);
   ctx.synchronize();
   const auto counts = per_expert.to_host();
   out << "routing (scores + top-k + permutation, no GEMM): " << route_s * 1e3 << " ms; tokens per expert min "
@@ -110,37 +116,49 @@ int run(std::ostream& out) {
       << ", mean " << rows / experts << "\n";
 
   // Permute / unpermute against a device-to-device copy of the same bytes.
-  DeviceBuffer<bf16> permuted(static_cast<std::size_t>(rows * hidden)), combined(static_cast<std::size_t>(tokens * hidden));
+  DeviceBuffer<bf16> permuted(static_cast<std::size_t>(rows * hidden)),
+      combined(static_cast<std::size_t>(tokens * hidden));
   const double row_bytes = double(hidden) * sizeof(bf16);
-  const double copy_s = seconds_per_call(ctx, [&] {
-    MOE_CUDA_CHECK(cudaMemcpyAsync(permuted.data(), fc1.data(), std::size_t(rows * hidden) * sizeof(bf16),
-                                   cudaMemcpyDeviceToDevice, s));
-  }, 20);
+  const double copy_s = seconds_per_call(
+      ctx,
+      [&] {
+        MOE_CUDA_CHECK(cudaMemcpyAsync(permuted.data(), fc1.data(), std::size_t(rows * hidden) * sizeof(bf16),
+                                       cudaMemcpyDeviceToDevice, s));
+      },
+      20);
   const double copy_bw = 2.0 * double(rows) * row_bytes / copy_s;  // read + write
   out << "cudaMemcpy D2D of " << double(rows) * row_bytes / 1e6 << " MB: " << copy_bw / 1e12 << " TB/s ("
       << percent(copy_bw, hbm_bytes_per_s) << " of 4.8 TB/s HBM3e)\n";
-  const double permute_s = seconds_per_call(ctx, [&] {
-    permute<bf16>(s, x.data(), hidden, tokens, int(topk), row_slot.data(), probs.data(), permuted.data(),
-                  permuted_probs.data());
-  }, 20);
+  const double permute_s = seconds_per_call(
+      ctx,
+      [&] {
+        permute<bf16>(s, x.data(), hidden, tokens, int(topk), row_slot.data(), probs.data(), permuted.data(),
+                      permuted_probs.data());
+      },
+      20);
   const double permute_bw = 2.0 * double(rows) * row_bytes / permute_s;
   out << "permute bf16: " << permute_s * 1e6 << " us, " << permute_bw / 1e12 << " TB/s ("
       << percent(permute_bw, hbm_bytes_per_s) << " of HBM, " << percent(permute_bw, copy_bw) << " of memcpy)\n";
-  const double unpermute_s = seconds_per_call(ctx, [&] {
-    unpermute<bf16>(s, permuted.data(), hidden, tokens, int(topk), slot_row.data(), probs.data(), combined.data());
-  }, 20);
+  const double unpermute_s = seconds_per_call(
+      ctx,
+      [&] {
+        unpermute<bf16>(s, permuted.data(), hidden, tokens, int(topk), slot_row.data(), probs.data(), combined.data());
+      },
+      20);
   const double unpermute_bw = (double(rows) + double(tokens)) * row_bytes / unpermute_s;
-  out << "unpermute bf16 (weighted, fixed order): " << unpermute_s * 1e6 << " us, " << unpermute_bw / 1e12
-      << " TB/s (" << percent(unpermute_bw, hbm_bytes_per_s) << " of HBM, " << percent(unpermute_bw, copy_bw)
-      << " of memcpy)\n";
+  out << "unpermute bf16 (weighted, fixed order): " << unpermute_s * 1e6 << " us, " << unpermute_bw / 1e12 << " TB/s ("
+      << percent(unpermute_bw, hbm_bytes_per_s) << " of HBM, " << percent(unpermute_bw, copy_bw) << " of memcpy)\n";
 
   // Grouped SwiGLU against one dense GEMM of the same FLOPs: [rows, hidden] · [hidden, 3·ffn].
   const double flops = 6.0 * double(rows) * double(hidden) * double(ffn);
   DeviceBuffer<bf16> dense_out(static_cast<std::size_t>(rows * 3 * ffn));
-  const double dense_s = seconds_per_call(ctx, [&] {
-    gemm<bf16>(ctx, Op::n, Op::t, rows, 3 * ffn, hidden, permuted.data(), hidden, fc1.data(), hidden,
-               dense_out.data(), 3 * ffn, 0);
-  }, 5);
+  const double dense_s = seconds_per_call(
+      ctx,
+      [&] {
+        gemm<bf16>(ctx, Op::n, Op::t, rows, 3 * ffn, hidden, permuted.data(), hidden, fc1.data(), hidden,
+                   dense_out.data(), 3 * ffn, 0);
+      },
+      5);
   const double dense_rate = flops / dense_s;
   out << "dense cuBLAS bf16 GEMM " << rows << "x" << 3 * ffn << "x" << hidden << ": " << dense_rate / 1e12
       << " TFLOP/s (" << percent(dense_rate, bf16_flops_per_s) << " of 989)\n";
@@ -149,40 +167,55 @@ int run(std::ostream& out) {
   moe::kernels::SwigluOptions options;
   options.clamp = 7.0;
   DeviceBuffer<bf16> pre(static_cast<std::size_t>(rows * 2 * ffn)), expert_out(static_cast<std::size_t>(rows * hidden));
-  // Each way of running the grouped GEMMs (device_context.hpp); the layer below uses the fastest forward.
-  const std::pair<GroupedGemm, const char*> ways[] = {{GroupedGemm::one_launch, "one cuBLAS grouped call"},
-                                                       {GroupedGemm::lanes, "per-expert cuBLAS on 4 streams"},
-                                                       {GroupedGemm::per_group, "per-expert cuBLAS, one stream"}};
+  // Each way of running the grouped GEMMs (device_context.hpp), lanes at 4, 8 and 16 side streams; the layer
+  // below uses the fastest forward.
+  struct Way {
+    GroupedGemm grouped;
+    int lanes;
+    std::string name;
+  };
+  const std::vector<Way> ways{{GroupedGemm::one_launch, 1, "one cuBLAS grouped call"},
+                              {GroupedGemm::lanes, 4, "per-expert cuBLAS on 4 streams"},
+                              {GroupedGemm::lanes, 8, "per-expert cuBLAS on 8 streams"},
+                              {GroupedGemm::lanes, 16, "per-expert cuBLAS on 16 streams"},
+                              {GroupedGemm::per_group, 1, "per-expert cuBLAS, one stream"}};
   double best_fwd_s = 0;
-  GroupedGemm best = GroupedGemm::one_launch;
-  const char* best_name = "";
+  const Way* best = &ways.front();
   DeviceBuffer<bf16> g1(fc1.size()), g2(fc2.size()), dx(static_cast<std::size_t>(rows * hidden));
   DeviceBuffer<float> dprob(static_cast<std::size_t>(rows));
   g1.zero(s);
   g2.zero(s);
-  for (const auto& [way, name] : ways) {
-    ctx.set_grouped(way);
-    const double fwd_s = seconds_per_call(ctx, [&] {
-      grouped_swiglu_forward<bf16>(ctx, permuted.data(), groups, ex, permuted_probs.data(), options, pre.data(),
-                                   expert_out.data());
-    }, 5);
-    out << "grouped SwiGLU forward bf16 (" << name << "): " << fwd_s * 1e3 << " ms, " << flops / fwd_s / 1e12
-        << " TFLOP/s (" << percent(flops / fwd_s, bf16_flops_per_s) << " of 989, "
-        << percent(flops / fwd_s, dense_rate) << " of dense cuBLAS)\n";
-    const double bwd_s = seconds_per_call(ctx, [&] {
-      grouped_swiglu_backward<bf16>(ctx, permuted.data(), groups, ex, permuted_probs.data(), options, pre.data(),
-                                    expert_out.data(), dx.data(), dprob.data(), g1.data(), g2.data());
-    }, 3);
-    out << "grouped SwiGLU backward bf16 (" << name << "): " << bwd_s * 1e3 << " ms, " << 2 * flops / bwd_s / 1e12
+  for (const auto& way : ways) {
+    const DeviceContext run_ctx(GemmMode::cublas, way.grouped, way.lanes);
+    const cudaStream_t rs = run_ctx.stream();
+    MOE_CUDA_CHECK(cudaStreamSynchronize(s));  // the inputs were written on ctx's stream
+    const double fwd_s = seconds_per_call(
+        run_ctx,
+        [&] {
+          grouped_swiglu_forward<bf16>(run_ctx, permuted.data(), groups, ex, permuted_probs.data(), options, pre.data(),
+                                       expert_out.data());
+        },
+        5);
+    out << "grouped SwiGLU forward bf16 (" << way.name << "): " << fwd_s * 1e3 << " ms, " << flops / fwd_s / 1e12
+        << " TFLOP/s (" << percent(flops / fwd_s, bf16_flops_per_s) << " of 989, " << percent(flops / fwd_s, dense_rate)
+        << " of dense cuBLAS)\n";
+    const double bwd_s = seconds_per_call(
+        run_ctx,
+        [&] {
+          grouped_swiglu_backward<bf16>(run_ctx, permuted.data(), groups, ex, permuted_probs.data(), options,
+                                        pre.data(), expert_out.data(), dx.data(), dprob.data(), g1.data(), g2.data());
+        },
+        3);
+    out << "grouped SwiGLU backward bf16 (" << way.name << "): " << bwd_s * 1e3 << " ms, " << 2 * flops / bwd_s / 1e12
         << " TFLOP/s (" << percent(2 * flops / bwd_s, bf16_flops_per_s) << " of 989, "
         << percent(2 * flops / bwd_s, dense_rate) << " of dense cuBLAS)\n";
+    MOE_CUDA_CHECK(cudaStreamSynchronize(rs));
     if (best_fwd_s == 0 || fwd_s < best_fwd_s) {
       best_fwd_s = fwd_s;
-      best = way;
-      best_name = name;
+      best = &way;
     }
   }
-  ctx.set_grouped(best);
+  const DeviceContext layer_ctx(GemmMode::cublas, best->grouped, best->lanes);
 
   DeviceExpertLayer<bf16> layer;
   layer.spec = spec;
@@ -190,9 +223,10 @@ int run(std::ostream& out) {
   layer.router_weight = router_weight.data();
   layer.experts = ex;
   DeviceBuffer<bf16> y(static_cast<std::size_t>(tokens * hidden));
-  const double layer_s = seconds_per_call(ctx, [&] { expert_layer_forward<bf16>(ctx, layer, x.data(), tokens, y.data()); }, 5);
-  out << "layer forward (route, permute, grouped SwiGLU, unpermute; " << best_name << "), 1 GPU: " << layer_s * 1e3 << " ms, "
-      << flops / layer_s / 1e12 << " TFLOP/s of expert math (" << percent(flops / layer_s, bf16_flops_per_s)
+  const double layer_s = seconds_per_call(
+      layer_ctx, [&] { expert_layer_forward<bf16>(layer_ctx, layer, x.data(), tokens, y.data()); }, 5);
+  out << "layer forward (route, permute, grouped SwiGLU, unpermute; " << best->name << "), 1 GPU: " << layer_s * 1e3
+      << " ms, " << flops / layer_s / 1e12 << " TFLOP/s of expert math (" << percent(flops / layer_s, bf16_flops_per_s)
       << " of 989)\n";
   ctx.synchronize();
   return 0;

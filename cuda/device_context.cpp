@@ -3,6 +3,9 @@
 #include "cuda/cublas_library.hpp"
 #include "cuda/cuda_error.hpp"
 
+#include <stdexcept>
+#include <string>
+
 namespace moe::cuda {
 namespace {
 
@@ -29,7 +32,9 @@ void release(GemmLane& lane) noexcept {
 
 }  // namespace
 
-DeviceContext::DeviceContext(GemmMode mode, GroupedGemm grouped) : mode_(mode), grouped_(grouped) {
+DeviceContext::DeviceContext(GemmMode mode, GroupedGemm grouped, int lanes)
+    : mode_(mode), grouped_(grouped), lane_count_(lanes) {
+  if (lanes < 1) throw std::invalid_argument("DeviceContext: lanes must be >= 1, got " + std::to_string(lanes));
   // A blocking stream: it waits for work on the legacy default stream, where DeviceBuffer's blocking uploads and
   // default zero() run (a pageable cudaMemcpy may return before its DMA lands), so no caller has to order those.
   MOE_CUDA_CHECK(cudaStreamCreate(&stream_));
@@ -51,7 +56,7 @@ DeviceContext::~DeviceContext() {
 }
 
 const std::vector<GemmLane>& DeviceContext::lanes() const {
-  while (lanes_.size() < std::size_t(lane_count)) {
+  while (lanes_.size() < std::size_t(lane_count_)) {
     GemmLane lane;
     try {
       // Non-blocking: the lanes are ordered against stream() by events only.

@@ -6,13 +6,14 @@
 //   GemmMode::batch_invariant  our fixed-order tiled GEMM (batch_invariant_gemm.cu): every output element sums
 //                              its k products in increasing k, whatever m and n are, so a token's output does not
 //                              depend on the other tokens in the batch (the deterministic mode). Slow.
-//   GroupedGemm (GemmMode::cublas only; grouped_gemm in gemm.hpp):
-//     one_launch  cublasGemmGroupedBatchedEx: all groups in one call, their tiles scheduled together (default);
+//   GroupedGemm (GemmMode::cublas only; grouped_gemm.hpp):
 //     lanes       one cublasGemmEx per group, spread round-robin over side streams ("lanes", each with its own
-//                 cuBLAS handle and workspace), joined back into stream();
+//                 cuBLAS handle and workspace), joined back into stream() (default);
+//     one_launch  cublasGemmGroupedBatchedEx: all groups in one call;
 //     per_group   one cublasGemmEx per group on stream(), one after another.
-//   256 experts of ~192 rows each give GEMMs that alone fill about half of an H100/H200's SMs; the first two let
-//   several run at once. The benchmark (cuda/bench_moe_layer.cpp) times all three.
+//   256 experts of ~192 rows each give GEMMs that alone fill about half of an H200's SMs; lanes let several run at
+//   once. On an H200 (2026-12-04, V4-Flash shape, README "On a GPU") lanes were the fastest: forward 38.6% of dense
+//   cuBLAS against 34.0% per group and 28.2% for cuBLAS 13.0's grouped call. The benchmark times all three.
 // Kernels are enqueued on stream(); host wrappers that need data on the host (group sizes) synchronise it.
 // This header stays C++17 (nvcc compiles it).
 #pragma once
@@ -36,10 +37,11 @@ struct GemmLane {
 
 class DeviceContext {
  public:
-  static constexpr int lane_count = 4;
+  static constexpr int default_lanes = 8;
 
-  // Uses the current device (cudaSetDevice before constructing one per thread).
-  explicit DeviceContext(GemmMode mode = GemmMode::cublas, GroupedGemm grouped = GroupedGemm::one_launch);
+  // Uses the current device (cudaSetDevice before constructing one per thread). lanes >= 1.
+  explicit DeviceContext(GemmMode mode = GemmMode::cublas, GroupedGemm grouped = GroupedGemm::lanes,
+                         int lanes = default_lanes);
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;
   ~DeviceContext();
@@ -49,7 +51,7 @@ class DeviceContext {
   GemmMode mode() const { return mode_; }
   GroupedGemm grouped() const { return grouped_; }
   void set_grouped(GroupedGemm grouped) { grouped_ = grouped; }
-  // The side lanes of GroupedGemm::lanes, created on first use (lane_count of them) and kept.
+  // The side lanes of GroupedGemm::lanes, created on first use and kept.
   const std::vector<GemmLane>& lanes() const;
   // An event recorded on stream() that the lanes wait for before their GEMMs (the fork of a grouped GEMM).
   cudaEvent_t fork_event() const { return fork_; }
@@ -58,6 +60,7 @@ class DeviceContext {
  private:
   GemmMode mode_;
   GroupedGemm grouped_;
+  int lane_count_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudaEvent_t fork_ = nullptr;

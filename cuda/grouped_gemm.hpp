@@ -25,7 +25,7 @@ struct GemmProblem {
 // Every problem's C = op(A)·op(B) + beta·C, all with the same ops and beta, run as ctx.grouped() says
 // (device_context.hpp); each problem's result is what gemm() computes for it alone, up to the kernel cuBLAS picks.
 // Problems with m = 0 or n = 0 are skipped. GemmMode::batch_invariant runs the fixed-order kernel per problem.
-// Double data runs per group or on lanes: cuBLAS's grouped call has no fp64 path (one_launch falls back to lanes).
+// Double data runs on lanes or per group: cuBLAS's grouped call has no fp64 path (one_launch runs it on lanes).
 template <typename T>
 void grouped_gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const GemmProblem<T>> problems, int beta);
 
