@@ -206,4 +206,22 @@ TEST(CliModel, HuggingFaceModelsFromTheirConfigFiles) {
   EXPECT_EQ(groups["experts"]["count"], 4);  // 256 / 64
   expect_refused("volume --model " + kModels + "no-such-model.json --world 8", {"no-such-model.json"});
 }
+
+// `config` prints the layer a capture writes into dump.json: V4-Flash's normal and hash layers, and the semantics'
+// mapped deviation reaching the mapping (V4's shared expert is not clamped by the mapping under either).
+TEST(CliModel, ConfigPrintsTheLayerAsGoldenKeys) {
+  const auto v4 = run_json("config --model " + kModels + "deepseek-v4-flash.json");
+  EXPECT_EQ(v4["config"]["num_experts"], 256);
+  EXPECT_EQ(v4["config"]["score_function"], "sqrtsoftplus");
+  EXPECT_EQ(v4["config"]["hash_routing"], false);
+  EXPECT_EQ(v4["config"]["shared_expert_clamp"], false);
+  EXPECT_EQ(v4["hash_layer_config"]["hash_routing"], true);
+  EXPECT_EQ(v4["hash_layer_config"]["expert_bias"], false);
+  EXPECT_EQ(v4["n_hash_layers"], 3);
+  EXPECT_EQ(v4["semantics"], "intended");
+  const auto hf = run_json("config --model " + kModels + "deepseek-v4-flash.json --semantics hf-transformers-5.25");
+  EXPECT_EQ(hf["semantics"], "hf-transformers-5.25");
+  EXPECT_EQ(hf["config"], v4["config"]);  // the clamp deviation is the oracle's, not the mapping's
+  expect_refused("config --model " + kModels + "deepseek-v4-flash.json --semantics hf-transformers-5.24", {"hf-transformers-5.25"});
+}
 }  // namespace

@@ -340,6 +340,30 @@ TEST(ModelFile, DeepSeekV2ScalesOnlyUnnormalisedWeights) {
   EXPECT_EQ(read_model_file(write_json("v3.json", j)).model.config.topk_scaling_factor, 16.0);
 }
 
+// Under v2-gate-softmax-scaled (profile hf-transformers-5.25) V2 is mapped as transformers computes it: softmax
+// whatever scoring_func says, the top k not renormalised, always scaled; V3 and the intended mapping are untouched.
+TEST(ModelFile, TransformersV2GateIsAMappedDeviation) {
+  json j = deepseek_v2_lite();
+  j["norm_topk_prob"] = true;
+  j["scoring_func"] = "sigmoid";
+  j["routed_scaling_factor"] = 16.0;
+  const Semantics hf = Semantics::profile("hf-transformers-5.25");
+  const ModelFile v2 = read_model_file(write_json("v2.json", j), hf);
+  EXPECT_EQ(v2.model.config.score_function, ScoreFunction::softmax);
+  EXPECT_TRUE(v2.model.config.pre_softmax);
+  EXPECT_EQ(v2.model.config.topk_scaling_factor, 16.0);
+  EXPECT_TRUE(has_entry(v2.assumptions, "v2-gate-softmax-scaled (the semantics)"));
+  const ModelFile intended = read_model_file(write_json("v2.json", j));
+  EXPECT_EQ(intended.model.config.score_function, ScoreFunction::sigmoid);
+  EXPECT_EQ(intended.model.config.topk_scaling_factor, 1.0);
+  const ModelFile off = read_model_file(write_json("v2.json", j), hf.with(Deviation::v2_gate_softmax_scaled, false));
+  EXPECT_EQ(off.model.config.score_function, ScoreFunction::sigmoid);
+  j["model_type"] = "deepseek_v3";
+  j["topk_method"] = "noaux_tc";
+  const ModelFile v3 = read_model_file(write_json("v3.json", j), hf);
+  EXPECT_EQ(v3.model.config.score_function, ScoreFunction::sigmoid);
+}
+
 // Sigmoid with k = 1 and no renormalisation: the weight is the score, which Megatron's normalisation leaves alone.
 TEST(ModelFile, DeepSeekSigmoidTop1WithoutRenormalisation) {
   json j = load(kModels / "deepseek-v3.json");

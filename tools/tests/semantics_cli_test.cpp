@@ -24,7 +24,7 @@ TEST(CliSemantics, CatalogueListsEveryDeviationWithItsSources) {
   }
   std::set<std::string> profiles;
   for (const auto& p : j["profiles"]) profiles.insert(p["name"].get<std::string>());
-  EXPECT_EQ(profiles, (std::set<std::string>{"intended", "megatron-core-0.19", "megatron-main"}));
+  EXPECT_EQ(profiles, (std::set<std::string>{"intended", "megatron-core-0.19", "megatron-main", "hf-transformers-5.25"}));
 
   // A profile lists the deviations it turns on; a modifier changes the list.
   const auto megatron = run_json("semantics --profile megatron-core-0.19,-ce-per-cp-rank");
