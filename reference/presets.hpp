@@ -23,6 +23,9 @@ struct LayerPreset {
   int num_dense_layers = 0;  // leading blocks with a dense FFN, before the MoE blocks (accounting only)
   int n_hash_layers = 0;     // of the MoE layers, the first n route by tid2eid (DeepSeek-V4: 3)
   AttentionConfig attention{};  // the blocks' attention (heads 0: blocks without attention)
+  // The shared expert's width in routed experts (DeepSeek's n_shared_experts: width = n · ffn_hidden), so that a new
+  // routed width (--moe-ffn-hidden-size) carries it along; 0 where the shared width is its own number.
+  int shared_experts = 0;
   int mtp_depth = 0;            // multi-token-prediction depths after the main model
   double mtp_loss_scale = 0.1;  // λ (Megatron's default)
 };

@@ -415,6 +415,7 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3, bool transformers_v2_gate)
                                 std::to_string(c.ffn_hidden) + " = " + std::to_string(shared_width) +
                                 ": the shared expert's width must be at most 2^31 - 1");
   c.shared_expert_ffn_hidden = static_cast<int>(shared_width);
+  out.model.shared_experts = shared;
 
   // The balance loss: per layer, f_e = E/(k·T)·count_e, as Megatron's aux (seq_aux: per sequence, then the mean).
   const double alpha = k.number_or("aux_loss_alpha", 0.0, "no balance loss");
@@ -487,11 +488,13 @@ void map_deepseek_v4(HfKeys& k, ModelFile& out) {
     out.assumptions.push_back("swiglu_limit clamps the routed experts only (up to ±limit, gate ≤ limit), as "
                               "DeepSeek's inference code; transformers 5.25 clamps the shared expert too");
 
-  const std::int64_t shared = static_cast<std::int64_t>(k.integer_or("n_shared_experts", 1, kClassDefault)) * c.ffn_hidden;
+  const int n_shared = k.integer_or("n_shared_experts", 1, kClassDefault);
+  const std::int64_t shared = static_cast<std::int64_t>(n_shared) * c.ffn_hidden;
   if (shared < 0 || shared > std::numeric_limits<int>::max())
     throw std::invalid_argument("'n_shared_experts' × 'moe_intermediate_size' = " + std::to_string(shared) +
                                 ": not a width the oracle holds (0 … 2^31 − 1)");
   c.shared_expert_ffn_hidden = static_cast<int>(shared);
+  out.model.shared_experts = n_shared;
 
   const int layers = k.integer("num_hidden_layers");
   // Hash layers: num_hash_layers (the released config.json), or the leading "hash_moe" of mlp_layer_types.

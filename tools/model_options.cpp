@@ -7,9 +7,11 @@
 #include "reference/memory_estimate.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -31,7 +33,18 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
   if (f.num_experts) c.num_experts = *f.num_experts;
   if (f.topk) c.topk = *f.topk;
   if (f.hidden) c.hidden = *f.hidden;
-  if (f.ffn_hidden) c.ffn_hidden = *f.ffn_hidden;
+  if (f.ffn_hidden) {
+    c.ffn_hidden = *f.ffn_hidden;
+    // DeepSeek's shared expert is n routed experts wide: a new routed width carries it along (its own flag wins).
+    if (m.shared_experts > 0) {
+      const std::int64_t width = std::int64_t{m.shared_experts} * c.ffn_hidden;
+      if (width > std::numeric_limits<int>::max())
+        throw std::invalid_argument("--moe-ffn-hidden-size " + std::to_string(c.ffn_hidden) + " × " +
+                                    std::to_string(m.shared_experts) +
+                                    " shared experts: the shared expert's width must be at most 2^31 - 1");
+      c.shared_expert_ffn_hidden = static_cast<int>(width);
+    }
+  }
   if (f.score_function) c.score_function = parse_score_function(*f.score_function);
   if (f.pre_softmax) c.pre_softmax = true;
   if (f.topk_scaling_factor) c.topk_scaling_factor = *f.topk_scaling_factor;

@@ -222,6 +222,18 @@ TEST(CliModel, ConfigPrintsTheLayerAsGoldenKeys) {
   const auto hf = run_json("config --model " + kModels + "deepseek-v4-flash.json --semantics hf-transformers-5.25");
   EXPECT_EQ(hf["semantics"], "hf-transformers-5.25");
   EXPECT_EQ(hf["config"], v4["config"]);  // the clamp deviation is the oracle's, not the mapping's
-  expect_refused("config --model " + kModels + "deepseek-v4-flash.json --semantics hf-transformers-5.24", {"hf-transformers-5.25"});
+  expect_refused("config --model " + kModels + "deepseek-v4-flash.json --semantics hf-transformers-5.24",
+                 {"hf-transformers-5.25"});
+}
+
+// DeepSeek's shared expert is n_shared_experts routed experts wide: a new routed width carries it along (it kept
+// the file's 2048 before), unless its own flag is given.
+TEST(CliModel, RoutedWidthCarriesDeepSeeksSharedExpert) {
+  const std::string v3 = "config --model " + kModels + "deepseek-v3.json --moe-ffn-hidden-size 16";
+  EXPECT_EQ(run_json(v3)["config"]["shared_expert_ffn_hidden"], 16);
+  EXPECT_EQ(run_json(v3 + " --moe-shared-expert-intermediate-size 24")["config"]["shared_expert_ffn_hidden"], 24);
+  EXPECT_EQ(run_json("config --model " + kModels + "deepseek-v4-flash.json --moe-ffn-hidden-size 8")["config"]
+                    ["shared_expert_ffn_hidden"],
+            8);
 }
 }  // namespace
