@@ -11,6 +11,27 @@
 #include <stdexcept>
 
 namespace moe::compare {
+namespace {
+
+// The bf16 error model (reference/tolerance.hpp, kBf16StorageFactor): per element the allowance
+// factor·(|d_i| + rms(d)) from d = bf16-stored oracle − double oracle, on top of the row's rtol·|want|.
+struct Bf16Allowance {
+  std::vector<double> per_element;  // factor·(|d_i| + rms(d))
+};
+
+Bf16Allowance bf16_allowance(const Expected& exact, const Expected& stored) {
+  Bf16Allowance a;
+  if (stored.values.size() != exact.values.size()) return a;
+  double sum_sq = 0;
+  for (size_t i = 0; i < exact.values.size(); ++i) sum_sq += std::pow(stored.values[i] - exact.values[i], 2);
+  const double rms = exact.values.empty() ? 0.0 : std::sqrt(sum_sq / static_cast<double>(exact.values.size()));
+  a.per_element.resize(exact.values.size());
+  for (size_t i = 0; i < exact.values.size(); ++i)
+    a.per_element[i] = kBf16StorageFactor * (std::abs(stored.values[i] - exact.values[i]) + rms);
+  return a;
+}
+
+}  // namespace
 
 bool Comparison::pass() const {
   for (const auto& t : tensors)
@@ -38,13 +59,26 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
     throw DumpError(dump.dir.string() + ": the oracle refuses the dump's inputs: " + e.what());
   }
   const Tolerance tol = dump.tolerance;
+  // A bf16 dump: the same oracle once more with bf16 storage, whose distance from the double result sizes each
+  // tensor's allowance (the error model; docs/numerics.md). Same inputs and routing, so the same expected tensors.
+  const bool bf16 = dump.precision == to_string(Precision::bfloat16);
+  OracleAnswer stored;
+  if (bf16) {
+    Dump emulated = dump;
+    emulated.config.bf16_storage = true;
+    stored = oracle_for(emulated, path, progress);
+    if (stored.expected.size() != answer.expected.size())
+      throw DumpError(dump.dir.string() + ": the bf16-storage oracle expects other tensors than the double one");
+  }
   Comparison out;
   out.replay_differences = answer.replay_differences;
   out.backward = has_backward(dump);
   std::map<std::string, size_t> index;  // tensor name -> position in out.tensors
   std::map<std::string, std::vector<int>> absent;
 
-  for (const Expected& e : answer.expected) {
+  for (size_t k = 0; k < answer.expected.size(); ++k) {
+    const Expected& e = answer.expected[k];
+    const Bf16Allowance allowance = bf16 ? bf16_allowance(e, stored.expected[k]) : Bf16Allowance{};
     const std::vector<int> ranks = e.summed_ranks.empty() ? std::vector<int>{e.rank} : e.summed_ranks;
     bool present = true;
     for (int r : ranks) present = present && dump.ranks[static_cast<size_t>(r)].has(e.tensor);
@@ -73,7 +107,9 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
       // A NaN or infinity in the dump fails whatever the tolerance (Tolerance::ratio gives +inf).
       const double inf = std::numeric_limits<double>::infinity();
       const double err = std::isfinite(got[i]) ? std::abs(got[i] - e.values[i]) : inf;
-      const double ratio = e.exact ? (got[i] == e.values[i] ? 0.0 : inf) : tol.ratio(got[i], e.values[i]);
+      double ratio = e.exact ? (got[i] == e.values[i] ? 0.0 : inf) : tol.ratio(got[i], e.values[i]);
+      if (!e.exact && !allowance.per_element.empty())
+        ratio = Tolerance{tol.atol + allowance.per_element[i], tol.rtol}.ratio(got[i], e.values[i]);
       const bool bad = ratio > 1.0;
       t.max_abs = std::max(t.max_abs, err);
       t.max_ratio = std::max(t.max_ratio, ratio);
