@@ -123,6 +123,16 @@ const std::vector<DeviationInfo>& catalogue() {
    "multi-token prediction under per-token loss wherever the rolled-away tokens are not in proportion on every "
    "rank: padding, or any dp, cp or micro-batch split (the last k positions of a sequence sit on one CP rank)",
    false, true, true},
+  {v2_gate_softmax_scaled, "v2-gate-softmax-scaled", mapped,
+   "transformers' DeepSeek-V2 gate takes softmax scores, keeps the top k without renormalising and multiplies them "
+   "by routed_scaling_factor, whatever norm_topk_prob and scoring_func say",
+   "the gate of DeepSeek's own modeling_deepseek.py (the config's auto_map): scoring_func's scores, renormalised "
+   "when norm_topk_prob and k > 1, scaled only when not renormalised",
+   "transformers 5.25: models/deepseek_v2/modeling_deepseek_v2.py: the MoE gate's forward (softmax in float32, "
+   "× routed_scaling_factor)",
+   "-",
+   "a DeepSeek-V2 config.json with norm_topk_prob true and k > 1, or scoring_func not softmax; applied when the "
+   "config is mapped (--model, moe-oracle config)", true, true, false},
 };
   return entries;
 }
@@ -143,6 +153,10 @@ const std::vector<SemanticsProfile>& profiles() {
    {ce_per_cp_rank, z_loss_local_mean, seq_aux_mean_length, bias_counts_padded_slots, per_token_aux_local_tokens,
     global_aux_dp_average, shared_expert_clamped, position_drop_tie_order, pad_filler_tie_order,
     gtp_factor_missing, router_counts_padding, mtp_per_token_local_ratio}},
+  {"hf-transformers-5.25", "transformers 5.25.0 (PyPI)",
+   "what Hugging Face transformers 5.25's MoE blocks compute where they differ from the models' own reference code: "
+   "DeepSeek-V4's shared expert clamped like the routed ones, DeepSeek-V2's gate (a config.json is mapped under it)",
+   {shared_expert_clamped, v2_gate_softmax_scaled}},
   };
   return entries;
 }
@@ -162,6 +176,7 @@ std::string_view to_string(DeviationKind kind) {
     case DeviationKind::replayed: return "replayed";
     case DeviationKind::scaling: return "scaling";
     case DeviationKind::refused: return "refused";
+    case DeviationKind::mapped: return "mapped";
   }
   throw std::logic_error("unknown DeviationKind");
 }

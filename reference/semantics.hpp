@@ -40,11 +40,15 @@ enum class Deviation {
   router_counts_padding,       // no padding mask reaches the router: padded tokens count in its statistics
   bias_counts_mask_broadcast,  // expert-bias counting with a padding mask raises (megatron-core 0.19.2)
   mtp_per_token_local_ratio,   // per-token MTP CE × each CP rank's own N_c/Nᵏ_c instead of the batch's N/Nᵏ
+  v2_gate_softmax_scaled,      // transformers' DeepSeek-V2 gate: softmax, no renormalisation, always × the scale
 };
-constexpr int kDeviations = 14;
+constexpr int kDeviations = 15;
 
-enum class DeviationKind { modelled, replayed, scaling, refused };
-std::string_view to_string(DeviationKind kind);  // "modelled", "replayed", "scaling", "refused"
+// modelled: the oracle computes it; replayed: compare takes the decision from the dump; scaling: a gradient scale;
+// refused: the oracle refuses the step; mapped: applied when a Hugging Face config.json is mapped onto the layer
+// (tools/hf_config.cpp), so the oracle computes the mapped layer and toggling it later changes nothing.
+enum class DeviationKind { modelled, replayed, scaling, refused, mapped };
+std::string_view to_string(DeviationKind kind);  // "modelled", "replayed", "scaling", "refused", "mapped"
 
 struct DeviationInfo {
   Deviation id;

@@ -120,7 +120,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
   std::vector<CheckRow> rows;
   if (o.custom_model || o.layout.world > 0) {
     // A model file's mapping: what it assumed and which keys had no effect, as `layer` and `volume` print them.
-    for (const auto& note : o.run.source.notes()) o.notes.push_back("model: " + note);
+    for (const auto& note : o.run.source.notes(Semantics::parse(o.run.semantics))) o.notes.push_back("model: " + note);
     CheckRow row{o.run.source.source(), o.run, default_rows().front().layouts};
     if (o.layout.world > 0) {
       o.layout.validate();

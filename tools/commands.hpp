@@ -10,6 +10,7 @@ void add_bench_command(CLI::App& app);
 void add_check_command(CLI::App& app);
 void add_checkpoint_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
+void add_config_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
 void add_golden_command(CLI::App& app);
 void add_groups_command(CLI::App& app);

@@ -296,7 +296,7 @@ void map_mixtral(HfKeys& k, ModelFile& out) {
 
 // DeepSeek-V2 and -V3 (MoEGate of their modeling_deepseek.py). HF's V3 code implements only noaux_tc and no loss
 // (it is inference code); the other topk_methods follow V2's, which both types may name.
-void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
+void map_deepseek(HfKeys& k, ModelFile& out, bool v3, bool transformers_v2_gate) {
   MoeConfig& c = out.model.config;
   // An absent key takes the default of transformers 5.25's config class for the model type (the pinned reference,
   // which builds the block from these files): DeepseekV3Config or DeepseekV2Config. DeepSeek's own
@@ -322,34 +322,46 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3) {
   const bool norm = k.boolean("norm_topk_prob");
   const double scale = k.number_or("routed_scaling_factor", v3 ? 2.5 : 1.0, class_default);
 
-  // The gate renormalises only when top_k > 1 and norm_topk_prob, dividing by Σ + 1e-20.
-  const bool renormalised = norm && c.topk > 1;
-  if (c.score_function == ScoreFunction::softmax) {
-    // Renormalised softmax top-k = the softmax over the chosen logits (post-softmax); else the full softmax's values.
-    c.pre_softmax = !norm;
-    if (renormalised)
-      out.assumptions.push_back(
-          "norm_topk_prob true with softmax -> post-softmax (softmax over the chosen logits); "
-          "DeepSeek divides the top-k probabilities by their sum + 1e-20, a relative "
-          "difference below 1e-20");
-  } else {
-    // Megatron's normalisation is DeepSeek's HF gate's: s_I / (Σ s_I + 1e-20) when k > 1, s itself when k = 1.
-    if (!norm && c.topk > 1)
-      throw std::invalid_argument("'norm_topk_prob' is false with scoring_func " + quoted(scoring) + ": unnormalised " +
-                                  scoring +
-                                  " weights are not modelled (the oracle renormalises over the top-k when k > 1)");
-    c.normalization = Normalization::megatron;
-  }
-  // V2's gate scales only the weights it did not renormalise; V3's scales always ("must multiply the scaling
-  // factor").
-  if (!v3 && renormalised) {
-    c.topk_scaling_factor = 1.0;
-    if (scale != 1.0)
-      out.assumptions.push_back("routed_scaling_factor " + show(json(scale)) +
-                                " not applied: DeepSeek-V2's gate multiplies only the weights it does not "
-                                "renormalise (norm_topk_prob true, k > 1)");
-  } else {
+  if (!v3 && transformers_v2_gate) {
+    // Deviation v2-gate-softmax-scaled: transformers' V2 gate reads neither key.
+    c.score_function = ScoreFunction::softmax;
+    c.pre_softmax = true;
     c.topk_scaling_factor = scale;
+    out.assumptions.push_back("v2-gate-softmax-scaled (the semantics): the gate as transformers 5.25 computes it, "
+                              "softmax scores, the top k not renormalised, times routed_scaling_factor " +
+                              show(json(scale)) + "; norm_topk_prob " + show(json(norm)) + " and scoring_func " +
+                              quoted(scoring) + " not applied");
+  } else {
+    // The gate renormalises only when top_k > 1 and norm_topk_prob, dividing by Σ + 1e-20.
+    const bool renormalised = norm && c.topk > 1;
+    if (c.score_function == ScoreFunction::softmax) {
+      // Renormalised softmax top-k = the softmax over the chosen logits (post-softmax); else the full softmax's
+      // values.
+      c.pre_softmax = !norm;
+      if (renormalised)
+        out.assumptions.push_back(
+            "norm_topk_prob true with softmax -> post-softmax (softmax over the chosen logits); "
+            "DeepSeek divides the top-k probabilities by their sum + 1e-20, a relative "
+            "difference below 1e-20");
+    } else {
+      // Megatron's normalisation is DeepSeek's HF gate's: s_I / (Σ s_I + 1e-20) when k > 1, s itself when k = 1.
+      if (!norm && c.topk > 1)
+        throw std::invalid_argument("'norm_topk_prob' is false with scoring_func " + quoted(scoring) +
+                                    ": unnormalised " + scoring +
+                                    " weights are not modelled (the oracle renormalises over the top-k when k > 1)");
+      c.normalization = Normalization::megatron;
+    }
+    // V2's gate scales only the weights it did not renormalise; V3's scales always ("must multiply the scaling
+    // factor").
+    if (!v3 && renormalised) {
+      c.topk_scaling_factor = 1.0;
+      if (scale != 1.0)
+        out.assumptions.push_back("routed_scaling_factor " + show(json(scale)) +
+                                  " not applied: DeepSeek-V2's gate multiplies only the weights it does not "
+                                  "renormalise (norm_topk_prob true, k > 1)");
+    } else {
+      c.topk_scaling_factor = scale;
+    }
   }
 
   // Groups. The oracle, as Megatron, scores a group by the sum of its top k/group_topk ranking scores; DeepSeek's
@@ -537,7 +549,7 @@ std::string describe(const std::string& type, const std::string& name, const Lay
 
 }  // namespace
 
-ModelFile model_from_hf_config(const json& root, const std::string& name) {
+ModelFile model_from_hf_config(const json& root, const std::string& name, const Semantics& semantics) {
   ModelFile out;
   HfKeys k(root, out);
   const std::string type = k.string("model_type");
@@ -546,7 +558,7 @@ ModelFile model_from_hf_config(const json& root, const std::string& name) {
   } else if (type == "mixtral") {
     map_mixtral(k, out);
   } else if (type == "deepseek_v3" || type == "deepseek_v2") {
-    map_deepseek(k, out, type == "deepseek_v3");
+    map_deepseek(k, out, type == "deepseek_v3", semantics.has(Deviation::v2_gate_softmax_scaled));
   } else if (type == "deepseek_v4") {
     map_deepseek_v4(k, out);
   } else {

@@ -15,7 +15,8 @@ inline constexpr const char* kHfModelTypes = "deepseek_v2, deepseek_v3, deepseek
 
 // `root` is a parsed config.json (an object with "model_type"); `name` becomes model.name. Throws
 // std::invalid_argument with one line naming the key (not the file: read_model_file adds it). The config is
-// validated; depth, vocab and run shape are not (read_model_file checks them for every format).
-ModelFile model_from_hf_config(const nlohmann::json& root, const std::string& name);
+// validated; depth, vocab and run shape are not (read_model_file checks them for every format). The semantics'
+// mapped deviations apply here (v2-gate-softmax-scaled: DeepSeek-V2's gate as transformers computes it).
+ModelFile model_from_hf_config(const nlohmann::json& root, const std::string& name, const Semantics& semantics = {});
 
 }  // namespace moe::cli

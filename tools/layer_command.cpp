@@ -86,7 +86,7 @@ std::string describe(const MoeConfig& c) {
 
 void print_human(const LayerPreset& p, const MoeConfig& c, const LayerOptions& o, const MoeParams<double>& params,
                  const MoeForward<double>& f, const std::vector<TensorNorm>& grads) {
-  for (const auto& note : o.model.notes()) std::printf("note: %s\n", note.c_str());
+  for (const auto& note : o.model.notes(Semantics::parse(o.semantics))) std::printf("note: %s\n", note.c_str());
   std::printf("moe-oracle layer: one MoE layer through the oracle (double precision, one process)\n\n");
   std::printf("model    %s: %s\nconfig   %s\nsemantics %s\nbatch    seq %d × batch %d = %lld tokens, seed %llu, "
               "double\n\n",
@@ -129,12 +129,12 @@ void add_layer_command(CLI::App& app) {
       ->capture_default_str()
       ->check(seed_value());
   cmd->add_option("--semantics", o->semantics,
-                  "semantics profile (intended, megatron-core-0.19, megatron-main; P,+deviation,-deviation)")
+                  "semantics profile (intended, megatron-core-0.19, megatron-main, hf-transformers-5.25; P,+deviation,-deviation)")
       ->capture_default_str();
   add_oracle_path_option(*cmd, o->path);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
-    const LayerPreset p = o->model.resolve();
+    const LayerPreset p = o->model.resolve(Semantics::parse(o->semantics));
     MoeConfig config = p.config;
     config.semantics = Semantics::parse(o->semantics);
     LayerOptions opt = *o;

@@ -163,7 +163,7 @@ ModelFile from_model_case(const json& root, const fs::path& path) {
   return out;
 }
 
-ModelFile read_any(const json& root, const fs::path& path) {
+ModelFile read_any(const json& root, const fs::path& path, const Semantics& semantics) {
   if (!root.is_object()) throw std::invalid_argument("the top level must be a JSON object");
   if (const auto it = root.find("format"); it != root.end()) {
     if (!it->is_string()) throw std::invalid_argument("'format' must be a string");
@@ -174,7 +174,7 @@ ModelFile read_any(const json& root, const fs::path& path) {
     throw std::invalid_argument("'format' is \"" + format + "\": this build reads " + std::string(kModelFormat) +
                                 ", moe-golden/1, moe-golden/2, moe-golden-model/1, or a Hugging Face config.json");
   }
-  if (root.contains("model_type")) return model_from_hf_config(root, name_from_path(path));
+  if (root.contains("model_type")) return model_from_hf_config(root, name_from_path(path), semantics);
   throw std::invalid_argument("neither 'format' (" + std::string(kModelFormat) +
                               ", a golden case) nor 'model_type' (a Hugging Face config.json)");
 }
@@ -197,10 +197,10 @@ void check_model(const LayerPreset& m) {
 
 }  // namespace
 
-ModelFile read_model_file(const fs::path& path) {
+ModelFile read_model_file(const fs::path& path, const Semantics& semantics) {
   try {
     const json root = parse_file(path);
-    ModelFile out = read_any(root, path);
+    ModelFile out = read_any(root, path, semantics);
     check_model(out.model);
     return out;
   } catch (const NamedError& e) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "reference/presets.hpp"
+#include "reference/semantics.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -38,8 +39,9 @@ struct ModelFile {
   std::vector<std::string> ignored;      // "key = value: why", or "unknown: key = value" — nothing dropped silently
 };
 
-// Throws std::invalid_argument with one line naming the file and the key or problem.
-ModelFile read_model_file(const std::filesystem::path& path);
+// Throws std::invalid_argument with one line naming the file and the key or problem. `semantics` matters only for
+// a Hugging Face file: its "mapped" deviations (reference/semantics.hpp) change how the file is mapped.
+ModelFile read_model_file(const std::filesystem::path& path, const Semantics& semantics = {});
 
 // Our format for a model: what read_model_file reads back to the same LayerPreset (the config's "semantics" is
 // always written).

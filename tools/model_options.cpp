@@ -74,10 +74,10 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
 
 }  // namespace
 
-LayerPreset ModelOptions::resolve() const {
+LayerPreset ModelOptions::resolve(const Semantics& semantics) const {
   if (!preset.empty() && !model_file.empty()) throw std::invalid_argument("--preset and --model: give one");
   LayerPreset m = model_file.empty() ? layer_preset(preset.empty() ? default_preset : preset)
-                                     : read_model_file(model_file).model;
+                                     : read_model_file(model_file, semantics).model;
   apply(flags, m);
   try {
     m.config.validate();
@@ -93,9 +93,9 @@ std::string ModelOptions::source() const {
   return model_file + " (" + read_model_file(model_file).source + ")";
 }
 
-std::vector<std::string> ModelOptions::notes() const {
+std::vector<std::string> ModelOptions::notes(const Semantics& semantics) const {
   if (model_file.empty()) return {};
-  const ModelFile f = read_model_file(model_file);
+  const ModelFile f = read_model_file(model_file, semantics);
   std::vector<std::string> out;
   for (const auto& a : f.assumptions) out.push_back("assumed: " + a);
   // Keys with no effect are named (their reasons are in model_file's notes); unknown keys are shown in full.

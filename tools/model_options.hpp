@@ -35,11 +35,12 @@ struct ModelOptions {
   std::string default_preset = "tiny-v4";
 
   // The model: preset or file, then the flags; validated. Throws std::invalid_argument naming the rule.
-  LayerPreset resolve() const;
+  // `semantics` reaches the mapping of a Hugging Face file (read_model_file).
+  LayerPreset resolve(const Semantics& semantics = {}) const;
   // What the model came from, for headers: "tiny-v4", "models/qwen3-30b-a3b.json (Hugging Face qwen3_moe)".
   std::string source() const;
   // Notes from reading the file: assumptions made, keys with no effect on the MoE layer.
-  std::vector<std::string> notes() const;
+  std::vector<std::string> notes(const Semantics& semantics = {}) const;
 };
 
 // --preset, --model, and the Megatron-named model flags (--num-experts, --moe-router-topk, …), bound to `o`.

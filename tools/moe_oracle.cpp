@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   moe::cli::add_check_command(app);
   moe::cli::add_checkpoint_command(app);
   moe::cli::add_compare_command(app);
+  moe::cli::add_config_command(app);
   moe::cli::add_bench_command(app);
   moe::cli::add_layer_command(app);
   moe::cli::add_golden_command(app);

@@ -38,7 +38,7 @@ std::vector<std::string> split_items(const std::string& text) {
 }  // namespace
 
 ModelConfig RunOptions::model() const {
-  LayerPreset p = source.resolve();
+  LayerPreset p = source.resolve(Semantics::parse(semantics));
   if (shrink) p = shrink_model(p, ep_multiple);
   ModelConfig m;
   m.layer = p.config;
@@ -170,7 +170,7 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_flag_callback("--calculate-per-token-loss", [&o] { o.scaling = "per-token"; },
                         "Megatron's name for --scaling per-token");
   cmd.add_option("--semantics", o.semantics,
-                 "intended, megatron-core-0.19 or megatron-main, optionally with ,+deviation / ,-deviation "
+                 "intended, megatron-core-0.19, megatron-main or hf-transformers-5.25, optionally with ,+deviation / ,-deviation "
                  "(moe-oracle semantics lists them)")
       ->capture_default_str();
   cmd.add_option("--seed", o.seed, "seed of parameters and batch")->capture_default_str()->check(seed_value());

@@ -152,7 +152,7 @@ void add_scaling_command(CLI::App& app) {
       ->check(CLI::IsMember({"sum", "avg", "per-token"}))
       ->capture_default_str();
   cmd->add_option("--semantics", args->semantics,
-                  "semantics profile whose rules to print (intended, megatron-core-0.19, megatron-main; "
+                  "semantics profile whose rules to print (intended, megatron-core-0.19, megatron-main, hf-transformers-5.25; "
                   "P,+deviation,-deviation; see `moe-oracle semantics`)")
       ->capture_default_str();
   cmd->add_option("--micro-batch,--micro-batch-size", args->micro_batch, "samples per microbatch (b)")

@@ -82,7 +82,7 @@ void add_semantics_command(CLI::App& app) {
                                  "The named deviations between pinned Megatron versions and the intended objective, "
                                  "and the profiles that turn them on");
   cmd->add_option("--profile", args->profile,
-                  "list only the deviations this semantics turns on (intended, megatron-core-0.19, megatron-main; "
+                  "list only the deviations this semantics turns on (intended, megatron-core-0.19, megatron-main, hf-transformers-5.25; "
                   "P,+deviation,-deviation)");
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->callback([args] { run(*args); });
