@@ -119,4 +119,8 @@ def run_case(case, out, oracle):
     finally:
         for u in undo:
             u()
+    # The capture promises to leave nothing behind: no hook on any module of the block.
+    left = [name or "block" for name, m in block.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+    if left:
+        raise RuntimeError(f"hooks left on {', '.join(left)} after the capture")
     return facts

@@ -78,8 +78,15 @@ def main():
             what = describe(rc, report, said, facts)
         except Exception as e:  # noqa: BLE001 - the case is reported, the matrix goes on
             report, facts = None, {}
-            got, what = "raised", f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
-        ok = got == case["expect"]
+            message = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            refused = type(e).__name__ == "CaptureError"
+            got = "refused" if refused else "raised"
+            what = ("capture refused: " if refused else f"{type(e).__name__}: ") + message
+        expect = case["expect"]
+        if expect.startswith("refused: "):  # the capture must refuse, naming the setting
+            ok = got == "refused" and expect[len("refused: "):] in what
+        else:
+            ok = got == expect
         if ok and "shared_clamp_hits" in facts and "clamp" in case["name"] and facts["shared_clamp_hits"] == 0:
             ok, what = False, what + ": the clamp never engaged, so the case shows nothing"
         failures += not ok
@@ -94,7 +101,7 @@ def main():
 
     print("hf-check: transformers' MoE blocks (CPU) against the oracle; 'worst' is the largest error as a fraction "
           "of the tolerance")
-    widths = {"case": 32, "semantics": 22, "router": 11, "expected": 9, "got": 8}
+    widths = {"case": 32, "semantics": 22, "router": 11, "expected": 30, "got": 8}
     print("  ".join(k.ljust(w) for k, w in widths.items()) + "  worst     seconds  result")
     for r in rows:
         print("  ".join(str(r[k]).ljust(w) for k, w in widths.items()) +

@@ -2,7 +2,8 @@
 released config.json (score function, selection method, renormalisation, scaling, shared expert, groups, hash
 layers) at a test size: hidden 32, 8 experts, 2 sequences of 6 tokens.
 
-A case is expected to "pass" or to "fail" (compare exit 1); a refused dump (exit 2) is never expected.
+A case is expected to "pass" or to "fail" (compare exit 1); a refused dump (exit 2) is never expected. "refused: KEY"
+cases expect the capture itself to raise CaptureError naming KEY (a block it cannot describe).
 router "float64": the router's float32 casts widened (driver.py), judged at float64's tolerance; "as-shipped":
 transformers' own float32 router, judged with --precision float32.
 """
@@ -78,4 +79,10 @@ def cases():
         case("bug_qwen2_shared_gate_sigmoid", "qwen2_moe", QWEN2, expect="fail", bug="shared_gate_sigmoid_skipped"),
         case("bug_v4_hash_table_shifted", "deepseek_v4", V4, layer_idx=0, expect="fail", bug="hash_table_shifted"),
         case("bug_v3_bias_ignored", "deepseek_v3", V3, expect="fail", bug="bias_ignored"),
+        # What the capture cannot describe faithfully: refused before the forward, naming the setting (the blocks
+        # run in training mode, nn.Module's default, where Mixtral applies its jitter).
+        case("refuse_v3_softmax_config", "deepseek_v3", {**V3, "scoring_func": "softmax"},
+             expect="refused: scoring_func"),
+        case("refuse_mixtral_jitter_training", "mixtral", {**MIXTRAL, "router_jitter_noise": 0.1},
+             expect="refused: router_jitter_noise"),
     ]

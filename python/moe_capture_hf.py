@@ -36,6 +36,14 @@ BLOCKS = {
     "DeepseekV4SparseMoeBlock": ("deepseek_v4", "shared_experts", None),
 }
 
+# family -> {key as transformers 5.25's to_dict() writes it: key as the model's released config.json names it}
+RELEASED_NAMES = {"qwen3_moe": {"num_local_experts": "num_experts"}}
+
+# PretrainedConfig attributes that say nothing about any model: dropped so that the mapping's notes list only the
+# model's keys.
+BOOKKEEPING = ("chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder", "output_attentions",
+               "output_hidden_states", "problem_type", "return_dict")
+
 
 class CaptureError(RuntimeError):
     """The block or the run is one capture cannot describe faithfully; the message says which setting."""
@@ -60,6 +68,14 @@ def hf_config_dict(layer):
     config = layer.experts.config  # every 5.25 experts class keeps it (use_experts_implementation)
     d = config.to_dict()
     d["model_type"] = family
+    # transformers 5.25's Qwen3MoeConfig stores the released files' num_experts as num_local_experts (its
+    # attribute_map): written back under the released name, which the mapping reads.
+    for stored, released in RELEASED_NAMES.get(family, {}).items():
+        if stored in d and released not in d:
+            d[released] = d.pop(stored)
+    # PretrainedConfig's own bookkeeping (labels, output switches), in every to_dict() and in no model's config.json
+    for key in BOOKKEEPING:
+        d.pop(key, None)
     # transformers' V2 and V3 routers hard-code their score function and selection; a config naming another one
     # would be mapped as it says while the block computes otherwise.
     fixed = {"deepseek_v2": {"scoring_func": "softmax"},
@@ -82,8 +98,8 @@ def hf_config_dict(layer):
 
 
 def oracle_config(layer, semantics, oracle=None):
-    """`moe-oracle config --model config.json --semantics S --json`: (the golden config keys, the semantics spec,
-    the mapping's assumptions)."""
+    """`moe-oracle config --model config.json --semantics S --json`: (the golden config keys of this block's layer,
+    the semantics spec, the mapping's notes)."""
     d = hf_config_dict(layer)
     with tempfile.TemporaryDirectory(prefix="moe-hf-config-") as tmp:
         path = pathlib.Path(tmp) / "config.json"
@@ -95,14 +111,16 @@ def oracle_config(layer, semantics, oracle=None):
         raise CaptureError("moe-oracle config refused the block's config: " + (lines[-1] if lines else
                                                                                f"exit {result.returncode}"))
     answer = json.loads(result.stdout)
-    config = dict(answer["config"])
-    config.pop("semantics", None)  # a top-level key of dump.json, not of its config
     if getattr(layer, "is_hash", False):
-        # A V4 hash layer: the model's first n_hash_layers route by tid2eid and have no expert bias, bias update or
-        # groups (golden/README.md, model cases); the layer config says so for this one layer.
-        config.update({"hash_routing": True, "expert_bias": False, "bias_update_rate": None,
-                       "num_groups": 0, "group_topk": 0})
-    return config, answer.get("semantics", semantics), answer.get("assumptions", [])
+        # A V4 hash layer (DeepseekV4HashRouter): its layer config differs from the routed layers' (hash_routing on,
+        # no expert bias, no groups); the command gives it when the model has hash layers.
+        if not answer.get("hash_layer_config"):
+            raise CaptureError("the block is a hash layer but its config maps no hash layers (mlp_layer_types)")
+        config = dict(answer["hash_layer_config"])
+    else:
+        config = dict(answer["config"])
+    config.pop("semantics", None)  # a top-level key of dump.json, not of its config
+    return config, answer.get("semantics", semantics), answer.get("notes", [])
 
 
 def _check_layout(layer, config):
@@ -125,7 +143,11 @@ def _check_layout(layer, config):
     shared_name = BLOCKS[type(layer).__name__][1]
     ds = config.get("shared_expert_ffn_hidden") or 0
     if shared_name is not None:
-        width = getattr(layer, shared_name).gate_proj.weight.shape[0]
+        shared = getattr(layer, shared_name)
+        if any(getattr(m, "bias", None) is not None for m in (shared.gate_proj, shared.up_proj, shared.down_proj)):
+            raise CaptureError("mlp_bias: the shared expert's Linear layers have biases, which the oracle's shared "
+                               "expert does not")
+        width = shared.gate_proj.weight.shape[0]
         if width != ds:
             raise CaptureError(f"the block's shared expert is {width} wide, the config maps it to {ds} "
                                "(n_shared_experts × moe_intermediate_size): transformers builds it from other keys")
@@ -307,7 +329,7 @@ def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extr
             f"{type(layer).__name__} (moe_capture_hf)", "config": config, "semantics": semantics,
             "layout": {"world": 1, "tp": 1, "ep": 1, "etp": 1},
             "shape": {"seq": x.shape[0], "batch": x.shape[1]}, "dtype": dtype, "dispatcher": "hf-eager",
-            "loss": LOSS, "notes": {"config_assumptions": assumptions,
+            "loss": LOSS, "notes": {"moe_oracle_config": assumptions,
                                     "aux_loss": "none: transformers computes its balance loss over all layers in "
                                                 "the model, not in the block"}}
     extra = dict(extra_meta or {})
