@@ -95,8 +95,12 @@ def run_case(case, out, oracle):
     """Builds, runs and captures the case into `out`; returns facts for the table (the clamp hits)."""
     block, config, g, h = build_block(case)
     B, S = case["batch"], case["seq"]
-    x = (case.get("x_scale", 1.0) * torch.randn(B, S, h, generator=g, dtype=torch.float64)).requires_grad_(True)
+    x = case.get("x_scale", 1.0) * torch.randn(B, S, h, generator=g, dtype=torch.float64)
     dy = torch.randn(B, S, h, generator=g, dtype=torch.float64)
+    # A float32 or bfloat16 case: the same numbers rounded, the block then computing in that dtype as shipped.
+    dtype = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[case.get("dtype",
+                                                                                                      "float64")]
+    block, x, dy = block.to(dtype), x.to(dtype).requires_grad_(True), dy.to(dtype)
     kwargs = {}
     if getattr(block, "is_hash", False):
         kwargs["input_ids"] = torch.randint(0, config.vocab_size, (B, S), generator=g)
