@@ -264,10 +264,11 @@ def _hf_block(layer):
 
 
 @contextlib.contextmanager
-def capture(layer, out, semantics="megatron-core-0.19", producer=None, extra_meta=None, store_dtype=None):
+def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dtype=None):
     """Records `layer` over the block (one forward and its backward) and writes `out` as moe-dump/1 at its end.
 
-    semantics: what the framework claims to compute (`moe-oracle semantics`); extra_meta: dump.json keys to add or
+    semantics: what the framework claims to compute (`moe-oracle semantics`; default megatron-core-0.19 for a
+    MoELayer, hf-transformers-5.25 for a transformers block); extra_meta: dump.json keys to add or
     override (for example "notes"); store_dtype: a numpy dtype every floating tensor is stored in (default: each in
     its own; a mixed-precision layer stored as np.float32 keeps every bf16 value exactly, and `moe-oracle compare
     --precision bfloat16` then states its arithmetic). Hooks and patches are removed however the block ends; the
@@ -278,13 +279,14 @@ def capture(layer, out, semantics="megatron-core-0.19", producer=None, extra_met
         if store_dtype is not None:
             raise CaptureError("store_dtype: a transformers block is stored in its parameters' dtype")
 
-        with moe_capture_hf.capture_hf(layer, out, semantics=semantics, producer=producer,
+        with moe_capture_hf.capture_hf(layer, out, semantics=semantics or "hf-transformers-5.25", producer=producer,
                                        extra_meta=extra_meta) as cap:
             yield cap
         return
     import torch.distributed as dist
     import megatron.core.package_info as info
 
+    semantics = semantics or "megatron-core-0.19"
     cap = Capture(layer, out, semantics, producer or f"megatron-core {info.__version__} (moe_capture)",
                   layer.config.moe_token_dispatcher_type, store_dtype)
     layout = megatron_layout()

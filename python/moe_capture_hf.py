@@ -45,8 +45,7 @@ BOOKKEEPING = ("chunk_size_feed_forward", "id2label", "label2id", "is_encoder_de
                "output_hidden_states", "problem_type", "return_dict")
 
 
-class CaptureError(RuntimeError):
-    """The block or the run is one capture cannot describe faithfully; the message says which setting."""
+from moe_capture import CaptureError  # noqa: E402  (one error class for both captures; moe_capture imports us lazily)
 
 
 def is_hf_block(layer):
