@@ -1,7 +1,8 @@
 """The transformers matrix: every case of matrix.py run through the real Hugging Face MoE block on CPU (driver.py),
 captured by moe_capture, compared by `moe-oracle compare`, and a table of the outcomes. Exit 0 only when every case
-ends as expected: "pass" cases pass (exit 0), "fail" cases fail (exit 1). A refused dump (exit 2) or a case that
-raised is never as expected.
+ends as expected: "pass" cases pass (exit 0), "fail" cases fail (exit 1) — a seeded bug first in the tensor
+seeded_bugs.py names, an unclaimed deviation named by compare where the case says so. A refused dump (exit 2) or a
+case that raised is never as expected.
 
     python hf_check.py --oracle PATH/moe-oracle [--work DIR] [--only SUBSTRING] [--keep]
 """
@@ -20,6 +21,7 @@ sys.path.insert(0, str(HERE))
 
 import driver  # noqa: E402  (imports torch and transformers once)
 import matrix  # noqa: E402
+import seeded_bugs  # noqa: E402
 
 
 def compare(oracle, dump_dir, precision):
@@ -90,6 +92,11 @@ def main():
             ok = got == "refused" and expect[len("refused: "):] in what
         else:
             ok = got == expect
+            first = ((report or {}).get("first_mismatch") or {}).get("tensor")
+            if ok and "bug" in case and first != seeded_bugs.BUGS[case["bug"]][1]:
+                ok, what = False, what + f" (expected first in {seeded_bugs.BUGS[case['bug']][1]})"
+            if ok and case.get("explained_by") and case["explained_by"] not in (report or {}).get("explained_by", []):
+                ok, what = False, what + f" (expected to be explained by {case['explained_by']})"
         if ok and "shared_clamp_hits" in facts and "clamp" in case["name"] and facts["shared_clamp_hits"] == 0:
             ok, what = False, what + ": the clamp never engaged, so the case shows nothing"
         failures += not ok

@@ -7,13 +7,15 @@ import types
 
 import torch
 
-# name -> what it does
+# name -> (what it does, the tensor compare must name first)
 BUGS = {
-    "renorm_dropped": "the router's top-k renormalisation dropped (norm_topk_prob turned off in the router only)",
-    "gate_up_swapped": "the experts' fused [gate; up] read as [up; gate]: silu(up)·gate",
-    "shared_gate_sigmoid_skipped": "Qwen2-MoE's shared-expert gate used as a raw logit, without its sigmoid",
-    "hash_table_shifted": "V4's hash layer looks up tid2eid one token id too far (input_ids + 1)",
-    "bias_ignored": "V3's selection made without e_score_correction_bias",
+    "renorm_dropped": ("the router's top-k renormalisation dropped (norm_topk_prob turned off in the router only)",
+                       "router.probs"),
+    "gate_up_swapped": ("the experts' fused [gate; up] read as [up; gate]: silu(up)·gate", "output"),
+    "shared_gate_sigmoid_skipped": ("Qwen2-MoE's shared-expert gate used as a raw logit, without its sigmoid",
+                                    "output"),
+    "hash_table_shifted": ("V4's hash layer looks up tid2eid one token id too far (input_ids + 1)", "router.probs"),
+    "bias_ignored": ("V3's selection made without e_score_correction_bias", "router.probs"),
 }
 
 
