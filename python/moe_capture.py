@@ -13,7 +13,8 @@ the layout are read from the live objects: the layer's TransformerConfig and meg
 may live on a GPU and be bfloat16, float32 or float64; nothing in the training loop changes, and every hook and
 patch is removed when the block ends, whatever happened in it.
 
-Layers: Megatron-Core's MoELayer (0.19: SequentialMLP or TEGroupedMLP experts, any token dispatcher). Pipeline and
+Layers: Megatron-Core's MoELayer (0.19: SequentialMLP or TEGroupedMLP experts, any token dispatcher); a Hugging
+Face transformers 5.25 MoE block is handed to moe_capture_hf.py (pass its semantics, e.g. "hf-transformers-5.25"). Pipeline and
 context parallelism must be 1 (the layer and its tokens on this stage's ranks only); say so is refused.
 """
 import contextlib
@@ -256,18 +257,36 @@ class Capture:
                 "dispatcher": self.dispatcher, "loss": LOSS}
 
 
+def _hf_block(layer):
+    """A transformers MoE block (moe_capture_hf.BLOCKS), told by its class name so that Megatron need not import it."""
+    return type(layer).__name__ in ("Qwen3MoeSparseMoeBlock", "MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock",
+                                    "DeepseekV2Moe", "DeepseekV3MoE", "DeepseekV4SparseMoeBlock")
+
+
 @contextlib.contextmanager
-def capture(layer, out, semantics="megatron-core-0.19", producer=None, extra_meta=None, store_dtype=None):
+def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dtype=None):
     """Records `layer` over the block (one forward and its backward) and writes `out` as moe-dump/1 at its end.
 
-    semantics: what the framework claims to compute (`moe-oracle semantics`); extra_meta: dump.json keys to add or
+    semantics: what the framework claims to compute (`moe-oracle semantics`; default megatron-core-0.19 for a
+    MoELayer, hf-transformers-5.25 for a transformers block); extra_meta: dump.json keys to add or
     override (for example "notes"); store_dtype: a numpy dtype every floating tensor is stored in (default: each in
     its own; a mixed-precision layer stored as np.float32 keeps every bf16 value exactly, and `moe-oracle compare
     --precision bfloat16` then states its arithmetic). Hooks and patches are removed however the block ends; the
     dump is written only when it ends normally."""
+    if _hf_block(layer):  # a Hugging Face transformers block: single rank, its config mapped by `moe-oracle config`
+        import moe_capture_hf
+
+        if store_dtype is not None:
+            raise CaptureError("store_dtype: a transformers block is stored in its parameters' dtype")
+
+        with moe_capture_hf.capture_hf(layer, out, semantics=semantics or "hf-transformers-5.25", producer=producer,
+                                       extra_meta=extra_meta) as cap:
+            yield cap
+        return
     import torch.distributed as dist
     import megatron.core.package_info as info
 
+    semantics = semantics or "megatron-core-0.19"
     cap = Capture(layer, out, semantics, producer or f"megatron-core {info.__version__} (moe_capture)",
                   layer.config.moe_token_dispatcher_type, store_dtype)
     layout = megatron_layout()
