@@ -63,8 +63,11 @@ def cases():
         case("qwen2_moe_shared_gate", "qwen2_moe", QWEN2),
         case("qwen2_moe_as_shipped", "qwen2_moe", QWEN2, router="as-shipped"),
         case("qwen3_moe_float32", "qwen3_moe", QWEN3, router="as-shipped", dtype="float32"),
-        # No bfloat16 case: a bf16 block's dump is valid, but its weight gradients (each step of the chain rounded
-        # to bf16) land at 1.0-1.6x compare's bfloat16 tolerance on these sizes: a verdict on bf16, not on HF.
+        # bf16 blocks as shipped, judged by compare's bf16 error model (docs/numerics.md). Not V4: its gate scores
+        # in bf16 (probabilities 1.1% off where the others' float32 gates are within a bf16 rounding), and the
+        # model's bf16 oracle keeps the router in double, so it has no allowance for that yet.
+        case("qwen3_moe_bfloat16", "qwen3_moe", QWEN3, router="as-shipped", dtype="bfloat16"),
+        case("deepseek_v3_bfloat16", "deepseek_v3", V3, router="as-shipped", dtype="bfloat16"),
         case("deepseek_v2_lite", "deepseek_v2", V2_LITE),
         case("deepseek_v2_groups", "deepseek_v2", V2_GROUPS, router="as-shipped"),
         case("deepseek_v3_noaux_tc", "deepseek_v3", V3),

@@ -82,8 +82,13 @@ def main():
     rows, failures = [], 0
     start_all = time.time()
     if not a.only or a.only == "torch_example":
-        # An independent PyTorch layer (not Megatron) judged the same way, at float64's tolerance; and with a bug.
-        for name, extra, want in (("torch_example", [], None), ("torch_example_bug", ["--bug"], "router.probs")):
+        # An independent PyTorch layer (not Megatron) judged the same way, at float64's tolerance, with a bug; and in
+        # bf16 under compare's bf16 error model, correct and with the router's gradient cut off.
+        for name, extra, want in (("torch_example", [], None),
+                                  ("torch_example_bug", ["--bug", "unnormalised"], "router.probs"),
+                                  ("torch_example_bf16", ["--bfloat16"], None),
+                                  ("torch_example_bf16_detached_probs", ["--bfloat16", "--bug", "detached-probs"],
+                                   "hidden_states.grad")):
             out = work / name
             shutil.rmtree(out, ignore_errors=True)
             subprocess.run([sys.executable, "-W", "ignore", str(HERE / "torch_example.py"), str(out), *extra], check=True)
