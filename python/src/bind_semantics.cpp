@@ -67,7 +67,7 @@ Semantics.)doc")
         for (const auto& d : deviation_catalogue()) out.append(deviation_dict(d));
         return out;
       },
-      R"doc(The catalogue of deviations, one dict each: name, kind (modelled, replayed, scaling, refused), statement
+      R"doc(The catalogue of deviations, one dict each: name, kind (modelled, replayed, scaling, refused, mapped), statement
 (what Megatron computes), intended (what the intended objective computes), megatron (file: function), upstream
 (issue / PR), visible (which layouts and options show it), mean_modes / per_token_mode (in effect under sum/avg,
 under per-token), tp_cp_dependent.)doc");

@@ -63,9 +63,9 @@ def test_loss_scales_follow_the_semantics():
 def test_semantics_catalogue_and_specs():
     names = [d["name"] for d in moe_oracle.deviations()]
     assert "ce-per-cp-rank" in names and len(names) == len(set(names))
-    assert {d["kind"] for d in moe_oracle.deviations()} <= {"modelled", "replayed", "scaling", "refused"}
+    assert {d["kind"] for d in moe_oracle.deviations()} <= {"modelled", "replayed", "scaling", "refused", "mapped"}
     profiles = {p["name"]: p for p in moe_oracle.profiles()}
-    assert set(profiles) == {"intended", "megatron-core-0.19", "megatron-main"}
+    assert set(profiles) == {"intended", "megatron-core-0.19", "megatron-main", "hf-transformers-5.25"}
     assert profiles["intended"]["deviations"] == []
     s = moe_oracle.Semantics("megatron-core-0.19,-ce-per-cp-rank")
     assert not s.has("ce-per-cp-rank") and not s.intended
