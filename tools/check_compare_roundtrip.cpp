@@ -33,11 +33,14 @@ golden::NpyArray of(const Matrix<double>& m) { return of(m, {m.rows(), m.cols()}
 struct Case {
   std::string name;
   MoeConfig config;
+  std::string precision;  // compare --precision: empty, the arrays' (float64)
 };
 
 // Layers compare takes (no latent projection) that between them hold what it reassembles: expert
 // bias and its counts, seq_aux and z losses, the shared expert with and without its gate, probabilities on the
-// expert input, a hash layer's input ids and tid2eid table.
+// expert input, a hash layer's input ids and tid2eid table. And a layer that rounds its activations to bf16 at
+// the storage points, judged as a bf16 framework is (--precision bfloat16): by compare's bf16 error model, whose
+// allowance comes from the oracle rerun with bf16 storage (without it, the rounding fails the float tolerances).
 std::vector<Case> cases() {
   MoeConfig gated = layer_preset("tiny-v4").config;
   gated.shared_expert_gate = true;
@@ -46,8 +49,12 @@ std::vector<Case> cases() {
   ModelConfig model;
   model.layer = layer_preset("tiny-v4").config;
   model.n_hash_layers = 1;
-  return {{"tiny-v4 +gate +z", gated}, {"tiny-top1", layer_preset("tiny-top1").config},
-          {"tiny-v4 hash layer", model.layer_config(0)}};
+  MoeConfig bf16 = layer_preset("tiny-v4").config;
+  bf16.bf16_storage = true;  // the parallel layer's; dump.json's config has no such key, the oracle runs in double
+  return {{"tiny-v4 +gate +z", gated, ""},
+          {"tiny-top1", layer_preset("tiny-top1").config, ""},
+          {"tiny-v4 hash layer", model.layer_config(0), ""},
+          {"tiny-v4 bf16 storage", bf16, "bfloat16"}};
 }
 
 // Every cut compare makes: experts over ep with ETP halves, the shared expert over tp, replicas over dp.
@@ -158,7 +165,9 @@ std::vector<RoundTrip> compare_round_trips(const fs::path& scratch) {
       fs::remove_all(dir);
       write_dump(k, layout, dir);
       RoundTrip t{k.name, layout, false, 0, ""};
-      const compare::Comparison c = compare::compare_dump(compare::read_dump(dir));
+      compare::ReadOptions options;
+      options.precision = k.precision;
+      const compare::Comparison c = compare::compare_dump(compare::read_dump(dir, options));
       fs::remove_all(dir);
       t.pass = c.pass() && c.backward && c.absent.size() == 2 && c.ignored.empty();  // absent: probs, routing map
       t.tensors = static_cast<int>(c.tensors.size());
