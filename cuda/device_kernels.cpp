@@ -49,13 +49,6 @@ void split_into(const std::vector<T>& flat, std::vector<Matrix<T>>& parts) {
   }
 }
 
-// The device kernels keep their working precision throughout: the model's bf16 storage points
-// (MoeConfig::bf16_storage) are not implemented on the device yet, so such a run is refused, not run unrounded.
-void refuse_bf16_storage(const kernels::SwigluOptions& options) {
-  if (options.bf16)
-    throw std::invalid_argument("CUDA kernels: bf16 storage (the model's bf16_storage) is not implemented on the "
-                                "device yet; run it with --kernels cpu");
-}
 
 // The shape rules of kernels::grouped_swiglu_*; returns d (the ETP slice of the expert FFN).
 template <typename T>
@@ -145,7 +138,6 @@ kernels::GroupedSwigluForward<T> DeviceKernels::swiglu_forward(const Matrix<T>& 
                                                                const Vector<T>& probs,
                                                                const kernels::SwigluOptions& options) const {
   const std::int64_t d = check_swiglu_shapes(x, group_sizes, w, probs);
-  refuse_bf16_storage(options);
   kernels::GroupedSwigluForward<T> out{Matrix<T>::Zero(x.rows(), x.cols()), Matrix<T>::Zero(x.rows(), 2 * d)};
   if (x.size() == 0) return out;
   ++device_calls_;
@@ -170,7 +162,6 @@ kernels::GroupedSwigluBackward<T> DeviceKernels::swiglu_backward(
     const kernels::SwigluOptions& options, const Matrix<T>& pre, const Matrix<T>& dy,
     kernels::ExpertShards<T>& grads) const {
   const std::int64_t d = check_swiglu_shapes(x, group_sizes, w, probs);
-  refuse_bf16_storage(options);
   if (pre.rows() != x.rows() || pre.cols() != 2 * d || dy.rows() != x.rows() || dy.cols() != x.cols() ||
       grads.fc1.size() != w.fc1.size() || grads.fc2.size() != w.fc2.size())
     throw std::invalid_argument("DeviceKernels: grouped SwiGLU backward operands do not match the forward");

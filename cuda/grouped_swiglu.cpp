@@ -19,6 +19,14 @@ std::int64_t total_rows(std::span<const std::int64_t> group_sizes) {
 
 SwigluClamp clamp_of(const kernels::SwigluOptions& o) { return {o.clamp.has_value(), o.clamp.value_or(0.0)}; }
 
+// A bf16 storage point (options.bf16, the model's bf16_storage): the same points as the CPU kernels round at
+// (distributed/kernels/grouped_swiglu.cpp): pre and h forward; g_h, the activation the fc2 gradient takes and
+// g_pre backward.
+template <typename T>
+void stored(cudaStream_t s, const kernels::SwigluOptions& options, T* data, std::int64_t count) {
+  if (options.bf16) round_to_bf16<T>(s, data, count);
+}
+
 // One grouped GEMM over the non-empty groups: problem(e, begin, n) gives expert e's GEMM for its n rows from row
 // `begin`, in expert order.
 template <typename T, typename Problem>
@@ -55,8 +63,10 @@ void grouped_swiglu_forward(const DeviceContext& ctx, const T* x, std::span<cons
   grouped<T>(ctx, Op::n, Op::t, group_sizes, 0, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
     return GemmProblem<T>{n, 2 * d, w, in + begin * w, w, ex.fc1 + e * 2 * d * w, w, pre + begin * 2 * d, 2 * d};
   });
+  stored(s, options, pre, rows * 2 * d);
   DeviceBuffer<T> h(std::size_t(rows * d), s);
   swiglu_activation<T>(s, rows, d, pre, options.probs_on_input ? nullptr : probs, clamp_of(options), h.data());
+  stored(s, options, h.data(), rows * d);
   // y_e [n, w] = h_e · fc2_eᵀ
   grouped<T>(ctx, Op::n, Op::t, group_sizes, 0, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
     return GemmProblem<T>{n, w, d, h.data() + begin * d, d, ex.fc2 + e * w * d, d, y + begin * w, w};
@@ -77,8 +87,11 @@ void grouped_swiglu_backward(const DeviceContext& ctx, const T* x, std::span<con
   grouped<T>(ctx, Op::n, Op::n, group_sizes, 0, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
     return GemmProblem<T>{n, d, w, dy + begin * w, w, ex.fc2 + e * w * d, d, g_h.data() + begin * d, d};
   });
+  stored(s, options, g_h.data(), rows * d);
   swiglu_activation_backward<T>(s, rows, d, pre, on_input ? nullptr : probs, clamp_of(options), g_h.data(),
                                 g_pre.data(), act.data(), on_input ? nullptr : dprob);
+  stored(s, options, act.data(), rows * d);
+  stored(s, options, g_pre.data(), rows * 2 * d);
   // grad_fc2_e [w, d] += dy_eᵀ · act_e
   grouped<T>(ctx, Op::t, Op::n, group_sizes, 1, [&](std::int64_t e, std::int64_t begin, std::int64_t n) {
     return GemmProblem<T>{w, d, n, dy + begin * w, w, act.data() + begin * d, d, grad_fc2 + e * w * d, d};

@@ -4,6 +4,10 @@
 #include "cuda/device_math.cuh"
 #include "cuda/swiglu_kernels.hpp"
 
+#include <math_constants.h>
+
+#include <type_traits>
+
 namespace moe::cuda {
 namespace {
 
@@ -132,13 +136,58 @@ void row_dot(cudaStream_t stream, std::int64_t rows, std::int64_t width, const T
   check_launch("row_dot_kernel");
 }
 
+namespace {
+
+// round_bf16 of reference/bf16.cpp on the device: in bf16's normal range integer arithmetic on the bits (add just
+// under half a quantum plus the lowest kept bit, clear the rest; a carry past 2^127's binade is inf), elsewhere the
+// quantum formula (subnormals' quantum 2^-133; zeros, inf and NaN unchanged).
+__device__ double round_bf16_device(double x) {
+  constexpr int dropped = 52 - 7;
+  constexpr unsigned long long min_exponent = 1023 - 126, max_exponent = 1023 + 127;
+  const auto bits = static_cast<unsigned long long>(__double_as_longlong(x));
+  const unsigned long long exponent = (bits >> 52) & 0x7ff;
+  if (exponent < min_exponent || exponent > max_exponent) {
+    if (!isfinite(x) || x == 0) return x;
+    int e = 0;
+    (void)frexp(x, &e);
+    const double quantum = ldexp(1.0, max(e, -125) - 8);
+    const double r = rint(x / quantum) * quantum;
+    return fabs(r) > ldexp(255.0, 120) ? copysign(CUDART_INF, x) : r;
+  }
+  const unsigned long long lowest_kept = (bits >> dropped) & 1;
+  const unsigned long long rounded =
+      (bits + ((1ull << (dropped - 1)) - 1) + lowest_kept) & ~((1ull << dropped) - 1);
+  if (((rounded >> 52) & 0x7ff) > max_exponent) return copysign(CUDART_INF, x);
+  return __longlong_as_double(static_cast<long long>(rounded));
+}
+
+__device__ float round_bf16_device(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+template <typename D>
+__global__ void round_to_bf16_kernel(D* data, std::int64_t count) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) data[i] = round_bf16_device(data[i]);
+}
+
+}  // namespace
+
+template <typename T>
+void round_to_bf16(cudaStream_t stream, T* data, std::int64_t count) {
+  if constexpr (!std::is_same_v<T, bf16>) {
+    if (count == 0) return;
+    round_to_bf16_kernel<T><<<elementwise_blocks(count), block_threads, 0, stream>>>(data, count);
+    check_launch("round_to_bf16_kernel");
+  }
+}
+
 #define MOE_INSTANTIATE_SWIGLU_KERNELS(T)                                                                          \
   template void swiglu_activation<T>(cudaStream_t, std::int64_t, std::int64_t, const T*, const Acc<T>*,           \
                                      SwigluClamp, T*);                                                             \
   template void swiglu_activation_backward<T>(cudaStream_t, std::int64_t, std::int64_t, const T*, const Acc<T>*, \
                                               SwigluClamp, const T*, T*, T*, Acc<T>*);                             \
   template void scale_rows<T>(cudaStream_t, std::int64_t, std::int64_t, const T*, const Acc<T>*, T*);             \
-  template void row_dot<T>(cudaStream_t, std::int64_t, std::int64_t, const T*, const T*, Acc<T>*);
+  template void row_dot<T>(cudaStream_t, std::int64_t, std::int64_t, const T*, const T*, Acc<T>*);              \
+  template void round_to_bf16<T>(cudaStream_t, T*, std::int64_t);
 MOE_INSTANTIATE_SWIGLU_KERNELS(double)
 MOE_INSTANTIATE_SWIGLU_KERNELS(float)
 MOE_INSTANTIATE_SWIGLU_KERNELS(bf16)

@@ -36,4 +36,10 @@ void scale_rows(cudaStream_t stream, std::int64_t rows, std::int64_t width, cons
 template <typename T>
 void row_dot(cudaStream_t stream, std::int64_t rows, std::int64_t width, const T* a, const T* b, Acc<T>* out);
 
+// A bf16 storage point of the model (MoeConfig::bf16_storage): every one of `count` values rounded to the nearest
+// bf16, ties to even, in place, exactly as reference/bf16.hpp's round_bf16 does (double rounded directly, not via
+// float, which could round twice). For bf16 data, nothing to do.
+template <typename T>
+void round_to_bf16(cudaStream_t stream, T* data, std::int64_t count);
+
 }  // namespace moe::cuda

@@ -555,9 +555,6 @@ void add_check_command(CLI::App& app) {
     if (o->dtype != "double" && o->dtype != "float" && o->dtype != "bf16")
       throw std::invalid_argument("unknown dtype '" + o->dtype + "' (double, float, bf16)");
     const bool bf16 = o->dtype == "bf16";
-    if (bf16 && o->kernels != "cpu")
-      throw std::invalid_argument("--dtype bf16 runs on --kernels cpu (the device kernels do not yet round at the "
-                                  "model's bf16 storage points)");
     const Tolerance table = moe::tolerance(Compared::training_step, precision_of(o->dtype));
     o->tolerance_given = cmd->count("--atol") > 0 || cmd->count("--rtol") > 0;
     if (cmd->count("--atol") == 0) o->atol = table.atol;
@@ -587,8 +584,6 @@ void add_check_command(CLI::App& app) {
     }
     if (bf16)
       for (CheckRow& r : rows) r.run.bf16_storage = true;
-    // The default set's bf16 rows run on the CPU kernels (the device kernels do not round at the storage points).
-    std::erase_if(rows, [&](const CheckRow& r) { return r.run.bf16_storage && o->kernels != "cpu"; });
     bool print = true;
     std::unique_ptr<MpiRuntime> mpi;
     std::unique_ptr<MpiCommunicator> world;
