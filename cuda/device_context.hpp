@@ -12,7 +12,7 @@
 //     one_launch  cublasGemmGroupedBatchedEx: all groups in one call;
 //     per_group   one cublasGemmEx per group on stream(), one after another.
 //   256 experts of ~192 rows each give GEMMs that alone fill about half of an H200's SMs; lanes let several run at
-//   once. On an H200 (2026-12-04, V4-Flash shape, README "On a GPU") lanes were the fastest: forward 38.6% of dense
+//   once. On an H200 (2026-12-04, V4-Flash shape, docs/performance.md, "On a GPU") lanes were the fastest: forward 38.6% of dense
 //   cuBLAS against 34.0% per group and 28.2% for cuBLAS 13.0's grouped call. The benchmark times all three.
 // Kernels are enqueued on stream(); host wrappers that need data on the host (group sizes) synchronise it.
 // This header stays C++17 (nvcc compiles it).

@@ -5,7 +5,7 @@
 // to even (NVIDIA's __float2bfloat16, torch's .to(torch.bfloat16) from float32); beyond the largest finite
 // (1.1111111₂·2^127) it becomes ±inf, and NaN stays NaN.
 //
-// The model under `MoeConfig::bf16_storage` rounds at its storage points (README "bf16"): every per-token tensor
+// The model under `MoeConfig::bf16_storage` rounds at its storage points (docs/model.md, "bf16 storage: what a mixed-precision step rounds"): every per-token tensor
 // one operation hands to the next, once it is whole; partial sums (an ETP or TP shard's share) are summed in the
 // working precision first. The oracle and the parallel system call the same function at the same points.
 #pragma once

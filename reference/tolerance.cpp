@@ -22,7 +22,7 @@ constexpr Row kRows[] = {
     {Compared::training_step, Precision::float32, {5e-8, 1e-4}},
     // bf16 storage in float vs the oracle with the same storage in double: the float sums move a value across a bf16
     // rounding boundary now and then, one ulp (2^-8 relative) that later sums carry; an entry that cancels keeps
-    // the absolute size of its terms' ulps (README "bf16": worst seen 2.3e-4, an entry of 9e-4).
+    // the absolute size of its terms' ulps (docs/model.md, "bf16 storage": worst seen 2.3e-4, an entry of 9e-4).
     {Compared::training_step, Precision::bfloat16, {1e-3, 1e-2}},
     {Compared::layer, Precision::float64, {1e-12, 1e-9}},
     {Compared::layer, Precision::float32, {3e-5, 2e-3}},  // one layer's forward and backward in float, no averaging

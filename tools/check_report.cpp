@@ -63,7 +63,7 @@ void print_report(const std::vector<CheckRun>& runs, const ReportSettings& o, st
       std::ostringstream line;
       line << "note: rows with bf16 storage in " << (bf16_in_double(*r.row) ? "double" : "float")
            << (r.row->run.quant != "none" ? " and FP8 dispatch" : "") << " pass at ≤ " << one_digit(t.atol) << " + "
-           << one_digit(t.rtol) << "·|oracle| (README \"bf16\")\n";
+           << one_digit(t.rtol) << "·|oracle| (docs/model.md, \"bf16 storage\")\n";
       if (said.insert(line.str()).second) out << line.str();
     }
   }

@@ -148,7 +148,7 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
                                                  "model's)");
   cmd.add_flag("--shrink", o.shrink,
                "check the model's structure at test size: same top-k, groups, score function and options; h 32, "
-               "widths 16, ≤ 4 layers, fewer experts (README: --shrink)");
+               "widths 16, ≤ 4 layers, fewer experts (docs/commands.md: --shrink)");
   cmd.add_option("--seq,--seq-length", o.seq, "sequence length (default 16, or the smallest that fits the layout)")
       ->check(whole_at_least(1));
   cmd.add_option("--micro-batch,--micro-batch-size", o.micro_batch, "sequences per microbatch")
