@@ -60,6 +60,9 @@ constexpr NotMoeKey kNotMoe[] = {
     {"qk_nope_head_dim", "attention (MLA)"},
     {"qk_rope_head_dim", "attention (MLA)"},
     {"v_head_dim", "attention (MLA)"},
+    {"qk_head_dim", "attention (MLA: qk_nope_head_dim + qk_rope_head_dim)"},
+    {"qkv_bias", "attention"},
+    {"rope_interleave", "positions"},
     {"rope_theta", "positions"},
     {"rope_scaling", "positions"},
     {"max_position_embeddings", "the context limit, not a training sequence (seq is taken as 4096)"},
@@ -453,8 +456,6 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3, bool transformers_v2_gate)
 void map_deepseek_v4(HfKeys& k, ModelFile& out) {
   MoeConfig& c = out.model.config;
   read_expert_shape(k, c, "n_routed_experts", "moe_intermediate_size");
-  if (k.boolean_or("mlp_bias", false, kClassDefault))
-    throw std::invalid_argument("'mlp_bias' is true: experts with biases are not modelled");
 
   const std::string scoring = k.string_or("scoring_func", "sqrtsoftplus", kClassDefault);
   if (scoring != "softmax" && scoring != "sigmoid" && scoring != "sqrtsoftplus")
@@ -568,6 +569,10 @@ ModelFile model_from_hf_config(const json& root, const std::string& name, const 
     throw std::invalid_argument("'model_type' is " + quoted(type) + ": not a model type this reader maps (" +
                                 kHfModelTypes + ")");
   }
+  // Biases on the expert (and shared expert) projections would change the layer: refused in every family (an
+  // absent key is no bias, every family's class default, and not worth a note).
+  if (const json* bias = k.find("mlp_bias"); bias && k.boolean("mlp_bias"))
+    throw std::invalid_argument("'mlp_bias' is true: experts with biases are not modelled");
   note_absent_options(out);
   k.report_rest(type);
   out.source = "Hugging Face config.json (" + type + ")";

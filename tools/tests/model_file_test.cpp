@@ -200,6 +200,19 @@ TEST(ModelFile, DeepSeekV4Flash) {
   EXPECT_TRUE(has_entry(m.assumptions, "no balance loss"));
 }
 
+// Experts with biases are refused in every family (only V4's mapping looked at mlp_bias before: a Qwen3 or V3
+// file with it true was read as if unbiased, the key merely listed as unknown); transformers' own attention keys
+// that its to_dict() writes are named, not unknown.
+TEST(ModelFile, ExpertBiasesAreRefusedInEveryFamily) {
+  for (const char* shipped : {"qwen3-30b-a3b.json", "deepseek-v3.json", "mixtral-8x7b.json"})
+    expect_refused(variant(shipped, "mlp_bias", true), "'mlp_bias' is true");
+  for (const char* key : {"qk_head_dim", "qkv_bias", "rope_interleave"}) {
+    const ModelFile m = read_model_file(variant("deepseek-v3.json", key, 1));
+    EXPECT_TRUE(unknown_entries(m).empty()) << key << ": " << unknown_entries(m).front();
+  }
+  EXPECT_TRUE(unknown_entries(read_model_file(variant("deepseek-v3.json", "mlp_bias", false))).empty());
+}
+
 TEST(ModelFile, DeepSeekV4RefusesWhatItDoesNotModel) {
   expect_refused(variant("deepseek-v4-flash.json", "scoring_func", "softmax"), "'scoring_func' is \"softmax\"");
   expect_refused(variant("deepseek-v4-flash.json", "topk_method", "greedy"), "'topk_method' is \"greedy\"");
