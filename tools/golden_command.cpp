@@ -14,6 +14,7 @@
 #include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
+#include "tools/progress.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -152,7 +153,12 @@ nlohmann::json to_json(const CaseResult& r) {
 
 void run_verify(const VerifyOptions& opt) {
   std::vector<CaseResult> results;
-  for (const auto& dir : case_directories(opt.paths)) results.push_back(verify_case(dir));
+  const auto dirs = case_directories(opt.paths);
+  Progress progress("golden verify", "cases", static_cast<long>(dirs.size()), opt.json);
+  for (const auto& dir : dirs) {
+    results.push_back(verify_case(dir));
+    progress.step();
+  }
   const auto passed = std::count_if(results.begin(), results.end(), [](const auto& r) { return r.pass(); });
   if (opt.json) {
     nlohmann::json j{{"moe_oracle", MOE_ORACLE_VERSION},
