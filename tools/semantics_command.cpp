@@ -79,11 +79,12 @@ void run(const SemanticsArgs& a) {
 void add_semantics_command(CLI::App& app) {
   auto args = std::make_shared<SemanticsArgs>();
   auto* cmd = app.add_subcommand("semantics",
-                                 "The named deviations between pinned Megatron versions and the intended objective, "
-                                 "and the profiles that turn them on");
-  cmd->add_option("--profile", args->profile,
-                  "list only the deviations this semantics turns on (intended, megatron-core-0.19, megatron-main, hf-transformers-5.25; "
-                  "P,+deviation,-deviation)");
+                                 "The named deviations between pinned Megatron-Core / transformers versions and the "
+                                 "intended objective, and the profiles that turn them on");
+  // --semantics as every other command spells it; --profile, the name this command had first, still works.
+  cmd->add_option("--semantics,--profile", args->profile,
+                  "list only the deviations this semantics turns on (intended, megatron-core-0.19, megatron-main, "
+                  "hf-transformers-5.25; P,+deviation,-deviation)");
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->callback([args] { run(*args); });
 }

@@ -37,6 +37,8 @@ TEST(CliSemantics, CatalogueListsEveryDeviationWithItsSources) {
   }
   EXPECT_TRUE(saw_router);
   EXPECT_TRUE(run_json("semantics --profile intended")["deviations"].empty());
+  // --semantics, as the other commands spell it, says the same.
+  EXPECT_EQ(run_json("semantics --semantics megatron-core-0.19,-ce-per-cp-rank"), megatron);
 
   const auto bad = run("semantics --profile megatron");
   EXPECT_EQ(bad.status, 2);
