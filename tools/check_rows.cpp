@@ -1,0 +1,147 @@
+#include "tools/check_rows.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace moe::cli {
+namespace {
+
+// The smallest multiple of `unit` that is at least `at_least`; units are at most kMaxUnit, so that it fits an int.
+constexpr long long kMaxUnit = 1 << 24;
+int fit(int at_least, long long unit) { return static_cast<int>((at_least + unit - 1) / unit * unit); }
+
+// Wave-scheduled EP runs with the AlltoAll dispatcher, without FP8 dispatch or replicas, and with at least as many
+// local experts per rank as waves: what the user asked for explicitly is refused, a default row adjusted with a note.
+void waves_fit(CheckOptions& o, CheckRow& r) {
+  const std::string flag = "--expert-waves " + std::to_string(r.expert_waves);
+  if (o.dispatcher != "all" && o.dispatcher != "alltoall") {
+    if (o.expert_waves > 1)
+      throw std::invalid_argument(flag + " runs with the AlltoAll dispatcher, not " + o.dispatcher + " (it is the "
+                                  "one that returns every (token, expert) row, so waves can keep the unwaved sums)");
+    o.notes.push_back("--dispatcher " + o.dispatcher + ": " + r.name + " with " + std::to_string(r.expert_waves) +
+                      " waves left out (waves run with the AlltoAll dispatcher)");
+    r.layouts.clear();
+    return;
+  }
+  const std::string why = r.run.quant != "none" ? "FP8 dispatch" : r.hot_expert_slots > 0 ? "replicated experts" : "";
+  if (!why.empty()) {
+    if (o.expert_waves > 0 && (o.layout.world > 0 || o.custom_model))
+      throw std::invalid_argument(flag + " does not run with " + why);
+    o.notes.push_back(flag + ": " + r.name + " runs unwaved (" + why + ")");
+    r.expert_waves = 1;
+    return;
+  }
+  const int E = r.run.model().layer.num_experts;
+  const auto too_few = [&](const ParallelLayout& l) { return E / l.ep < r.expert_waves; };
+  if (o.layout.world > 0 && too_few(o.layout))
+    throw std::invalid_argument(flag + ": ep " + std::to_string(o.layout.ep) + " leaves " +
+                                std::to_string(E / o.layout.ep) + " local experts per rank; each wave needs one");
+  if (std::any_of(r.layouts.begin(), r.layouts.end(), too_few)) {
+    std::erase_if(r.layouts, too_few);
+    o.notes.push_back(flag + ": " + r.name + "'s layouts with fewer local experts than waves left out");
+  }
+  if (o.expert_waves > 0 && o.dispatcher == "all")
+    o.notes.push_back(flag + ": " + r.name + " runs the AlltoAll dispatcher only (the one that returns every row)");
+}
+
+}  // namespace
+
+std::vector<CheckRow> rows_of(CheckOptions& o) {
+  std::vector<CheckRow> rows;
+  if (o.custom_model || o.layout.world > 0) {
+    // A model file's mapping: what it assumed and which keys had no effect, as `layer` and `volume` print them.
+    for (const auto& note : o.run.source.notes(Semantics::parse(o.run.semantics))) o.notes.push_back("model: " + note);
+    CheckRow row{o.run.source.source(), o.run, default_rows().front().layouts};
+    if (o.layout.world > 0) {
+      o.layout.validate();
+      row.layouts = {o.layout};
+    }
+    std::vector<ParallelLayout> all = row.layouts;
+    if (!o.resume_as.empty()) all.push_back(parse_layout(o.resume_as, "--resume-as"));
+    // In 64 bits (validated layouts: each factor ≤ world ≤ 2^20), refused past what a sequence or batch can be.
+    long long seq_unit = 1, batch_unit = 1, ep = 1;
+    for (const ParallelLayout& l : all) {
+      seq_unit = std::lcm(seq_unit, l.cp > 1 ? std::lcm(2LL * l.cp, 1LL * l.cp * l.tp) : l.tp);
+      batch_unit = std::lcm(batch_unit, 1LL * row.run.micro_batch * l.dp_with_gtp());
+      ep = std::lcm(ep, 1LL * l.ep);
+      if (seq_unit > kMaxUnit || batch_unit > kMaxUnit)
+        throw std::invalid_argument("these layouts need a sequence length that is a multiple of " +
+                                    std::to_string(seq_unit) + " and a global batch that is a multiple of " +
+                                    std::to_string(batch_unit) + ": beyond 2^24; use smaller layouts or --micro-batch");
+    }
+    if (!o.seq_given && row.run.seq % seq_unit != 0) {
+      row.run.seq = fit(row.run.seq, seq_unit);
+      o.notes.push_back("seq " + std::to_string(row.run.seq) + ": the smallest ≥ 16 that the layout's tp and cp "
+                        "divide as sequence and load-balanced context parallelism need (a multiple of " +
+                        std::to_string(seq_unit) + ")");
+    }
+    if (!o.global_batch_given && row.run.global_batch % batch_unit != 0) {
+      row.run.global_batch = fit(row.run.global_batch, batch_unit);
+      o.notes.push_back("global batch " + std::to_string(row.run.global_batch) +
+                        ": the smallest ≥ 8 that micro-batch · dp · gtp divides (" + std::to_string(batch_unit) + ")");
+    }
+    row.run.ep_multiple = static_cast<int>(ep);
+    if (row.run.shrink) {
+      const ModelConfig m = row.run.model();
+      o.notes.push_back("--shrink: " + o.run.source.source() + " checked as h " + std::to_string(m.layer.hidden) +
+                        ", E " + std::to_string(m.layer.num_experts) + ", k " + std::to_string(m.layer.topk) +
+                        ", d " + std::to_string(m.layer.ffn_hidden) + ", " + std::to_string(m.num_layers) +
+                        " layers (" + std::to_string(m.n_hash_layers) + " hash), vocab " + std::to_string(m.vocab));
+    }
+    rows.push_back(row);
+  } else {
+    rows = default_rows();
+  }
+  for (CheckRow& r : rows) {
+    if (o.custom_semantics) r.run.semantics = o.run.semantics;
+    if (o.custom_quant) r.run.quant = o.run.quant;
+    if (o.steps > 0) r.steps = o.steps;
+    if (!o.resume_as.empty()) r.resume_as = o.resume_as;
+    if (r.steps < 2) r.resume_as.clear();
+    r.distributed_optimizer = r.distributed_optimizer || o.distributed_optimizer;
+    if (o.clip_grad > 0) r.clip_grad = o.clip_grad;
+    if (o.hot_expert_slots > 0) r.hot_expert_slots = o.hot_expert_slots;
+    if (o.expert_waves > 0) r.expert_waves = o.expert_waves;
+    if (!o.optimizer.empty()) r.optimizer = o.optimizer;
+    if (!o.cp_comm_type.empty()) r.cp_comm_type = o.cp_comm_type;
+    if (r.optimizer == "muon" && r.distributed_optimizer && r.steps > 0) {
+      // Only default rows get here (--distributed-optimizer with --optimizer muon is refused): they run with DDP.
+      r.distributed_optimizer = false;
+      o.notes.push_back("--optimizer muon: " + r.name + "'s distributed-optimizer row runs with DDP (Muon needs "
+                        "whole matrices, the distributed optimizer cuts flat slices)");
+    }
+    // Replicated experts run with ETP 1 and without FP8 dispatch (HybridEP's requirements).
+    if (r.hot_expert_slots > 0) {
+      const std::string why = r.run.quant != "none" ? "FP8 dispatch" : "";
+      const auto etp = [](const ParallelLayout& l) { return l.etp > 1; };
+      if (o.layout.world > 0 && (!why.empty() || etp(o.layout)))
+        throw std::invalid_argument("--hot-expert-replicas does not run with " + (why.empty() ? "ETP > 1" : why));
+      if (!why.empty()) {
+        r.hot_expert_slots = 0;
+        o.notes.push_back("--hot-expert-replicas: " + r.name + " runs unreplicated (" + why + ")");
+      } else if (std::any_of(r.layouts.begin(), r.layouts.end(), etp)) {
+        std::erase_if(r.layouts, etp);
+        o.notes.push_back("--hot-expert-replicas: " + r.name + "'s ETP > 1 layouts left out");
+      }
+    }
+    if (r.expert_waves > 1) waves_fit(o, r);
+    // GTP keeps shards of its own: the distributed optimizer and Muon do not run on GTP layouts.
+    const std::string gtp_refuser = r.steps == 0              ? ""
+                                    : r.distributed_optimizer ? "--distributed-optimizer"
+                                    : r.optimizer == "muon"   ? "Muon"
+                                                              : "";
+    const auto has_gtp = [](const ParallelLayout& l) { return l.gtp > 1 || l.egtp > 1; };
+    if (!gtp_refuser.empty() && std::any_of(r.layouts.begin(), r.layouts.end(), has_gtp)) {
+      if (o.layout.world > 0)
+        throw std::invalid_argument(gtp_refuser + " does not run GTP layouts (--gtp, --egtp): GTP keeps its own "
+                                    "weight shards");
+      std::erase_if(r.layouts, has_gtp);
+      o.notes.push_back(gtp_refuser + ": " + r.name + "'s GTP layouts left out (GTP keeps its own weight shards)");
+    }
+  }
+  std::erase_if(rows, [](const CheckRow& r) { return r.layouts.empty(); });
+  return rows;
+}
+
+}  // namespace moe::cli
