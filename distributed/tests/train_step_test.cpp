@@ -344,17 +344,16 @@ struct OneRankStep {
     oracle = oracle_step(p);
     InprocWorld(1).run([&](Communicator& world) { step = step_on_world(world, p, groups); });
   }
+  // The rank's step (as it is now: tests change it) against the oracle's.
+  RankComparison compare() { return compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance); }
 };
 
 // The comparison itself: on one rank, gradients equal to the oracle's but for two elements of one tensor. It names
 // the first failing element in tensor order (not the largest), and its maxima and counts cover every element.
 TEST(OracleComparison, NamesTheFirstMismatchAndKeepsTheMaxima) {
   OneRankStep one;
-  CheckProblem& p = one.p;
-  const GlobalStep& oracle = one.oracle;
-  const ProcessGroups& groups = one.groups;
   RankStep& step = one.step;
-  const RankComparison same = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
+  const RankComparison same = one.compare();
   ASSERT_TRUE(same.pass());
   const long long elements = same.errors[static_cast<size_t>(Quantity::grad_expert)].compared;
   ASSERT_GT(elements, 5);
@@ -363,7 +362,7 @@ TEST(OracleComparison, NamesTheFirstMismatchAndKeepsTheMaxima) {
   const double before = fc1(0, 3);  // the oracle's value up to rounding
   fc1(0, 3) += 1.0;  // flat index 3: the first failing element
   fc1(1, 0) -= 4.0;  // a later, larger one
-  const RankComparison r = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
+  const RankComparison r = one.compare();
   ASSERT_FALSE(r.pass());
   EXPECT_EQ(r.first.tensor, "layer0.expert_fc1[1]");
   EXPECT_EQ(r.first.index, 3);
@@ -380,24 +379,21 @@ TEST(OracleComparison, NamesTheFirstMismatchAndKeepsTheMaxima) {
 // fails, naming the layer and the expert.
 TEST(OracleComparison, ComparesEveryLayersExpertCountsExactly) {
   OneRankStep one;
-  CheckProblem& p = one.p;
-  const GlobalStep& oracle = one.oracle;
-  const ProcessGroups& groups = one.groups;
   RankStep& step = one.step;
-  const RankComparison same = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
+  const RankComparison same = one.compare();
   ASSERT_TRUE(same.pass());
   const QuantityError& counted = same.errors[static_cast<size_t>(Quantity::expert_counts)];
-  EXPECT_EQ(counted.compared, p.config.num_blocks() * p.config.layer.num_experts);
+  EXPECT_EQ(counted.compared, one.p.config.num_blocks() * one.p.config.layer.num_experts);
   EXPECT_EQ(counted.max_abs, 0.0);
 
   ASSERT_EQ(step.layers.front(), 0);
-  ASSERT_TRUE(p.config.layer_config(0).hash_routing);
+  ASSERT_TRUE(one.p.config.layer_config(0).hash_routing);
   auto& hash_counts = step.bias_counts.front();
   const auto from = std::max_element(hash_counts.begin(), hash_counts.end()) - hash_counts.begin();
   const auto to = (from + 3) % static_cast<long>(hash_counts.size());
   --hash_counts[static_cast<size_t>(from)];
   ++hash_counts[static_cast<size_t>(to)];
-  const RankComparison r = compare_with_oracle(p.config, oracle, step, groups, 0, p.tolerance);
+  const RankComparison r = one.compare();
   ASSERT_FALSE(r.pass());
   EXPECT_EQ(r.first.tensor, "layer0.expert_counts");
   EXPECT_EQ(r.first.index, std::min(from, to));
