@@ -13,22 +13,20 @@
 namespace moe::compare {
 namespace {
 
-// The bf16 error model (reference/tolerance.hpp, kBf16StorageFactor): per element the allowance
-// factor·(|d_i| + rms(d)) from d = bf16-stored oracle − double oracle, on top of the row's rtol·|want|.
-struct Bf16Allowance {
-  std::vector<double> per_element;  // factor·(|d_i| + rms(d))
-};
+// A dump judged by the bf16 error model (reference/tolerance.hpp, kBf16StorageFactor).
+bool bf16_model(const Dump& dump) { return dump.precision == to_string(Precision::bfloat16); }
 
-Bf16Allowance bf16_allowance(const Expected& exact, const Expected& stored) {
-  Bf16Allowance a;
-  if (stored.values.size() != exact.values.size()) return a;
+// The error model's allowance of each element, on top of the table row's: factor·(|d_i| + rms(d)), d = the
+// bf16-storage oracle's values − the double oracle's (the same tensor on the same rank: same sizes).
+std::vector<double> bf16_allowance(const Expected& exact, const Expected& stored) {
+  const size_t n = exact.values.size();
   double sum_sq = 0;
-  for (size_t i = 0; i < exact.values.size(); ++i) sum_sq += std::pow(stored.values[i] - exact.values[i], 2);
-  const double rms = exact.values.empty() ? 0.0 : std::sqrt(sum_sq / static_cast<double>(exact.values.size()));
-  a.per_element.resize(exact.values.size());
-  for (size_t i = 0; i < exact.values.size(); ++i)
-    a.per_element[i] = kBf16StorageFactor * (std::abs(stored.values[i] - exact.values[i]) + rms);
-  return a;
+  for (size_t i = 0; i < n; ++i) sum_sq += std::pow(stored.values[i] - exact.values[i], 2);
+  const double rms = n == 0 ? 0.0 : std::sqrt(sum_sq / static_cast<double>(n));
+  std::vector<double> allowance(n);
+  for (size_t i = 0; i < n; ++i)
+    allowance[i] = kBf16StorageFactor * (std::abs(stored.values[i] - exact.values[i]) + rms);
+  return allowance;
 }
 
 }  // namespace
@@ -51,6 +49,8 @@ const TensorResult* Comparison::first_failure() const {
   return nullptr;
 }
 
+int compare_passes(const Dump& dump) { return oracle_passes(dump) * (bf16_model(dump) ? 2 : 1); }
+
 Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<void()>& progress) {
   OracleAnswer answer;
   try {
@@ -61,14 +61,16 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
   const Tolerance tol = dump.tolerance;
   // A bf16 dump: the same oracle once more with bf16 storage, whose distance from the double result sizes each
   // tensor's allowance (the error model; docs/numerics.md). Same inputs and routing, so the same expected tensors.
-  const bool bf16 = dump.precision == to_string(Precision::bfloat16);
+  const bool bf16 = bf16_model(dump);
   OracleAnswer stored;
   if (bf16) {
     Dump emulated = dump;
     emulated.config.bf16_storage = true;
     stored = oracle_for(emulated, path, progress);
-    if (stored.expected.size() != answer.expected.size())
-      throw DumpError(dump.dir.string() + ": the bf16-storage oracle expects other tensors than the double one");
+    for (size_t k = 0; k < answer.expected.size(); ++k)
+      if (k >= stored.expected.size() || stored.expected[k].tensor != answer.expected[k].tensor ||
+          stored.expected[k].values.size() != answer.expected[k].values.size())
+        throw DumpError(dump.dir.string() + ": the bf16-storage oracle expects other tensors than the double one");
   }
   Comparison out;
   out.replay_differences = answer.replay_differences;
@@ -78,7 +80,7 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
 
   for (size_t k = 0; k < answer.expected.size(); ++k) {
     const Expected& e = answer.expected[k];
-    const Bf16Allowance allowance = bf16 ? bf16_allowance(e, stored.expected[k]) : Bf16Allowance{};
+    const std::vector<double> allowance = bf16 ? bf16_allowance(e, stored.expected[k]) : std::vector<double>{};
     const std::vector<int> ranks = e.summed_ranks.empty() ? std::vector<int>{e.rank} : e.summed_ranks;
     bool present = true;
     for (int r : ranks) present = present && dump.ranks[static_cast<size_t>(r)].has(e.tensor);
@@ -108,8 +110,7 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
       const double inf = std::numeric_limits<double>::infinity();
       const double err = std::isfinite(got[i]) ? std::abs(got[i] - e.values[i]) : inf;
       double ratio = e.exact ? (got[i] == e.values[i] ? 0.0 : inf) : tol.ratio(got[i], e.values[i]);
-      if (!e.exact && !allowance.per_element.empty())
-        ratio = Tolerance{tol.atol + allowance.per_element[i], tol.rtol}.ratio(got[i], e.values[i]);
+      if (!e.exact && bf16) ratio = Tolerance{tol.atol + allowance[i], tol.rtol}.ratio(got[i], e.values[i]);
       const bool bad = ratio > 1.0;
       t.max_abs = std::max(t.max_abs, err);
       t.max_ratio = std::max(t.max_ratio, ratio);

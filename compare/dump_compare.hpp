@@ -49,7 +49,11 @@ struct Comparison {
 };
 
 // The oracle on `path` (expert-batched, the fast path, unless the definition is asked for).
-// `progress` as oracle_for's.
+// `progress` is called after each of compare_passes(dump) layer passes.
+// The oracle's layer passes compare_dump makes: oracle_passes(dump), twice for a bf16 dump (its error model runs the
+// oracle once more with bf16 storage).
+int compare_passes(const Dump& dump);
+
 Comparison compare_dump(const Dump& dump, ExpertPath path = ExpertPath::expert_batched,
                         const std::function<void()>& progress = {});
 

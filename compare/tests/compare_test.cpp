@@ -1,6 +1,7 @@
 // Comparing dumps with the oracle: a real float32 dump of megatron-core 0.19.2's MoE layer (world 2, EP 2, written
 // by megatron_bridge/driver.py) passes; a changed value fails naming the tensor, rank and index; a missing tensor is
 // listed, not failed; every malformed dump is refused with one line naming the file and the problem.
+#include "compare/dump_oracle.hpp"
 #include "compare/tests/dump_copy.hpp"
 
 #include <set>
@@ -29,6 +30,18 @@ TEST(CompareMegatron, Float32DumpOfMegatronCorePasses) {
   double worst = 0;
   for (const auto& t : c.tensors) worst = std::max(worst, t.max_abs);
   EXPECT_GT(worst, 1e-9);
+}
+
+// The progress a command shows counts every layer pass compare makes: judged as bf16 (the user's --precision), the
+// error model runs the oracle a second time, and compare_passes says so (oracle_passes alone undercounted by half).
+TEST(CompareMegatron, ProgressCountsEveryOraclePass) {
+  for (const std::string precision : {"", "bfloat16"}) {
+    const Dump dump = read_dump(kMegatronDump, {"", precision});
+    int calls = 0;
+    (void)compare_dump(dump, ExpertPath::expert_batched, [&calls] { ++calls; });
+    EXPECT_EQ(calls, compare_passes(dump)) << precision;
+    EXPECT_EQ(calls, oracle_passes(dump) * (precision.empty() ? 1 : 2)) << precision;
+  }
 }
 
 TEST_F(DumpCopy, ChangedValueFailsNamingTensorRankAndIndex) {
