@@ -52,9 +52,12 @@ int looseness(const std::string& precision) {
   return precision == "float64" ? 0 : precision == "float32" ? 1 : 2;
 }
 
-// The one .npy dtype a dump of `dtype` stores its floating tensors in.
-golden::NpyDtype floating_dtype(const std::string& dtype) {
-  return dtype == "float64" ? golden::NpyDtype::f8 : dtype == "float32" ? golden::NpyDtype::f4 : golden::NpyDtype::u2;
+// How many bits of significand a floating .npy dtype keeps: f8 53, f4 24, u2 (bfloat16 words) 8.
+int significand_bits(golden::NpyDtype t) {
+  return t == golden::NpyDtype::f8 ? 53 : t == golden::NpyDtype::f4 ? 24 : 8;
+}
+int significand_bits(const std::string& dtype) {
+  return dtype == "float64" ? 53 : dtype == "float32" ? 24 : 8;
 }
 
 // bfloat16 bits -> the float they encode (the upper half of an IEEE binary32).
@@ -146,9 +149,12 @@ void list_ranks(Dump& d) {
       }
       const bool floating = file.header.dtype == golden::NpyDtype::f8 || file.header.dtype == golden::NpyDtype::f4 ||
                             file.header.dtype == golden::NpyDtype::u2;
-      if (floating && file.header.dtype != floating_dtype(d.dtype))
-        fail(entry.path(), "holds " + std::string(golden::npy_descr(file.header.dtype)) + " values, but dump.json's "
-                           "dtype is " + d.dtype + " (every floating tensor of a dump has its dtype)");
+      // A tensor kept wider than the layer's dtype loses nothing (a bf16 layer's float32 router, its loss scalars
+      // as float64): taken, and judged at the dump's tolerance all the same. A narrower one is not what the dump
+      // says it is.
+      if (floating && significand_bits(file.header.dtype) < significand_bits(d.dtype))
+        fail(entry.path(), "holds " + std::string(golden::npy_descr(file.header.dtype)) + " values, narrower than "
+                           "dump.json's dtype " + d.dtype + " (a floating tensor has the dump's dtype or a wider one)");
       rank.files[entry.path().stem().string()] = std::move(file);
     }
     d.ranks.push_back(std::move(rank));

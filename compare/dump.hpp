@@ -58,7 +58,7 @@ struct Dump {
   MoeConfig config;            // semantics included
   ParallelLayout layout;       // world, tp, ep, etp (cp = pp = 1)
   int seq = 0, batch = 0;      // per data-parallel replica: S positions × B sequences
-  std::string dtype;           // of the arrays: float64, float32 or bfloat16 (every floating file has it)
+  std::string dtype;           // of the layer's arrays: float64, float32 or bfloat16 (a floating file has it or is wider)
   std::string precision;       // the arithmetic the tolerance is set for
   std::string precision_from;  // why: "the arrays", "dump.json (no looser than its arrays)", "--precision"
   std::string dispatcher;      // informational

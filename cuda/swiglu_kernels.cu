@@ -25,8 +25,8 @@ __device__ Activation<A> activate(A gate, A up, SwigluClamp clamp) {
   Activation<A> a{gate, up, 0, 0, true, true};
   if (clamp.enabled) {
     const A L = A(clamp.limit);
-    a.gate_pass = gate <= L;
-    a.up_pass = up >= -L && up <= L;
+    a.gate_pass = gate < L;  // strictly inside: 0 at the limit (reference/swiglu.hpp)
+    a.up_pass = up > -L && up < L;
     a.gate = fmin(gate, L);
     a.up = fmax(fmin(up, L), -L);
   }

@@ -1,4 +1,5 @@
-"""Run Megatron-Core's real MoE layer on CPU over gloo and dump every rank's tensors for `moe-oracle compare`.
+"""Run Megatron-Core's real MoE layer (on CPU over gloo, or on GPUs over NCCL: MOE_BRIDGE_DEVICE below) and dump
+every rank's tensors for `moe-oracle compare`.
 
     python driver.py CASE.json OUT_DIR [--bug NAME]
 
@@ -6,11 +7,12 @@ CASE.json: {"config": {golden config keys}, "layout": {"world", "tp", "ep", "etp
             "allgather", "seq": S, "batch": B, "seed": n, and optionally "bias_activation_fusion", "semantics" (what
             the dump claims Megatron computes), "replay_capacity", "dump_dtype" ("float32" stores the arrays so),
             "padding" (trailing padded positions per sequence, cycled: the layer gets a padding_mask, as a training
-            loop that passes one does — pretrain_gpt.py passes none)}
+            loop that passes one does — pretrain_gpt.py passes none), "dtype" ("float64" by default, "float32",
+            "bfloat16": the parameters' and activations' dtype; the router scores in float32 below float64)}
 The dense mesh is tp × dp (dp = world / tp data-parallel replicas, each with its own B sequences of S positions);
 under sequence parallelism TP rank j holds positions [j·S/tp, (j+1)·S/tp).
 
-Every rank builds the same global parameters from the seed (numpy, float64), loads its shards into Megatron's
+Every rank builds the same global parameters from the seed (numpy, float64; rounded to the case's dtype), loads its shards into Megatron's
 modules (an expert's fc1 shard under ETP is [gate_j; up_j], as Megatron's GLU expects), runs forward and backward
 of L = Σ⟨dy, y⟩ + aux + z (aux and z enter through MoEAuxLossAutoScaler with scale 1) and writes OUT_DIR/rank<r>/
 as the dump format (megatron_bridge/README.md): inputs, outputs, parameters and their gradients under Megatron's
@@ -30,7 +32,13 @@ sys.path.insert(0, str(HERE))
 
 import cpu_patches  # noqa: E402
 
-PATCHES = cpu_patches.apply()
+# Where the layer runs: "cpu" (the default, over gloo, with cpu_patches' stand-ins for CUDA streams) or "cuda" (one
+# GPU per rank over NCCL, Megatron as shipped, nothing patched; gpu_capture.py sets it before importing this file,
+# since the patches must be in place before Megatron is imported).
+DEVICE = os.environ.get("MOE_BRIDGE_DEVICE", "cpu")
+if DEVICE not in ("cpu", "cuda"):
+    raise SystemExit(f"driver: MOE_BRIDGE_DEVICE={DEVICE!r}: cpu or cuda")
+PATCHES = cpu_patches.apply() if DEVICE == "cpu" else []
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -42,6 +50,16 @@ sys.path.insert(0, str(HERE.parent / "python"))
 import moe_capture  # noqa: E402
 
 LOAD_BALANCING = {None: "none", "aux": "aux_loss", "seq_aux": "seq_aux_loss", "global_aux": "global_aux_loss"}
+# The case's "dtype" (parameters and activations) -> (torch dtype, Megatron's moe_router_dtype): float64 layers ask
+# for a float64 router, the others for the float32 one training runs use.
+DTYPES = {"float64": (torch.float64, "fp64"), "float32": (torch.float32, "fp32"), "bfloat16": (torch.bfloat16, "fp32")}
+
+
+def case_dtype(case):
+    name = case.get("dtype", "float64")
+    if name not in DTYPES:
+        raise SystemExit(f"driver: dtype {name!r}: one of {', '.join(DTYPES)}")
+    return DTYPES[name]
 
 
 def transformer_config(case):
@@ -56,12 +74,13 @@ def transformer_config(case):
         raise SystemExit("driver: megatron-core has only the megatron normalisation")
     layout = case["layout"]
     tp, ep, etp = layout.get("tp", 1), layout.get("ep", 1), layout.get("etp", 1)
+    dtype, router_dtype = case_dtype(case)
     return TransformerConfig(
         num_layers=1, hidden_size=c["hidden"], num_attention_heads=tp, ffn_hidden_size=c["ffn_hidden"],
         gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
         bias_activation_fusion=case.get("bias_activation_fusion", False),
         activation_func_clamp_value=c.get("swiglu_clamp"),
-        params_dtype=torch.float64, use_cpu_initialization=True, init_method_std=0.02,
+        params_dtype=dtype, bf16=dtype == torch.bfloat16, use_cpu_initialization=True, init_method_std=0.02,
         tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
         sequence_parallel=tp > 1,
         num_moe_experts=c["num_experts"], moe_router_topk=c["topk"], moe_ffn_hidden_size=c["ffn_hidden"],
@@ -80,7 +99,7 @@ def transformer_config(case):
         moe_shared_expert_intermediate_size=c.get("shared_expert_ffn_hidden") or None,
         moe_shared_expert_gate=c.get("shared_expert_gate", False),
         moe_apply_probs_on_input=c.get("apply_probs_on_input", False),
-        moe_token_dispatcher_type=case["dispatcher"], moe_router_dtype="fp64", moe_grouped_gemm=False,
+        moe_token_dispatcher_type=case["dispatcher"], moe_router_dtype=router_dtype, moe_grouped_gemm=False,
         moe_permute_fusion=False)
 
 
@@ -154,7 +173,13 @@ def load_parameters(layer, params, ps):
 
 def run_rank(rank, world, case, out, port, bug):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    if DEVICE == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+    else:
+        device = torch.device("cpu")
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
@@ -170,15 +195,16 @@ def run_rank(rank, world, case, out, port, bug):
         pass
     config = transformer_config(case)
     spec = get_moe_module_spec(use_te=False, num_experts=config.num_moe_experts, moe_grouped_gemm=False)
-    layer = spec(config=config, layer_number=1)
+    layer = spec(config=config, layer_number=1).to(device)
     layer.train()
     params = global_params(case)
     load_parameters(layer, params, ps)
     tp, tp_rank, dp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank(), \
         ps.get_data_parallel_rank()
     x_full, dy_full = replica_batch(case, dp_rank)
-    x = torch.from_numpy(np.split(x_full, tp)[tp_rank].copy()).requires_grad_(True)
-    dy = torch.from_numpy(np.split(dy_full, tp)[tp_rank].copy())
+    dtype = config.params_dtype
+    x = torch.from_numpy(np.split(x_full, tp)[tp_rank].copy()).to(device, dtype).requires_grad_(True)
+    dy = torch.from_numpy(np.split(dy_full, tp)[tp_rank].copy()).to(device, dtype)
     mask = replica_padding(case, dp_rank)  # [S, B], True = padded (Megatron 0.19's polarity)
     local_mask = None if mask is None else np.split(mask, tp)[tp_rank]
     # The dump is written by moe_capture from the live layer, TransformerConfig and parallel_state, as a user's
@@ -193,12 +219,13 @@ def run_rank(rank, world, case, out, port, bug):
     from megatron.core.transformer.moe import router as router_module
     before = (router_module.MoEAuxLossAutoScaler, dict(type(layer.router).__dict__), len(layer._forward_hooks),
               len(layer._forward_pre_hooks), len(layer.router._forward_hooks))
+    where = f"{torch.cuda.get_device_name(device)}, NCCL" if DEVICE == "cuda" else "CPU, gloo"
     with moe_capture.capture(layer, out, semantics=case.get("semantics", "megatron-core-0.19"),
-                             producer=f"megatron-core {info.__version__} on CPU (megatron_bridge/driver.py)",
+                             producer=f"megatron-core {info.__version__} on {where} (megatron_bridge/driver.py)",
                              extra_meta=meta, store_dtype=np.float32 if case.get("dump_dtype") == "float32" else None):
         bug_hooks = seeded_bugs.inject(bug, layer)  # after capture's hooks: the router output is recorded as it left it
         # MoELayer takes the mask as [B, S_local] and transposes it to the rows' [S_local, B].
-        y, _ = layer(x, padding_mask=None if local_mask is None else torch.from_numpy(local_mask.T.copy()))
+        y, _ = layer(x, padding_mask=None if local_mask is None else torch.from_numpy(local_mask.T.copy()).to(device))
         y.backward(dy)
     for handle in bug_hooks:
         handle.remove()

@@ -65,6 +65,49 @@ def verdict(case, report):
     return False, f"FAIL: first mismatch {first.get('tensor')} on rank {first.get('rank')} index {first.get('index')}"
 
 
+def run_case(oracle, case, out, keep=False):
+    """Runs one matrix case through Megatron (driver.py) and compare; the table's row. The dump is removed when the
+    case ended as it must, unless `keep`."""
+    shutil.rmtree(out, ignore_errors=True)
+    start = time.time()
+    try:
+        driver.run_case(case, out, case.get("bug"))
+        # Megatron scores its router in float32 even for float64 parameters (driver.py): float32's tolerance. A
+        # bfloat16 dump is judged by compare's bf16 error model, which its dtype selects.
+        report, error = compare(oracle, out, precision=None if case.get("dtype") == "bfloat16" else "float32")
+    except Exception as e:  # noqa: BLE001 - a rank raised: the case is reported, the matrix goes on
+        report, error = None, f"Megatron raised {type(e).__name__}: {str(e).strip().splitlines()[-1]}"
+    seconds = time.time() - start
+    raises = case.get("expect", {}).get("megatron_raises")
+    if report is None and error.startswith("Megatron raised"):
+        ok = raises is not None and raises in error
+        what, worst = error + (" (as 0.19.2 does; the oracle refuses it too)" if ok else ""), float("nan")
+    elif raises:
+        ok, what, worst = False, f"Megatron was expected to raise {raises}", float("nan")
+    elif report is None:
+        ok, what, worst = False, "compare refused the dump: " + error.strip().splitlines()[-1], float("nan")
+    else:
+        ok, what = verdict(case, report)
+        worst = max((t["max_ratio"] or 0.0) for t in report["tensors"]) if report["tensors"] else 0.0
+    layout = case["layout"]
+    if not keep and ok:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"case": case["name"], "layout": f"w{layout['world']} tp{layout.get('tp', 1)} "
+            f"ep{layout.get('ep', 1)} etp{layout.get('etp', 1)}", "dispatcher": case["dispatcher"],
+            "semantics": case.get("semantics", "megatron-core-0.19"), "worst": worst,
+            "seconds": seconds, "ok": ok, "what": what}
+
+
+def print_table(title, rows, failures, start_all, tail=""):
+    widths = {"case": 30, "layout": 16, "dispatcher": 10, "semantics": 46}
+    print(title + "; 'worst' is the largest error as a fraction of the tolerance")
+    print("  ".join(k.ljust(w) for k, w in widths.items()) + "  worst     seconds  result")
+    for r in rows:
+        print("  ".join(str(r[k]).ljust(w) for k, w in widths.items()) +
+              f"  {r['worst']:.1e}  {r['seconds']:7.1f}  {'OK  ' if r['ok'] else 'BAD '} {r['what']}")
+    print(f"\n{len(rows) - failures} of {len(rows)} cases as expected, {time.time() - start_all:.0f} s" + tail)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--oracle", required=True, help="the moe-oracle binary")
@@ -111,46 +154,13 @@ def main():
             rows.append({"case": name, "layout": "-", "dispatcher": "-", "semantics": "megatron-core-0.19",
                          "worst": 0.0, "seconds": 0.0, "ok": ok, "what": what})
     for i, case in enumerate(cases):
-        out = work / case["name"]
-        shutil.rmtree(out, ignore_errors=True)
-        start = time.time()
         print(f"[{i + 1}/{len(cases)}] {case['name']} ...", file=sys.stderr, flush=True)
-        try:
-            driver.run_case(case, out, case.get("bug"))
-            # Megatron scores its router in float32 even for float64 parameters (driver.py): float32's tolerance.
-            report, error = compare(a.oracle, out, precision="float32")
-        except Exception as e:  # noqa: BLE001 - a rank raised: the case is reported, the matrix goes on
-            report, error = None, f"Megatron raised {type(e).__name__}: {str(e).strip().splitlines()[-1]}"
-        seconds = time.time() - start
-        raises = case.get("expect", {}).get("megatron_raises")
-        if report is None and error.startswith("Megatron raised"):
-            ok = raises is not None and raises in error
-            what, worst = error + (" (as 0.19.2 does; the oracle refuses it too)" if ok else ""), float("nan")
-        elif raises:
-            ok, what, worst = False, f"Megatron was expected to raise {raises}", float("nan")
-        elif report is None:
-            ok, what, worst = False, "compare refused the dump: " + error.strip().splitlines()[-1], float("nan")
-        else:
-            ok, what = verdict(case, report)
-            worst = max((t["max_ratio"] or 0.0) for t in report["tensors"]) if report["tensors"] else 0.0
-        failures += not ok
-        layout = case["layout"]
-        rows.append({"case": case["name"], "layout": f"w{layout['world']} tp{layout.get('tp', 1)} "
-                     f"ep{layout.get('ep', 1)} etp{layout.get('etp', 1)}", "dispatcher": case["dispatcher"],
-                     "semantics": case.get("semantics", "megatron-core-0.19"), "worst": worst,
-                     "seconds": seconds, "ok": ok, "what": what})
-        if not a.keep and ok:
-            shutil.rmtree(out, ignore_errors=True)
+        row = run_case(a.oracle, case, work / case["name"], a.keep)
+        failures += not row["ok"]
+        rows.append(row)
 
-    widths = {"case": 30, "layout": 16, "dispatcher": 10, "semantics": 46}
-    print("megatron-check: megatron-core's MoE layer (CPU, gloo) against the oracle; 'worst' is the largest error "
-          "as a fraction of the tolerance")
-    print("  ".join(k.ljust(w) for k, w in widths.items()) + "  worst     seconds  result")
-    for r in rows:
-        print("  ".join(str(r[k]).ljust(w) for k, w in widths.items()) +
-              f"  {r['worst']:.1e}  {r['seconds']:7.1f}  {'OK  ' if r['ok'] else 'BAD '} {r['what']}")
-    print(f"\n{len(rows) - failures} of {len(rows)} cases as expected, {time.time() - start_all:.0f} s"
-          + ("" if not failures or a.keep else f"; dumps of the bad ones kept in {work}"))
+    print_table("megatron-check: megatron-core's MoE layer (CPU, gloo) against the oracle", rows, failures, start_all,
+                "" if not failures or a.keep else f"; dumps of the bad ones kept in {work}")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(rows, indent=2) + "\n")
     if not a.work and not a.keep and not failures:

@@ -128,7 +128,22 @@ TEST_F(Refusal, ArraysOfAnotherDtypeThanDeclared) {
   j["dtype"] = "float64";
   j.erase("precision");
   write_meta(j);
-  expect_refused("holds <f4 values, but dump.json's dtype is float64");
+  expect_refused("holds <f4 values, narrower than dump.json's dtype float64");
+}
+
+// Was: a capture of a bf16 Megatron layer refused, its float32 router probabilities and float64 aux loss "of another
+// dtype". A wider file keeps every value of the declared one: taken, and judged at the declared dtype's tolerance.
+TEST_F(Refusal, WiderArraysThanDeclaredAreTaken) {
+  auto aux = read("rank0/aux_loss.npy");
+  ASSERT_EQ(aux.dtype, golden::NpyDtype::f4);
+  aux.dtype = golden::NpyDtype::f8;  // the same values, as float64
+  golden::write_npy(dir_ / "rank0/aux_loss.npy", aux);
+  const Comparison wider = compare_dump(read_dump(dir_));
+  EXPECT_TRUE(wider.pass());
+  // Still judged at float32's tolerance: a float32-sized error in the float64 file fails.
+  aux.reals[0] *= 1 + 1e-3;
+  golden::write_npy(dir_ / "rank0/aux_loss.npy", aux);
+  EXPECT_FALSE(compare_dump(read_dump(dir_)).pass());
 }
 
 TEST_F(Refusal, MalformedHeaderKeys) {

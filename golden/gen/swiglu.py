@@ -22,8 +22,8 @@ def forward(u, fc1, fc2, p=None, on_input=False, clamp=None):
         up_pass = np.ones_like(up, dtype=bool)
         gate_c, up_c = gate, up
     else:
-        gate_pass = gate <= clamp
-        up_pass = np.abs(up) <= clamp
+        gate_pass = gate < clamp  # strictly inside: torch's scalar clamp passes no gradient at the limit
+        up_pass = np.abs(up) < clamp
         gate_c, up_c = np.minimum(gate, clamp), np.clip(up, -clamp, clamp)
     act = silu(gate_c) * up_c
     hidden = act * p[:, None] if (p is not None and not on_input) else act
