@@ -257,11 +257,12 @@ def main():
 
 
 def run_case(case, out, bug=None):
-    """Forks the world's ranks from this process, which has imported torch and Megatron once (a spawn would pay
-    the imports again in every rank), and waits for them."""
+    """Starts the world's ranks and waits for them. On CPU they fork from this process, which has imported torch and
+    Megatron once (a spawn would pay the imports again in every rank); on CUDA they are spawned, since importing
+    Megatron initialises CUDA here and a forked child cannot use it."""
     import megatron.core.models.gpt.moe_module_specs  # noqa: F401 - imported before the fork
     mp.start_processes(run_rank, args=(case["layout"]["world"], case, str(out), free_port(), bug),
-                       nprocs=case["layout"]["world"], join=True, start_method="fork")
+                       nprocs=case["layout"]["world"], join=True, start_method="spawn" if DEVICE == "cuda" else "fork")
 
 
 if __name__ == "__main__":
