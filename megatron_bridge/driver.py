@@ -237,6 +237,7 @@ def run_rank(rank, world, case, out, port, bug):
               "etp_rank": ps.get_expert_tensor_parallel_rank()}
     (pathlib.Path(out) / f"rank{rank}" / "rank.json").write_text(json.dumps(groups) + "\n")  # informational
     torch.distributed.barrier()
+    ps.destroy_model_parallel()  # a rank run in this process (one GPU) leaves nothing for the next case
     torch.distributed.destroy_process_group()
 
 
@@ -261,6 +262,9 @@ def run_case(case, out, bug=None):
     Megatron once (a spawn would pay the imports again in every rank); on CUDA they are spawned, since importing
     Megatron initialises CUDA here and a forked child cannot use it."""
     import megatron.core.models.gpt.moe_module_specs  # noqa: F401 - imported before the fork
+    if DEVICE == "cuda" and case["layout"]["world"] == 1:
+        run_rank(0, 1, case, str(out), free_port(), bug)  # one GPU: in this process (a spawn re-imports Megatron)
+        return
     mp.start_processes(run_rank, args=(case["layout"]["world"], case, str(out), free_port(), bug),
                        nprocs=case["layout"]["world"], join=True, start_method="spawn" if DEVICE == "cuda" else "fork")
 
