@@ -17,7 +17,9 @@ std::int64_t total_rows(std::span<const std::int64_t> group_sizes) {
   return std::accumulate(group_sizes.begin(), group_sizes.end(), std::int64_t{0});
 }
 
-SwigluClamp clamp_of(const kernels::SwigluOptions& o) { return {o.clamp.has_value(), o.clamp.value_or(0.0)}; }
+SwigluClamp clamp_of(const kernels::SwigluOptions& o) {
+  return {o.clamp.has_value(), o.clamp.value_or(0.0), o.clamp_limit_passes};
+}
 
 // A bf16 storage point (options.bf16, the model's bf16_storage): the same points as the CPU kernels round at
 // (distributed/kernels/grouped_swiglu.cpp): pre and h forward; g_h, the activation the fc2 gradient takes and

@@ -25,8 +25,9 @@ __device__ Activation<A> activate(A gate, A up, SwigluClamp clamp) {
   Activation<A> a{gate, up, 0, 0, true, true};
   if (clamp.enabled) {
     const A L = A(clamp.limit);
-    a.gate_pass = gate < L;  // strictly inside: 0 at the limit (reference/swiglu.hpp)
-    a.up_pass = up > -L && up < L;
+    // Strictly inside: 0 at the limit, unless clamp-limit-passes-gradient (reference/swiglu.hpp).
+    a.gate_pass = clamp.limit_passes ? gate <= L : gate < L;
+    a.up_pass = clamp.limit_passes ? (up >= -L && up <= L) : (up > -L && up < L);
     a.gate = fmin(gate, L);
     a.up = fmax(fmin(up, L), -L);
   }

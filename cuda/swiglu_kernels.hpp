@@ -17,6 +17,7 @@ namespace moe::cuda {
 struct SwigluClamp {
   bool enabled = false;
   double limit = 0;
+  bool limit_passes = false;  // a value exactly on ±L passes its gradient (clamp-limit-passes-gradient)
 };
 
 template <typename T>

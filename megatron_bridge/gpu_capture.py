@@ -25,37 +25,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import megatron_check  # noqa: E402  (imports driver.py, torch and Megatron)
-from matrix import case, layout  # noqa: E402
-
-# Larger than the CPU matrix's toys, so that a bf16 rounding shows in every tensor and top-k has room: hidden 64,
-# 8 experts, ffn 32, 16 positions × 4 sequences.
-SHAPE = {"hidden": 64, "num_experts": 8, "topk": 2, "ffn_hidden": 32}
-
-
-def gpu_case(name, config, dispatcher="alltoall", dtype="bfloat16", **extra):
-    return case(name, {**SHAPE, **config}, layout(1), dispatcher, seq=16, batch=4, seed=7, dtype=dtype, **extra)
-
-
-def cases():
-    sigmoid_groups_shared = {"score_function": "sigmoid", "topk": 4, "expert_bias": True, "bias_update_rate": 1e-3,
-                             "num_groups": 4, "group_topk": 2, "topk_scaling_factor": 2.5,
-                             "shared_expert_ffn_hidden": 32, "shared_expert_gate": True}
-    aux_z = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "z_loss_coeff": 0.01}
-    out = [
-        gpu_case("gpu_bf16_softmax_aux_z", aux_z),
-        gpu_case("gpu_bf16_sigmoid_groups_shared", sigmoid_groups_shared),
-        gpu_case("gpu_bf16_sqrtsoftplus_clamp_ag", {"score_function": "sqrtsoftplus", "swiglu_clamp": 0.5,
-                                                    "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.1},
-                 "allgather"),
-        gpu_case("gpu_bf16_capacity_pad", {"capacity_factor": 1.0, "pad_to_capacity": True}, "allgather",
-                 replay_capacity=True),
-        gpu_case("gpu_fp32_softmax_aux_z", aux_z, dtype="float32"),
-    ]
-    bug_config = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "capacity_factor": 4.0}
-    for bug in ("aux_coeff_doubled", "combine_unweighted", "fc1_grad_zeroed"):
-        out.append(gpu_case("gpu_bf16_bug_" + bug, bug_config, bug=bug))
-    return out
-
+import matrix  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,7 +34,7 @@ def main():
     parser.add_argument("--only", help="run the cases whose name contains this")
     a = parser.parse_args()
     out = pathlib.Path(a.out)
-    chosen = [c for c in cases() if not a.only or a.only in c["name"]]
+    chosen = [c for c in matrix.bf16_cases() if not a.only or a.only in c["name"]]
     if not chosen:
         raise SystemExit(f"gpu_capture: no case matches '{a.only}'")
     rows, failures, start_all = [], 0, time.time()

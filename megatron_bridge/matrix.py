@@ -1,7 +1,8 @@
 """The Megatron-Core configurations × layouts megatron_check.py runs: every score function, expert bias, groups,
 aux / seq_aux / global_aux / z-loss, capacity with drop and pad (decisions replayed where torch's tie order picks),
 shared expert with gate, the SwiGLU clamp with bias_activation_fusion off and on, both dispatchers, EP 1/2/4 and
-TP with SP and ETP; and the seeded bugs, each of which must be caught and named.
+TP with SP and ETP; and the seeded bugs, each of which must be caught and named. bf16_cases(): the same layer in mixed
+precision (bf16, the router in float32), on CPU here and on a GPU by gpu_capture.py.
 """
 
 BASE = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_function": "softmax"}
@@ -89,4 +90,36 @@ def cases():
     bug_config = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "capacity_factor": 4.0}
     for bug in ("aux_coeff_doubled", "expert_dropped", "fc1_grad_zeroed", "combine_unweighted"):
         out.append(case("bug_" + bug, bug_config, layout(2, ep=2), bug=bug))
+    return out
+
+
+# Mixed precision, as training runs it (bf16 parameters and activations, the router in float32; one case in float32):
+# run on a GPU by gpu_capture.py and on CPU by megatron_check.py. Larger than the toys above, so that a bf16 rounding
+# shows in every tensor and top-k has room: hidden 64, 8 experts, ffn 32, 16 positions × 4 sequences, one rank. The
+# clamp at 0.5, a value bf16 holds, has pre-activations exactly on it, where torch's versions differ
+# (clamp-limit-passes-gradient, which moe_capture adds when the live torch passes the gradient there).
+SHAPE = {"hidden": 64, "num_experts": 8, "topk": 2, "ffn_hidden": 32}
+
+
+def mixed_case(name, config, dispatcher="alltoall", dtype="bfloat16", **extra):
+    return case(name, {**SHAPE, **config}, layout(1), dispatcher, seq=16, batch=4, seed=7, dtype=dtype, **extra)
+
+
+def bf16_cases():
+    sigmoid_groups_shared = {"score_function": "sigmoid", "topk": 4, "expert_bias": True, "bias_update_rate": 1e-3,
+                             "num_groups": 4, "group_topk": 2, "topk_scaling_factor": 2.5,
+                             "shared_expert_ffn_hidden": 32, "shared_expert_gate": True}
+    aux_z = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "z_loss_coeff": 0.01}
+    out = [
+        mixed_case("bf16_softmax_aux_z", aux_z),
+        mixed_case("bf16_sigmoid_groups_shared", sigmoid_groups_shared),
+        mixed_case("bf16_sqrtsoftplus_clamp_ag", {"score_function": "sqrtsoftplus", "swiglu_clamp": 0.5,
+                                                  "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.1}, "allgather"),
+        mixed_case("bf16_capacity_pad", {"capacity_factor": 1.0, "pad_to_capacity": True}, "allgather",
+                   replay_capacity=True),
+        mixed_case("fp32_softmax_aux_z", aux_z, dtype="float32"),
+    ]
+    bug_config = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "capacity_factor": 4.0}
+    for bug in ("aux_coeff_doubled", "combine_unweighted", "fc1_grad_zeroed"):
+        out.append(mixed_case("bf16_bug_" + bug, bug_config, bug=bug))
     return out

@@ -118,7 +118,7 @@ def main():
     parser.add_argument("--json", help="also write the results as JSON to this file")
     a = parser.parse_args()
     work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="megatron-check-"))
-    cases = [c for c in matrix.cases() if not a.only or a.only in c["name"]]
+    cases = [c for c in matrix.cases() + matrix.bf16_cases() if not a.only or a.only in c["name"]]
     if not cases and a.only not in ("loss_checks", "torch_example", "process_groups"):
         raise SystemExit(f"megatron-check: no case matches '{a.only}'")
 

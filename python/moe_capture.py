@@ -11,7 +11,9 @@ losses the router attached, the expert-bias token counts of this call, every par
 started and the gradient this forward and backward added (main_grad where Megatron's DDP keeps one). The config and
 the layout are read from the live objects: the layer's TransformerConfig and megatron.core.parallel_state. Tensors
 may live on a GPU and be bfloat16, float32 or float64; nothing in the training loop changes, and every hook and
-patch is removed when the block ends, whatever happened in it.
+patch is removed when the block ends, whatever happened in it. The semantics claimed gain
++clamp-limit-passes-gradient when the layer clamps its SwiGLU and the live torch passes the clamp's gradient at the
+limit itself (torch 2.11 does, 2.15 does not; it shows in bf16, where pre-activations land on the limit).
 
 Layers: Megatron-Core's MoELayer (0.19: SequentialMLP or TEGroupedMLP experts, any token dispatcher); a Hugging
 Face transformers 5.25 MoE block is handed to moe_capture_hf.py (pass its semantics, e.g. "hf-transformers-5.25"). Pipeline and
@@ -257,6 +259,31 @@ class Capture:
                 "dispatcher": self.dispatcher, "loss": LOSS}
 
 
+CLAMP_AT_LIMIT = "clamp-limit-passes-gradient"
+
+
+def clamp_semantics(semantics, clamps, parameter):
+    """`semantics`, with +clamp-limit-passes-gradient when the layer clamps its SwiGLU and this torch's clamp passes
+    the gradient at the limit itself: torch 2.11 does, torch 2.15 does not (pytorch/pytorch issue #184574), and in
+    bf16 many pre-activations land exactly on the limit. Probed with torch's clamp as the SwiGLU calls it (upper bound
+    only for the gate, both bounds for the up half), on the device and dtype of `parameter`; a spec that already
+    names the deviation either way is kept."""
+    if not clamps or CLAMP_AT_LIMIT in semantics:
+        return semantics
+    import torch
+
+    passes = []
+    with torch.enable_grad():
+        for bounds in ({"max": 1.0}, {"min": -1.0, "max": 1.0}):
+            x = torch.ones(1, device=parameter.device, dtype=parameter.dtype, requires_grad=True)
+            x.clamp(**bounds).sum().backward()
+            passes.append(bool(x.grad.item() != 0))
+    if passes[0] != passes[1]:
+        raise CaptureError(f"torch {torch.__version__}: clamp(max=L) and clamp(min=-L, max=L) disagree on the gradient "
+                           "at L; the oracle models one convention for both halves of the SwiGLU")
+    return f"{semantics},+{CLAMP_AT_LIMIT}" if passes[0] else semantics
+
+
 def _hf_block(layer):
     """A transformers MoE block (moe_capture_hf.BLOCKS), told by its class name so that Megatron need not import it."""
     return type(layer).__name__ in ("Qwen3MoeSparseMoeBlock", "MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock",
@@ -286,12 +313,13 @@ def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dt
     import torch.distributed as dist
     import megatron.core.package_info as info
 
-    semantics = semantics or "megatron-core-0.19"
-    cap = Capture(layer, out, semantics, producer or f"megatron-core {info.__version__} (moe_capture)",
-                  layer.config.moe_token_dispatcher_type, store_dtype)
     layout = megatron_layout()
     # Read when the block starts: the configuration the run was given (and a refusal before it runs, not after).
     config = megatron_config(layer.config)
+    semantics = clamp_semantics(semantics or "megatron-core-0.19", "swiglu_clamp" in config,
+                                next(layer.parameters()))
+    cap = Capture(layer, out, semantics, producer or f"megatron-core {info.__version__} (moe_capture)",
+                  layer.config.moe_token_dispatcher_type, store_dtype)
     cap.install()
     try:
         yield cap

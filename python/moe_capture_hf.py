@@ -315,6 +315,9 @@ def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extr
         raise CaptureError(f"router_jitter_noise {layer.jitter_noise} in training mode: noise on the router input "
                            "is not modelled")
     config, semantics, assumptions = oracle_config(layer, semantics, oracle)
+    from moe_capture import clamp_semantics  # here: moe_capture imports this module
+
+    semantics = clamp_semantics(semantics, "swiglu_clamp" in config, next(layer.parameters()))
     _check_layout(layer, config)
     cap = HfCapture(layer, out)
     cap.install()

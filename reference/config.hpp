@@ -71,6 +71,9 @@ struct MoeConfig {
   // The shared expert's: swiglu_clamp when shared_expert_clamp is set or the shared-expert-clamped deviation is on
   // (then subject to fused-swiglu-ignores-clamp too); else none.
   std::optional<double> shared_clamp() const;
+  // Whether a pre-activation exactly on a clamp's limit passes its gradient (clamp-limit-passes-gradient; the
+  // intended objective passes none there).
+  bool clamp_limit_passes() const { return semantics.has(Deviation::clamp_limit_passes_gradient); }
 
   // Throws std::invalid_argument naming the first broken rule (docs/layer.md, "Invalid combinations").
   void validate() const;

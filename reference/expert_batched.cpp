@@ -44,10 +44,13 @@ Matrix<T> activation_rows(const Matrix<T>& pre, std::optional<double> clamp) {
 }
 
 template <typename T>
-Matrix<T> activation_backward_rows(const Matrix<T>& pre, std::optional<double> clamp, const Matrix<T>& grad_act) {
+Matrix<T> activation_backward_rows(const Matrix<T>& pre, std::optional<double> clamp, bool limit_passes,
+                                   const Matrix<T>& grad_act) {
   Matrix<T> grad_pre(pre.rows(), pre.cols());
   for (Eigen::Index i = 0; i < pre.rows(); ++i)
-    grad_pre.row(i) = swiglu_activation_backward<T>(pre.row(i).transpose(), clamp, grad_act.row(i).transpose()).transpose();
+    grad_pre.row(i) =
+        swiglu_activation_backward<T>(pre.row(i).transpose(), clamp, limit_passes, grad_act.row(i).transpose())
+            .transpose();
   return grad_pre;
 }
 
@@ -57,6 +60,7 @@ struct ExpertBlock {
   const Matrix<T>& fc1;  // [2d, w]
   const Matrix<T>& fc2;  // [w, d]
   std::optional<double> clamp;
+  bool clamp_limit_passes;  // the gradient at exactly ±L (MoeConfig::clamp_limit_passes)
   bool probs_on_input;
   bool bf16;
 
@@ -95,7 +99,7 @@ struct ExpertBlock {
     grad_fc2.noalias() += grad_out.transpose() * scaled_act;
 #endif
     const Matrix<T> grad_pre =
-        stored(bf16, activation_backward_rows<T>(pre_rows, clamp, Matrix<T>(scale.asDiagonal() * grad_scaled_act)));
+        stored(bf16, activation_backward_rows<T>(pre_rows, clamp, clamp_limit_passes, Matrix<T>(scale.asDiagonal() * grad_scaled_act)));
     grad_fc1.noalias() += grad_pre.transpose() * in;
     const Matrix<T> grad_in = grad_pre * fc1;
     if (probs_on_input) {
@@ -112,12 +116,12 @@ struct ExpertBlock {
 template <typename T>
 ExpertBlock<T> routed_block(const MoeConfig& c, const MoeParams<T>& p, int e) {
   return {p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)], c.routed_clamp(),
-          c.apply_probs_on_input, c.bf16_storage};
+          c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage};
 }
 
 template <typename T>
 ExpertBlock<T> shared_block(const MoeConfig& c, const MoeParams<T>& p) {
-  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), false, c.bf16_storage};
+  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), c.clamp_limit_passes(), false, c.bf16_storage};
 }
 
 template <typename T>

@@ -18,6 +18,7 @@ struct ExpertCall {
   const Matrix<T>& fc1;  // [2d, w]
   const Matrix<T>& fc2;  // [w, d]
   std::optional<double> clamp;
+  bool clamp_limit_passes;  // the gradient at exactly ±L (MoeConfig::clamp_limit_passes)
   bool probs_on_input;
   bool bf16;  // pre and what fc2 multiplies are stored in bf16, and so are their gradients
 };
@@ -56,7 +57,7 @@ ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T 
   if (with_output) b.output = f.fc2 * scaled_act;
   grad_fc2.noalias() += grad_out * scaled_act.transpose();
   const Vector<T> grad_pre =
-      stored(f.bf16, Vector<T>(swiglu_activation_backward<T>(pre, f.clamp, act_scale * grad_scaled_act)));
+      stored(f.bf16, Vector<T>(swiglu_activation_backward<T>(pre, f.clamp, f.clamp_limit_passes, act_scale * grad_scaled_act)));
   if (f.probs_on_input)
     grad_fc1.noalias() += grad_pre * (p * u).transpose();
   else
@@ -75,12 +76,12 @@ ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T 
 template <typename T>
 ExpertCall<T> routed_expert(const MoeConfig& c, const MoeParams<T>& p, int e) {
   return {p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)], c.routed_clamp(),
-          c.apply_probs_on_input, c.bf16_storage};
+          c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage};
 }
 
 template <typename T>
 ExpertCall<T> shared_expert(const MoeConfig& c, const MoeParams<T>& p) {
-  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), false, c.bf16_storage};
+  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), c.clamp_limit_passes(), false, c.bf16_storage};
 }
 
 // u = latent_down·x (latent MoE) or x: the rows the routed experts see, [T, w]; in FP8 with fp8_dispatch.

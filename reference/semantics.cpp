@@ -133,6 +133,16 @@ const std::vector<DeviationInfo>& catalogue() {
    "-",
    "a DeepSeek-V2 config.json with norm_topk_prob true and k > 1, or scoring_func not softmax; applied when the "
    "config is mapped (--model, moe-oracle config)", true, true, false},
+  {clamp_limit_passes_gradient, "clamp-limit-passes-gradient", modelled,
+   "torch's clamp with scalar bounds passes the gradient at the limit itself (subgradient 1): a SwiGLU "
+   "pre-activation equal to ±L still gets its gradient. torch 2.11 does so on CPU and GPU; torch 2.15 does not",
+   "the minimum-norm subgradient, PyTorch's documented convention and torch 2.15's clamp: no gradient at ±L",
+   "torch: tools/autograd/derivatives.yaml and FunctionsManual.cpp clamp_backward (self >= min, self <= max); "
+   "called by Megatron's transformer/mlp.py glu() and transformers' SwiGLU clamps",
+   "pytorch/pytorch issue #184574 (the change to strict inequalities); PR #7049 (2018) made it 1",
+   "swiglu_clamp with pre-activations exactly on the limit: bf16 or float32 storage (float64 data never lands "
+   "on it). Not in the profiles, which pin frameworks, not torch: moe_capture probes the live torch and adds it",
+   true, true, false},
 };
   return entries;
 }

@@ -41,8 +41,9 @@ enum class Deviation {
   bias_counts_mask_broadcast,  // expert-bias counting with a padding mask raises (megatron-core 0.19.2)
   mtp_per_token_local_ratio,   // per-token MTP CE × each CP rank's own N_c/Nᵏ_c instead of the batch's N/Nᵏ
   v2_gate_softmax_scaled,      // transformers' DeepSeek-V2 gate: softmax, no renormalisation, always × the scale
+  clamp_limit_passes_gradient, // torch before 2.15: the clamp passes the gradient at its limit (subgradient 1)
 };
-constexpr int kDeviations = 15;
+constexpr int kDeviations = 16;
 
 // modelled: the oracle computes it; replayed: compare takes the decision from the dump; scaling: a gradient scale;
 // refused: the oracle refuses the step; mapped: applied when a Hugging Face config.json is mapped onto the layer

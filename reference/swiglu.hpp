@@ -4,9 +4,10 @@
 //   g = min(a[:d], L)          gate clamped from above only
 //   v = clip(a[d:], −L, L)     up (linear) half clamped both ways
 //   act = silu(g) ⊙ v    [d]
-// Gradients pass only strictly inside the clamp's interval: at a value equal to the limit the derivative is 0, as
-// torch's clamp with scalar bounds gives it (Megatron's and transformers' SwiGLU). In float64 no value lands on the
-// limit; in bf16 (8 significand bits) many do — a Megatron bf16 run had ~1 in 1,000 gradient rows on it.
+// Gradients pass strictly inside the clamp's interval: at a value equal to the limit the derivative is 0, the
+// minimum-norm subgradient (torch 2.15's clamp with scalar bounds). `limit_passes` gives 1 there instead, as torch
+// 2.11's clamp does (the clamp-limit-passes-gradient deviation). In float64 no value lands on the limit; in bf16
+// (8 significand bits) many do: a Megatron bf16 layer with L = 0.5 had a dozen in 64 tokens.
 #pragma once
 
 #include "reference/score_functions.hpp"
@@ -36,7 +37,8 @@ Vector<T> swiglu_activation(const Vector<T>& pre, std::optional<double> clamp) {
 
 // d L / d pre [2d] from d L / d act [d].
 template <typename T>
-Vector<T> swiglu_activation_backward(const Vector<T>& pre, std::optional<double> clamp, const Vector<T>& grad_act) {
+Vector<T> swiglu_activation_backward(const Vector<T>& pre, std::optional<double> clamp, bool limit_passes,
+                                     const Vector<T>& grad_act) {
   const auto d = pre.size() / 2;
   Vector<T> grad_pre(2 * d);
   for (Eigen::Index i = 0; i < d; ++i) {
@@ -46,8 +48,8 @@ Vector<T> swiglu_activation_backward(const Vector<T>& pre, std::optional<double>
     bool up_passes = true;
     if (clamp) {
       const T limit = static_cast<T>(*clamp);
-      gate_passes = g < limit;
-      up_passes = v > -limit && v < limit;
+      gate_passes = limit_passes ? g <= limit : g < limit;
+      up_passes = limit_passes ? (v >= -limit && v <= limit) : (v > -limit && v < limit);
       g = std::min(g, limit);
       v = std::clamp(v, -limit, limit);
     }

@@ -124,6 +124,15 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-v4 bf16", bf16,
                   {ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4},
                    ParallelLayout{.world = 4, .pp = 2, .ep = 2, .vpp = 2}}});
+  // The clamp's gradient at exactly ±L, under both conventions (intended: none; clamp-limit-passes-gradient: torch
+  // 2.11's 1). Only stored values land on the limit, and only on a limit bf16 holds: L = 1, where tiny-v4's bf16
+  // pre-activations meet it (0.5 and below they do not).
+  for (const char* semantics : {"intended", "intended,+clamp-limit-passes-gradient"}) {
+    RunOptions at_limit = run_of("tiny-v4", 1, "sum", semantics);
+    at_limit.bf16_storage = true;
+    at_limit.source.flags.swiglu_clamp = 1.0;
+    rows.push_back({"tiny-v4 bf16 clamp 1", at_limit, {ParallelLayout{.world = 4, .ep = 2, .etp = 2}}});
+  }
   // GTP weight rematerialisation: GTP peers take distinct samples and keep 1/gtp shards (dense weights over gtp,
   // routed experts over expt_gtp), reduce-scattering the wgrad into them; the router and norms are all-reduced over
   // gtp. gtp ≠ egtp is where the expert gradients need PR #7165's egtp/gtp pre-scale, which the Megatron profiles

@@ -60,6 +60,7 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
   if (f.aux_loss_coeff) c.aux_loss_coeff = *f.aux_loss_coeff;
   if (f.z_loss_coeff) c.z_loss_coeff = *f.z_loss_coeff;
   if (f.capacity_factor) c.capacity_factor = *f.capacity_factor;
+  if (f.swiglu_clamp) c.swiglu_clamp = *f.swiglu_clamp;
   if (f.drop_policy) c.drop_policy = parse_drop_policy(*f.drop_policy);
   if (f.pad_to_capacity) c.pad_to_capacity = true;
   if (f.shared_ffn_hidden) c.shared_expert_ffn_hidden = *f.shared_ffn_hidden;
@@ -129,7 +130,8 @@ const std::vector<std::string>& model_option_names() {
       "--moe-router-group-topk", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff",
       "--moe-expert-capacity-factor", "--moe-token-drop-policy", "--moe-pad-expert-input-to-capacity",
       "--moe-shared-expert-intermediate-size", "--layers", "--num-attention-heads", "--num-query-groups",
-      "--kv-channels", "--rotary-base", "--mtp-num-layers", "--mtp-loss-scaling-factor"};
+      "--kv-channels", "--rotary-base", "--mtp-num-layers", "--mtp-loss-scaling-factor",
+      "--activation-func-clamp-value"};
   return names;
 }
 
@@ -158,6 +160,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--moe-aux-loss-coeff", f.aux_loss_coeff, "coefficient of the load-balancing loss");
   cmd.add_option("--moe-z-loss-coeff", f.z_loss_coeff, "coefficient of the z-loss");
   cmd.add_option("--moe-expert-capacity-factor", f.capacity_factor, "capacity factor (unset: dropless)");
+  cmd.add_option("--activation-func-clamp-value", f.swiglu_clamp,
+                 "the SwiGLU clamp L: gate ≤ L, |up| ≤ L (DeepSeek-V4's swiglu_limit; default: the model's)")
+      ->check(real_above_zero(false));
   cmd.add_option("--moe-token-drop-policy", f.drop_policy, "probs or position")
       ->check(CLI::IsMember({"probs", "position"}));
   cmd.add_flag("--moe-pad-expert-input-to-capacity", f.pad_to_capacity, "pad every expert to its capacity");

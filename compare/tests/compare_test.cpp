@@ -121,5 +121,23 @@ TEST_F(DumpCopy, RefusesABadConfigAndLayout) {
   expect_refused("layout:");
 }
 
+// A real GPU run: megatron-core 0.19.2's layer on an H200 (torch 2.11, bf16 parameters and activations, NCCL,
+// cuBLAS; megatron_bridge/gpu_capture.py), its SwiGLU clamped at 0.5, which bf16 pre-activations land on exactly.
+// torch 2.11's clamp passes the gradient there: the dump fails as megatron-core-0.19 alone, the failure is named
+// clamp-limit-passes-gradient, and with it the dump passes under the bf16 error model. (The same layer on CPU under
+// torch 2.15 passes without it and fails with it.)
+TEST(CompareMegatron, BfloatDumpOfAGpuRunNamesTorchsClampGradient) {
+  const fs::path dir = fs::path(COMPARE_DATA_DIR) / "megatron_h200_bf16_clamp";
+  const Dump claimed = read_dump(dir);
+  EXPECT_EQ(claimed.precision, "bfloat16");
+  const Comparison as_claimed = compare_dump(claimed);
+  EXPECT_FALSE(as_claimed.pass());
+  EXPECT_EQ(explaining_deviations(claimed), std::vector<std::string>{"+clamp-limit-passes-gradient"});
+  const Comparison with_torch = compare_dump(read_dump(dir, {"megatron-core-0.19,+clamp-limit-passes-gradient", ""}));
+  EXPECT_TRUE(with_torch.pass());
+  EXPECT_EQ(with_torch.tensors.size(), as_claimed.tensors.size());
+  EXPECT_GE(with_torch.tensors.size(), 20u);  // the output, dx, the router's probs and map, aux, every gradient
+}
+
 }  // namespace
 }  // namespace moe::compare

@@ -20,6 +20,7 @@ struct SwigluOptions {
   std::optional<double> clamp;
   bool probs_on_input = false;
   bool bf16 = false;  // pre, p·act, and their gradients rounded to bf16 (MoeConfig::bf16_storage)
+  bool clamp_limit_passes = false;  // a pre-activation exactly on ±L passes its gradient (MoeConfig::clamp_limit_passes)
 };
 
 template <typename T>

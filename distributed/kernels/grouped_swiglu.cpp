@@ -41,8 +41,8 @@ void for_each_group(const std::vector<std::int64_t>& sizes, Eigen::Index rows, d
 
 // The two halves of a block of pre-activations as the activation reads them, as expressions (no copies):
 // body(gate, up, gate_pass, up_pass) with gate = min(g, L), up = clip(u, ±L) and the passes 1 strictly inside the
-// clamp, 0 where it cut the value or the value met the limit (reference/swiglu.hpp); without a clamp the halves as
-// they are and passes of 1 (multiplying by 1 is exact, so both paths round alike).
+// clamp, 0 where it cut the value or the value met the limit (1 there with clamp_limit_passes; reference/swiglu.hpp);
+// without a clamp the halves as they are and passes of 1 (multiplying by 1 is exact, so both paths round alike).
 template <typename T, typename Pre, typename Body>
 void with_activation_inputs(const Pre& pre, const SwigluOptions& o, Body&& body) {
   const auto d = pre.cols() / 2;
@@ -54,7 +54,10 @@ void with_activation_inputs(const Pre& pre, const SwigluOptions& o, Body&& body)
     return;
   }
   const T L = static_cast<T>(*o.clamp);
-  body(gate.min(L), up.max(-L).min(L), (gate < L).template cast<T>(), (up > -L && up < L).template cast<T>());
+  if (o.clamp_limit_passes)
+    body(gate.min(L), up.max(-L).min(L), (gate <= L).template cast<T>(), (up >= -L && up <= L).template cast<T>());
+  else
+    body(gate.min(L), up.max(-L).min(L), (gate < L).template cast<T>(), (up > -L && up < L).template cast<T>());
 }
 
 }  // namespace

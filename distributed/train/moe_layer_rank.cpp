@@ -12,12 +12,12 @@ namespace {
 
 template <typename T>
 kernels::SwigluOptions routed_options(const MoeConfig& c) {
-  return {c.routed_clamp(), c.apply_probs_on_input, c.bf16_storage};
+  return {c.routed_clamp(), c.apply_probs_on_input, c.bf16_storage, c.clamp_limit_passes()};
 }
 
 template <typename T>
 kernels::SwigluOptions shared_options(const MoeConfig& c) {
-  return {c.shared_clamp(), false, c.bf16_storage};
+  return {c.shared_clamp(), false, c.bf16_storage, c.clamp_limit_passes()};
 }
 
 template <typename T>

@@ -22,7 +22,7 @@ TEST(ExpertExact, ClampCapsGateAboveAndUpBothWays) {
   EXPECT_NEAR(act(0), -4.0 * sig(2.0), 1e-15);
   EXPECT_NEAR(act(1), sig(1.0) * 0.5, 1e-15);
 
-  const Vector<double> grad = swiglu_activation_backward<double>(pre, 2.0, Vector<double>::Ones(2));
+  const Vector<double> grad = swiglu_activation_backward<double>(pre, 2.0, false, Vector<double>::Ones(2));
   EXPECT_EQ(grad(0), 0.0);  // gate above L
   EXPECT_EQ(grad(2), 0.0);  // up below −L
   EXPECT_NEAR(grad(1), 0.5 * sig(1.0) * (1.0 + 1.0 * (1.0 - sig(1.0))), 1e-15);

@@ -218,7 +218,7 @@ Trace run_step(const StepProblem& p, dist::DispatcherKind kind) {
     RankResult& out = results[static_cast<size_t>(r)];
     out.routing = routed_tokens(p, routing, r * n);
     StageRecorder data_rec, tag_rec;
-    DataExperts data_experts{shard.experts, {c.routed_clamp(), c.apply_probs_on_input}, dist::zeros_like(shard).experts, {}};
+    DataExperts data_experts{shard.experts, {c.routed_clamp(), c.apply_probs_on_input, false, c.clamp_limit_passes()}, dist::zeros_like(shard).experts, {}};
     const WalkResult data = walk(kind, rank_groups.dispatch(), c.num_experts, x, routing.probs, routing.routing_map,
                                  p.grad_y.middleRows(Eigen::Index(r) * n, n), data_experts, data_rec);
     TagExperts tag_experts{tags};
