@@ -8,7 +8,8 @@ CASE.json: {"config": {golden config keys}, "layout": {"world", "tp", "ep", "etp
             the dump claims Megatron computes), "replay_capacity", "dump_dtype" ("float32" stores the arrays so),
             "padding" (trailing padded positions per sequence, cycled: the layer gets a padding_mask, as a training
             loop that passes one does — pretrain_gpt.py passes none), "dtype" ("float64" by default, "float32",
-            "bfloat16": the parameters' and activations' dtype; the router scores in float32 below float64)}
+            "bfloat16": the parameters' and activations' dtype; the router scores in float32 below float64),
+            "torch_clamp" ("passes-limit": torch 2.11's clamp gradient emulated, torch_clamp.py)}
 The dense mesh is tp × dp (dp = world / tp data-parallel replicas, each with its own B sequences of S positions);
 under sequence parallelism TP rank j holds positions [j·S/tp, (j+1)·S/tp).
 
@@ -19,6 +20,7 @@ as the dump format (megatron_bridge/README.md): inputs, outputs, parameters and 
 names, the router's probs and routing map, the aux and z values it attached, its expert-bias token counts.
 """
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -45,6 +47,7 @@ import torch.nn.functional as F  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 import seeded_bugs  # noqa: E402
+import torch_clamp  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "python"))
 import moe_capture  # noqa: E402
@@ -220,7 +223,10 @@ def run_rank(rank, world, case, out, port, bug):
     before = (router_module.MoEAuxLossAutoScaler, dict(type(layer.router).__dict__), len(layer._forward_hooks),
               len(layer._forward_pre_hooks), len(layer.router._forward_hooks))
     where = f"{torch.cuda.get_device_name(device)}, NCCL" if DEVICE == "cuda" else "CPU, gloo"
-    with moe_capture.capture(layer, out, semantics=case.get("semantics", "megatron-core-0.19"),
+    emulated = case.get("torch_clamp") == "passes-limit"
+    if emulated:
+        notes["torch_clamp"] = "torch 2.11's clamp gradient emulated (megatron_bridge/torch_clamp.py)"
+    with torch_clamp.passes_limit() if emulated else contextlib.nullcontext(), moe_capture.capture(layer, out, semantics=case.get("semantics", "megatron-core-0.19"),
                              producer=f"megatron-core {info.__version__} on {where} (megatron_bridge/driver.py)",
                              extra_meta=meta, store_dtype=np.float32 if case.get("dump_dtype") == "float32" else None):
         bug_hooks = seeded_bugs.inject(bug, layer)  # after capture's hooks: the router output is recorded as it left it

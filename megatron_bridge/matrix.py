@@ -118,6 +118,10 @@ def bf16_cases():
         mixed_case("bf16_capacity_pad", {"capacity_factor": 1.0, "pad_to_capacity": True}, "allgather",
                    replay_capacity=True),
         mixed_case("fp32_softmax_aux_z", aux_z, dtype="float32"),
+        # The same clamp under torch 2.11's clamp gradient (emulated): moe_capture must claim the deviation.
+        mixed_case("bf16_clamp_torch211_emulated", {"score_function": "sqrtsoftplus", "swiglu_clamp": 0.5,
+                                                    "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.1}, "allgather",
+                   torch_clamp="passes-limit", expect={"claims": "+clamp-limit-passes-gradient"}),
     ]
     bug_config = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "capacity_factor": 4.0}
     for bug in ("aux_coeff_doubled", "combine_unweighted", "fc1_grad_zeroed"):
