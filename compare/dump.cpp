@@ -52,12 +52,9 @@ int looseness(const std::string& precision) {
   return precision == "float64" ? 0 : precision == "float32" ? 1 : 2;
 }
 
-// How many bits of significand a floating .npy dtype keeps: f8 53, f4 24, u2 (bfloat16 words) 8.
-int significand_bits(golden::NpyDtype t) {
-  return t == golden::NpyDtype::f8 ? 53 : t == golden::NpyDtype::f4 ? 24 : 8;
-}
-int significand_bits(const std::string& dtype) {
-  return dtype == "float64" ? 53 : dtype == "float32" ? 24 : 8;
+// The dtype a floating .npy array holds, by dump.json's names: <f8 float64, <f4 float32, bfloat16 words bfloat16.
+std::string floating_dtype_name(golden::NpyDtype t) {
+  return t == golden::NpyDtype::f8 ? "float64" : t == golden::NpyDtype::f4 ? "float32" : "bfloat16";
 }
 
 // bfloat16 bits -> the float they encode (the upper half of an IEEE binary32).
@@ -152,7 +149,7 @@ void list_ranks(Dump& d) {
       // A tensor kept wider than the layer's dtype loses nothing (a bf16 layer's float32 router, its loss scalars
       // as float64): taken, and judged at the dump's tolerance all the same. A narrower one is not what the dump
       // says it is.
-      if (floating && significand_bits(file.header.dtype) < significand_bits(d.dtype))
+      if (floating && looseness(floating_dtype_name(file.header.dtype)) > looseness(d.dtype))
         fail(entry.path(), "holds " + std::string(golden::npy_descr(file.header.dtype)) + " values, narrower than "
                            "dump.json's dtype " + d.dtype + " (a floating tensor has the dump's dtype or a wider one)");
       rank.files[entry.path().stem().string()] = std::move(file);

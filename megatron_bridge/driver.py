@@ -13,8 +13,9 @@ CASE.json: {"config": {golden config keys}, "layout": {"world", "tp", "ep", "etp
 The dense mesh is tp × dp (dp = world / tp data-parallel replicas, each with its own B sequences of S positions);
 under sequence parallelism TP rank j holds positions [j·S/tp, (j+1)·S/tp).
 
-Every rank builds the same global parameters from the seed (numpy, float64; rounded to the case's dtype), loads its shards into Megatron's
-modules (an expert's fc1 shard under ETP is [gate_j; up_j], as Megatron's GLU expects), runs forward and backward
+Every rank builds the same global parameters from the seed (numpy, float64; rounded to the case's dtype), loads its
+shards into Megatron's modules (an expert's fc1 shard under ETP is [gate_j; up_j], as Megatron's GLU expects), runs
+forward and backward
 of L = Σ⟨dy, y⟩ + aux + z (aux and z enter through MoEAuxLossAutoScaler with scale 1) and writes OUT_DIR/rank<r>/
 as the dump format (megatron_bridge/README.md): inputs, outputs, parameters and their gradients under Megatron's
 names, the router's probs and routing map, the aux and z values it attached, its expert-bias token counts.
@@ -226,9 +227,11 @@ def run_rank(rank, world, case, out, port, bug):
     emulated = case.get("torch_clamp") == "passes-limit"
     if emulated:
         notes["torch_clamp"] = "torch 2.11's clamp gradient emulated (megatron_bridge/torch_clamp.py)"
-    with torch_clamp.passes_limit() if emulated else contextlib.nullcontext(), moe_capture.capture(layer, out, semantics=case.get("semantics", "megatron-core-0.19"),
-                             producer=f"megatron-core {info.__version__} on {where} (megatron_bridge/driver.py)",
-                             extra_meta=meta, store_dtype=np.float32 if case.get("dump_dtype") == "float32" else None):
+    store_dtype = np.float32 if case.get("dump_dtype") == "float32" else None
+    with torch_clamp.passes_limit() if emulated else contextlib.nullcontext(), \
+            moe_capture.capture(layer, out, semantics=case.get("semantics", "megatron-core-0.19"),
+                                producer=f"megatron-core {info.__version__} on {where} (megatron_bridge/driver.py)",
+                                extra_meta=meta, store_dtype=store_dtype):
         bug_hooks = seeded_bugs.inject(bug, layer)  # after capture's hooks: the router output is recorded as it left it
         # MoELayer takes the mask as [B, S_local] and transposes it to the rows' [S_local, B].
         y, _ = layer(x, padding_mask=None if local_mask is None else torch.from_numpy(local_mask.T.copy()).to(device))

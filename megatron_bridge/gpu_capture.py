@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE))
 import megatron_check  # noqa: E402  (imports driver.py, torch and Megatron)
 import matrix  # noqa: E402
 
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="where the dumps go (one folder per case)")
@@ -40,14 +41,7 @@ def main():
     rows, failures, start_all = [], 0, time.time()
     for i, c in enumerate(chosen):
         print(f"[{i + 1}/{len(chosen)}] {c['name']} ...", file=sys.stderr, flush=True)
-        if a.oracle:
-            row = megatron_check.run_case(a.oracle, c, out / c["name"], keep=True)
-        else:
-            start = time.time()
-            megatron_check.driver.run_case(c, out / c["name"], c.get("bug"))
-            row = {"case": c["name"], "layout": "w1", "dispatcher": c["dispatcher"], "worst": float("nan"),
-                   "semantics": c.get("semantics", "megatron-core-0.19"), "seconds": time.time() - start, "ok": True,
-                   "what": "dumped (not compared: no --oracle)"}
+        row = megatron_check.run_case(a.oracle, c, out / c["name"], keep=True)
         failures += not row["ok"]
         rows.append(row)
     megatron_check.print_table("gpu_capture: megatron-core's MoE layer on the GPU (bf16, NCCL) against the oracle",

@@ -110,18 +110,17 @@ def bf16_cases():
                              "num_groups": 4, "group_topk": 2, "topk_scaling_factor": 2.5,
                              "shared_expert_ffn_hidden": 32, "shared_expert_gate": True}
     aux_z = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "z_loss_coeff": 0.01}
+    clamp = {"score_function": "sqrtsoftplus", "swiglu_clamp": 0.5, "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.1}
     out = [
         mixed_case("bf16_softmax_aux_z", aux_z),
         mixed_case("bf16_sigmoid_groups_shared", sigmoid_groups_shared),
-        mixed_case("bf16_sqrtsoftplus_clamp_ag", {"score_function": "sqrtsoftplus", "swiglu_clamp": 0.5,
-                                                  "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.1}, "allgather"),
+        mixed_case("bf16_sqrtsoftplus_clamp_ag", clamp, "allgather"),
         mixed_case("bf16_capacity_pad", {"capacity_factor": 1.0, "pad_to_capacity": True}, "allgather",
                    replay_capacity=True),
         mixed_case("fp32_softmax_aux_z", aux_z, dtype="float32"),
         # The same clamp under torch 2.11's clamp gradient (emulated): moe_capture must claim the deviation.
-        mixed_case("bf16_clamp_torch211_emulated", {"score_function": "sqrtsoftplus", "swiglu_clamp": 0.5,
-                                                    "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.1}, "allgather",
-                   torch_clamp="passes-limit", expect={"claims": "+clamp-limit-passes-gradient"}),
+        mixed_case("bf16_clamp_torch211_emulated", clamp, "allgather", torch_clamp="passes-limit",
+                   expect={"claims": "+clamp-limit-passes-gradient"}),
     ]
     bug_config = {"aux_loss_type": "aux", "aux_loss_coeff": 0.1, "capacity_factor": 4.0}
     for bug in ("aux_coeff_doubled", "combine_unweighted", "fc1_grad_zeroed"):

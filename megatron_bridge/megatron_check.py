@@ -70,11 +70,13 @@ def verdict(case, report):
 
 def run_case(oracle, case, out, keep=False):
     """Runs one matrix case through Megatron (driver.py) and compare; the table's row. The dump is removed when the
-    case ended as it must, unless `keep`."""
+    case ended as it must, unless `keep`. Without an oracle the dump is only written, and kept."""
     shutil.rmtree(out, ignore_errors=True)
     start = time.time()
     try:
         driver.run_case(case, out, case.get("bug"))
+        if oracle is None:
+            return row_of(case, float("nan"), time.time() - start, True, "dumped (not compared: no --oracle)")
         # Megatron scores its router in float32 even for float64 parameters (driver.py): float32's tolerance. A
         # bfloat16 dump is judged by compare's bf16 error model, which its dtype selects.
         report, error = compare(oracle, out, precision=None if case.get("dtype") == "bfloat16" else "float32")
@@ -92,9 +94,13 @@ def run_case(oracle, case, out, keep=False):
     else:
         ok, what = verdict(case, report)
         worst = max((t["max_ratio"] or 0.0) for t in report["tensors"]) if report["tensors"] else 0.0
-    layout = case["layout"]
     if not keep and ok:
         shutil.rmtree(out, ignore_errors=True)
+    return row_of(case, worst, seconds, ok, what)
+
+
+def row_of(case, worst, seconds, ok, what):
+    layout = case["layout"]
     return {"case": case["name"], "layout": f"w{layout['world']} tp{layout.get('tp', 1)} "
             f"ep{layout.get('ep', 1)} etp{layout.get('etp', 1)}", "dispatcher": case["dispatcher"],
             "semantics": case.get("semantics", "megatron-core-0.19"), "worst": worst,

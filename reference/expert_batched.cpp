@@ -98,8 +98,8 @@ struct ExpertBlock {
 #else
     grad_fc2.noalias() += grad_out.transpose() * scaled_act;
 #endif
-    const Matrix<T> grad_pre =
-        stored(bf16, activation_backward_rows<T>(pre_rows, clamp, clamp_limit_passes, Matrix<T>(scale.asDiagonal() * grad_scaled_act)));
+    const Matrix<T> grad_act = scale.asDiagonal() * grad_scaled_act;
+    const Matrix<T> grad_pre = stored(bf16, activation_backward_rows<T>(pre_rows, clamp, clamp_limit_passes, grad_act));
     grad_fc1.noalias() += grad_pre.transpose() * in;
     const Matrix<T> grad_in = grad_pre * fc1;
     if (probs_on_input) {

@@ -56,8 +56,9 @@ ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T 
   ExpertBackward<T> b;
   if (with_output) b.output = f.fc2 * scaled_act;
   grad_fc2.noalias() += grad_out * scaled_act.transpose();
+  const Vector<T> grad_act = act_scale * grad_scaled_act;
   const Vector<T> grad_pre =
-      stored(f.bf16, Vector<T>(swiglu_activation_backward<T>(pre, f.clamp, f.clamp_limit_passes, act_scale * grad_scaled_act)));
+      stored(f.bf16, Vector<T>(swiglu_activation_backward<T>(pre, f.clamp, f.clamp_limit_passes, grad_act)));
   if (f.probs_on_input)
     grad_fc1.noalias() += grad_pre * (p * u).transpose();
   else
