@@ -31,7 +31,6 @@ fi
 
 # Paths under the clone are hashed relative to it, so two clones share the cache.
 export CCACHE_BASEDIR="$root"
-export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros}"  # the precompiled header (tools/CMakeLists.txt)
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   echo "setup: configuring $build"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release $(bash "$root/tools/compiler-cache") >/dev/null
