@@ -49,44 +49,30 @@ const TensorResult* Comparison::first_failure() const {
   return nullptr;
 }
 
-int compare_passes(const Dump& dump) { return oracle_passes(dump) * (bf16_model(dump) ? 2 : 1); }
+int compare_steps(const Dump& dump) { return oracle_steps(dump); }
 
 Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<void()>& progress) {
-  OracleAnswer answer;
-  try {
-    answer = oracle_for(dump, path, progress);
-  } catch (const std::invalid_argument& e) {  // the oracle's own validation of inputs and parameters
-    throw DumpError(dump.dir.string() + ": the oracle refuses the dump's inputs: " + e.what());
-  }
   const Tolerance tol = dump.tolerance;
-  // A bf16 dump: the same oracle once more with bf16 storage, whose distance from the double result sizes each
-  // tensor's allowance (the error model; docs/numerics.md). Same inputs and routing, so the same expected tensors.
+  // A bf16 dump: the oracle once more with bf16 storage, whose distance from the double result sizes each tensor's
+  // allowance (the error model; docs/numerics.md). Same inputs and routing, so the same expected tensors; both are
+  // computed in the same visit of each expert.
   const bool bf16 = bf16_model(dump);
-  OracleAnswer stored;
-  if (bf16) {
-    Dump emulated = dump;
-    emulated.config.bf16_storage = true;
-    stored = oracle_for(emulated, path, progress);
-    for (size_t k = 0; k < answer.expected.size(); ++k)
-      if (k >= stored.expected.size() || stored.expected[k].tensor != answer.expected[k].tensor ||
-          stored.expected[k].values.size() != answer.expected[k].values.size())
-        throw DumpError(dump.dir.string() + ": the bf16-storage oracle expects other tensors than the double one");
-  }
   Comparison out;
-  out.replay_differences = answer.replay_differences;
   out.backward = has_backward(dump);
   std::map<std::string, size_t> index;  // tensor name -> position in out.tensors
   std::map<std::string, std::vector<int>> absent;
 
-  for (size_t k = 0; k < answer.expected.size(); ++k) {
-    const Expected& e = answer.expected[k];
-    const std::vector<double> allowance = bf16 ? bf16_allowance(e, stored.expected[k]) : std::vector<double>{};
+  // Each expected tensor is compared as it arrives and then dropped (the oracle streams the experts).
+  const auto judge = [&](const Expected& e, const Expected* stored) {
+    if (bf16 && (stored == nullptr || stored->tensor != e.tensor || stored->values.size() != e.values.size()))
+      throw DumpError(dump.dir.string() + ": the bf16-storage oracle expects other tensors than the double one");
+    const std::vector<double> allowance = bf16 ? bf16_allowance(e, *stored) : std::vector<double>{};
     const std::vector<int> ranks = e.summed_ranks.empty() ? std::vector<int>{e.rank} : e.summed_ranks;
     bool present = true;
     for (int r : ranks) present = present && dump.ranks[static_cast<size_t>(r)].has(e.tensor);
     if (!present) {
       absent[e.tensor].push_back(e.rank);
-      continue;
+      return;
     }
     std::vector<double> got(e.values.size(), 0.0);
     for (int r : ranks) {
@@ -111,12 +97,30 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
       const double err = std::isfinite(got[i]) ? std::abs(got[i] - e.values[i]) : inf;
       double ratio = e.exact ? (got[i] == e.values[i] ? 0.0 : inf) : tol.ratio(got[i], e.values[i]);
       if (!e.exact && bf16) ratio = Tolerance{tol.atol + allowance[i], tol.rtol}.ratio(got[i], e.values[i]);
-      const bool bad = ratio > 1.0;
       t.max_abs = std::max(t.max_abs, err);
       t.max_ratio = std::max(t.max_ratio, ratio);
-      if (bad && !t.first) t.first = Mismatch{e.rank, static_cast<std::int64_t>(i), got[i], e.values[i]};
+      // The first failing element in (rank, index) order, whatever order the ranks arrive in.
+      if (ratio > 1.0 && (!t.first || e.rank < t.first->rank))
+        t.first = Mismatch{e.rank, static_cast<std::int64_t>(i), got[i], e.values[i]};
     }
+  };
+  OracleRun run;
+  try {
+    run = run_oracle(dump, OracleOptions{path, bf16, progress}, judge);
+  } catch (const std::invalid_argument& e) {  // the oracle's own validation of inputs and parameters
+    throw DumpError(dump.dir.string() + ": the oracle refuses the dump's inputs: " + e.what());
   }
+  out.replay_differences = run.replay_differences;
+  // Reported in the order a reader follows the layer: the forward, the layer's input and router gradients, the
+  // routed experts', the shared expert's (the oracle hands over the experts' first).
+  const auto place = [](const TensorResult& t) {
+    if (!t.backward) return 0;
+    if (t.tensor.rfind("experts.", 0) == 0) return 2;
+    return t.tensor.rfind("shared_experts.", 0) == 0 ? 3 : 1;
+  };
+  for (TensorResult& t : out.tensors) std::sort(t.ranks.begin(), t.ranks.end());
+  std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                   [&](const TensorResult& x, const TensorResult& y) { return place(x) < place(y); });
   for (const auto& [name, ranks] : absent) {
     std::string where;
     for (int r : ranks) where += (where.empty() ? "" : ", ") + std::to_string(r);

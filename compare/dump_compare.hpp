@@ -48,11 +48,10 @@ struct Comparison {
   const TensorResult* first_failure() const;
 };
 
-// The oracle on `path` (expert-batched, the fast path, unless the definition is asked for).
-// `progress` is called after each of compare_passes(dump) layer passes.
-// The oracle's layer passes compare_dump makes: oracle_passes(dump), twice for a bf16 dump (its error model runs the
-// oracle once more with bf16 storage).
-int compare_passes(const Dump& dump);
+// The oracle on `path` (expert-batched, the fast path, unless the definition is asked for), streamed: each expert's
+// weights are read from the dump when it is computed and its gradients compared at once, so that memory holds one
+// expert at a time. `progress` is called after each of compare_steps(dump) steps (one per expert, one for the rest).
+int compare_steps(const Dump& dump);
 
 Comparison compare_dump(const Dump& dump, ExpertPath path = ExpertPath::expert_batched,
                         const std::function<void()>& progress = {});

@@ -2,17 +2,20 @@
 
 #include "compare/dump_tensors.hpp"
 
-#include "reference/capacity.hpp"
+#include "reference/expert_batched.hpp"
 #include "reference/global_step.hpp"
 #include "reference/memory_estimate.hpp"
 #include "reference/moe_layer.hpp"
 #include "reference/process_groups.hpp"
+#include "reference/router.hpp"
+#include "reference/router_losses.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 namespace moe::compare {
 namespace {
@@ -106,34 +109,15 @@ class Assembler {
                : sequential;
   }
 
-  MoeParams<double> params() const {
+  // Everything but the routed experts, which expert() reads one at a time.
+  MoeParams<double> params_without_experts() const {
     const MoeConfig& c = d_.config;
-    const int h = c.hidden, E = c.num_experts, dd = c.ffn_hidden, etp = d_.layout.etp, tp = d_.layout.tp;
-    const int nle = E / d_.layout.ep;
+    const int h = c.hidden, E = c.num_experts, tp = d_.layout.tp;
     MoeParams<double> p;
     p.router_weight = as_matrix(replicated("router.weight", {E, h}), E, h);
     if (c.expert_bias) {
       const auto bias = replicated("router.expert_bias", {E});
       p.expert_bias = Eigen::Map<const Vector<double>>(bias.data(), E);
-    }
-    for (int e = 0; e < E; ++e) {
-      Matrix<double> gate(dd, h), up(dd, h), fc2(h, dd);
-      for (int j = 0; j < etp; ++j) {  // ETP shard j, on every rank of EP rank e / nle and ETP rank j
-        const auto holds = [&](int r) { return at(r).ep == e / nle && at(r).etp == j; };
-        const Matrix<double> s1 = as_matrix(
-            same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc1", r); },
-                                 {2 * dd / etp, h}),
-            2 * dd / etp, h);
-        gate.middleRows(j * dd / etp, dd / etp) = s1.topRows(dd / etp);
-        up.middleRows(j * dd / etp, dd / etp) = s1.bottomRows(dd / etp);
-        fc2.middleCols(j * dd / etp, dd / etp) = as_matrix(
-            same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc2", r); }, {h, dd / etp}),
-            h, dd / etp);
-      }
-      Matrix<double> fc1(2 * dd, h);
-      fc1 << gate, up;
-      p.expert_fc1.push_back(fc1);
-      p.expert_fc2.push_back(fc2);
     }
     if (c.has_shared_expert()) {
       const int ds = c.shared_expert_ffn_hidden;
@@ -163,6 +147,26 @@ class Assembler {
     return p;
   }
 
+  // Routed expert e's whole weights from its ETP shards, read from every rank that holds them (fc1 [2d, h] =
+  // [gate; up], fc2 [h, d]).
+  std::pair<Matrix<double>, Matrix<double>> expert(int e) const {
+    const MoeConfig& c = d_.config;
+    const int h = c.hidden, dd = c.ffn_hidden, etp = d_.layout.etp, nle = c.num_experts / d_.layout.ep;
+    Matrix<double> fc1(2 * dd, h), fc2(h, dd);
+    for (int j = 0; j < etp; ++j) {  // ETP shard j, on every rank of EP rank e / nle and ETP rank j
+      const auto holds = [&](int r) { return at(r).ep == e / nle && at(r).etp == j; };
+      const Matrix<double> s1 = as_matrix(
+          same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc1", r); }, {2 * dd / etp, h}),
+          2 * dd / etp, h);
+      fc1.middleRows(j * dd / etp, dd / etp) = s1.topRows(dd / etp);
+      fc1.middleRows(dd + j * dd / etp, dd / etp) = s1.bottomRows(dd / etp);
+      fc2.middleCols(j * dd / etp, dd / etp) = as_matrix(
+          same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc2", r); }, {h, dd / etp}),
+          h, dd / etp);
+    }
+    return {std::move(fc1), std::move(fc2)};
+  }
+
   // Replica d's rows [S·B, ·] from its tp ranks' [S/tp, B, ·] tensors (or [S/tp·B, ·]: `flat_rows`).
   template <typename Pick>
   Matrix<double> replica_rows(int dp, const std::string& name, Eigen::Index cols, Pick rank_values) const {
@@ -183,222 +187,378 @@ class Assembler {
 };
 
 
-// What the oracle holds for this dump, estimated from the sizes dump.json gives before any is allocated, with the
-// library's estimate (reference/memory_estimate.hpp) and budget: the layer's parameters, each replica's gradients
-// and, with tp > 1, each source part's; and each replica's activations.
-void check_memory(const Dump& dump) {
-  const MoeConfig& c = dump.config;
-  const auto saturating = [](std::uint64_t a, std::uint64_t b) {
-    return b != 0 && a > std::numeric_limits<std::uint64_t>::max() / b ? std::numeric_limits<std::uint64_t>::max()
-                                                                        : a * b;
-  };
-  const std::uint64_t dp = static_cast<std::uint64_t>(dump.layout.dp());
-  const std::uint64_t parts = dump.layout.tp > 1 ? static_cast<std::uint64_t>(dump.layout.tp) : 0;
-  const std::uint64_t tokens = static_cast<std::uint64_t>(dump.seq) * static_cast<std::uint64_t>(dump.batch);
-  const std::uint64_t params = saturating(layer_param_bytes(c, 1), 2 + dp * (1 + parts));
-  const std::uint64_t activations = saturating(layer_activation_bytes(c, tokens), dp);
-  const std::uint64_t total =
-      params > std::numeric_limits<std::uint64_t>::max() - activations ? std::numeric_limits<std::uint64_t>::max()
-                                                                          : params + activations;
-  try {
-    require_memory(total, "the oracle for this dump");
-  } catch (const std::invalid_argument& e) {
-    throw DumpError(dump.dir.string() + ": " + e.what());
+std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) {
+  return b != 0 && a > std::numeric_limits<std::uint64_t>::max() / b ? std::numeric_limits<std::uint64_t>::max()
+                                                                      : a * b;
+}
+
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  return a > std::numeric_limits<std::uint64_t>::max() - b ? std::numeric_limits<std::uint64_t>::max() : a + b;
+}
+
+// One data-parallel replica's layer call under one oracle (double, or bf16 storage), while its experts stream by.
+struct ReplicaCall {
+  Routing<double> routing;
+  Matrix<double> u, grad_z;        // the experts' inputs and dL/d(their summed outputs)
+  Matrix<double> z;                // Σ of the experts' outputs, expert by expert in rising e
+  RoutedBackward<double> routed;   // dL/du and dL/dprobs (z stays empty: latent layers are refused)
+};
+
+// The streamed oracle of one dump: route every replica, visit each expert once (its weights read from the dump,
+// its rows from every replica stacked, forward and backward under each oracle), then finish every replica's call.
+class StreamedOracle {
+ public:
+  StreamedOracle(const Dump& dump, const OracleOptions& options, const ExpectedSink& sink)
+      : d_(dump), o_(options), sink_(sink), a_(dump), tp_(dump.layout.tp), dp_(dump.layout.dp()),
+        local_rows_(static_cast<std::int64_t>(dump.seq / dump.layout.tp) * dump.batch),
+        partition_(source_rank_partition(dump.seq, dump.batch, 1, dump.layout.tp)), backward_(has_backward(dump)) {
+    configs_.push_back(dump.config);
+    if (o_.bf16_storage_too) {
+      configs_.push_back(dump.config);
+      configs_.back().bf16_storage = true;
+    }
+    // The tp_ep group of each rank, numbered by first member: an expert's gradient on rank r sums the rows of the
+    // source ranks in r's group.
+    std::vector<int> first_member;
+    for (int r = 0; r < dump.layout.world; ++r) {
+      const int first = a_.groups().group(GroupKind::tp_ep, r).front();
+      const auto it = std::find(first_member.begin(), first_member.end(), first);
+      group_of_rank_.push_back(static_cast<int>(it - first_member.begin()));
+      if (it == first_member.end()) first_member.push_back(first);
+    }
+    groups_ = static_cast<int>(first_member.size());
   }
-}
 
-}  // namespace
+  OracleRun run() {
+    params_ = a_.params_without_experts();
+    read_inputs();
+    route_replicas();
+    for (int e = 0; e < d_.config.num_experts; ++e) {
+      visit_expert(e);
+      if (o_.progress) o_.progress();
+    }
+    finish();
+    if (o_.progress) o_.progress();
+    return run_;
+  }
 
-int oracle_passes(const Dump& dump) {
-  const int dp = dump.layout.dp(), tp = dump.layout.tp;
-  return dp + (has_backward(dump) ? dp * (1 + (tp > 1 ? tp : 0)) : 0);
-}
-
-OracleAnswer oracle_for(const Dump& dump, ExpertPath path, const std::function<void()>& progress) {
-  const MoeConfig& c = dump.config;
-  if (c.latent_size > 0)
-    throw DumpError(dump.dir.string() + ": dumps of latent layers are not compared yet (megatron-core 0.19 has no "
-                                        "latent MoE)");
-  check_memory(dump);
-  const Assembler a(dump);
-  const int tp = dump.layout.tp, S = dump.seq, B = dump.batch, E = c.num_experts, h = c.hidden;
-  const int dp = dump.layout.dp();
-  const std::int64_t local_rows = static_cast<std::int64_t>(S / tp) * B;
-  const MoeParams<double> params = a.params();
-  const auto partition = source_rank_partition(S, B, 1, tp);
-  const bool backward = has_backward(dump);
-  const auto tensor3 = [&](const RankDump& r, const std::string& name) { return r.input_values(name, {S / tp, B, h}); };
+ private:
+  using Shape = std::vector<std::int64_t>;
 
   // Replica d's rows are parts in tp order, each part's rows in local order; the oracle's rows are s·B + b, so
   // part j's local row l is the oracle's row partition[j][l].
-  const auto to_oracle_order = [&](const Matrix<double>& by_part) {
+  Matrix<double> to_oracle_order(const Matrix<double>& by_part) const {
     Matrix<double> out(by_part.rows(), by_part.cols());
-    for (int j = 0; j < tp; ++j)
-      for (size_t l = 0; l < partition[static_cast<size_t>(j)].size(); ++l)
-        out.row(partition[static_cast<size_t>(j)][l]) = by_part.row(j * local_rows + static_cast<Eigen::Index>(l));
+    for (int j = 0; j < tp_; ++j)
+      for (size_t l = 0; l < part(j).size(); ++l) out.row(part(j)[l]) = by_part.row(j * local_rows_ + static_cast<Eigen::Index>(l));
     return out;
-  };
-  const auto part_rows = [&](const Matrix<double>& m, int j) {
-    Matrix<double> out(local_rows, m.cols());
-    for (size_t l = 0; l < partition[static_cast<size_t>(j)].size(); ++l)
-      out.row(static_cast<Eigen::Index>(l)) = m.row(partition[static_cast<size_t>(j)][l]);
+  }
+  Matrix<double> part_rows(const Matrix<double>& m, int j) const {
+    Matrix<double> out(local_rows_, m.cols());
+    for (size_t l = 0; l < part(j).size(); ++l) out.row(static_cast<Eigen::Index>(l)) = m.row(part(j)[l]);
     return out;
-  };
-
-  std::vector<MoeInputs<double>> inputs(static_cast<size_t>(dp));
-  std::vector<Matrix<double>> grad_y(static_cast<size_t>(dp));
-  OracleAnswer answer;
-  for (int d = 0; d < dp; ++d) {
-    MoeInputs<double>& in = inputs[static_cast<size_t>(d)];
-    in.seq = S;
-    in.batch = B;
-    in.x = to_oracle_order(a.replica_rows(d, "hidden_states", h, tensor3));
-    in.partition = partition;
-    if (dump.replay_capacity) {
-      const Matrix<double> map = to_oracle_order(a.replica_rows(
-          d, "router.routing_map", E, [&](const RankDump& r, const std::string& n) { return r.values(n, {local_rows, E}); }));
-      in.capacity_decision = (map.array() != 0.0).matrix();
-    }
-    if (c.hash_routing) {  // input_ids [S/tp, B] per rank; the oracle's are [batch, seq], row t = s·B + b
-      const Matrix<double> ids = to_oracle_order(a.replica_rows(
-          d, "input_ids", 1, [&](const RankDump& r, const std::string& n) { return r.input_values(n, {S / tp, B}); }));
-      in.input_ids.resize(B, S);
-      for (Eigen::Index t = 0; t < ids.rows(); ++t) in.input_ids(t % B, t / B) = static_cast<std::int64_t>(ids(t, 0));
-    }
-    if (backward) grad_y[static_cast<size_t>(d)] = to_oracle_order(a.replica_rows(d, "output.grad", h, tensor3));
-    if (dump.ranks.front().has("padding_mask")) {  // [S/tp, B], true = padded: the rows' own order
-      const Matrix<double> mask = to_oracle_order(a.replica_rows(
-          d, "padding_mask", 1, [&](const RankDump& r, const std::string& n) { return r.input_values(n, {S / tp, B}); }));
-      for (Eigen::Index t = 0; t < mask.rows(); ++t) in.padding_mask.push_back(mask(t, 0) != 0.0);
-    }
   }
-  // global_aux: the step's group is every replica (Megatron's tp_dp_cp), its counts the sum of theirs.
-  if (c.aux_loss_type == AuxLossType::global_aux) {
-    GlobalAuxGroup group;
-    group.counts.assign(static_cast<size_t>(E), 0.0);
-    for (const auto& in : inputs) {
-      const auto counts = moe_forward(c, params, in, path).aux_counts;
-      for (int e = 0; e < E; ++e) group.counts[static_cast<size_t>(e)] += static_cast<double>(counts[static_cast<size_t>(e)]);
-      group.tokens += static_cast<double>(in.padding_mask.empty() ? in.x.rows()
-                                                                  : std::count(in.padding_mask.begin(),
-                                                                               in.padding_mask.end(), false));
-    }
-    for (auto& in : inputs) in.global_aux_group = group;
-  }
+  const std::vector<int>& part(int j) const { return partition_[static_cast<size_t>(j)]; }
 
-  std::vector<MoeForward<double>> forwards;
-  for (int d = 0; d < dp; ++d) {
-    forwards.push_back(moe_forward(c, params, inputs[static_cast<size_t>(d)], path));
-    if (progress) progress();
-    if (dump.replay_capacity) {  // how far the replayed decisions are from the oracle's own rule
-      MoeInputs<double> own = inputs[static_cast<size_t>(d)];
-      own.capacity_decision.reset();
-      const BoolMatrix mine = moe_forward(c, params, own, path).routing.routing_map;
-      answer.replay_differences = std::max(answer.replay_differences, 0) +
-                                  static_cast<int>((mine.array() != forwards.back().routing.routing_map.array()).count());
-    }
-  }
-
-  const auto add = [&](std::string tensor, int rank, Shape shape, std::vector<double> values, bool exact,
-                       bool is_backward, std::vector<int> summed = {}) {
-    answer.expected.push_back({std::move(tensor), rank, std::move(summed), std::move(shape), std::move(values), exact,
-                               is_backward});
-  };
-  const auto replica_ranks = [&](int d) {
-    std::vector<int> ranks;
-    for (int j = 0; j < tp; ++j) ranks.push_back(a.find(j, d, -1, -1));
-    return ranks;
-  };
-
-  // Forward, rank by rank.
-  for (int r = 0; r < dump.layout.world; ++r) {
-    const auto& f = forwards[static_cast<size_t>(a.at(r).dp)];
-    const int j = a.at(r).tp;
-    add("router.probs", r, {local_rows, E}, flat(part_rows(f.routing.probs, j)), false, false);
-    add("router.routing_map", r, {local_rows, E}, flat(part_rows(f.routing.routing_map.cast<double>(), j)), true, false);
-  }
-  for (int r = 0; r < dump.layout.world; ++r)
-    add("output", r, {S / tp, B, h}, flat(part_rows(forwards[static_cast<size_t>(a.at(r).dp)].y, a.at(r).tp)), false,
-        false);
-  for (int d = 0; d < dp; ++d) {
-    const auto& f = forwards[static_cast<size_t>(d)];
-    if (c.aux_loss_type != AuxLossType::none) add("aux_loss", replica_ranks(d)[0], {}, {f.aux_loss}, false, false,
-                                                  replica_ranks(d));
-    if (c.z_loss_coeff > 0) add("z_loss", replica_ranks(d)[0], {}, {f.z_loss}, false, false, replica_ranks(d));
-  }
-  if (c.expert_bias)
-    for (int r = 0; r < dump.layout.world; ++r) {
-      const auto& routing = forwards[static_cast<size_t>(a.at(r).dp)].routing;
-      const bool slots = c.semantics.has(Deviation::bias_counts_padded_slots);
-      const auto& padded = inputs[static_cast<size_t>(a.at(r).dp)].padding_mask;
-      std::vector<double> counts(static_cast<size_t>(E), 0.0);
-      for (int t : partition[static_cast<size_t>(a.at(r).tp)])
-        for (int e = 0; e < E; ++e)
-          counts[static_cast<size_t>(e)] += routing.routing_map(t, e) && (slots || !routing.padded_slot(t, e)) &&
-                                            (padded.empty() || !padded[static_cast<size_t>(t)]);
-      add("router.local_tokens_per_expert", r, {E}, counts, true, false);
-    }
-  if (!backward) return answer;
-
-  // Backward: every replica's gradients, and each source rank's part of the expert gradients. With tp = 1 a
-  // replica is one source rank and its expert gradients are the part's (the router losses reach only the router).
-  std::vector<MoeGradients<double>> grads;
-  std::vector<std::vector<MoeGradients<double>>> part_grads(static_cast<size_t>(dp));
-  for (int d = 0; d < dp; ++d) {
-    const auto& in = inputs[static_cast<size_t>(d)];
-    grads.push_back(moe_backward(c, params, in, forwards[static_cast<size_t>(d)], grad_y[static_cast<size_t>(d)], {}, path));
-    if (progress) progress();
-    for (int j = 0; j < tp && tp > 1; ++j) {  // L restricted to part j's outputs: linear in grad_y, no router losses
-      Matrix<double> masked = Matrix<double>::Zero(grad_y[static_cast<size_t>(d)].rows(), h);
-      for (int t : partition[static_cast<size_t>(j)]) masked.row(t) = grad_y[static_cast<size_t>(d)].row(t);
-      part_grads[static_cast<size_t>(d)].push_back(
-          moe_backward(c, params, in, forwards[static_cast<size_t>(d)], masked, LossScales{0.0, 0.0}, path));
-      if (progress) progress();
-    }
-  }
-  const auto part = [&](int d, int j) -> const MoeGradients<double>& {
-    return tp == 1 ? grads[static_cast<size_t>(d)] : part_grads[static_cast<size_t>(d)][static_cast<size_t>(j)];
-  };
-  for (int r = 0; r < dump.layout.world; ++r)
-    add("hidden_states.grad", r, {S / tp, B, h}, flat(part_rows(grads[static_cast<size_t>(a.at(r).dp)].x, a.at(r).tp)),
-        false, true);
-  Matrix<double> router = Matrix<double>::Zero(E, h);
-  for (const auto& g : grads) router += g.params.router_weight;
-  std::vector<int> all(static_cast<size_t>(dump.layout.world));
-  std::iota(all.begin(), all.end(), 0);
-  add("router.weight.grad", 0, {E, h}, flat(router), false, true, all);
-
-  const int etp = dump.layout.etp, nle = E / dump.layout.ep, dd = c.ffn_hidden;
-  for (int r = 0; r < dump.layout.world; ++r) {
-    for (int i = 0; i < nle; ++i) {
-      const int e = a.at(r).ep * nle + i;
-      Matrix<double> fc1 = Matrix<double>::Zero(2 * dd, h), fc2 = Matrix<double>::Zero(h, dd);
-      for (int q : a.groups().group(GroupKind::tp_ep, r)) {  // the ranks whose tokens reach r's experts
-        const auto& g = part(a.at(q).dp, a.at(q).tp);
-        fc1 += g.params.expert_fc1[static_cast<size_t>(e)];
-        fc2 += g.params.expert_fc2[static_cast<size_t>(e)];
+  void read_inputs() {
+    const MoeConfig& c = d_.config;
+    const int S = d_.seq, B = d_.batch, h = c.hidden, E = c.num_experts;
+    const auto tensor3 = [&](const RankDump& r, const std::string& n) { return r.input_values(n, {S / tp_, B, h}); };
+    const auto per_row = [&](const RankDump& r, const std::string& n) { return r.input_values(n, {S / tp_, B}); };
+    inputs_.resize(static_cast<size_t>(dp_));
+    grad_y_.resize(static_cast<size_t>(dp_));
+    row_group_.resize(static_cast<size_t>(dp_));
+    for (int d = 0; d < dp_; ++d) {
+      MoeInputs<double>& in = inputs_[static_cast<size_t>(d)];
+      in.seq = S;
+      in.batch = B;
+      in.x = to_oracle_order(a_.replica_rows(d, "hidden_states", h, tensor3));
+      in.partition = partition_;
+      if (d_.replay_capacity) {
+        const Matrix<double> map = to_oracle_order(a_.replica_rows(
+            d, "router.routing_map", E, [&](const RankDump& r, const std::string& n) { return r.values(n, {local_rows_, E}); }));
+        in.capacity_decision = (map.array() != 0.0).matrix();
       }
-      add(a.expert_name(i, "linear_fc1", r) + ".grad", r, {2 * dd / etp, h}, flat(glu_shard(fc1, a.at(r).etp, etp)),
-          false, true);
-      add(a.expert_name(i, "linear_fc2", r) + ".grad", r, {h, dd / etp},
-          flat(fc2.middleCols(a.at(r).etp * dd / etp, dd / etp)), false, true);
+      if (c.hash_routing) {  // input_ids [S/tp, B] per rank; the oracle's are [batch, seq], row t = s·B + b
+        const Matrix<double> ids = to_oracle_order(a_.replica_rows(d, "input_ids", 1, per_row));
+        in.input_ids.resize(B, S);
+        for (Eigen::Index t = 0; t < ids.rows(); ++t) in.input_ids(t % B, t / B) = static_cast<std::int64_t>(ids(t, 0));
+      }
+      if (backward_) grad_y_[static_cast<size_t>(d)] = to_oracle_order(a_.replica_rows(d, "output.grad", h, tensor3));
+      if (d_.ranks.front().has("padding_mask")) {  // [S/tp, B], true = padded: the rows' own order
+        const Matrix<double> mask = to_oracle_order(a_.replica_rows(d, "padding_mask", 1, per_row));
+        for (Eigen::Index t = 0; t < mask.rows(); ++t) in.padding_mask.push_back(mask(t, 0) != 0.0);
+      }
+      // Each row's expert-gradient group: that of the rank that holds it (part j of replica d).
+      auto& groups = row_group_[static_cast<size_t>(d)];
+      groups.assign(static_cast<size_t>(in.x.rows()), 0);
+      for (int j = 0; j < tp_; ++j)
+        for (int t : part(j)) groups[static_cast<size_t>(t)] = group_of_rank_[static_cast<size_t>(a_.find(j, d, -1, -1))];
     }
   }
-  if (c.has_shared_expert()) {
-    const int ds = c.shared_expert_ffn_hidden;
-    for (int r = 0; r < dump.layout.world; ++r) {
-      const auto& g = grads[static_cast<size_t>(a.at(r).dp)].params;
-      add("shared_experts.linear_fc1.weight.grad", r, {2 * ds / tp, h}, flat(glu_shard(g.shared_fc1, a.at(r).tp, tp)),
-          false, true);
-      add("shared_experts.linear_fc2.weight.grad", r, {h, ds / tp}, flat(g.shared_fc2.middleCols(a.at(r).tp * ds / tp, ds / tp)),
-          false, true);
+
+  void route_replicas() {
+    const MoeConfig& c = d_.config;
+    for (const auto& in : inputs_) validate_layer_inputs(c, params_, in, RoutedWeights::streamed);
+    // global_aux: the step's group is every replica (Megatron's tp_dp_cp), its counts the sum of theirs.
+    if (c.aux_loss_type == AuxLossType::global_aux) {
+      GlobalAuxGroup group;
+      group.counts.assign(static_cast<size_t>(c.num_experts), 0.0);
+      for (const auto& in : inputs_) {
+        const auto counts = aux_loss(c, route(c, params_, in), in).counts;
+        for (size_t e = 0; e < counts.size(); ++e) group.counts[e] += static_cast<double>(counts[e]);
+        group.tokens += static_cast<double>(in.padding_mask.empty() ? in.x.rows()
+                                                                    : std::count(in.padding_mask.begin(),
+                                                                                 in.padding_mask.end(), false));
+      }
+      for (auto& in : inputs_) in.global_aux_group = group;
     }
-    if (c.shared_expert_gate)
-      for (int d = 0; d < dp; ++d)
-        add("shared_experts.gate_weight.grad", replica_ranks(d)[0], {1, h}, flat(grads[static_cast<size_t>(d)].params.shared_gate),
-            false, true, replica_ranks(d));
+    calls_.assign(configs_.size(), std::vector<ReplicaCall>(static_cast<size_t>(dp_)));
+    for (size_t m = 0; m < configs_.size(); ++m) {
+      for (int d = 0; d < dp_; ++d) {
+        const MoeInputs<double>& in = inputs_[static_cast<size_t>(d)];
+        ReplicaCall& call = calls_[m][static_cast<size_t>(d)];
+        call.routing = route(configs_[m], params_, in);
+        call.u = routed_inputs(configs_[m], params_, in.x);
+        call.z = Matrix<double>::Zero(in.x.rows(), call.u.cols());
+        if (!backward_) continue;
+        call.grad_z = routed_output_grad(configs_[m], params_, grad_y_[static_cast<size_t>(d)]);
+        call.routed.grad_u = Matrix<double>::Zero(in.x.rows(), call.u.cols());
+        call.routed.grad_probs = Matrix<double>::Zero(in.x.rows(), c.num_experts);
+      }
+    }
+    if (d_.replay_capacity) {  // how far the replayed decisions are from the oracle's own rule
+      run_.replay_differences = 0;
+      for (int d = 0; d < dp_; ++d) {
+        MoeInputs<double> own = inputs_[static_cast<size_t>(d)];
+        own.capacity_decision.reset();
+        const BoolMatrix mine = route(c, params_, own).routing_map;
+        run_.replay_differences +=
+            static_cast<int>((mine.array() != calls_[0][static_cast<size_t>(d)].routing.routing_map.array()).count());
+      }
+    }
   }
-  return answer;
+
+  // Expert e under every oracle: its rows of every replica in gradient group g stacked (replica, then row order),
+  // forward and backward in one visit, the outputs scattered back; then its gradient shards handed to the sink.
+  void visit_expert(int e) {
+    const auto [fc1, fc2] = a_.expert(e);
+    const size_t models = configs_.size();
+    std::vector<std::vector<Matrix<double>>> grad_fc1(models), grad_fc2(models);  // [model][group]
+    for (size_t m = 0; m < models; ++m) {
+      const MoeConfig& c = configs_[m];
+      for (int g = 0; g < groups_; ++g) {
+        std::vector<std::pair<int, Eigen::Index>> rows;  // (replica, row)
+        for (int d = 0; d < dp_; ++d) {
+          const auto& map = calls_[m][static_cast<size_t>(d)].routing.routing_map;
+          for (Eigen::Index t = 0; t < map.rows(); ++t)
+            if (map(t, e) && row_group_[static_cast<size_t>(d)][static_cast<size_t>(t)] == g) rows.emplace_back(d, t);
+        }
+        const auto n = static_cast<Eigen::Index>(rows.size());
+        Matrix<double> u(n, fc1.cols()), grad_out(backward_ ? n : 0, fc1.cols());
+        Vector<double> probs(n);
+        for (Eigen::Index i = 0; i < n; ++i) {
+          const ReplicaCall& call = calls_[m][static_cast<size_t>(rows[static_cast<size_t>(i)].first)];
+          const Eigen::Index t = rows[static_cast<size_t>(i)].second;
+          u.row(i) = call.u.row(t);
+          probs(i) = call.routing.probs(t, e);
+          if (backward_) grad_out.row(i) = call.grad_z.row(t);
+        }
+        if (!backward_) {
+          const Matrix<double> out = n == 0 ? Matrix<double>() : routed_expert_forward(c, fc1, fc2, u, probs, o_.path);
+          for (Eigen::Index i = 0; i < n; ++i) row_call(m, rows, i).z.row(rows[static_cast<size_t>(i)].second) += out.row(i);
+          continue;
+        }
+        grad_fc1[m].push_back(Matrix<double>::Zero(fc1.rows(), fc1.cols()));
+        grad_fc2[m].push_back(Matrix<double>::Zero(fc2.rows(), fc2.cols()));
+        if (n == 0) continue;
+        const auto b = routed_expert_backward(c, fc1, fc2, u, probs, grad_out, grad_fc1[m].back(), grad_fc2[m].back(),
+                                              true, o_.path);
+        for (Eigen::Index i = 0; i < n; ++i) {
+          ReplicaCall& call = row_call(m, rows, i);
+          const Eigen::Index t = rows[static_cast<size_t>(i)].second;
+          call.z.row(t) += b.output.row(i);
+          call.routed.grad_u.row(t) += b.grad_input.row(i);
+          call.routed.grad_probs(t, e) = b.grad_prob(i);
+        }
+      }
+    }
+    if (!backward_) return;
+    const int etp = d_.layout.etp, nle = d_.config.num_experts / d_.layout.ep, dd = d_.config.ffn_hidden,
+              h = d_.config.hidden;
+    for (int r = 0; r < d_.layout.world; ++r) {
+      if (a_.at(r).ep != e / nle) continue;
+      const int g = group_of_rank_[static_cast<size_t>(r)], j = a_.at(r).etp;
+      const auto shards = [&](size_t m) {
+        return std::pair{flat(glu_shard(grad_fc1[m][static_cast<size_t>(g)], j, etp)),
+                         flat(grad_fc2[m][static_cast<size_t>(g)].middleCols(j * dd / etp, dd / etp))};
+      };
+      auto exact = shards(0);
+      std::optional<std::pair<std::vector<double>, std::vector<double>>> stored;
+      if (models > 1) stored = shards(1);
+      give(a_.expert_name(e % nle, "linear_fc1", r) + ".grad", r, {2 * dd / etp, h}, std::move(exact.first),
+           stored ? &stored->first : nullptr, false, true);
+      give(a_.expert_name(e % nle, "linear_fc2", r) + ".grad", r, {h, dd / etp}, std::move(exact.second),
+           stored ? &stored->second : nullptr, false, true);
+    }
+  }
+
+  ReplicaCall& row_call(size_t m, const std::vector<std::pair<int, Eigen::Index>>& rows, Eigen::Index i) {
+    return calls_[m][static_cast<size_t>(rows[static_cast<size_t>(i)].first)];
+  }
+
+  // Hands one expected tensor (and the bf16-storage oracle's, when run) to the sink.
+  void give(std::string tensor, int rank, Shape shape, std::vector<double> values, std::vector<double>* stored,
+            bool exact, bool is_backward, std::vector<int> summed = {}) {
+    Expected e{std::move(tensor), rank, std::move(summed), std::move(shape), std::move(values), exact, is_backward};
+    if (!stored) return sink_(e, nullptr);
+    Expected s = e;
+    s.values = std::move(*stored);
+    sink_(e, &s);
+  }
+
+  // Every replica's call after its experts, one replica at a time (its gradients are dropped once handed over),
+  // under each oracle; the router's gradient summed over all of them.
+  void finish() {
+    const MoeConfig& c = d_.config;
+    const int E = c.num_experts, h = c.hidden, S = d_.seq, B = d_.batch;
+    const size_t models = configs_.size();
+    std::vector<Matrix<double>> router(models, Matrix<double>::Zero(E, h));
+    for (int d = 0; d < dp_; ++d) {
+      const MoeInputs<double>& in = inputs_[static_cast<size_t>(d)];
+      std::vector<MoeForward<double>> f;
+      std::vector<MoeGradients<double>> g;
+      for (size_t m = 0; m < models; ++m) {
+        ReplicaCall& call = calls_[m][static_cast<size_t>(d)];
+        f.push_back(finish_forward(configs_[m], params_, in, call.routing, call.z, o_.path));
+        if (backward_) {
+          g.push_back(finish_backward(configs_[m], params_, in, f.back(), grad_y_[static_cast<size_t>(d)], LossScales{},
+                                      call.routed, o_.path));
+          router[m] += g.back().params.router_weight;
+        }
+        call = ReplicaCall{};  // its experts are done: free the replica's rows
+      }
+      // Each model's tensor for rank r, and the sink's call with both.
+      const auto each = [&](const std::string& tensor, int rank, const Shape& shape, bool exact, bool is_backward,
+                            const std::function<std::vector<double>(size_t)>& values, std::vector<int> summed = {}) {
+        std::vector<double> stored;
+        if (models > 1) stored = values(1);
+        give(tensor, rank, shape, values(0), models > 1 ? &stored : nullptr, exact, is_backward, std::move(summed));
+      };
+      std::vector<int> replica;
+      for (int j = 0; j < tp_; ++j) replica.push_back(a_.find(j, d, -1, -1));
+      for (int j = 0; j < tp_; ++j) {
+        const int r = replica[static_cast<size_t>(j)];
+        each("router.probs", r, {local_rows_, E}, false, false,
+             [&](size_t m) { return flat(part_rows(f[m].routing.probs, j)); });
+        each("router.routing_map", r, {local_rows_, E}, true, false,
+             [&](size_t m) { return flat(part_rows(f[m].routing.routing_map.cast<double>(), j)); });
+        each("output", r, {S / tp_, B, h}, false, false, [&](size_t m) { return flat(part_rows(f[m].y, j)); });
+      }
+      if (c.aux_loss_type != AuxLossType::none)
+        each("aux_loss", replica[0], {}, false, false, [&](size_t m) { return std::vector<double>{f[m].aux_loss}; },
+             replica);
+      if (c.z_loss_coeff > 0)
+        each("z_loss", replica[0], {}, false, false, [&](size_t m) { return std::vector<double>{f[m].z_loss}; },
+             replica);
+      if (c.expert_bias)
+        for (int j = 0; j < tp_; ++j)
+          each("router.local_tokens_per_expert", replica[static_cast<size_t>(j)], {E}, true, false,
+               [&](size_t m) { return bias_counts(f[m].routing, in.padding_mask, j); });
+      if (!backward_) continue;
+      for (int j = 0; j < tp_; ++j)
+        each("hidden_states.grad", replica[static_cast<size_t>(j)], {S / tp_, B, h}, false, true,
+             [&](size_t m) { return flat(part_rows(g[m].x, j)); });
+      if (c.has_shared_expert()) {
+        const int ds = c.shared_expert_ffn_hidden;
+        for (int j = 0; j < tp_; ++j) {
+          const int r = replica[static_cast<size_t>(j)];
+          each("shared_experts.linear_fc1.weight.grad", r, {2 * ds / tp_, h}, false, true,
+               [&](size_t m) { return flat(glu_shard(g[m].params.shared_fc1, j, tp_)); });
+          each("shared_experts.linear_fc2.weight.grad", r, {h, ds / tp_}, false, true,
+               [&](size_t m) { return flat(g[m].params.shared_fc2.middleCols(j * ds / tp_, ds / tp_)); });
+        }
+        if (c.shared_expert_gate)
+          each("shared_experts.gate_weight.grad", replica[0], {1, h}, false, true,
+               [&](size_t m) { return flat(g[m].params.shared_gate); }, replica);
+      }
+    }
+    if (!backward_) return;
+    std::vector<int> all(static_cast<size_t>(d_.layout.world));
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<double> stored;
+    if (models > 1) stored = flat(router[1]);
+    give("router.weight.grad", 0, {E, h}, flat(router[0]), models > 1 ? &stored : nullptr, false, true, all);
+  }
+
+  // Rank j's expert-bias counts: its rows' real assignments after dropping, padded tokens excluded.
+  std::vector<double> bias_counts(const Routing<double>& routing, const std::vector<bool>& padded, int j) const {
+    const int E = d_.config.num_experts;
+    const bool slots = d_.config.semantics.has(Deviation::bias_counts_padded_slots);
+    std::vector<double> counts(static_cast<size_t>(E), 0.0);
+    for (int t : part(j))
+      for (int e = 0; e < E; ++e)
+        counts[static_cast<size_t>(e)] += routing.routing_map(t, e) && (slots || !routing.padded_slot(t, e)) &&
+                                          (padded.empty() || !padded[static_cast<size_t>(t)]);
+    return counts;
+  }
+
+  const Dump& d_;
+  const OracleOptions& o_;
+  const ExpectedSink& sink_;
+  const Assembler a_;
+  const int tp_, dp_;
+  const std::int64_t local_rows_;
+  const std::vector<std::vector<int>> partition_;
+  const bool backward_;
+  std::vector<MoeConfig> configs_;                      // the double oracle, then the bf16-storage one when run
+  std::vector<int> group_of_rank_;                      // tp_ep group of each rank
+  int groups_ = 0;
+  MoeParams<double> params_;                            // without the routed experts
+  std::vector<MoeInputs<double>> inputs_;               // per replica
+  std::vector<Matrix<double>> grad_y_;                  // per replica
+  std::vector<std::vector<int>> row_group_;             // per replica and row: its expert-gradient group
+  std::vector<std::vector<ReplicaCall>> calls_;         // [model][replica]
+  OracleRun run_;
+};
+
+}  // namespace
+
+std::uint64_t oracle_memory_bytes(const Dump& dump, bool bf16_storage_too) {
+  const MoeConfig& c = dump.config;
+  const auto n = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0)); };
+  const std::uint64_t models = bf16_storage_too ? 2 : 1, tokens = saturating_mul(n(dump.seq) * n(dump.batch),
+                                                                                 n(dump.layout.dp()));
+  const std::uint64_t h = n(c.hidden), E = n(c.num_experts), w = n(c.expert_width()), d = n(c.ffn_hidden);
+  const std::uint64_t expert = saturating_mul(8, saturating_mul(3, saturating_mul(d, w)));
+  const std::uint64_t all_params = layer_param_bytes(c, 1);
+  const std::uint64_t routed = saturating_mul(E, expert);
+  const std::uint64_t others = all_params > routed ? all_params - routed : 0;
+  const std::uint64_t groups = n(dump.layout.world);  // at most one tp_ep group per rank
+  std::uint64_t total = saturating_mul(others, 1 + 2 * models);           // parameters, a replica's gradients
+  total = saturating_add(total, saturating_mul(tokens, saturating_mul(2 * h, 8)));  // x and dL/dy
+  // Per oracle and token: u, dL/dz, z, dL/du, y or dL/dx; logits, scores, probs, map, masks, dL/dprobs.
+  total = saturating_add(total, saturating_mul(models, saturating_mul(tokens, saturating_mul(5 * w + 6 * E, 8))));
+  // One expert: its weights, its gradient per group and oracle, its stacked rows (at most every token) with
+  // their [2d] intermediates.
+  total = saturating_add(total, saturating_mul(expert, 1 + models * std::min<std::uint64_t>(groups, 64)));
+  total = saturating_add(total, saturating_mul(tokens, saturating_mul(4 * w + 8 * d, 8)));
+  // A replica's shared expert, finished one at a time.
+  return saturating_add(total, layer_activation_bytes(c, saturating_mul(n(dump.seq), n(dump.batch))));
+}
+
+int oracle_steps(const Dump& dump) { return dump.config.num_experts + 1; }
+
+OracleRun run_oracle(const Dump& dump, const OracleOptions& options, const ExpectedSink& sink) {
+  if (dump.config.latent_size > 0)
+    throw DumpError(dump.dir.string() + ": dumps of latent layers are not compared yet (megatron-core 0.19 has no "
+                                        "latent MoE)");
+  try {
+    require_memory(oracle_memory_bytes(dump, options.bf16_storage_too), "the oracle for this dump");
+  } catch (const std::invalid_argument& e) {
+    throw DumpError(dump.dir.string() + ": " + e.what());
+  }
+  return StreamedOracle(dump, options, sink).run();
 }
 
 }  // namespace moe::compare

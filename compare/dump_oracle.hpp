@@ -1,5 +1,5 @@
-// The oracle's side of comparing a dump: the global parameters reassembled from the ranks' shards, one oracle
-// call per data-parallel replica, and what every rank's tensors should be.
+// The oracle's side of comparing a dump: the parameters read from the ranks' shards, one oracle call per
+// data-parallel replica around routed experts streamed one at a time, and what every rank's tensors should be.
 //
 //   replica d = the tp ranks j with dp rank d; its tokens x [S, B, h] = the ranks' SP slices (positions
 //   [j·S/tp, (j+1)·S/tp)), rows s·B + b; capacity per tp rank (the partition); aux/z statistics over the replica
@@ -37,18 +37,36 @@ struct Expected {
   bool backward = false;           // needs output.grad
 };
 
-struct OracleAnswer {
-  std::vector<Expected> expected;  // in comparison order: forward, then backward
+// The oracle's answer is streamed: each expected tensor is handed over as soon as it is known and then dropped, so
+// that a layer of any number of experts holds one expert's weights and gradients at a time. `stored` is the same
+// tensor from the oracle with bf16 storage (the bf16 error model's second oracle), or null when it is not run.
+using ExpectedSink = std::function<void(const Expected& exact, const Expected* stored)>;
+
+struct OracleOptions {
+  ExpertPath path = ExpertPath::expert_batched;
+  bool bf16_storage_too = false;     // run the bf16-storage oracle beside the double one (the bf16 error model)
+  std::function<void()> progress;    // called after each of oracle_steps(dump) steps
+};
+
+struct OracleRun {
   // Replayed capacity: slots where the dump's decision differs from the oracle's own rule (-1: not replayed).
   int replay_differences = -1;
 };
 
-// Throws DumpError when the dump lacks what the oracle needs (inputs, parameters) or its replicated parameters
-// differ between ranks.
-// `progress`, when set, is called after each of the oracle_passes(dump) layer passes (a forward or a backward of
-// one replica), so that a command can show how far a long comparison is.
-OracleAnswer oracle_for(const Dump& dump, ExpertPath path = ExpertPath::expert_batched,
-                        const std::function<void()>& progress = {});
-int oracle_passes(const Dump& dump);
+// Hands `sink` every tensor the dump's ranks should hold, expert gradients first (expert by expert), then the
+// forward's tensors, then the other gradients. Each expert's weights are read from the ranks that hold them when
+// it is computed, for the rows of every replica at once, and the forward and backward of those rows are done in
+// that one visit (the backward needs output.grad, not the forward's output).
+// Throws DumpError when the dump lacks what the oracle needs (inputs, parameters) or its parameters differ between
+// the ranks that hold them.
+OracleRun run_oracle(const Dump& dump, const OracleOptions& options, const ExpectedSink& sink);
+
+// Progress steps of run_oracle: one per expert, one for the layer around them.
+int oracle_steps(const Dump& dump);
+
+// The oracle's peak memory for this dump, estimated from dump.json's sizes before anything is allocated: the
+// parameters without the routed experts, each replica's activations and routing, one expert's weights, its
+// gradient per tp_ep group and its rows; twice the per-replica part with the bf16-storage oracle.
+std::uint64_t oracle_memory_bytes(const Dump& dump, bool bf16_storage_too);
 
 }  // namespace moe::compare

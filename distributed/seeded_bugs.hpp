@@ -97,3 +97,5 @@
 
 // 45 lives in reference/expert_batched.cpp (MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB): the oracle's expert-batched
 // path takes fc2's gradient from the activation before the probability scales it.
+// 46 too (MOE_BUG_STREAMED_GRAD_PROB_DROPPED): an expert streamed from outside the layer (compare's path) gives back
+// no dL/dp.

@@ -50,6 +50,7 @@ set(MOE_SEEDED_BUGS
   "hash_counts_padded_tokens      43 train/local_router.cpp        TrainStep.HashRoutingAlignment"
   "mtp_depth_scale_missing        44 train/train_step.cpp          TrainStep.MtpModelMatchesOracle"
   "batched_wgrad_unscaled_by_prob 45 ../reference/expert_batched.cpp Oracle.ExpertBatchedMatchesPerToken"
+  "streamed_grad_prob_dropped     46 ../reference/expert_batched.cpp Oracle.StreamedExpertsAreTheLayer"
 )
 
 foreach(entry IN LISTS MOE_SEEDED_BUGS)

@@ -1,18 +1,23 @@
 #include "reference/expert_batched.hpp"
 
 #include "reference/bf16.hpp"
+#include "reference/expert_definition.hpp"
 #include "reference/score_functions.hpp"
 #include "reference/swiglu.hpp"
 
+#include <stdexcept>
+#include <string>
 #include <vector>
 
-// The one seeded bug of the oracle's fast path (proptests/seeded_bugs.cmake; the numbering of
+// The seeded bugs of the oracle's fast path (proptests/seeded_bugs.cmake; the numbering of
 // distributed/seeded_bugs.hpp, which the reference may not include): fc2's gradient from the activation before the
-// routing probability scales it.
+// routing probability scales it (45); an expert supplied from outside gives back no dL/dp, so the router learns
+// nothing from the experts (46).
 #ifndef MOE_SEEDED_BUG
 #define MOE_SEEDED_BUG 0
 #endif
 #define MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB 45
+#define MOE_BUG_STREAMED_GRAD_PROB_DROPPED 46
 
 namespace moe {
 namespace {
@@ -140,7 +145,74 @@ Vector<T> gate_values(const MoeConfig& c, const MoeParams<T>& p, const Matrix<T>
   return gate;
 }
 
+// The shapes one expert's call needs, named in the message of the first that does not hold.
+template <typename T>
+void require_expert_rows(const MoeConfig& c, const Matrix<T>& fc1, const Matrix<T>& fc2, const Matrix<T>& u,
+                         const Vector<T>& probs, const Matrix<T>* grad_out) {
+  const Eigen::Index d = c.ffn_hidden, w = c.expert_width();
+  const auto require = [](bool ok, const std::string& rule) {
+    if (!ok) throw std::invalid_argument("invalid routed expert call: " + rule);
+  };
+  require(fc1.rows() == 2 * d && fc1.cols() == w, "fc1 must be [2d, w] = [" + std::to_string(2 * d) + ", " +
+                                                      std::to_string(w) + "]");
+  require(fc2.rows() == w && fc2.cols() == d, "fc2 must be [w, d] = [" + std::to_string(w) + ", " +
+                                                  std::to_string(d) + "]");
+  require(u.cols() == w && probs.size() == u.rows(), "u must be [n, w] with one probability per row");
+  require(grad_out == nullptr || (grad_out->rows() == u.rows() && grad_out->cols() == w),
+          "grad_out must have the shape of u");
+}
+
 }  // namespace
+
+template <typename T>
+Matrix<T> routed_expert_forward(const MoeConfig& c, const Matrix<T>& fc1, const Matrix<T>& fc2, const Matrix<T>& u,
+                                const Vector<T>& probs, ExpertPath path) {
+  require_expert_rows<T>(c, fc1, fc2, u, probs, nullptr);
+  if (path == ExpertPath::expert_batched)
+    return ExpertBlock<T>{fc1, fc2, c.routed_clamp(), c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage}
+        .forward(u, probs);
+  const auto call = definition::routed_call(c, fc1, fc2);
+  Matrix<T> out(u.rows(), u.cols());
+  for (Eigen::Index i = 0; i < u.rows(); ++i)
+    out.row(i) = definition::expert_forward<T>(call, u.row(i).transpose(), probs(i)).transpose();
+  return out;
+}
+
+template <typename T>
+RoutedExpertBackward<T> routed_expert_backward(const MoeConfig& c, const Matrix<T>& fc1, const Matrix<T>& fc2,
+                                               const Matrix<T>& u, const Vector<T>& probs, const Matrix<T>& grad_out,
+                                               Matrix<T>& grad_fc1, Matrix<T>& grad_fc2, bool with_output,
+                                               ExpertPath path) {
+  require_expert_rows(c, fc1, fc2, u, probs, &grad_out);
+  if (grad_fc1.rows() != fc1.rows() || grad_fc1.cols() != fc1.cols() || grad_fc2.rows() != fc2.rows() ||
+      grad_fc2.cols() != fc2.cols())
+    throw std::invalid_argument("invalid routed expert call: the gradients must have the weights' shapes");
+  RoutedExpertBackward<T> out;
+  if (path == ExpertPath::expert_batched) {
+    auto b = ExpertBlock<T>{fc1, fc2, c.routed_clamp(), c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage}
+                 .backward(u, probs, grad_out, grad_fc1, grad_fc2, with_output);
+    out.output = std::move(b.output);
+    out.grad_input = std::move(b.grad_input);
+#if MOE_SEEDED_BUG == MOE_BUG_STREAMED_GRAD_PROB_DROPPED
+    out.grad_prob = Vector<T>::Zero(u.rows());
+#else
+    out.grad_prob = std::move(b.grad_prob);
+#endif
+    return out;
+  }
+  const auto call = definition::routed_call(c, fc1, fc2);
+  out.grad_input.resize(u.rows(), u.cols());
+  out.grad_prob.resize(u.rows());
+  if (with_output) out.output.resize(u.rows(), u.cols());
+  for (Eigen::Index i = 0; i < u.rows(); ++i) {
+    const auto b = definition::expert_backward<T>(call, u.row(i).transpose(), probs(i), grad_out.row(i).transpose(),
+                                                  grad_fc1, grad_fc2, with_output);
+    if (with_output) out.output.row(i) = b.output.transpose();
+    out.grad_input.row(i) = b.grad_input.transpose();
+    out.grad_prob(i) = b.grad_prob;
+  }
+  return out;
+}
 
 template <typename T>
 void routed_forward_batched(const MoeConfig& c, const MoeParams<T>& p, const Routing<T>& r, const Matrix<T>& u,
@@ -205,7 +277,12 @@ void shared_backward_batched(const MoeConfig& c, const MoeParams<T>& p, const Ma
                                            Matrix<T>*);                                                                \
   template void shared_forward_batched<T>(const MoeConfig&, const MoeParams<T>&, const Matrix<T>&, Matrix<T>&);       \
   template void shared_backward_batched<T>(const MoeConfig&, const MoeParams<T>&, const Matrix<T>&, const Matrix<T>&, \
-                                           MoeParams<T>&, Matrix<T>&);
+                                           MoeParams<T>&, Matrix<T>&);                                                 \
+  template Matrix<T> routed_expert_forward<T>(const MoeConfig&, const Matrix<T>&, const Matrix<T>&, const Matrix<T>&, \
+                                              const Vector<T>&, ExpertPath);                                           \
+  template RoutedExpertBackward<T> routed_expert_backward<T>(const MoeConfig&, const Matrix<T>&, const Matrix<T>&,    \
+                                                             const Matrix<T>&, const Vector<T>&, const Matrix<T>&,    \
+                                                             Matrix<T>&, Matrix<T>&, bool, ExpertPath);
 MOE_EXPERT_BATCHED(double)
 MOE_EXPERT_BATCHED(float)
 #undef MOE_EXPERT_BATCHED

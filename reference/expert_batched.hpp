@@ -38,4 +38,27 @@ template <typename T>
 void shared_backward_batched(const MoeConfig& c, const MoeParams<T>& p, const Matrix<T>& x, const Matrix<T>& grad_y,
                              MoeParams<T>& g, Matrix<T>& grad_x);
 
+// One routed expert over a block of rows, wherever they come from: compare stacks the rows of every replica routed
+// to expert e and reads e's weights from the dump once (moe_layer.hpp: finish_forward). u [n, w] the rows' inputs,
+// probs [n] their probabilities for e; `path` per_token computes row by row with the definition
+// (expert_definition.hpp), expert_batched with GEMMs. Shapes are checked (std::invalid_argument).
+template <typename T>
+Matrix<T> routed_expert_forward(const MoeConfig& c, const Matrix<T>& fc1, const Matrix<T>& fc2, const Matrix<T>& u,
+                                const Vector<T>& probs, ExpertPath path);
+
+template <typename T>
+struct RoutedExpertBackward {
+  Matrix<T> output;      // [n, w] the forward's output rows, when asked (from the same products: one visit)
+  Matrix<T> grad_input;  // [n, w] dL/du
+  Vector<T> grad_prob;   // [n]    dL/dp
+};
+
+// For grad_out [n, w] = dL/d(the expert's output rows): adds the expert's weight gradients into grad_fc1 [2d, w]
+// and grad_fc2 [w, d]; with `with_output` also gives the forward's output rows (what routed_expert_forward gives).
+template <typename T>
+RoutedExpertBackward<T> routed_expert_backward(const MoeConfig& c, const Matrix<T>& fc1, const Matrix<T>& fc2,
+                                               const Matrix<T>& u, const Vector<T>& probs, const Matrix<T>& grad_out,
+                                               Matrix<T>& grad_fc1, Matrix<T>& grad_fc2, bool with_output,
+                                               ExpertPath path);
+
 }  // namespace moe

@@ -33,15 +33,18 @@ void require_empty(const M& m, std::string_view name, std::string_view why) {
 }
 
 template <typename T>
-void validate_params(const MoeConfig& c, const MoeParams<T>& p) {
+void validate_params(const MoeConfig& c, const MoeParams<T>& p, RoutedWeights routed) {
   const int h = c.hidden, E = c.num_experts, d = c.ffn_hidden, w = c.expert_width();
   require_shape(p.router_weight, E, h, "router_weight");
   if (!c.expert_bias) require_empty(p.expert_bias, "expert_bias", "the config has expert_bias off");
   else if (p.expert_bias.size() != E) fail("expert_bias must have E = " + std::to_string(E) + " entries");
 
-  if (static_cast<int>(p.expert_fc1.size()) != E || static_cast<int>(p.expert_fc2.size()) != E)
+  if (routed == RoutedWeights::streamed && (!p.expert_fc1.empty() || !p.expert_fc2.empty()))
+    fail("expert_fc1 and expert_fc2 must be empty when the routed experts are supplied one at a time");
+  if (routed == RoutedWeights::held &&
+      (static_cast<int>(p.expert_fc1.size()) != E || static_cast<int>(p.expert_fc2.size()) != E))
     fail("expert_fc1 and expert_fc2 must hold one matrix per expert (E = " + std::to_string(E) + ")");
-  for (int e = 0; e < E; ++e) {
+  for (int e = 0; e < static_cast<int>(p.expert_fc1.size()); ++e) {
     require_shape(p.expert_fc1[static_cast<size_t>(e)], 2 * d, w, "expert_fc1", e);
     require_shape(p.expert_fc2[static_cast<size_t>(e)], w, d, "expert_fc2", e);
   }
@@ -86,9 +89,10 @@ void validate_params(const MoeConfig& c, const MoeParams<T>& p) {
 }  // namespace
 
 template <typename T>
-void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs) {
+void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                           RoutedWeights routed) {
   config.validate();
-  validate_params(config, params);
+  validate_params(config, params, routed);
   require(inputs.seq > 0 && inputs.batch > 0, "seq and batch must be > 0");
   const Eigen::Index tokens = static_cast<Eigen::Index>(inputs.seq) * inputs.batch;
   require_shape(inputs.x, tokens, config.hidden, "x (rows = seq·batch)");
@@ -140,7 +144,9 @@ void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, 
   }
 }
 
-template void validate_layer_inputs<double>(const MoeConfig&, const MoeParams<double>&, const MoeInputs<double>&);
-template void validate_layer_inputs<float>(const MoeConfig&, const MoeParams<float>&, const MoeInputs<float>&);
+template void validate_layer_inputs<double>(const MoeConfig&, const MoeParams<double>&, const MoeInputs<double>&,
+                                            RoutedWeights);
+template void validate_layer_inputs<float>(const MoeConfig&, const MoeParams<float>&, const MoeInputs<float>&,
+                                           RoutedWeights);
 
 }  // namespace moe

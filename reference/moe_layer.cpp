@@ -3,6 +3,7 @@
 #include "reference/bf16.hpp"
 #include "reference/expert_batched.hpp"
 #include "reference/expert_bias.hpp"
+#include "reference/expert_definition.hpp"
 #include "reference/fp8_quant.hpp"
 #include "reference/router.hpp"
 #include "reference/router_losses.hpp"
@@ -11,79 +12,20 @@
 namespace moe {
 namespace {
 
-// One SwiGLU expert on one token, with the routing probability p either after the activation (default,
-// out = fc2·(p·act(fc1·u))) or on the input (out = fc2·act(fc1·(p·u)), k = 1 only).
-template <typename T>
-struct ExpertCall {
-  const Matrix<T>& fc1;  // [2d, w]
-  const Matrix<T>& fc2;  // [w, d]
-  std::optional<double> clamp;
-  bool clamp_limit_passes;  // the gradient at exactly ±L (MoeConfig::clamp_limit_passes)
-  bool probs_on_input;
-  bool bf16;  // pre and what fc2 multiplies are stored in bf16, and so are their gradients
-};
-
-// pre = fc1·in (in = p·u with probs on the input), stored.
-template <typename T>
-Vector<T> expert_pre(const ExpertCall<T>& f, const Vector<T>& u, T p) {
-  return stored(f.bf16, f.probs_on_input ? Vector<T>(f.fc1 * (p * u)) : Vector<T>(f.fc1 * u));
-}
-
-template <typename T>
-Vector<T> expert_forward(const ExpertCall<T>& f, const Vector<T>& u, T p) {
-  const Vector<T> act = swiglu_activation<T>(expert_pre(f, u, p), f.clamp);
-  return f.fc2 * stored(f.bf16, f.probs_on_input ? act : Vector<T>(p * act));
-}
-
-template <typename T>
-struct ExpertBackward {
-  Vector<T> output;      // the forward output, recomputed when asked (latent MoE: Σ outputs for grad latent_up;
-                         // the shared expert's gate: its gradient), else empty
-  Vector<T> grad_input;  // dL/du
-  T grad_prob;           // dL/dp
-};
-
-// Accumulates dL/dfc1 and dL/dfc2 for upstream gradient `grad_out` = dL/d(out).
-template <typename T>
-ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T p, const Vector<T>& grad_out,
-                                  Matrix<T>& grad_fc1, Matrix<T>& grad_fc2, bool with_output) {
-  const Vector<T> pre = expert_pre(f, u, p);
-  const Vector<T> act = swiglu_activation<T>(pre, f.clamp);
-  const T act_scale = f.probs_on_input ? T(1) : p;  // what multiplies act before fc2
-  const Vector<T> scaled_act = stored(f.bf16, Vector<T>(act_scale * act));
-  const Vector<T> grad_scaled_act = stored(f.bf16, Vector<T>(f.fc2.transpose() * grad_out));
-
-  ExpertBackward<T> b;
-  if (with_output) b.output = f.fc2 * scaled_act;
-  grad_fc2.noalias() += grad_out * scaled_act.transpose();
-  const Vector<T> grad_act = act_scale * grad_scaled_act;
-  const Vector<T> grad_pre =
-      stored(f.bf16, Vector<T>(swiglu_activation_backward<T>(pre, f.clamp, f.clamp_limit_passes, grad_act)));
-  if (f.probs_on_input)
-    grad_fc1.noalias() += grad_pre * (p * u).transpose();
-  else
-    grad_fc1.noalias() += grad_pre * u.transpose();
-  const Vector<T> grad_in = f.fc1.transpose() * grad_pre;
-  if (f.probs_on_input) {
-    b.grad_input = p * grad_in;
-    b.grad_prob = grad_in.dot(u);
-  } else {
-    b.grad_input = grad_in;
-    b.grad_prob = act.dot(grad_scaled_act);
-  }
-  return b;
-}
+using definition::ExpertCall;
+using definition::expert_backward;
+using definition::expert_forward;
 
 template <typename T>
 ExpertCall<T> routed_expert(const MoeConfig& c, const MoeParams<T>& p, int e) {
-  return {p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)], c.routed_clamp(),
-          c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage};
+  return definition::routed_call(c, p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)]);
 }
 
 template <typename T>
 ExpertCall<T> shared_expert(const MoeConfig& c, const MoeParams<T>& p) {
   return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), c.clamp_limit_passes(), false, c.bf16_storage};
 }
+
 
 // u = latent_down·x (latent MoE) or x: the rows the routed experts see, [T, w]; in FP8 with fp8_dispatch.
 template <typename T>
@@ -114,38 +56,14 @@ MoeGradients<T> zero_gradients(const MoeConfig& c, const MoeParams<T>& p, Eigen:
   return g;
 }
 
-}  // namespace
-
-ExpertPath parse_expert_path(std::string_view name) {
-  if (name == "per-token") return ExpertPath::per_token;
-  if (name == "expert-batched") return ExpertPath::expert_batched;
-  throw std::invalid_argument("unknown oracle path '" + std::string(name) + "' (per-token, expert-batched)");
-}
-
-std::string_view to_string(ExpertPath path) {
-  return path == ExpertPath::per_token ? "per-token" : "expert-batched";
-}
-
+// The layer after its routed experts: y from z, the shared expert, the losses and the bias update.
 template <typename T>
-MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
-                          ExpertPath path) {
-  validate_layer_inputs(config, params, inputs);
+MoeForward<T> forward_after_experts(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                                    Routing<T> routing, const Matrix<T>& z, ExpertPath path) {
   MoeForward<T> f;
-  f.routing = route(config, params, inputs);
+  f.routing = std::move(routing);
   const Routing<T>& r = f.routing;
   const auto tokens = inputs.x.rows();
-
-  // Routed branch: z_t = Σ_{e in routing map} F_e(u_t; p_{t,e}), padded slots included (p = 0).
-  const Matrix<T> u = expert_inputs(config, params, inputs.x);
-  Matrix<T> z = Matrix<T>::Zero(tokens, u.cols());
-  if (path == ExpertPath::expert_batched) {
-    routed_forward_batched(config, params, r, u, z);
-  } else {
-    for (Eigen::Index t = 0; t < tokens; ++t)
-      for (int e = 0; e < config.num_experts; ++e)
-        if (r.routing_map(t, e))
-          z.row(t) += expert_forward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e));
-  }
   f.y = config.latent_size > 0 ? Matrix<T>(z * params.latent_up.transpose()) : z;
 
   if (config.has_shared_expert() && path == ExpertPath::expert_batched) {
@@ -173,45 +91,20 @@ MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, c
   return f;
 }
 
+// The backward after the routed experts have added their weight gradients into `g` and given dL/du and
+// dL/dprobs: the latent projections, the shared expert and its gate, the router through its weights and losses.
 template <typename T>
-MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
-                             const MoeForward<T>& forward, const Matrix<T>& grad_y, LossScales scales,
-                             ExpertPath path) {
-  validate_layer_inputs(config, params, inputs);
+MoeGradients<T> backward_after_experts(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                                       const MoeForward<T>& forward, const Matrix<T>& grad_y, const LossScales& scales,
+                                       const RoutedBackward<T>& routed, ExpertPath path, MoeGradients<T> g) {
   const Routing<T>& r = forward.routing;
   const auto tokens = inputs.x.rows();
-  if (grad_y.rows() != tokens || grad_y.cols() != config.hidden)
-    throw std::invalid_argument("invalid MoE layer input: grad_y must have the shape of y");
-  MoeGradients<T> g = zero_gradients(config, params, tokens);
-
-  // Routed branch, in reverse: y ← latent_up·z, z ← Σ F_e(u).
-  const Matrix<T> u = expert_inputs(config, params, inputs.x);
-  const Matrix<T> grad_z = config.latent_size > 0 ? stored(config.bf16_storage, Matrix<T>(grad_y * params.latent_up)) : grad_y;
-  Matrix<T> z = Matrix<T>::Zero(tokens, u.cols());
-  Matrix<T> grad_u = Matrix<T>::Zero(tokens, u.cols());
-  Matrix<T> grad_probs = Matrix<T>::Zero(tokens, config.num_experts);
-  if (path == ExpertPath::expert_batched) {
-    routed_backward_batched(config, params, r, u, grad_z, g.params, grad_u, grad_probs,
-                            config.latent_size > 0 ? &z : nullptr);
-  } else {
-    for (Eigen::Index t = 0; t < tokens; ++t) {
-      for (int e = 0; e < config.num_experts; ++e) {
-        if (!r.routing_map(t, e)) continue;
-        const auto b = expert_backward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e),
-                                          grad_z.row(t).transpose(), g.params.expert_fc1[static_cast<size_t>(e)],
-                                          g.params.expert_fc2[static_cast<size_t>(e)], config.latent_size > 0);
-        if (config.latent_size > 0) z.row(t) += b.output.transpose();
-        grad_u.row(t) += b.grad_input.transpose();
-        grad_probs(t, e) = b.grad_prob;
-      }
-    }
-  }
   if (config.latent_size > 0) {
-    g.params.latent_up = grad_y.transpose() * z;
-    g.params.latent_down = grad_u.transpose() * inputs.x;
-    g.x += grad_u * params.latent_down;
+    g.params.latent_up = grad_y.transpose() * routed.z;
+    g.params.latent_down = routed.grad_u.transpose() * inputs.x;
+    g.x += routed.grad_u * params.latent_down;
   } else {
-    g.x += grad_u;
+    g.x += routed.grad_u;
   }
 
   // Shared expert and its gate: y_t += γ_t·F_s(x_t), γ_t = σ(w_g·x_t).
@@ -234,7 +127,7 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
   }
 
   // Router: through the weights, then the losses, into the logits l = x·W_gᵀ.
-  Matrix<T> grad_logits = route_backward(config, r, grad_probs);
+  Matrix<T> grad_logits = route_backward(config, r, routed.grad_probs);
   if (config.aux_loss_type != AuxLossType::none) {
     Matrix<T> grad_aux = aux_loss(config, r, inputs).grad_logits;
     if (scales.aux_rows.empty()) {
@@ -254,15 +147,131 @@ MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params
   return g;
 }
 
-template MoeForward<double> moe_forward<double>(const MoeConfig&, const MoeParams<double>&, const MoeInputs<double>&,
-                                               ExpertPath);
-template MoeForward<float> moe_forward<float>(const MoeConfig&, const MoeParams<float>&, const MoeInputs<float>&,
-                                             ExpertPath);
-template MoeGradients<double> moe_backward<double>(const MoeConfig&, const MoeParams<double>&,
-                                                   const MoeInputs<double>&, const MoeForward<double>&,
-                                                   const Matrix<double>&, LossScales, ExpertPath);
-template MoeGradients<float> moe_backward<float>(const MoeConfig&, const MoeParams<float>&, const MoeInputs<float>&,
-                                                 const MoeForward<float>&, const Matrix<float>&, LossScales,
-                                                 ExpertPath);
+void require_rows(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(std::string("invalid MoE layer input: ") + what);
+}
+
+}  // namespace
+
+ExpertPath parse_expert_path(std::string_view name) {
+  if (name == "per-token") return ExpertPath::per_token;
+  if (name == "expert-batched") return ExpertPath::expert_batched;
+  throw std::invalid_argument("unknown oracle path '" + std::string(name) + "' (per-token, expert-batched)");
+}
+
+std::string_view to_string(ExpertPath path) {
+  return path == ExpertPath::per_token ? "per-token" : "expert-batched";
+}
+
+template <typename T>
+Matrix<T> routed_inputs(const MoeConfig& config, const MoeParams<T>& params, const Matrix<T>& x) {
+  return expert_inputs(config, params, x);
+}
+
+template <typename T>
+Matrix<T> routed_output_grad(const MoeConfig& config, const MoeParams<T>& params, const Matrix<T>& grad_y) {
+  return config.latent_size > 0 ? stored(config.bf16_storage, Matrix<T>(grad_y * params.latent_up)) : grad_y;
+}
+
+template <typename T>
+MoeForward<T> moe_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                          ExpertPath path) {
+  validate_layer_inputs(config, params, inputs);
+  Routing<T> r = route(config, params, inputs);
+  const auto tokens = inputs.x.rows();
+
+  // Routed branch: z_t = Σ_{e in routing map} F_e(u_t; p_{t,e}), padded slots included (p = 0).
+  const Matrix<T> u = expert_inputs(config, params, inputs.x);
+  Matrix<T> z = Matrix<T>::Zero(tokens, u.cols());
+  if (path == ExpertPath::expert_batched) {
+    routed_forward_batched(config, params, r, u, z);
+  } else {
+    for (Eigen::Index t = 0; t < tokens; ++t)
+      for (int e = 0; e < config.num_experts; ++e)
+        if (r.routing_map(t, e))
+          z.row(t) += expert_forward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e));
+  }
+  return forward_after_experts(config, params, inputs, std::move(r), z, path);
+}
+
+template <typename T>
+MoeForward<T> finish_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                             Routing<T> routing, const Matrix<T>& z, ExpertPath path) {
+  validate_layer_inputs(config, params, inputs, RoutedWeights::streamed);
+  require_rows(routing.routing_map.rows() == inputs.x.rows() && routing.routing_map.cols() == config.num_experts,
+               "the routing must be the routing of these inputs");
+  require_rows(z.rows() == inputs.x.rows() && z.cols() == config.expert_width(), "z must be [tokens, expert width]");
+  return forward_after_experts(config, params, inputs, std::move(routing), z, path);
+}
+
+template <typename T>
+MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                             const MoeForward<T>& forward, const Matrix<T>& grad_y, LossScales scales,
+                             ExpertPath path) {
+  validate_layer_inputs(config, params, inputs);
+  const Routing<T>& r = forward.routing;
+  const auto tokens = inputs.x.rows();
+  if (grad_y.rows() != tokens || grad_y.cols() != config.hidden)
+    throw std::invalid_argument("invalid MoE layer input: grad_y must have the shape of y");
+  MoeGradients<T> g = zero_gradients(config, params, tokens);
+
+  // Routed branch, in reverse: y ← latent_up·z, z ← Σ F_e(u).
+  const Matrix<T> u = expert_inputs(config, params, inputs.x);
+  const Matrix<T> grad_z = routed_output_grad(config, params, grad_y);
+  RoutedBackward<T> routed;
+  routed.z = Matrix<T>::Zero(config.latent_size > 0 ? tokens : 0, u.cols());
+  routed.grad_u = Matrix<T>::Zero(tokens, u.cols());
+  routed.grad_probs = Matrix<T>::Zero(tokens, config.num_experts);
+  if (path == ExpertPath::expert_batched) {
+    routed_backward_batched(config, params, r, u, grad_z, g.params, routed.grad_u, routed.grad_probs,
+                            config.latent_size > 0 ? &routed.z : nullptr);
+  } else {
+    for (Eigen::Index t = 0; t < tokens; ++t) {
+      for (int e = 0; e < config.num_experts; ++e) {
+        if (!r.routing_map(t, e)) continue;
+        const auto b = expert_backward<T>(routed_expert(config, params, e), u.row(t).transpose(), r.probs(t, e),
+                                          grad_z.row(t).transpose(), g.params.expert_fc1[static_cast<size_t>(e)],
+                                          g.params.expert_fc2[static_cast<size_t>(e)], config.latent_size > 0);
+        if (config.latent_size > 0) routed.z.row(t) += b.output.transpose();
+        routed.grad_u.row(t) += b.grad_input.transpose();
+        routed.grad_probs(t, e) = b.grad_prob;
+      }
+    }
+  }
+  return backward_after_experts(config, params, inputs, forward, grad_y, scales, routed, path, std::move(g));
+}
+
+template <typename T>
+MoeGradients<T> finish_backward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                                const MoeForward<T>& forward, const Matrix<T>& grad_y, const LossScales& scales,
+                                const RoutedBackward<T>& routed, ExpertPath path) {
+  validate_layer_inputs(config, params, inputs, RoutedWeights::streamed);
+  const auto tokens = inputs.x.rows();
+  require_rows(grad_y.rows() == tokens && grad_y.cols() == config.hidden, "grad_y must have the shape of y");
+  require_rows(forward.routing.routing_map.rows() == tokens, "the forward must be the forward of these inputs");
+  require_rows(routed.grad_u.rows() == tokens && routed.grad_u.cols() == config.expert_width(),
+               "grad_u must be [tokens, expert width]");
+  require_rows(routed.grad_probs.rows() == tokens && routed.grad_probs.cols() == config.num_experts,
+               "grad_probs must be [tokens, E]");
+  require_rows(config.latent_size == 0 || (routed.z.rows() == tokens && routed.z.cols() == config.expert_width()),
+               "z must be [tokens, expert width] for a latent layer");
+  return backward_after_experts(config, params, inputs, forward, grad_y, scales, routed, path,
+                                zero_gradients(config, params, tokens));
+}
+
+#define MOE_LAYER(T)                                                                                                   \
+  template Matrix<T> routed_inputs<T>(const MoeConfig&, const MoeParams<T>&, const Matrix<T>&);                       \
+  template Matrix<T> routed_output_grad<T>(const MoeConfig&, const MoeParams<T>&, const Matrix<T>&);                  \
+  template MoeForward<T> moe_forward<T>(const MoeConfig&, const MoeParams<T>&, const MoeInputs<T>&, ExpertPath);      \
+  template MoeForward<T> finish_forward<T>(const MoeConfig&, const MoeParams<T>&, const MoeInputs<T>&, Routing<T>,     \
+                                           const Matrix<T>&, ExpertPath);                                              \
+  template MoeGradients<T> moe_backward<T>(const MoeConfig&, const MoeParams<T>&, const MoeInputs<T>&,                \
+                                           const MoeForward<T>&, const Matrix<T>&, LossScales, ExpertPath);            \
+  template MoeGradients<T> finish_backward<T>(const MoeConfig&, const MoeParams<T>&, const MoeInputs<T>&,             \
+                                              const MoeForward<T>&, const Matrix<T>&, const LossScales&,               \
+                                              const RoutedBackward<T>&, ExpertPath);
+MOE_LAYER(double)
+MOE_LAYER(float)
+#undef MOE_LAYER
 
 }  // namespace moe

@@ -109,9 +109,14 @@ struct LossScales {
   std::vector<double> aux_rows{};
 };
 
+// Whether the routed experts' weights are in MoeParams (held) or supplied one expert at a time by the caller
+// (streamed: expert_fc1 and expert_fc2 empty; finish_forward / finish_backward below).
+enum class RoutedWeights { held, streamed };
+
 // Throws std::invalid_argument naming the rule when a shape or option does not fit the config.
 template <typename T>
-void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs);
+void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                           RoutedWeights routed = RoutedWeights::held);
 
 // How the experts are computed; both are the same formulas.
 //   per_token       the definition: each token through each of its experts, matrix-vector products, in the order
@@ -131,5 +136,35 @@ template <typename T>
 MoeGradients<T> moe_backward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
                              const MoeForward<T>& forward, const Matrix<T>& grad_y, LossScales scales = {},
                              ExpertPath path = ExpertPath::per_token);
+
+// The layer around its routed experts, for a caller that computes the experts itself: compare streams each
+// expert's weights from a dump once, over the rows of every replica (compare/dump_oracle.cpp), with
+// routed_expert_forward / routed_expert_backward (expert_batched.hpp). moe_forward and moe_backward are these
+// phases with the experts computed in between, so the phases are what every layer test exercises.
+//
+//   forward:  r = route(c, p, in); u = routed_inputs(c, p, x); z [T, w] = Σ_e experts(u, r)
+//             f = finish_forward(c, p, in, r, z)                 y, shared expert, losses, bias update
+//   backward: grad_z = routed_output_grad(c, p, grad_y); the experts give dL/du, dL/dprobs (and z for latent MoE)
+//             finish_backward(c, p, in, f, grad_y, scales, {grad_u, grad_probs, z})
+// The gradients finish_backward returns hold no expert weights' (the caller has them); `params` holds no routed
+// experts (RoutedWeights::streamed).
+template <typename T>
+struct RoutedBackward {
+  Matrix<T> grad_u;      // [T, w]
+  Matrix<T> grad_probs;  // [T, E]
+  Matrix<T> z;           // [T, w], the forward's z: latent MoE only (latent_up's gradient), else empty
+};
+
+template <typename T>
+Matrix<T> routed_inputs(const MoeConfig& config, const MoeParams<T>& params, const Matrix<T>& x);
+template <typename T>
+Matrix<T> routed_output_grad(const MoeConfig& config, const MoeParams<T>& params, const Matrix<T>& grad_y);
+template <typename T>
+MoeForward<T> finish_forward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                             Routing<T> routing, const Matrix<T>& z, ExpertPath path = ExpertPath::per_token);
+template <typename T>
+MoeGradients<T> finish_backward(const MoeConfig& config, const MoeParams<T>& params, const MoeInputs<T>& inputs,
+                                const MoeForward<T>& forward, const Matrix<T>& grad_y, const LossScales& scales,
+                                const RoutedBackward<T>& routed, ExpertPath path = ExpertPath::per_token);
 
 }  // namespace moe

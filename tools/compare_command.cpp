@@ -47,7 +47,7 @@ std::string ranks_text(const compare::TensorResult& t) {
 
 void run(const CompareArgs& a) {
   const compare::Dump dump = compare::read_dump(a.dir, {a.semantics, a.precision});
-  Progress progress("compare", "layer passes", compare::compare_passes(dump), a.json);
+  Progress progress("compare", "experts", compare::compare_steps(dump), a.json);
   const compare::Comparison c = compare::compare_dump(dump, a.path, [&progress] { progress.step(); });
   const std::vector<std::string> explaining =
       c.pass() || !a.explain ? std::vector<std::string>() : compare::explaining_deviations(dump, a.path);
