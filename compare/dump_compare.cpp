@@ -21,7 +21,10 @@ bool bf16_model(const Dump& dump) { return dump.precision == to_string(Precision
 std::vector<double> bf16_allowance(const Expected& exact, const Expected& stored) {
   const size_t n = exact.values.size();
   double sum_sq = 0;
-  for (size_t i = 0; i < n; ++i) sum_sq += std::pow(stored.values[i] - exact.values[i], 2);
+  for (size_t i = 0; i < n; ++i) {
+    const double d = stored.values[i] - exact.values[i];
+    sum_sq += d * d;
+  }
   const double rms = n == 0 ? 0.0 : std::sqrt(sum_sq / static_cast<double>(n));
   std::vector<double> allowance(n);
   for (size_t i = 0; i < n; ++i)
@@ -74,9 +77,9 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
       absent[e.tensor].push_back(e.rank);
       return;
     }
-    std::vector<double> got(e.values.size(), 0.0);
-    for (int r : ranks) {
-      const std::vector<double> v = dump.ranks[static_cast<size_t>(r)].values(e.tensor, e.shape);
+    std::vector<double> got = dump.ranks[static_cast<size_t>(ranks[0])].values(e.tensor, e.shape);
+    for (size_t k = 1; k < ranks.size(); ++k) {
+      const std::vector<double> v = dump.ranks[static_cast<size_t>(ranks[k])].values(e.tensor, e.shape);
       for (size_t i = 0; i < v.size(); ++i) got[i] += v[i];
     }
     if (!index.count(e.tensor)) {
@@ -91,18 +94,25 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
     TensorResult& t = out.tensors[index[e.tensor]];
     t.ranks.insert(t.ranks.end(), ranks.begin(), ranks.end());
     t.elements += static_cast<std::int64_t>(got.size());
+    // The running maxima in locals: stores into `t` could alias the compared doubles and were redone per element.
+    double max_abs = t.max_abs, max_ratio = t.max_ratio;
+    std::int64_t first_bad = -1;
+    const double inf = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < got.size(); ++i) {
       // A NaN or infinity in the dump fails whatever the tolerance (Tolerance::ratio gives +inf).
-      const double inf = std::numeric_limits<double>::infinity();
       const double err = std::isfinite(got[i]) ? std::abs(got[i] - e.values[i]) : inf;
-      double ratio = e.exact ? (got[i] == e.values[i] ? 0.0 : inf) : tol.ratio(got[i], e.values[i]);
-      if (!e.exact && bf16) ratio = Tolerance{tol.atol + allowance[i], tol.rtol}.ratio(got[i], e.values[i]);
-      t.max_abs = std::max(t.max_abs, err);
-      t.max_ratio = std::max(t.max_ratio, ratio);
-      // The first failing element in (rank, index) order, whatever order the ranks arrive in.
-      if (ratio > 1.0 && (!t.first || e.rank < t.first->rank))
-        t.first = Mismatch{e.rank, static_cast<std::int64_t>(i), got[i], e.values[i]};
+      const double ratio = e.exact  ? (got[i] == e.values[i] ? 0.0 : inf)
+                           : bf16   ? Tolerance{tol.atol + allowance[i], tol.rtol}.ratio(got[i], e.values[i])
+                                    : tol.ratio(got[i], e.values[i]);
+      max_abs = std::max(max_abs, err);
+      max_ratio = std::max(max_ratio, ratio);
+      if (ratio > 1.0 && first_bad < 0) first_bad = static_cast<std::int64_t>(i);
     }
+    t.max_abs = max_abs;
+    t.max_ratio = max_ratio;
+    // The first failing element in (rank, index) order, whatever order the ranks arrive in.
+    if (first_bad >= 0 && (!t.first || e.rank < t.first->rank))
+      t.first = Mismatch{e.rank, first_bad, got[static_cast<size_t>(first_bad)], e.values[static_cast<size_t>(first_bad)]};
   };
   OracleRun run;
   try {

@@ -28,19 +28,10 @@ struct Coordinates {
 };
 
 Matrix<double> as_matrix(const std::vector<double>& v, Eigen::Index rows, Eigen::Index cols) {
-  Matrix<double> m(rows, cols);
-  for (Eigen::Index r = 0; r < rows; ++r)
-    for (Eigen::Index c = 0; c < cols; ++c) m(r, c) = v[static_cast<size_t>(r * cols + c)];
-  return m;
+  return Eigen::Map<const Matrix<double>>(v.data(), rows, cols);  // row-major, as the .npy files are
 }
 
-std::vector<double> flat(const Matrix<double>& m) {
-  std::vector<double> v;
-  v.reserve(static_cast<size_t>(m.size()));
-  for (Eigen::Index r = 0; r < m.rows(); ++r)
-    for (Eigen::Index c = 0; c < m.cols(); ++c) v.push_back(m(r, c));
-  return v;
-}
+std::vector<double> flat(const Matrix<double>& m) { return {m.data(), m.data() + m.size()}; }  // row-major
 
 // [gate_j; up_j] of `parts` blocks, from the full [gate; up] (rows) — and back.
 Matrix<double> glu_shard(const Matrix<double>& fc1, int j, int parts) {
@@ -390,8 +381,10 @@ class StreamedOracle {
       if (a_.at(r).ep != e / nle) continue;
       const int g = group_of_rank_[static_cast<size_t>(r)], j = a_.at(r).etp;
       const auto shards = [&](size_t m) {
-        return std::pair{flat(glu_shard(grad_fc1[m][static_cast<size_t>(g)], j, etp)),
-                         flat(grad_fc2[m][static_cast<size_t>(g)].middleCols(j * dd / etp, dd / etp))};
+        const Matrix<double>& g1 = grad_fc1[m][static_cast<size_t>(g)];
+        const Matrix<double>& g2 = grad_fc2[m][static_cast<size_t>(g)];
+        if (etp == 1) return std::pair{flat(g1), flat(g2)};
+        return std::pair{flat(glu_shard(g1, j, etp)), flat(g2.middleCols(j * dd / etp, dd / etp))};
       };
       auto exact = shards(0);
       std::optional<std::pair<std::vector<double>, std::vector<double>>> stored;
@@ -412,8 +405,7 @@ class StreamedOracle {
             bool exact, bool is_backward, std::vector<int> summed = {}) {
     Expected e{std::move(tensor), rank, std::move(summed), std::move(shape), std::move(values), exact, is_backward};
     if (!stored) return sink_(e, nullptr);
-    Expected s = e;
-    s.values = std::move(*stored);
+    const Expected s{e.tensor, rank, e.summed_ranks, e.shape, std::move(*stored), exact, is_backward};
     sink_(e, &s);
   }
 

@@ -1,7 +1,7 @@
 // `moe-oracle compare DIR`: another framework's per-rank dump of one MoE layer's forward and backward (format
 // moe-dump/1, compare/README.md) against the oracle. Exit 0 when every tensor present passes, 1 naming the first
 // mismatching tensor, rank and index (and the Megatron deviation that would explain it, if one does), 2 when the
-// dump is malformed.
+// dump is refused (malformed, inconsistent, or beyond the machine's memory).
 #include "compare/dump_compare.hpp"
 #include "compare/dump_oracle.hpp"
 #include "tools/commands.hpp"
@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -26,9 +28,14 @@ struct CompareArgs {
   std::string semantics;  // empty: the dump's claim
   std::string precision;  // empty: the arrays' (or dump.json's, when no looser)
   ExpertPath path = ExpertPath::expert_batched;
-  bool explain = true;
+  bool explain = true;         // search for a deviation that explains a mismatch, when the search is cheap
+  bool explain_always = false; // --explain: search whatever it costs
   bool json = false;
 };
+
+// The deviation search recompares the whole dump once per modelled deviation: done by default only while that
+// costs less than this, so that a failing real-size layer reports at once.
+constexpr double kExplainSecondsBudget = 60;
 
 std::string sci(double v) {
   char buf[32];
@@ -48,9 +55,21 @@ std::string ranks_text(const compare::TensorResult& t) {
 void run(const CompareArgs& a) {
   const compare::Dump dump = compare::read_dump(a.dir, {a.semantics, a.precision});
   Progress progress("compare", "experts", compare::compare_steps(dump), a.json);
+  const auto start = std::chrono::steady_clock::now();
   const compare::Comparison c = compare::compare_dump(dump, a.path, [&progress] { progress.step(); });
-  const std::vector<std::string> explaining =
-      c.pass() || !a.explain ? std::vector<std::string>() : compare::explaining_deviations(dump, a.path);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int candidates = static_cast<int>(std::count_if(deviation_catalogue().begin(), deviation_catalogue().end(),
+                                                        [](const DeviationInfo& d) { return d.kind == DeviationKind::modelled; }));
+  const bool search = !c.pass() && a.explain && (a.explain_always || seconds * candidates <= kExplainSecondsBudget);
+  const std::vector<std::string> explaining = search ? compare::explaining_deviations(dump, a.path) : std::vector<std::string>();
+  std::string not_searched;
+  if (!c.pass() && a.explain && !search) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(0) << "the search for a deviation that explains the mismatch was skipped: it "
+      << "compares the dump once more under each of " << candidates << " modelled deviations, about "
+      << seconds * candidates << " s here; --explain runs it";
+    not_searched = s.str();
+  }
   const compare::TensorResult* fail = c.first_failure();
 
   if (a.json) {
@@ -68,7 +87,8 @@ void run(const CompareArgs& a) {
                        {"pass", c.pass()},
                        {"absent", c.absent},
                        {"ignored", c.ignored},
-                       {"explained_by", explaining}};
+                       {"explained_by", explaining},
+                       {"explanation_searched", search}};
     if (c.replay_differences >= 0) out["replayed_capacity_slots_differing"] = c.replay_differences;
     for (const auto& t : c.tensors)
       out["tensors"].push_back({{"tensor", t.tensor}, {"where", ranks_text(t)}, {"elements", t.elements},
@@ -106,6 +126,7 @@ void run(const CompareArgs& a) {
       std::cout << std::setprecision(17) << "\nFAIL: first mismatch in " << fail->tensor << " on rank "
                 << fail->first->rank << " at flat index " << fail->first->index << ": dump " << fail->first->got
                 << ", oracle " << fail->first->want << "\n";
+    if (!not_searched.empty()) std::cout << not_searched << "\n";
     for (const auto& spec : explaining) {
       const std::string name = spec.substr(1);
       std::cout << "explained by " << name << ": the dump matches the oracle under " << dump.config.semantics.spec()
@@ -136,13 +157,18 @@ void add_compare_command(CLI::App& app) {
                   "dump.json's precision when it is no looser; a dump cannot loosen its own tolerance)")
       ->check(CLI::IsMember({"float64", "float32", "bfloat16"}));
   add_oracle_path_option(*cmd, args->path);
-  cmd->add_flag("!--no-explain", args->explain, "on a mismatch, do not search for a deviation that explains it");
+  auto* no_explain =
+      cmd->add_flag("!--no-explain", args->explain, "on a mismatch, do not search for a deviation that explains it");
+  cmd->add_flag("--explain", args->explain_always,
+                "on a mismatch, search for a deviation that explains it even when that takes long (by default the "
+                "search runs when it costs under a minute: one more comparison per modelled deviation)")
+      ->excludes(no_explain);
   cmd->add_flag("--json", args->json, "machine-readable output");
   cmd->callback([args] {
     try {
       run(*args);
     } catch (const compare::DumpError& e) {
-      throw std::invalid_argument(std::string("malformed dump: ") + e.what());
+      throw std::invalid_argument(std::string("dump refused: ") + e.what());
     }
   });
 }
