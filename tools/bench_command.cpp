@@ -306,7 +306,7 @@ void add_bench_command(CLI::App& app) {
                 "of the same bytes, on one thread and on all, instead");
   cmd->add_flag("--oracle", o->oracle,
                 "time the oracle's own layer forward + backward on a V4-Flash shape (h 4096, FFN 2048, top-6; "
-                "--tokens, default 4096 here; --experts, default 16 here) against a dense GEMM, instead");
+                "--tokens, default 2048 here; --experts, default 16 here) against a dense GEMM, instead");
   add_oracle_path_option(*cmd, o->oracle_path);  // with --oracle
   cmd->add_flag("--sweep", o->sweep, "run every size from -b to -e (routed bytes per rank, one way), like nccl-tests");
   cmd->add_option("-b,--begin", o->begin, "smallest size of --sweep (K, M, G suffixes)")->capture_default_str();
