@@ -99,6 +99,17 @@ def run_case(oracle, case, out, keep=False):
     return row_of(case, worst, seconds, ok, what)
 
 
+def show_progress(done, total, start, name):
+    """'[done/total] name, about N s left' on a terminal (rewritten in place); nothing when stderr is a file or pipe,
+    as under CI, where the table at the end says it all."""
+    if not sys.stderr.isatty():
+        return
+    left = "" if done == 0 else f", about {(time.time() - start) / done * (total - done):.0f} s left"
+    print(f"\r\033[K[{done + 1}/{total}] {name}{left}", end="", file=sys.stderr, flush=True)
+    if done + 1 == total:
+        print(file=sys.stderr)
+
+
 def row_of(case, worst, seconds, ok, what):
     layout = case["layout"]
     return {"case": case["name"], "layout": f"w{layout['world']} tp{layout.get('tp', 1)} "
@@ -162,8 +173,9 @@ def main():
             failures += not ok
             rows.append({"case": name, "layout": "-", "dispatcher": "-", "semantics": "megatron-core-0.19",
                          "worst": 0.0, "seconds": 0.0, "ok": ok, "what": what})
+    start_cases = time.time()
     for i, case in enumerate(cases):
-        print(f"[{i + 1}/{len(cases)}] {case['name']} ...", file=sys.stderr, flush=True)
+        show_progress(i, len(cases), start_cases, case["name"])
         row = run_case(a.oracle, case, work / case["name"], a.keep)
         failures += not row["ok"]
         rows.append(row)
