@@ -241,7 +241,8 @@ class StreamedOracle {
   Matrix<double> to_oracle_order(const Matrix<double>& by_part) const {
     Matrix<double> out(by_part.rows(), by_part.cols());
     for (int j = 0; j < tp_; ++j)
-      for (size_t l = 0; l < part(j).size(); ++l) out.row(part(j)[l]) = by_part.row(j * local_rows_ + static_cast<Eigen::Index>(l));
+      for (size_t l = 0; l < part(j).size(); ++l)
+        out.row(part(j)[l]) = by_part.row(j * local_rows_ + static_cast<Eigen::Index>(l));
     return out;
   }
   Matrix<double> part_rows(const Matrix<double>& m, int j) const {
@@ -266,8 +267,8 @@ class StreamedOracle {
       in.x = to_oracle_order(a_.replica_rows(d, "hidden_states", h, tensor3));
       in.partition = partition_;
       if (d_.replay_capacity) {
-        const Matrix<double> map = to_oracle_order(a_.replica_rows(
-            d, "router.routing_map", E, [&](const RankDump& r, const std::string& n) { return r.values(n, {local_rows_, E}); }));
+        const auto flat_rows = [&](const RankDump& r, const std::string& n) { return r.values(n, {local_rows_, E}); };
+        const Matrix<double> map = to_oracle_order(a_.replica_rows(d, "router.routing_map", E, flat_rows));
         in.capacity_decision = (map.array() != 0.0).matrix();
       }
       if (c.hash_routing) {  // input_ids [S/tp, B] per rank; the oracle's are [batch, seq], row t = s·B + b
@@ -284,7 +285,8 @@ class StreamedOracle {
       auto& groups = row_group_[static_cast<size_t>(d)];
       groups.assign(static_cast<size_t>(in.x.rows()), 0);
       for (int j = 0; j < tp_; ++j)
-        for (int t : part(j)) groups[static_cast<size_t>(t)] = group_of_rank_[static_cast<size_t>(a_.find(j, d, -1, -1))];
+        for (int t : part(j))
+          groups[static_cast<size_t>(t)] = group_of_rank_[static_cast<size_t>(a_.find(j, d, -1, -1))];
     }
   }
 
@@ -357,7 +359,8 @@ class StreamedOracle {
         }
         if (!backward_) {
           const Matrix<double> out = n == 0 ? Matrix<double>() : routed_expert_forward(c, fc1, fc2, u, probs, o_.path);
-          for (Eigen::Index i = 0; i < n; ++i) row_call(m, rows, i).z.row(rows[static_cast<size_t>(i)].second) += out.row(i);
+          for (Eigen::Index i = 0; i < n; ++i)
+            row_call(m, rows, i).z.row(rows[static_cast<size_t>(i)].second) += out.row(i);
           continue;
         }
         grad_fc1[m].push_back(Matrix<double>::Zero(fc1.rows(), fc1.cols()));

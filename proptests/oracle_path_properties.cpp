@@ -136,9 +136,10 @@ MOE_PROPERTY(Oracle, StreamedExpertsAreTheLayer, 100, ()) {
   const ExpertPath path = *rc::gen::element(ExpertPath::per_token, ExpertPath::expert_batched);
   for (int l = 0; l < s.config.num_layers; ++l) {
     const MoeConfig c = s.config.layer_config(l);
-    const auto params = random_params<double>(c, s.config.vocab, s.param_seed + static_cast<std::uint64_t>(l));
-    const auto in = random_inputs<double>(c, s.seq, batch, s.config.vocab, s.batch_seed + static_cast<std::uint64_t>(l));
-    const auto dy = random_grad_y<double>(c, s.seq * batch, s.batch_seed + 100 + static_cast<std::uint64_t>(l));
+    const auto layer = static_cast<std::uint64_t>(l);
+    const auto params = random_params<double>(c, s.config.vocab, s.param_seed + layer);
+    const auto in = random_inputs<double>(c, s.seq, batch, s.config.vocab, s.batch_seed + layer);
+    const auto dy = random_grad_y<double>(c, s.seq * batch, s.batch_seed + 100 + layer);
     const auto f = moe_forward(c, params, in, path);
     const auto g = moe_backward(c, params, in, f, dy, {}, path);
     const Streamed st = stream_experts(c, params, in, dy, path);

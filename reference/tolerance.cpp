@@ -30,7 +30,7 @@ constexpr Row kRows[] = {
     {Compared::foreign_dump, Precision::float64, {1e-12, 1e-9}},
     {Compared::foreign_dump, Precision::float32, {1e-5, 1e-4}},  // also Megatron on CPU: router scores in fp32
     // float32's floor (the routers run in float32), 2 bf16 roundings, plus compare's bf16 error model:
-    // kBf16StorageFactor·(|d_i| + rms(d)) (tolerance.hpp)
+    // kBf16StorageFactor·(|d_i| + spread(d)) (tolerance.hpp)
     {Compared::foreign_dump, Precision::bfloat16, {1e-5, 7.8125e-3}},
     {Compared::device_kernel, Precision::float64, {1e-12, 1e-10}},
     {Compared::device_kernel, Precision::float32, {1e-5, 1e-4}},

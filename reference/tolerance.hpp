@@ -53,8 +53,8 @@ Tolerance tolerance(Compared what, Precision precision);
 // A bf16 dump (Compared::foreign_dump, Precision::bfloat16) is judged against what bf16 storage does to each tensor
 // on the dump's own inputs (docs/numerics.md, "bf16 dumps"): with d the oracle under bf16 storage minus the oracle
 // in double, element i passes when
-//   |got − want| ≤ factor·(|d_i| + rms(d)) + atol + rtol·|want|,   factor = kBf16StorageFactor, atol and rtol
-// from the table's row.
+//   |got − want| ≤ factor·(|d_i| + spread(d)) + atol + rtol·|want|,   factor = kBf16StorageFactor, atol and rtol
+// from the table's row, spread(d) the rms of d clipped at 6 times itself (compare/dump_compare.cpp).
 // The factor allows a framework up to that many times the oracle's rounding error at its storage points: a
 // framework rounds at more points than the oracle's (plain PyTorch in bf16 rounds silu(gate) and h apart, each
 // p·out, and the output after every expert it adds: about twice the oracle's roundings on the way to y).

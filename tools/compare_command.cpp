@@ -58,10 +58,12 @@ void run(const CompareArgs& a) {
   const auto start = std::chrono::steady_clock::now();
   const compare::Comparison c = compare::compare_dump(dump, a.path, [&progress] { progress.step(); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int candidates = static_cast<int>(std::count_if(deviation_catalogue().begin(), deviation_catalogue().end(),
-                                                        [](const DeviationInfo& d) { return d.kind == DeviationKind::modelled; }));
+  const auto modelled = [](const DeviationInfo& d) { return d.kind == DeviationKind::modelled; };
+  const int candidates =
+      static_cast<int>(std::count_if(deviation_catalogue().begin(), deviation_catalogue().end(), modelled));
   const bool search = !c.pass() && a.explain && (a.explain_always || seconds * candidates <= kExplainSecondsBudget);
-  const std::vector<std::string> explaining = search ? compare::explaining_deviations(dump, a.path) : std::vector<std::string>();
+  const std::vector<std::string> explaining =
+      search ? compare::explaining_deviations(dump, a.path) : std::vector<std::string>();
   std::string not_searched;
   if (!c.pass() && a.explain && !search) {
     std::ostringstream s;
