@@ -7,6 +7,7 @@
 #include <rapidcheck.h>
 
 #include <cmath>
+#include <ostream>
 #include <sstream>
 #include <vector>
 
@@ -17,6 +18,11 @@
 #include "reference/random_init.hpp"
 #include "reference/router.hpp"
 #include "reference/tolerance.hpp"
+
+namespace moe {
+// So that a counterexample names its path (RapidCheck prints what has an operator<<).
+inline std::ostream& operator<<(std::ostream& os, ExpertPath path) { return os << to_string(path); }
+}  // namespace moe
 
 namespace moe::proptest {
 namespace {

@@ -91,7 +91,7 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
 LayerPreset ModelOptions::resolve(const Semantics& semantics) const {
   if (!preset.empty() && !model_file.empty()) throw std::invalid_argument("--preset and --model: give one");
   LayerPreset m = model_file.empty() ? layer_preset(preset.empty() ? default_preset : preset)
-                                     : read_model_file(model_file, semantics).model;
+                                     : file(semantics).model;
   apply(flags, m);
   try {
     m.config.validate();
@@ -104,12 +104,19 @@ LayerPreset ModelOptions::resolve(const Semantics& semantics) const {
 
 std::string ModelOptions::source() const {
   if (model_file.empty()) return preset.empty() ? default_preset : preset;
-  return model_file + " (" + read_model_file(model_file).source + ")";
+  return model_file + " (" + file({}).source + ")";
+}
+
+const ModelFile& ModelOptions::file(const Semantics& semantics) const {
+  const std::string key = model_file + "\n" + semantics.spec();
+  auto it = files_->find(key);
+  if (it == files_->end()) it = files_->emplace(key, read_model_file(model_file, semantics)).first;
+  return it->second;
 }
 
 std::vector<std::string> ModelOptions::notes(const Semantics& semantics) const {
   if (model_file.empty()) return {};
-  const ModelFile f = read_model_file(model_file, semantics);
+  const ModelFile& f = file(semantics);
   std::vector<std::string> out;
   for (const auto& a : f.assumptions) out.push_back("assumed: " + a);
   // Keys with no effect are named (their reasons are in model_file's notes); unknown keys are shown in full.

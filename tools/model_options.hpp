@@ -9,9 +9,12 @@
 
 #include "reference/parallel_layout.hpp"
 #include "reference/presets.hpp"
+#include "tools/model_file.hpp"
 
 #include <CLI/CLI.hpp>
 
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +44,12 @@ struct ModelOptions {
   std::string source() const;
   // Notes from reading the file: assumptions made, keys with no effect on the MoE layer.
   std::vector<std::string> notes(const Semantics& semantics = {}) const;
+
+ private:
+  // The file read and mapped once per semantics: a command asks for its model a dozen times (RunOptions::model()),
+  // and each asking re-read and re-parsed it. Shared by copies of the options.
+  const ModelFile& file(const Semantics& semantics) const;
+  std::shared_ptr<std::map<std::string, ModelFile>> files_ = std::make_shared<std::map<std::string, ModelFile>>();
 };
 
 // --preset, --model, and the Megatron-named model flags (--num-experts, --moe-router-topk, …), bound to `o`.
