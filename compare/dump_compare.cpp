@@ -132,6 +132,15 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
     }
     t.max_abs = max_abs;
     t.max_ratio = max_ratio;
+    if (first_bad >= 0 && !e.near_tie_rows.empty()) {
+      const size_t cols = got.size() / e.near_tie_rows.size();
+      for (size_t row = 0; row < e.near_tie_rows.size(); ++row) {
+        bool differs = false;
+        for (size_t c = row * cols; c < (row + 1) * cols && !differs; ++c) differs = got[c] != e.values[c];
+        t.rows_differing += differs;
+        t.rows_differing_at_near_tie += differs && e.near_tie_rows[row];
+      }
+    }
     // The first failing element in (rank, index) order, whatever order the ranks arrive in.
     if (first_bad >= 0 && (!t.first || e.rank < t.first->rank))
       t.first = Mismatch{e.rank, first_bad, got[static_cast<size_t>(first_bad)],

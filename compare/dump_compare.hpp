@@ -29,6 +29,9 @@ struct TensorResult {
   bool exact = false;
   bool backward = false;    // a gradient (needs output.grad)
   std::optional<Mismatch> first;  // the first failing element (in rank, then index order)
+  // router.routing_map: the rows that differ, and how many of them are near ties in the oracle's ranking at the
+  // dump's precision (a framework's router may pick either expert there: see compare/README.md).
+  std::int64_t rows_differing = 0, rows_differing_at_near_tie = 0;
 
   bool pass() const { return !first.has_value(); }
 };

@@ -446,8 +446,7 @@ class StreamedOracle {
         const int r = replica[static_cast<size_t>(j)];
         each("router.probs", r, {local_rows_, E}, false, false,
              [&](size_t m) { return flat(part_rows(f[m].routing.probs, j)); });
-        each("router.routing_map", r, {local_rows_, E}, true, false,
-             [&](size_t m) { return flat(part_rows(f[m].routing.routing_map.cast<double>(), j)); });
+        give_routing_map(f, r, j);
         each("output", r, {S / tp_, B, h}, false, false, [&](size_t m) { return flat(part_rows(f[m].y, j)); });
       }
       if (c.aux_loss_type != AuxLossType::none)
@@ -484,6 +483,26 @@ class StreamedOracle {
     std::vector<double> stored;
     if (models > 1) stored = flat(router[1]);
     give("router.weight.grad", 0, {E, h}, flat(router[0]), models > 1 ? &stored : nullptr, false, true, all);
+  }
+
+  // Rank r's (TP rank j's) routing map, with the rows whose selection is a near tie at the dump's precision.
+  void give_routing_map(const std::vector<MoeForward<double>>& f, int r, int j) {
+    const MoeConfig& c = d_.config;
+    const auto values = [&](size_t m) { return flat(part_rows(f[m].routing.routing_map.cast<double>(), j)); };
+    Expected e{"router.routing_map", r, {}, {local_rows_, c.num_experts}, values(0), true, false};
+    for (int t : part(j)) {
+      bool tie = false;
+      if (!c.hash_routing) {
+        const Routing<double>& routing = f[0].routing;
+        const auto m = selection_margin<double>(c, routing.logits.row(t), routing.scores.row(t), params_.expert_bias);
+        tie = m.gap <= d_.tolerance.atol + d_.tolerance.rtol * std::abs(m.kth);
+      }
+      e.near_tie_rows.push_back(tie ? 1 : 0);
+    }
+    if (configs_.size() == 1) return sink_(e, nullptr);
+    Expected s = e;
+    s.values = values(1);
+    sink_(e, &s);
   }
 
   // Rank j's expert-bias counts: its rows' real assignments after dropping, padded tokens excluded.

@@ -35,6 +35,9 @@ struct Expected {
   std::vector<double> values;
   bool exact = false;              // booleans and counts: compared bit for bit
   bool backward = false;           // needs output.grad
+  // router.routing_map only: per row, whether the oracle's selection is a near tie at the dump's precision (the
+  // k-th and (k+1)-th ranking scores within its tolerance of the k-th), where its router may pick either expert.
+  std::vector<char> near_tie_rows{};
 };
 
 // The oracle's answer is streamed: each expected tensor is handed over as soon as it is known and then dropped, so

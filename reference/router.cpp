@@ -4,6 +4,7 @@
 #include "reference/score_functions.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -116,6 +117,21 @@ std::vector<int> select_experts(const MoeConfig& config, const RowVector<T>& log
   RowVector<T> ranking = ranking_scores(config, logits, scores, expert_bias);
   if (config.num_groups > 0) ranking = mask_to_kept_groups(config, ranking);
   return stable_topk<T>(ranking, config.topk);
+}
+
+template <typename T>
+SelectionMargin<T> selection_margin(const MoeConfig& config, const RowVector<T>& logits, const RowVector<T>& scores,
+                                    const Vector<T>& expert_bias) {
+  RowVector<T> ranking = ranking_scores(config, logits, scores, expert_bias);
+  if (config.num_groups > 0) ranking = mask_to_kept_groups(config, ranking);
+  std::vector<T> sorted(ranking.data(), ranking.data() + ranking.size());
+  const auto k = static_cast<size_t>(config.topk);
+  const T inf = std::numeric_limits<T>::infinity();
+  if (k >= sorted.size()) return {inf, sorted.empty() ? T(0) : *std::min_element(sorted.begin(), sorted.end())};
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end(), std::greater<T>());
+  const T next = sorted[k];  // the (k+1)-th largest
+  const T kth = *std::min_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k));
+  return {next == -inf ? inf : kth - next, kth};
 }
 
 template <typename T>
@@ -247,6 +263,8 @@ Matrix<T> route_backward(const MoeConfig& config, const Routing<T>& routing, con
                                                   const RowVector<T>&);                                            \
   template std::vector<int> select_experts<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,          \
                                               const Vector<T>&);                                                   \
+  template SelectionMargin<T> selection_margin<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,      \
+                                                  const Vector<T>&);                                               \
   template RowVector<T> topk_weights<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,                \
                                         const std::vector<int>&);                                                  \
   template RowVector<T> topk_weights_backward<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,       \

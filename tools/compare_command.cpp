@@ -96,6 +96,11 @@ void run(const CompareArgs& a) {
       out["tensors"].push_back({{"tensor", t.tensor}, {"where", ranks_text(t)}, {"elements", t.elements},
                                 {"max_abs", t.max_abs}, {"max_ratio", t.exact ? nlohmann::json(nullptr) : nlohmann::json(t.max_ratio)},
                                 {"exact", t.exact}, {"backward", t.backward}, {"pass", t.pass()}});
+    for (size_t k = 0; k < c.tensors.size(); ++k)
+      if (c.tensors[k].rows_differing > 0) {
+        out["tensors"][k]["rows_differing"] = c.tensors[k].rows_differing;
+        out["tensors"][k]["rows_differing_at_near_tie"] = c.tensors[k].rows_differing_at_near_tie;
+      }
     if (fail)
       out["first_mismatch"] = {{"tensor", fail->tensor}, {"rank", fail->first->rank}, {"index", fail->first->index},
                                {"dump", fail->first->got}, {"oracle", fail->first->want}};
@@ -121,6 +126,12 @@ void run(const CompareArgs& a) {
       for (const auto& name : c.ignored) std::cout << " " << name;
       std::cout << "\n";
     }
+    for (const auto& t : c.tensors)
+      if (t.rows_differing > 0)
+        std::cout << "\n" << t.tensor << " differs in " << t.rows_differing << " row(s); "
+                  << t.rows_differing_at_near_tie << " of them are near ties in the oracle's ranking at the dump's "
+                  << "precision (the k-th and (k+1)-th scores within its tolerance), where a lower-precision router "
+                  << "may pick either expert (compare/README.md, \"When it fails\")\n";
     if (c.replay_differences >= 0)
       std::cout << "\ncapacity decisions replayed from router.routing_map: " << c.replay_differences
                 << " slot(s) differ from the oracle's own rule (position-drop-tie-order, pad-filler-tie-order)\n";

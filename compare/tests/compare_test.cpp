@@ -56,6 +56,50 @@ TEST_F(DumpCopy, ChangedValueFailsNamingTensorRankAndIndex) {
   EXPECT_EQ(first->first->index, 5);
 }
 
+// A routing map that differs is counted by rows, and each such row is said to be a near tie or not. A row changed
+// by hand is no tie; with two experts' router rows and biases made equal, every token ranks them exactly alike, so
+// where one of them is the k-th choice the oracle's selection is a tie the lower index wins, and the dump (routed
+// before the change) took them otherwise on some of those rows.
+const TensorResult& tensor_named(const Comparison& c, const std::string& name) {
+  for (const auto& t : c.tensors)
+    if (t.tensor == name) return t;
+  throw std::runtime_error("no tensor " + name);
+}
+
+TEST_F(DumpCopy, ARoutingMapRowThatDiffersIsCountedAndNotATie) {
+  auto map = read("rank0/router.routing_map.npy");
+  const auto E = static_cast<size_t>(map.shape[1]);
+  size_t on = 0, off = 0;
+  while (!map.booleans[on]) ++on;
+  while (map.booleans[off]) ++off;
+  ASSERT_LT(on, E);
+  ASSERT_LT(off, E);
+  std::swap(map.booleans[on], map.booleans[off]);
+  write("rank0/router.routing_map.npy", map);
+  const Comparison c = compare_dump(read_dump(dir_));
+  const TensorResult& t = tensor_named(c, "router.routing_map");
+  EXPECT_FALSE(t.pass());
+  EXPECT_EQ(t.rows_differing, 1);
+  EXPECT_EQ(t.rows_differing_at_near_tie, 0);
+}
+
+TEST_F(DumpCopy, ARoutingMapThatDiffersAtTiesSaysSo) {
+  for (const char* rank : {"rank0", "rank1"}) {
+    auto w = read(std::string(rank) + "/router.weight.npy");  // [E, h]
+    const auto h = static_cast<size_t>(w.shape[1]);
+    for (size_t i = 0; i < h; ++i) w.reals[h + i] = w.reals[i];  // expert 1 ranks as expert 0 …
+    write(std::string(rank) + "/router.weight.npy", w);
+    auto bias = read(std::string(rank) + "/router.expert_bias.npy");
+    bias.reals[1] = bias.reals[0];  // … bias included
+    write(std::string(rank) + "/router.expert_bias.npy", bias);
+  }
+  const Comparison c = compare_dump(read_dump(dir_));
+  const TensorResult& t = tensor_named(c, "router.routing_map");
+  EXPECT_FALSE(t.pass());
+  EXPECT_GT(t.rows_differing_at_near_tie, 0);
+  EXPECT_LE(t.rows_differing_at_near_tie, t.rows_differing);
+}
+
 TEST_F(DumpCopy, ClaimedSemanticsMatter) {
   // The layer has no shared-expert clamp and no padding: every profile computes the same numbers, so a wrong
   // semantics claim is not detectable here — but an unknown one is refused.

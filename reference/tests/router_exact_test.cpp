@@ -66,6 +66,29 @@ TEST(RouterExact, TieBreakLowerIndexWins) {
   EXPECT_EQ(r.probs(0, 3), 0.0);
 }
 
+// The selection margin, by hand: k = 2 on scores [3/4, 1/2, 1/4, 1/2] is a tie at the boundary (gap 0, k-th 1/2);
+// with the 4th logit at −ln 3 the runner-up is 1/4 (gap 1/4); k = E leaves nothing to take a place (+∞); and with
+// one group kept of two, the experts of the other group are masked, so nothing in reach can take the k-th place.
+TEST(RouterExact, SelectionMarginIsTheGapBelowTheKth) {
+  MoeConfig c = sigmoid_k2();
+  c.num_experts = 4;
+  Matrix<double> l = quarter_logits();
+  const auto margin = [&](const MoeConfig& config) {
+    return selection_margin<double>(config, l.row(0), router_scores<double>(config, l.row(0)), Vector<double>());
+  };
+  EXPECT_EQ(margin(c).gap, 0.0);
+  EXPECT_DOUBLE_EQ(margin(c).kth, 0.5);
+  l(0, 3) = -std::log(3.0);
+  EXPECT_DOUBLE_EQ(margin(c).gap, 0.25);
+  MoeConfig all = c;
+  all.topk = 4;
+  EXPECT_TRUE(std::isinf(margin(all).gap));
+  MoeConfig grouped = c;
+  grouped.num_groups = 2;
+  grouped.group_topk = 1;  // group {0, 1} (3/4 + 1/2) beats {2, 3} (1/4 + 1/4): both its experts are selected
+  EXPECT_TRUE(std::isinf(margin(grouped).gap));
+}
+
 TEST(RouterExact, ExpertBiasSelectsButDoesNotWeigh) {
   // β = [0, 0, 0.3, 0]: biased scores [0.75, 0.5, 0.55, 0.5] select {0, 2};
   // weights come from the unbiased scores: 0.75/(0.75+0.25) = 0.75, 0.25; × α = 2 → 1.5, 0.5.
