@@ -405,10 +405,11 @@ class StreamedOracle {
 
   // Hands one expected tensor (and the bf16-storage oracle's, when run) to the sink.
   void give(std::string tensor, int rank, Shape shape, std::vector<double> values, std::vector<double>* stored,
-            bool exact, bool is_backward, std::vector<int> summed = {}) {
-    Expected e{std::move(tensor), rank, std::move(summed), std::move(shape), std::move(values), exact, is_backward};
+            bool exact, bool is_backward, std::vector<int> summed = {}, std::vector<char> near_tie_rows = {}) {
+    Expected e{std::move(tensor), rank,        std::move(summed), std::move(shape), std::move(values),
+               exact,             is_backward, std::move(near_tie_rows)};
     if (!stored) return sink_(e, nullptr);
-    const Expected s{e.tensor, rank, e.summed_ranks, e.shape, std::move(*stored), exact, is_backward};
+    const Expected s{e.tensor, rank, e.summed_ranks, e.shape, std::move(*stored), exact, is_backward, e.near_tie_rows};
     sink_(e, &s);
   }
 
@@ -489,7 +490,7 @@ class StreamedOracle {
   void give_routing_map(const std::vector<MoeForward<double>>& f, int r, int j) {
     const MoeConfig& c = d_.config;
     const auto values = [&](size_t m) { return flat(part_rows(f[m].routing.routing_map.cast<double>(), j)); };
-    Expected e{"router.routing_map", r, {}, {local_rows_, c.num_experts}, values(0), true, false};
+    std::vector<char> near_tie_rows;
     for (int t : part(j)) {
       bool tie = false;
       if (!c.hash_routing) {
@@ -497,12 +498,12 @@ class StreamedOracle {
         const auto m = selection_margin<double>(c, routing.logits.row(t), routing.scores.row(t), params_.expert_bias);
         tie = m.gap <= d_.tolerance.atol + d_.tolerance.rtol * std::abs(m.kth);
       }
-      e.near_tie_rows.push_back(tie ? 1 : 0);
+      near_tie_rows.push_back(tie ? 1 : 0);
     }
-    if (configs_.size() == 1) return sink_(e, nullptr);
-    Expected s = e;
-    s.values = values(1);
-    sink_(e, &s);
+    std::vector<double> stored;
+    if (configs_.size() > 1) stored = values(1);
+    give("router.routing_map", r, {local_rows_, c.num_experts}, values(0), configs_.size() > 1 ? &stored : nullptr,
+         true, false, {}, std::move(near_tie_rows));
   }
 
   // Rank j's expert-bias counts: its rows' real assignments after dropping, padded tokens excluded.

@@ -59,15 +59,16 @@ Matrix<T> activation_backward_rows(const Matrix<T>& pre, std::optional<double> c
   return grad_pre;
 }
 
-// One expert (routed or shared) over a block of rows: what the per-token ExpertCall computes, for n rows at once.
+// One expert (routed or shared) over a block of rows: what the per-token ExpertCall computes, for n rows at once
+// (the same weights and settings: definition::routed_call / shared_call).
 template <typename T>
-struct ExpertBlock {
-  const Matrix<T>& fc1;  // [2d, w]
-  const Matrix<T>& fc2;  // [w, d]
-  std::optional<double> clamp;
-  bool clamp_limit_passes;  // the gradient at exactly ±L (MoeConfig::clamp_limit_passes)
-  bool probs_on_input;
-  bool bf16;
+struct ExpertBlock : definition::ExpertCall<T> {
+  using definition::ExpertCall<T>::fc1;
+  using definition::ExpertCall<T>::fc2;
+  using definition::ExpertCall<T>::clamp;
+  using definition::ExpertCall<T>::clamp_limit_passes;
+  using definition::ExpertCall<T>::probs_on_input;
+  using definition::ExpertCall<T>::bf16;
 
   // The expert's input rows: p ⊙ U with probs on the input, else U.
   Matrix<T> input(const Matrix<T>& u, const Vector<T>& p) const {
@@ -120,13 +121,12 @@ struct ExpertBlock {
 
 template <typename T>
 ExpertBlock<T> routed_block(const MoeConfig& c, const MoeParams<T>& p, int e) {
-  return {p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)], c.routed_clamp(),
-          c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage};
+  return {definition::routed_call(c, p.expert_fc1[static_cast<size_t>(e)], p.expert_fc2[static_cast<size_t>(e)])};
 }
 
 template <typename T>
 ExpertBlock<T> shared_block(const MoeConfig& c, const MoeParams<T>& p) {
-  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), c.clamp_limit_passes(), false, c.bf16_storage};
+  return {definition::shared_call(c, p.shared_fc1, p.shared_fc2)};
 }
 
 template <typename T>
@@ -168,10 +168,8 @@ template <typename T>
 Matrix<T> routed_expert_forward(const MoeConfig& c, const Matrix<T>& fc1, const Matrix<T>& fc2, const Matrix<T>& u,
                                 const Vector<T>& probs, ExpertPath path) {
   require_expert_rows<T>(c, fc1, fc2, u, probs, nullptr);
-  if (path == ExpertPath::expert_batched)
-    return ExpertBlock<T>{fc1, fc2, c.routed_clamp(), c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage}
-        .forward(u, probs);
   const auto call = definition::routed_call(c, fc1, fc2);
+  if (path == ExpertPath::expert_batched) return ExpertBlock<T>{call}.forward(u, probs);
   Matrix<T> out(u.rows(), u.cols());
   for (Eigen::Index i = 0; i < u.rows(); ++i)
     out.row(i) = definition::expert_forward<T>(call, u.row(i).transpose(), probs(i)).transpose();
@@ -188,9 +186,9 @@ RoutedExpertBackward<T> routed_expert_backward(const MoeConfig& c, const Matrix<
       grad_fc2.cols() != fc2.cols())
     throw std::invalid_argument("invalid routed expert call: the gradients must have the weights' shapes");
   RoutedExpertBackward<T> out;
+  const auto call = definition::routed_call(c, fc1, fc2);
   if (path == ExpertPath::expert_batched) {
-    auto b = ExpertBlock<T>{fc1, fc2, c.routed_clamp(), c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage}
-                 .backward(u, probs, grad_out, grad_fc1, grad_fc2, with_output);
+    auto b = ExpertBlock<T>{call}.backward(u, probs, grad_out, grad_fc1, grad_fc2, with_output);
     out.output = std::move(b.output);
     out.grad_input = std::move(b.grad_input);
 #if MOE_SEEDED_BUG == MOE_BUG_STREAMED_GRAD_PROB_DROPPED
@@ -200,7 +198,6 @@ RoutedExpertBackward<T> routed_expert_backward(const MoeConfig& c, const Matrix<
 #endif
     return out;
   }
-  const auto call = definition::routed_call(c, fc1, fc2);
   out.grad_input.resize(u.rows(), u.cols());
   out.grad_prob.resize(u.rows());
   if (with_output) out.output.resize(u.rows(), u.cols());

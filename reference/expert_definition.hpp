@@ -79,10 +79,16 @@ ExpertBackward<T> expert_backward(const ExpertCall<T>& f, const Vector<T>& u, T 
   return b;
 }
 
-// A routed expert with its weights, as the config computes it.
+// A routed expert and the shared expert with their weights, as the config computes them (the per-token and the
+// expert-batched forms both start here).
 template <typename T>
 ExpertCall<T> routed_call(const MoeConfig& c, const Matrix<T>& fc1, const Matrix<T>& fc2) {
   return {fc1, fc2, c.routed_clamp(), c.clamp_limit_passes(), c.apply_probs_on_input, c.bf16_storage};
+}
+
+template <typename T>
+ExpertCall<T> shared_call(const MoeConfig& c, const Matrix<T>& fc1, const Matrix<T>& fc2) {
+  return {fc1, fc2, c.shared_clamp(), c.clamp_limit_passes(), false, c.bf16_storage};
 }
 
 }  // namespace moe::definition

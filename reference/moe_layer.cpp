@@ -23,7 +23,7 @@ ExpertCall<T> routed_expert(const MoeConfig& c, const MoeParams<T>& p, int e) {
 
 template <typename T>
 ExpertCall<T> shared_expert(const MoeConfig& c, const MoeParams<T>& p) {
-  return {p.shared_fc1, p.shared_fc2, c.shared_clamp(), c.clamp_limit_passes(), false, c.bf16_storage};
+  return definition::shared_call(c, p.shared_fc1, p.shared_fc2);
 }
 
 
