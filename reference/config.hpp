@@ -5,6 +5,7 @@
 // A default-constructed MoeConfig is not valid: hidden, num_experts, topk and ffn_hidden must be set.
 #pragma once
 
+#include "reference/named.hpp"
 #include "reference/semantics.hpp"
 
 #include <optional>
@@ -82,13 +83,33 @@ struct MoeConfig {
   void check_padding_supported(bool any_padded) const;
 };
 
-std::string_view to_string(ScoreFunction f);
-std::string_view to_string(Normalization n);
-std::string_view to_string(DropPolicy p);
-std::string_view to_string(AuxLossType t);  // "none" for AuxLossType::none
-ScoreFunction parse_score_function(std::string_view s);
-Normalization parse_normalization(std::string_view s);
-DropPolicy parse_drop_policy(std::string_view s);
-AuxLossType parse_aux_loss_type(std::string_view s);  // accepts "none"
+// The names of the config's choices, as the golden format and the Python package spell them; the parsers throw
+// std::invalid_argument "unknown <key> '<text>' (<names>)".
+inline constexpr Named<ScoreFunction> kScoreFunctionNames[] = {{ScoreFunction::softmax, "softmax"},
+                                                               {ScoreFunction::sigmoid, "sigmoid"},
+                                                               {ScoreFunction::sqrtsoftplus, "sqrtsoftplus"}};
+inline constexpr Named<Normalization> kNormalizationNames[] = {{Normalization::megatron, "megatron"},
+                                                               {Normalization::deepseek, "deepseek"}};
+inline constexpr Named<DropPolicy> kDropPolicyNames[] = {{DropPolicy::probs, "probs"},
+                                                         {DropPolicy::position, "position"}};
+inline constexpr Named<AuxLossType> kAuxLossTypeNames[] = {{AuxLossType::aux, "aux"},
+                                                           {AuxLossType::seq_aux, "seq_aux"},
+                                                           {AuxLossType::global_aux, "global_aux"},
+                                                           {AuxLossType::none, "none"}};
+constexpr std::span<const Named<ScoreFunction>> names_of(ScoreFunction) { return kScoreFunctionNames; }
+constexpr std::span<const Named<Normalization>> names_of(Normalization) { return kNormalizationNames; }
+constexpr std::span<const Named<DropPolicy>> names_of(DropPolicy) { return kDropPolicyNames; }
+constexpr std::span<const Named<AuxLossType>> names_of(AuxLossType) { return kAuxLossTypeNames; }
+
+inline std::string_view to_string(ScoreFunction f) { return name_of(f); }
+inline std::string_view to_string(Normalization n) { return name_of(n); }
+inline std::string_view to_string(DropPolicy p) { return name_of(p); }
+inline std::string_view to_string(AuxLossType t) { return name_of(t); }
+inline ScoreFunction parse_score_function(std::string_view s) {
+  return parse_named<ScoreFunction>(s, "score_function");
+}
+inline Normalization parse_normalization(std::string_view s) { return parse_named<Normalization>(s, "normalization"); }
+inline DropPolicy parse_drop_policy(std::string_view s) { return parse_named<DropPolicy>(s, "drop_policy"); }
+inline AuxLossType parse_aux_loss_type(std::string_view s) { return parse_named<AuxLossType>(s, "aux_loss_type"); }
 
 }  // namespace moe

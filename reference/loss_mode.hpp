@@ -4,28 +4,18 @@
 //   per_token  calculate_per_token_loss: losses summed over tokens, ÷ the global valid-token count at the end
 #pragma once
 
-#include <stdexcept>
-#include <string>
+#include "reference/named.hpp"
+
 #include <string_view>
 
 namespace moe {
 
 enum class LossMode { sum, avg, per_token };
-
-inline std::string_view to_string(LossMode mode) {
-  switch (mode) {
-    case LossMode::sum: return "sum";
-    case LossMode::avg: return "avg";
-    case LossMode::per_token: return "per-token";
-  }
-  throw std::logic_error("unknown LossMode");
-}
-
+inline constexpr Named<LossMode> kLossModeNames[] = {
+    {LossMode::sum, "sum"}, {LossMode::avg, "avg"}, {LossMode::per_token, "per-token"}};
+constexpr std::span<const Named<LossMode>> names_of(LossMode) { return kLossModeNames; }
+inline std::string_view to_string(LossMode mode) { return name_of(mode); }
 // Throws std::invalid_argument listing the modes.
-inline LossMode parse_loss_mode(std::string_view text) {
-  for (LossMode m : {LossMode::sum, LossMode::avg, LossMode::per_token})
-    if (text == to_string(m)) return m;
-  throw std::invalid_argument("unknown loss mode '" + std::string(text) + "' (known: sum, avg, per-token)");
-}
+inline LossMode parse_loss_mode(std::string_view text) { return parse_named<LossMode>(text, "loss mode"); }
 
 }  // namespace moe

@@ -5,21 +5,6 @@
 
 namespace moe {
 
-std::string_view to_string(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::sgd: return "sgd";
-    case OptimizerKind::adam: return "adam";
-    case OptimizerKind::muon: return "muon";
-  }
-  return "?";
-}
-
-OptimizerKind parse_optimizer_kind(std::string_view name) {
-  for (OptimizerKind k : {OptimizerKind::adam, OptimizerKind::muon, OptimizerKind::sgd})
-    if (name == to_string(k)) return k;
-  throw std::invalid_argument("unknown optimizer '" + std::string(name) + "' (adam, muon, sgd)");
-}
-
 std::vector<TrajectoryPoint> reference_trajectory(const ModelConfig& config, ModelParams<double> params,
                                                   const std::vector<GlobalBatch>& batches, const ParallelLayout& layout,
                                                   int micro_batch, LossMode mode, const OptimizerConfig& optimizer,

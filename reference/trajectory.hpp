@@ -5,6 +5,7 @@
 
 #include "reference/global_step.hpp"
 #include "reference/muon.hpp"
+#include "reference/named.hpp"
 #include "reference/optimizer.hpp"
 
 #include <string_view>
@@ -13,9 +14,14 @@
 namespace moe {
 
 enum class OptimizerKind { sgd, adam, muon };  // muon: AdamW for what Muon does not take (muon.hpp)
-std::string_view to_string(OptimizerKind kind);  // "sgd", "adam", "muon"
+inline constexpr Named<OptimizerKind> kOptimizerNames[] = {
+    {OptimizerKind::adam, "adam"}, {OptimizerKind::muon, "muon"}, {OptimizerKind::sgd, "sgd"}};
+constexpr std::span<const Named<OptimizerKind>> names_of(OptimizerKind) { return kOptimizerNames; }
+inline std::string_view to_string(OptimizerKind kind) { return name_of(kind); }
 // The inverse; std::invalid_argument "unknown optimizer 'x' (adam, muon, sgd)" for another name.
-OptimizerKind parse_optimizer_kind(std::string_view name);
+inline OptimizerKind parse_optimizer_kind(std::string_view name) {
+  return parse_named<OptimizerKind>(name, "optimizer");
+}
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adam;

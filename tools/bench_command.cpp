@@ -18,6 +18,7 @@
 #include "reference/random_init.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/bench_timing.hpp"
+#include "tools/choice_option.hpp"
 #include "tools/build_isa.hpp"
 #include "tools/commands.hpp"
 #include "tools/given_options.hpp"
@@ -25,6 +26,7 @@
 #include "tools/expert_bench.hpp"
 #include "tools/oracle_bench.hpp"
 #include "tools/permute_bench.hpp"
+#include "tools/rank_backend.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/model_options.hpp"
 
@@ -43,15 +45,17 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <string_view>
+#include <optional>
 
 namespace moe::cli {
 namespace {
 
 struct BenchOptions {
-  std::string backend = "inproc";
+  Backend backend = Backend::inproc;
   int world = 4;  // inproc only; under MPI the job's size
   int tokens = 1024, hidden = 512, experts = 32, topk = 6, repetitions = 5;
-  std::string dispatcher = "all";
+  std::optional<dist::DispatcherKind> dispatcher;  // unset: all of them
   bool fresh_memory = false;
   bool json = false;
   bool experts_gemm = false;  // time the experts' grouped SwiGLU instead (expert_bench.hpp)
@@ -84,7 +88,7 @@ int openmp_threads_per_rank(const BenchOptions& o) {
 #ifdef _OPENMP
   if (std::getenv("OMP_NUM_THREADS") != nullptr) return omp_get_max_threads();
   int here = o.world;
-  if (o.backend == "mpi") {
+  if (o.backend == Backend::mpi) {
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     here = local != nullptr ? std::max(1, std::atoi(local)) : 1;
   }
@@ -221,7 +225,7 @@ void report(const std::vector<Result>& results, const BenchOptions& o, int world
     std::cout << j.dump(2) << "\n";
     return;
   }
-  std::cout << "moe-oracle bench" << (o.sweep ? " --sweep" : "") << ": EP" << world << " (" << o.backend << "), "
+  std::cout << "moe-oracle bench" << (o.sweep ? " --sweep" : "") << ": EP" << world << " (" << name_of(o.backend) << "), "
             << (o.sweep ? std::string("tokens/rank from the size") : std::to_string(o.tokens) + " tokens/rank")
             << " × h " << o.hidden << " (double), " << o.experts << " experts, top-" << o.topk
             << ", uniform routing, identity experts; median of " << o.repetitions << ", slowest rank; "
@@ -250,7 +254,9 @@ std::int64_t parse_size(const std::string& text) {
     throw std::invalid_argument("size '" + text + "': a number with an optional K, M or G");
   }
   const std::string unit = text.substr(used);
-  const double scale = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : 0;
+  constexpr std::string_view kUnits = "KMG";  // 2^10, 2^20, 2^30
+  const std::size_t power = unit.size() == 1 ? kUnits.find(unit[0]) : std::string_view::npos;
+  const double scale = unit.empty() ? 1 : power != std::string_view::npos ? std::ldexp(1.0, 10 * int(power + 1)) : 0;
   if (scale == 0 || !(value > 0)) throw std::invalid_argument("size '" + text + "': a positive number with K, M or G");
   if (value * scale > 0x1p50) throw std::invalid_argument("size '" + text + "': more than 1 PiB per rank");
   return static_cast<std::int64_t>(value * scale);
@@ -279,7 +285,7 @@ std::vector<int> sweep_tokens(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Time each dispatcher's dispatch + combine against raw MPI_Alltoallv");
-  cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
+  add_choice(*cmd, "--backend", o->backend, "where the ranks run: threads of this process, or mpirun's processes");
   cmd->add_option("--world", o->world, "ranks for the inproc backend (= ep)")->capture_default_str()->check(whole_at_least(1));
   cmd->add_option("--tokens", o->tokens, "tokens per rank")->capture_default_str()->check(whole_at_least(1));
   cmd->add_option("--hidden", o->hidden, "hidden size")->capture_default_str()->check(whole_at_least(1));
@@ -290,7 +296,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--repetitions", o->repetitions, "timed repetitions (one warm-up before)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather, flex or all")->capture_default_str();
+  add_choice(*cmd, "--dispatcher", o->dispatcher, "the token dispatchers to time", "all");
   cmd->add_flag("--fresh-memory", o->fresh_memory, "let freed buffers go back to the OS (page faults included)");
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_flag("--experts-gemm", o->experts_gemm,
@@ -318,7 +324,7 @@ void add_bench_command(CLI::App& app) {
     const int modes = int(o->experts_gemm) + int(o->permute) + int(o->oracle) + int(o->sweep);
     if (cmd->count("--oracle-path") && !o->oracle) throw std::invalid_argument("--oracle-path needs --oracle");
     if (modes > 1) throw std::invalid_argument("bench: choose one of --experts-gemm, --permute, --oracle, --sweep");
-    if ((o->experts_gemm || o->permute || o->oracle) && o->backend != "inproc")
+    if ((o->experts_gemm || o->permute || o->oracle) && o->backend != Backend::inproc)
       throw std::invalid_argument("--experts-gemm, --permute and --oracle run on one process; drop --backend");
     if (o->oracle) {
       OracleBenchOptions b;
@@ -336,7 +342,7 @@ void add_bench_command(CLI::App& app) {
     // Per rank: the tokens, their k routed copies there and back and the dispatchers' staging (about 8 rows of h
     // per routed token), or for --experts-gemm the local experts' weights and the SwiGLU activations.
     MemoryEstimate memory;
-    const double routed = 1.0 * token_counts.back() * o->topk, ranks = o->backend == "inproc" ? o->world : 1;
+    const double routed = 1.0 * token_counts.back() * o->topk, ranks = o->backend == Backend::inproc ? o->world : 1;
     memory.activations = 8.0 * ranks * routed * (8.0 * o->hidden + (o->experts_gemm ? 6.0 * o->ffn : 0));
     if (o->experts_gemm) memory.parameters = 8.0 * 2 * 3.0 * o->experts * o->hidden * o->ffn;
     require_fits(memory, "this benchmark", "give smaller --tokens / --hidden / --world");
@@ -354,11 +360,8 @@ void add_bench_command(CLI::App& app) {
     // otherwise be the next one's starting point (halving it on every dispatcher).
     o->rank_threads = openmp_threads_per_rank(*o);
     if (o->topk > o->experts) throw std::invalid_argument("--topk must not exceed --experts");
-    std::vector<dist::DispatcherKind> kinds =
-        o->dispatcher == "all" ? std::vector<dist::DispatcherKind>{dist::DispatcherKind::alltoall,
-                                                                     dist::DispatcherKind::allgather,
-                                                                     dist::DispatcherKind::flex}
-                               : std::vector<dist::DispatcherKind>{dist::parse_dispatcher(o->dispatcher)};
+    const std::vector<dist::DispatcherKind> kinds =
+        o->dispatcher ? std::vector{*o->dispatcher} : all_values<dist::DispatcherKind>();
     std::vector<Result> results;
     // Every size of the run (one without --sweep), each through every chosen dispatcher.
     auto for_each_size = [&](auto&& bench) {
@@ -368,7 +371,7 @@ void add_bench_command(CLI::App& app) {
         for (auto k : kinds) bench(sized, k);
       }
     };
-    if (o->backend == "mpi") {
+    if (o->backend == Backend::mpi) {
       int argc = 0;
       char** argv = nullptr;
       bool failed = false;
@@ -392,7 +395,6 @@ void add_bench_command(CLI::App& app) {
       if (failed) throw CLI::RuntimeError(2);
       return;
     }
-    if (o->backend != "inproc") throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
     if (o->experts % o->world) throw std::invalid_argument("--experts must divide by --world");
     for_each_size([&](const BenchOptions& sized, dist::DispatcherKind k) {
       std::mutex mu;

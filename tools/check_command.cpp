@@ -35,6 +35,7 @@
 #include "tools/check_compare_roundtrip.hpp"
 #include "tools/check_report.hpp"
 #include "tools/check_rows.hpp"
+#include "tools/choice_option.hpp"
 #include "tools/commands.hpp"
 #include "tools/given_options.hpp"
 #include "tools/rank_error.hpp"
@@ -66,14 +67,8 @@ bool selected(const CheckOptions& o, const std::string& name) {
   return false;
 }
 
-// The precision a check compares in (its tolerance), and the one the parallel system computes in: bf16 is float
-// arithmetic with bf16 storage (the model's bf16_storage).
-Precision precision_of(const std::string& dtype) {
-  return dtype == "float" ? Precision::float32 : dtype == "bf16" ? Precision::bfloat16 : Precision::float64;
-}
-Precision arithmetic_of(const std::string& dtype) {
-  return dtype == "double" ? Precision::float64 : Precision::float32;
-}
+// The precision the parallel system computes in for --dtype: bf16 is float arithmetic with bf16 storage.
+Precision arithmetic_of(Precision dtype) { return dtype == Precision::float64 ? dtype : Precision::float32; }
 
 // N whole training steps of one layout, optionally resumed under another layout; the dispatcher is set per run.
 dist::RunProblem run_problem(const CheckOptions& o, const CheckRow& row, const dist::CheckProblem& base) {
@@ -83,12 +78,12 @@ dist::RunProblem run_problem(const CheckOptions& o, const CheckRow& row, const d
   for (int s = 0; s < row.steps; ++s) run.batches.push_back(row.run.batch(base.config, row.run.seed + 100 + s));
   run.layout = base.layout;
   run.options = base.options;
-  run.optimizer.config.kind = parse_optimizer_kind(row.optimizer);
+  run.optimizer.config.kind = row.optimizer;
   run.optimizer.distributed = row.distributed_optimizer;
   run.optimizer.config.clip_grad = row.clip_grad;
   run.options.hot_expert_slots = row.hot_expert_slots;
   run.tolerance = base.tolerance;
-  if (row.optimizer == "muon" && !o.tolerance_given) run.tolerance = tolerance(Compared::muon_step, Precision::float64);
+  if (row.optimizer == OptimizerKind::muon && !o.tolerance_given) run.tolerance = tolerance(Compared::muon_step, Precision::float64);
   if (!row.resume_as.empty()) {
     run.resume_as = parse_layout(row.resume_as, "--resume-as");
     run.checkpoint_dir = o.checkpoint_dir;
@@ -140,11 +135,8 @@ std::vector<dist::DispatcherKind> kinds_of(const CheckRow& row, const std::vecto
 // Runs every (row, layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr).
 std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dist::KernelBackend& kernels,
                          Communicator* world) {
-  std::vector<dist::DispatcherKind> kinds;
-  if (o.dispatcher == "all")
-    kinds = {dist::DispatcherKind::alltoall, dist::DispatcherKind::allgather, dist::DispatcherKind::flex};
-  else
-    kinds = {dist::parse_dispatcher(o.dispatcher)};
+  const std::vector<dist::DispatcherKind> kinds =
+      o.dispatcher ? std::vector{*o.dispatcher} : all_values<dist::DispatcherKind>();
 
   // Every error before any work: models, layouts, batch splits, runs that would not fit in memory.
   int chosen = 0;
@@ -218,7 +210,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
       problem.options.precision = row.run.bf16_storage ? in_double ? Precision::float64 : Precision::float32
                                                        : arithmetic_of(o.dtype);
       if (row.run.bf16_storage && !o.tolerance_given) problem.tolerance = bf16_row_tolerance(row);
-      problem.options.kv_exchange = dist::parse_kv_exchange(row.cp_comm_type);
+      problem.options.kv_exchange = row.cp_comm_type;
       problem.options.expert_waves = row.expert_waves;
       const auto start = std::chrono::steady_clock::now();
       dist::RankComparison result;
@@ -287,50 +279,17 @@ void add_check_command(CLI::App& app) {
                   "with --pp: model chunks per pipeline rank, run by the interleaved 1F1B schedule (layers assigned "
                   "round-robin in chunks, as Megatron does)")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--steps", o->steps,
-                  "run N whole training steps (optimizer, bias update) against the oracle's "
-                  "trajectory (at most 1000: each step is a whole forward and backward of every layer)")
-      ->check(CLI::Range(0, 1000));
-  cmd->add_option("--resume-as", o->resume_as,
-                  "with --steps: save after N/2 steps and resume under this layout, "
-                  "e.g. world=4,ep=2,etp=2");
+  add_row_flags(*cmd, *o);
   cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
                   "where resumed runs write their checkpoint (default: a fresh folder under $TMPDIR, or under /dev/shm "
                   "when TMPDIR is unset, removed after); with several resumed runs, each in a subfolder run-N");
-  cmd->add_option("--cp-comm-type", o->cp_comm_type,
-                  "with attention: how keys and values cross the cp group, all_gather or p2p (a ring with an online "
-                  "softmax); default: each row's own (all_gather, p2p in the default set's p2p row)");
-  cmd->add_option("--optimizer", o->optimizer,
-                  "adam, muon (Newton-Schulz on every matrix but the embedding and head, AdamW for the rest; DDP "
-                  "only) or sgd, with --steps (default: adam, muon in the default set's Muon row)");
-  cmd->add_option("--clip-grad", o->clip_grad,
-                  "with --steps: clip the global gradient norm to this before each update, as Megatron's "
-                  "--clip-grad (each parameter counted once over every parallel axis)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--hot-expert-replicas", o->hot_expert_slots,
-                  "replicated hot experts (HybridEP's virtual experts): up to N replica slots per layer, planned from "
-                  "the batch's expert counts; a replica computes a share of a hot expert's rows with a copy of its "
-                  "weights and returns its wgrad to the owner (ETP 1, no FP8 dispatch; with --steps each step plans "
-                  "from the previous step's counts, the first runs unreplicated)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--expert-waves", o->expert_waves,
-                  "wave-scheduled EP (DeepSeek-V4's MegaMoE): the routed experts of each layer in N waves, each "
-                  "wave's compute on a worker thread while the next is dispatched and the previous combined; bitwise "
-                  "the unwaved run (AlltoAll dispatcher, N ≤ local experts per rank, no FP8 dispatch or replicas)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_flag("--distributed-optimizer", o->distributed_optimizer,
-                "shard optimizer state; reduce-scatter gradients, all-gather parameters");
-  cmd->add_option("--dispatcher,--moe-token-dispatcher-type", o->dispatcher, "alltoall, allgather, flex or all")
-      ->capture_default_str();
-  cmd->add_option("--backend", o->backend, "inproc (threads) or mpi (under mpirun)")->capture_default_str();
-  cmd->add_option("--kernels", o->kernels,
-                  std::string("what does the data work (row moves, grouped SwiGLU): ") + kKernelNames)
-      ->capture_default_str();
-  cmd->add_option("--dtype", o->dtype,
-                  "double, float, or bf16: the precision the parallel system runs in (bf16: float arithmetic with "
-                  "bf16 weights, activations and activation gradients, against the oracle with the same bf16 storage; "
-                  "README \"bf16\")")
-      ->capture_default_str();
+  add_choice(*cmd, "--dispatcher,--moe-token-dispatcher-type", o->dispatcher, "the token dispatchers to run", "all");
+  add_choice(*cmd, "--backend", o->backend, "where the ranks run: threads of this process, or mpirun's processes");
+  add_choice(*cmd, "--kernels", o->kernels, "what does the data work (row moves, grouped SwiGLU)");
+  add_choice(*cmd, "--dtype", o->dtype,
+             "the precision the parallel system runs in (bf16: float arithmetic with bf16 weights, activations and "
+             "activation gradients, against the oracle with the same bf16 storage; docs/numerics.md)",
+             std::span<const Named<Precision>>(kDtypeNames));
   const CLI::Validator tolerance(
       [](std::string& value) -> std::string {
         return value.find_first_of('-') == 0 ? "a tolerance is >= 0, got " + value : std::string{};
@@ -366,53 +325,50 @@ void add_check_command(CLI::App& app) {
       if (cmd->count(flag) > 0 && o->layout.world == 0)
         throw std::invalid_argument(std::string(flag) + " needs --world (without it check runs its built-in layouts)");
     finish_layout(*cmd, o->layout);
-    if (o->backend != "inproc" && o->backend != "mpi")
-      throw std::invalid_argument("unknown backend '" + o->backend + "' (inproc, mpi)");
-    if (cmd->count("--jobs") > 0 && o->backend == "mpi")
+    if (cmd->count("--jobs") > 0 && o->backend == Backend::mpi)
       throw std::invalid_argument("--jobs is for in-process ranks; under mpirun the processes run one layout at a "
                                   "time");
-    if (o->kernels != "cpu") {
+    if (o->kernels != Kernels::cpu) {
       // One device and its streams serve every run: the device runs go one after another.
       if (cmd->count("--jobs") > 0 && o->jobs > 1)
-        throw std::invalid_argument("--jobs " + std::to_string(o->jobs) + " with --kernels " + o->kernels +
+        throw std::invalid_argument("--jobs " + std::to_string(o->jobs) + " with --kernels " +
+                                    std::string(name_of(o->kernels)) +
                                     ": the device runs go one after another");
       o->jobs = 1;
     }
-    if (!o->optimizer.empty()) (void)parse_optimizer_kind(o->optimizer);  // refuses an unknown name
-    if (!o->cp_comm_type.empty()) (void)dist::parse_kv_exchange(o->cp_comm_type);
-    if (o->optimizer == "muon" && o->distributed_optimizer)
+    const RowSettings& given = o->row;
+    if (o->given("--optimizer") && given.optimizer == OptimizerKind::muon && given.distributed_optimizer)
       throw std::invalid_argument("--optimizer muon runs with DDP: the distributed optimizer's flat slices cut the "
                                   "matrices Newton-Schulz needs whole; drop --distributed-optimizer");
-    if (!o->resume_as.empty() && o->steps < 2) throw std::invalid_argument("--resume-as needs --steps 2 or more");
-    if (o->clip_grad > 0 && o->steps < 1) throw std::invalid_argument("--clip-grad needs --steps 1 or more");
-    if (o->dtype != "double" && o->dtype != "float" && o->dtype != "bf16")
-      throw std::invalid_argument("unknown dtype '" + o->dtype + "' (double, float, bf16)");
-    const bool bf16 = o->dtype == "bf16";
-    const Tolerance table = moe::tolerance(Compared::training_step, precision_of(o->dtype));
+    if (!given.resume_as.empty() && given.steps < 2)
+      throw std::invalid_argument("--resume-as needs --steps 2 or more");
+    if (given.clip_grad > 0 && given.steps < 1) throw std::invalid_argument("--clip-grad needs --steps 1 or more");
+    const bool bf16 = o->dtype == Precision::bfloat16;
+    const Tolerance table = moe::tolerance(Compared::training_step, o->dtype);
     o->tolerance_given = cmd->count("--atol") > 0 || cmd->count("--rtol") > 0;
     if (cmd->count("--atol") == 0) o->atol = table.atol;
     if (cmd->count("--rtol") == 0) o->rtol = table.rtol;
     std::vector<CheckRow> rows = rows_of(*o);
-    if (!o->cp_comm_type.empty() &&
+    if (o->given("--cp-comm-type") &&
         std::none_of(rows.begin(), rows.end(), [](const CheckRow& r) { return r.run.model().has_attention(); }))
       throw std::invalid_argument("--cp-comm-type: the model has no attention (give --num-attention-heads or "
                                   "--preset tiny-attention)");
-    if (o->dtype == "float") {
-      const std::string flag = "--dtype " + o->dtype;
+    if (o->dtype == Precision::float32) {
+      const std::string flag = "--dtype float";
       // The optimizer state is double: multi-step rows run in double only.
-      if (o->steps > 0)
+      if (given.steps > 0)
         throw std::invalid_argument("--steps runs in double (the optimizer state is double); drop " + flag);
       // FP8 dispatch too: in float a last-bit difference in the input can move an element across an e4m3 rounding
       // boundary, an error of up to 1/16 of it that no float tolerance admits.
-      if (o->run.quant != "none")
-        throw std::invalid_argument("--quant " + o->run.quant + " runs in double only: in float a rounding of the "
+      if (o->run.quant != Quant::none)
+        throw std::invalid_argument("--quant " + std::string(name_of(o->run.quant)) + " runs in double only: in float a rounding of the "
                                     "input can move an element across an e4m3 rounding boundary, an error of up to "
                                     "1/16 of it that no float tolerance admits");
       // And attention: the CPU parallel system runs it in double.
       if (o->custom_model && rows.front().run.model().has_attention())
         throw std::invalid_argument(flag + ": the parallel system runs attention in double only");
       std::erase_if(rows, [](const CheckRow& r) {
-        return r.steps > 0 || r.run.quant != "none" || r.run.model().has_attention();
+        return r.steps > 0 || r.run.quant != Quant::none || r.run.model().has_attention();
       });
     }
     if (bf16)
@@ -420,7 +376,7 @@ void add_check_command(CLI::App& app) {
     bool print = true;
     std::unique_ptr<MpiRuntime> mpi;
     std::unique_ptr<MpiCommunicator> world;
-    if (o->backend == "mpi") {
+    if (o->backend == Backend::mpi) {
       int argc = 0;
       char** argv = nullptr;
       mpi = std::make_unique<MpiRuntime>(argc, argv);
@@ -449,11 +405,15 @@ void add_check_command(CLI::App& app) {
       const std::vector<CheckRun> runs = run_all(*o, rows, kernels.backend(), world.get());
       remove_own();
       for (const CheckRun& r : runs) pass = pass && r.result.pass();
-      const ReportSettings settings{o->backend, o->kernels, o->dtype, o->atol, o->rtol, o->tolerance_given, o->notes,
+      const ReportSettings settings{std::string(name_of(o->backend)),
+                                    std::string(name_of(o->kernels)),
+                                    std::string(name_of(o->dtype, std::span<const Named<Precision>>(kDtypeNames))),
+                                    o->atol, o->rtol, o->tolerance_given, o->notes,
                                     !o->custom_model && o->layout.world == 0 && o->filters.empty()};
       // The default set also judges compare itself (check_compare_roundtrip.hpp), in process, in double.
       std::vector<RoundTrip> round_trips;
-      if (settings.default_set && !world && o->dtype == "double" && o->kernels == "cpu" && o->steps == 0)
+      if (settings.default_set && !world && o->dtype == Precision::float64 && o->kernels == Kernels::cpu &&
+          o->row.steps == 0)
         round_trips = compare_round_trips(scratch_directory() / ("moe-oracle-compare-" + std::to_string(::getpid())));
       for (const RoundTrip& t : round_trips) pass = pass && t.pass;
       if (print) {

@@ -17,7 +17,7 @@ namespace {
 std::set<std::string> covered(const std::vector<CheckRun>& runs) {
   std::set<std::string> f;
   for (const CheckRun& r : runs) {
-    auto more = features_of(*r.row, r.layout, std::string(to_string(r.dispatcher)));
+    auto more = features_of(*r.row, r.layout, r.dispatcher);
     if (r.replica_slots == 0) more.erase("replicated hot experts");  // the plan found nothing to replicate
     f.insert(more.begin(), more.end());
   }
@@ -44,7 +44,7 @@ std::string one_digit(double v) {
 
 // The name a run is filtered and reported by: "tiny-v4 sum b1 [intended] w4 tp1 … alltoall".
 std::string run_name(const CheckRow& row, const ParallelLayout& layout, dist::DispatcherKind kind) {
-  return row_label(row) + " [" + Semantics::parse(row.run.semantics).spec() + "] " + layout_name(layout) + " " +
+  return row_label(row) + " [" + row.run.semantics.spec() + "] " + layout_name(layout) + " " +
          std::string(to_string(kind));
 }
 
@@ -62,7 +62,7 @@ void print_report(const std::vector<CheckRun>& runs, const ReportSettings& o, st
       if (t.atol == o.atol && t.rtol == o.rtol) continue;
       std::ostringstream line;
       line << "note: rows with bf16 storage in " << (bf16_in_double(*r.row) ? "double" : "float")
-           << (r.row->run.quant != "none" ? " and FP8 dispatch" : "") << " pass at ≤ " << one_digit(t.atol) << " + "
+           << (r.row->run.quant != Quant::none ? " and FP8 dispatch" : "") << " pass at ≤ " << one_digit(t.atol) << " + "
            << one_digit(t.rtol) << "·|oracle| (docs/model.md, \"bf16 storage\")\n";
       if (said.insert(line.str()).second) out << line.str();
     }
@@ -111,7 +111,7 @@ void print_report(const std::vector<CheckRun>& runs, const ReportSettings& o, st
   for (const CheckRun& r : runs) {
     if (r.result.pass()) continue;
     ++failed;
-    out << std::setprecision(17) << "\nFAIL " << row_label(*r.row) << " [" << r.row->run.semantics << "] "
+    out << std::setprecision(17) << "\nFAIL " << row_label(*r.row) << " [" << r.row->run.semantics.spec() << "] "
         << layout_name(r.layout) << " " << to_string(r.dispatcher) << ": first mismatch in " << r.result.first.tensor
         << " on rank " << r.result.first.rank << " at flat index " << r.result.first.index << ": parallel "
         << r.result.first.got << ", oracle " << r.result.first.want << "\n";
@@ -150,7 +150,7 @@ nlohmann::json report_json(const std::vector<CheckRun>& runs, const ReportSettin
                                 {"global_batch", r.row->run.global_batch},
                                 {"micro_batch", r.row->run.micro_batch},
                                 {"padding", r.row->run.padding},
-                                {"scaling", r.row->run.scaling}}},
+                                {"scaling", to_string(r.row->run.scaling)}}},
                      {"semantics", m.semantics().spec()},
                      {"layout", layout_json(r.layout)},
                      {"dispatcher", to_string(r.dispatcher)},
@@ -203,7 +203,7 @@ void write_junit(const std::vector<CheckRun>& runs, const std::string& path) {
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"moe-oracle check\" tests=\"" << runs.size()
     << "\" failures=\"" << failures << "\" errors=\"0\" time=\"" << seconds << "\">\n";
   for (const CheckRun& r : runs) {
-    x << "  <testcase classname=\"" << escape(row_label(*r.row) + " [" + r.row->run.semantics + "]") << "\" name=\""
+    x << "  <testcase classname=\"" << escape(row_label(*r.row) + " [" + r.row->run.semantics.spec() + "]") << "\" name=\""
       << escape(layout_name(r.layout) + " " + std::string(to_string(r.dispatcher))) << "\" time=\"" << r.seconds
       << "\"";
     if (r.result.pass()) {

@@ -1,5 +1,7 @@
 #include "tools/check_rows.hpp"
 
+#include "tools/choice_option.hpp"
+
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -15,18 +17,22 @@ int fit(int at_least, long long unit) { return static_cast<int>((at_least + unit
 // local experts per rank as waves: what the user asked for explicitly is refused, a default row adjusted with a note.
 void waves_fit(CheckOptions& o, CheckRow& r) {
   const std::string flag = "--expert-waves " + std::to_string(r.expert_waves);
-  if (o.dispatcher != "all" && o.dispatcher != "alltoall") {
-    if (o.expert_waves > 1)
-      throw std::invalid_argument(flag + " runs with the AlltoAll dispatcher, not " + o.dispatcher + " (it is the "
+  const bool waves_given = o.given("--expert-waves");
+  if (o.dispatcher && *o.dispatcher != dist::DispatcherKind::alltoall) {
+    const std::string dispatcher(to_string(*o.dispatcher));
+    if (waves_given && o.row.expert_waves > 1)
+      throw std::invalid_argument(flag + " runs with the AlltoAll dispatcher, not " + dispatcher + " (it is the "
                                   "one that returns every (token, expert) row, so waves can keep the unwaved sums)");
-    o.notes.push_back("--dispatcher " + o.dispatcher + ": " + r.name + " with " + std::to_string(r.expert_waves) +
+    o.notes.push_back("--dispatcher " + dispatcher + ": " + r.name + " with " + std::to_string(r.expert_waves) +
                       " waves left out (waves run with the AlltoAll dispatcher)");
     r.layouts.clear();
     return;
   }
-  const std::string why = r.run.quant != "none" ? "FP8 dispatch" : r.hot_expert_slots > 0 ? "replicated experts" : "";
+  const std::string why = r.run.quant != Quant::none ? "FP8 dispatch"
+                          : r.hot_expert_slots > 0    ? "replicated experts"
+                                                      : "";
   if (!why.empty()) {
-    if (o.expert_waves > 0 && (o.layout.world > 0 || o.custom_model))
+    if (waves_given && (o.layout.world > 0 || o.custom_model))
       throw std::invalid_argument(flag + " does not run with " + why);
     o.notes.push_back(flag + ": " + r.name + " runs unwaved (" + why + ")");
     r.expert_waves = 1;
@@ -41,24 +47,83 @@ void waves_fit(CheckOptions& o, CheckRow& r) {
     std::erase_if(r.layouts, too_few);
     o.notes.push_back(flag + ": " + r.name + "'s layouts with fewer local experts than waves left out");
   }
-  if (o.expert_waves > 0 && o.dispatcher == "all")
+  if (waves_given && !o.dispatcher)
     o.notes.push_back(flag + ": " + r.name + " runs the AlltoAll dispatcher only (the one that returns every row)");
 }
 
 }  // namespace
 
+bool CheckOptions::given(const std::string& flag) const {
+  return std::any_of(row_flags.begin(), row_flags.end(),
+                     [&](const RowFlag& f) { return f.option->check_name(flag) && f.option->count() > 0; });
+}
+
+namespace {
+
+// `option` sets `field` of every row.
+template <typename T>
+void sets(CheckOptions& o, const CLI::Option* option, T RowSettings::*field) {
+  o.row_flags.push_back({option, [field](const RowSettings& given, RowSettings& row) { row.*field = given.*field; }});
+}
+
+}  // namespace
+
+void add_row_flags(CLI::App& cmd, CheckOptions& o) {
+  RowSettings& row = o.row;
+  sets(o, cmd.add_option("--steps", row.steps,
+                         "run N whole training steps (optimizer, bias update) against the oracle's trajectory (at "
+                         "most 1000: each step is a whole forward and backward of every layer)")
+              ->check(CLI::Range(0, 1000)),
+       &RowSettings::steps);
+  sets(o, cmd.add_option("--resume-as", row.resume_as,
+                         "with --steps: save after N/2 steps and resume under this layout, e.g. world=4,ep=2,etp=2"),
+       &RowSettings::resume_as);
+  sets(o, add_choice(cmd, "--cp-comm-type", row.cp_comm_type,
+                     "with attention: how keys and values cross the cp group (p2p: a ring with an online softmax); "
+                     "default: each row's own (p2p in the default set's p2p row)")
+              ->default_str(""),
+       &RowSettings::cp_comm_type);
+  sets(o, add_choice(cmd, "--optimizer", row.optimizer,
+                     "with --steps (muon: Newton-Schulz on every matrix but the embedding and head, AdamW for the "
+                     "rest; DDP only); default: each row's own (muon in the default set's Muon row)")
+              ->default_str(""),
+       &RowSettings::optimizer);
+  sets(o, cmd.add_option("--clip-grad", row.clip_grad,
+                         "with --steps: clip the global gradient norm to this before each update, as Megatron's "
+                         "--clip-grad (each parameter counted once over every parallel axis)")
+              ->check(CLI::PositiveNumber),
+       &RowSettings::clip_grad);
+  sets(o, cmd.add_option("--hot-expert-replicas", row.hot_expert_slots,
+                         "replicated hot experts (HybridEP's virtual experts): up to N replica slots per layer, "
+                         "planned from the batch's expert counts; a replica computes a share of a hot expert's rows "
+                         "with a copy of its weights and returns its wgrad to the owner (ETP 1, no FP8 dispatch; with "
+                         "--steps each step plans from the previous step's counts, the first runs unreplicated)")
+              ->check(CLI::PositiveNumber),
+       &RowSettings::hot_expert_slots);
+  sets(o, cmd.add_option("--expert-waves", row.expert_waves,
+                         "wave-scheduled EP (DeepSeek-V4's MegaMoE): the routed experts of each layer in N waves, "
+                         "each wave's compute on a worker thread while the next is dispatched and the previous "
+                         "combined; bitwise the unwaved run (AlltoAll dispatcher, N ≤ local experts per rank, no FP8 "
+                         "dispatch or replicas)")
+              ->check(CLI::PositiveNumber),
+       &RowSettings::expert_waves);
+  sets(o, cmd.add_flag("--distributed-optimizer", row.distributed_optimizer,
+                       "shard optimizer state; reduce-scatter gradients, all-gather parameters"),
+       &RowSettings::distributed_optimizer);
+}
+
 std::vector<CheckRow> rows_of(CheckOptions& o) {
   std::vector<CheckRow> rows;
   if (o.custom_model || o.layout.world > 0) {
     // A model file's mapping: what it assumed and which keys had no effect, as `layer` and `volume` print them.
-    for (const auto& note : o.run.source.notes(Semantics::parse(o.run.semantics))) o.notes.push_back("model: " + note);
+    for (const auto& note : o.run.source.notes(o.run.semantics)) o.notes.push_back("model: " + note);
     CheckRow row{o.run.source.source(), o.run, default_rows().front().layouts};
     if (o.layout.world > 0) {
       o.layout.validate();
       row.layouts = {o.layout};
     }
     std::vector<ParallelLayout> all = row.layouts;
-    if (!o.resume_as.empty()) all.push_back(parse_layout(o.resume_as, "--resume-as"));
+    if (!o.row.resume_as.empty()) all.push_back(parse_layout(o.row.resume_as, "--resume-as"));
     // In 64 bits (validated layouts: each factor ≤ world ≤ 2^20), refused past what a sequence or batch can be.
     long long seq_unit = 1, batch_unit = 1, ep = 1;
     for (const ParallelLayout& l : all) {
@@ -96,16 +161,10 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
   for (CheckRow& r : rows) {
     if (o.custom_semantics) r.run.semantics = o.run.semantics;
     if (o.custom_quant) r.run.quant = o.run.quant;
-    if (o.steps > 0) r.steps = o.steps;
-    if (!o.resume_as.empty()) r.resume_as = o.resume_as;
+    for (const RowFlag& flag : o.row_flags)
+      if (flag.option->count() > 0) flag.apply(o.row, r);
     if (r.steps < 2) r.resume_as.clear();
-    r.distributed_optimizer = r.distributed_optimizer || o.distributed_optimizer;
-    if (o.clip_grad > 0) r.clip_grad = o.clip_grad;
-    if (o.hot_expert_slots > 0) r.hot_expert_slots = o.hot_expert_slots;
-    if (o.expert_waves > 0) r.expert_waves = o.expert_waves;
-    if (!o.optimizer.empty()) r.optimizer = o.optimizer;
-    if (!o.cp_comm_type.empty()) r.cp_comm_type = o.cp_comm_type;
-    if (r.optimizer == "muon" && r.distributed_optimizer && r.steps > 0) {
+    if (r.optimizer == OptimizerKind::muon && r.distributed_optimizer && r.steps > 0) {
       // Only default rows get here (--distributed-optimizer with --optimizer muon is refused): they run with DDP.
       r.distributed_optimizer = false;
       o.notes.push_back("--optimizer muon: " + r.name + "'s distributed-optimizer row runs with DDP (Muon needs "
@@ -113,7 +172,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     }
     // Replicated experts run with ETP 1 and without FP8 dispatch (HybridEP's requirements).
     if (r.hot_expert_slots > 0) {
-      const std::string why = r.run.quant != "none" ? "FP8 dispatch" : "";
+      const std::string why = r.run.quant != Quant::none ? "FP8 dispatch" : "";
       const auto etp = [](const ParallelLayout& l) { return l.etp > 1; };
       if (o.layout.world > 0 && (!why.empty() || etp(o.layout)))
         throw std::invalid_argument("--hot-expert-replicas does not run with " + (why.empty() ? "ETP > 1" : why));
@@ -129,7 +188,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o) {
     // GTP keeps shards of its own: the distributed optimizer and Muon do not run on GTP layouts.
     const std::string gtp_refuser = r.steps == 0              ? ""
                                     : r.distributed_optimizer ? "--distributed-optimizer"
-                                    : r.optimizer == "muon"   ? "Muon"
+                                    : r.optimizer == OptimizerKind::muon ? "Muon"
                                                               : "";
     const auto has_gtp = [](const ParallelLayout& l) { return l.gtp > 1 || l.egtp > 1; };
     if (!gtp_refuser.empty() && std::any_of(r.layouts.begin(), r.layouts.end(), has_gtp)) {

@@ -5,32 +5,40 @@
 
 #include "reference/parallel_layout.hpp"
 #include "tools/check_suite.hpp"
+#include "tools/kernel_choice.hpp"
+#include "tools/rank_backend.hpp"
 #include "tools/run_options.hpp"
 #include "tools/side_by_side.hpp"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace moe::cli {
 
+// --dtype: the precision the parallel system runs in, by check's names for it.
+inline constexpr Named<Precision> kDtypeNames[] = {
+    {Precision::float64, "double"}, {Precision::float32, "float"}, {Precision::bfloat16, "bf16"}};
+
+// A flag that sets one RowSettings field of every row (--steps, --optimizer, …) and how it does.
+struct RowFlag {
+  const CLI::Option* option;
+  std::function<void(const RowSettings& given, RowSettings& row)> apply;
+};
+
 struct CheckOptions {
   RunOptions run;
   ParallelLayout layout;  // world 0 = the built-in layouts
-  std::string dispatcher = "all";
-  std::string backend = "inproc";
-  std::string kernels = "cpu";
-  int steps = 0;          // 0: one step, gradients compared before any optimizer
-  std::string resume_as;  // "world=4,ep=2,etp=2" (steps ≥ 2)
-  std::string optimizer;  // empty: each row's own (adam, muon in the Muon row)
-  std::string cp_comm_type;  // empty: each row's own (all_gather, p2p in the default set's p2p row)
+  std::optional<dist::DispatcherKind> dispatcher;  // unset: all of them
+  Backend backend = Backend::inproc;
+  Kernels kernels = Kernels::cpu;
+  Precision dtype = Precision::float64;  // bf16: float arithmetic with bf16 storage (the model's bf16_storage)
+  RowSettings row;                       // the row flags' values (add_row_flags)
+  std::vector<RowFlag> row_flags;
   int jobs = hardware_jobs();  // in-process runs side by side
-  bool distributed_optimizer = false;
-  double clip_grad = 0;
-  int hot_expert_slots = 0;  // replicated hot experts: replica slots per layer (0: each row's own)
-  int expert_waves = 0;      // wave-scheduled EP: waves per layer (0: each row's own)
   std::string checkpoint_dir;  // empty: a fresh folder under the system's temporary directory, removed at the end
   bool own_checkpoint_dir = false;  // checkpoint_dir is that fresh folder (set when the command runs)
-  std::string dtype = "double";
   double atol = 0, rtol = 0;  // unless given: the training-step row of reference/tolerance.hpp for the dtype
   bool tolerance_given = false;  // --atol or --rtol: also for Muon rows (else the muon_step row)
   bool json = false;
@@ -41,7 +49,13 @@ struct CheckOptions {
   bool custom_quant = false;
   bool seq_given = false, global_batch_given = false;
   std::vector<std::string> notes;    // what was chosen for the user (defaults that fit the layout, shrinking)
+
+  // Whether the row flag named `flag` ("--steps") was given.
+  bool given(const std::string& flag) const;
 };
+
+// The flags that set a RowSettings field of every row, bound to o.row and listed in o.row_flags.
+void add_row_flags(CLI::App& cmd, CheckOptions& o);
 
 // The rows to run: the embedded default, or the user's one configuration over the first row's layouts or --world.
 // For the user's configuration, a sequence length and global batch that the layouts' CP, SP and DP rules allow

@@ -6,13 +6,13 @@
 namespace moe::cli {
 namespace {
 
-RunOptions run_of(const std::string& preset, int micro_batch, const std::string& scaling,
-                  const std::string& semantics = "intended") {
+RunOptions run_of(const std::string& preset, int micro_batch, LossMode scaling,
+                  std::string_view semantics = "intended") {
   RunOptions r;
   r.source.preset = preset;
   r.micro_batch = micro_batch;
   r.scaling = scaling;
-  r.semantics = semantics;
+  r.semantics = Semantics::parse(semantics);
   // Uneven padding: some sequences full, one almost empty, so per-microbatch and per-rank valid counts differ.
   r.padding = "0,3,0,9,1,0,16,2";
   return r;
@@ -50,10 +50,10 @@ std::string shortest(double x) {
 
 std::vector<CheckRow> default_rows() {
   std::vector<CheckRow> rows;
-  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), all_axes()});
-  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 2, "avg"), token_splits()});
-  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, "per-token"), token_splits()});
-  rows.push_back({"tiny-top1", run_of("tiny-top1", 2, "sum"),
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, LossMode::sum), all_axes()});
+  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 2, LossMode::avg), token_splits()});
+  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, LossMode::per_token), token_splits()});
+  rows.push_back({"tiny-top1", run_of("tiny-top1", 2, LossMode::sum),
                   {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .tp = 2, .ep = 2},
                    ParallelLayout{.world = 8, .cp = 2, .pp = 2, .ep = 2}}});
   // Megatron's semantics: what 0.19.2 computes when trained through pretrain_gpt.py (the router sees no padding)
@@ -61,65 +61,65 @@ std::vector<CheckRow> default_rows() {
   // per-token aux × local tokens).
   const std::vector<ParallelLayout> cp_tp{ParallelLayout{.world = 4, .cp = 2, .ep = 2},
                                           ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}};
-  rows.push_back({"tiny-v4", run_of("tiny-v4", 2, "sum", "megatron-core-0.19"), cp_tp});
-  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 1, "sum", "megatron-core-0.19"),
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 2, LossMode::sum, "megatron-core-0.19"), cp_tp});
+  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 1, LossMode::sum, "megatron-core-0.19"),
                   {ParallelLayout{.world = 4, .ep = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}});
-  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 1, "sum", "megatron-core-0.19,+fused-swiglu-ignores-clamp"),
+  rows.push_back({"tiny-capacity", run_of("tiny-capacity", 1, LossMode::sum, "megatron-core-0.19,+fused-swiglu-ignores-clamp"),
                   {ParallelLayout{.world = 4, .ep = 2}}});
-  rows.push_back({"tiny-top1", run_of("tiny-top1", 2, "sum", "megatron-main,-router-counts-padding"), cp_tp});
+  rows.push_back({"tiny-top1", run_of("tiny-top1", 2, LossMode::sum, "megatron-main,-router-counts-padding"), cp_tp});
   // FP8 dispatch: the rows the experts see quantised at the source rank, the same bits the oracle quantises.
-  RunOptions fp8 = run_of("tiny-v4", 1, "sum");
-  fp8.quant = "fp8-dispatch";
+  RunOptions fp8 = run_of("tiny-v4", 1, LossMode::sum);
+  fp8.quant = Quant::fp8_dispatch;
   rows.push_back({"tiny-v4 fp8", fp8,
                   {ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .ep = 4}}});
-  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, "per-token", "megatron-main,-router-counts-padding"),
+  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, LossMode::per_token,
+                                         "megatron-main,-router-counts-padding"),
                   cp_tp});
   // Whole training steps (Adam, bias update, distributed optimizer), saved halfway and resumed under another EP.
   // tiny-v4's gradient norm is about 0.65 in both steps, so a max norm of 0.5 clips each (factor about 0.77).
-  CheckRow steps{"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 4, .ep = 4}}, 2,
-                 "world=4,ep=2,etp=2", true, 0.5};
+  CheckRow steps{"tiny-v4", run_of("tiny-v4", 1, LossMode::sum), {ParallelLayout{.world = 4, .ep = 4}},
+                 {.steps = 2, .resume_as = "world=4,ep=2,etp=2", .distributed_optimizer = true, .clip_grad = 0.5}};
   rows.push_back(steps);
   // Clipping under DDP where a norm can count a parameter twice or miss one: tp-replicated params (SP) and expert
   // replicas (EDP 4), expert shards over EP × ETP and stages over PP.
-  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"),
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, LossMode::sum),
                   {ParallelLayout{.world = 8, .tp = 2, .ep = 2},
                    ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}},
-                  2, "", false, 0.5});
+                  {.steps = 2, .clip_grad = 0.5}});
   // Muon: matrices whole only at their owners (TP-sharded shared expert and attention heads, ETP-sharded experts,
   // EDP replicas), the momentum carried through a checkpoint into another layout (where the heads are cut by
   // another TP and keys and values cross a CP group), and clipping over both of Muon's groups.
-  rows.push_back({"tiny-attention", run_of("tiny-attention", 1, "sum"),
-                  {ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}}, 2, "world=4,cp=2,ep=4", false, 0.5,
-                  "muon"});
+  rows.push_back({"tiny-attention", run_of("tiny-attention", 1, LossMode::sum),
+                  {ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}},
+                  {.steps = 2, .resume_as = "world=4,cp=2,ep=4", .clip_grad = 0.5, .optimizer = OptimizerKind::muon}});
   // Blocks with causal attention: heads over TP with SP, keys and values over CP by each of Megatron's two
   // exchanges (all_gather; the p2p ring), the load-balanced chunks at cp 2 and 4, and attention between pipeline
   // stages of an interleaved schedule.
-  rows.push_back({"tiny-attention", run_of("tiny-attention", 2, "sum"),
+  rows.push_back({"tiny-attention", run_of("tiny-attention", 2, LossMode::sum),
                   {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .cp = 2, .ep = 2},
                    ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4},
                    ParallelLayout{.world = 8, .tp = 2, .pp = 2, .ep = 2, .vpp = 2}}});
-  CheckRow ring{"tiny-attention p2p", run_of("tiny-attention", 1, "per-token"),
-                {ParallelLayout{.world = 4, .cp = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}};
-  ring.cp_comm_type = "p2p";
-  rows.push_back(ring);
+  rows.push_back({"tiny-attention p2p", run_of("tiny-attention", 1, LossMode::per_token),
+                  {ParallelLayout{.world = 4, .cp = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}},
+                  {.cp_comm_type = dist::KvExchange::p2p}});
   // Multi-token prediction (one depth, λ 0.3): the rolled batch on every source rank's rows, the depth's block
   // with attention over CP and TP, its CE normalised by its own tokens.
-  rows.push_back({"tiny-mtp", run_of("tiny-mtp", 2, "sum"),
+  rows.push_back({"tiny-mtp", run_of("tiny-mtp", 2, LossMode::sum),
                   {ParallelLayout{.world = 1}, ParallelLayout{.world = 4, .cp = 2, .ep = 2},
                    ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}}});
   // Two depths (D = 2): each depth's CE weighs λ/D, which at D = 1 is λ and hides a missing 1/D; the second depth
   // rolls the batch twice, so its own token count Nᵏ (per-token) differs from the first's.
-  RunOptions mtp2 = run_of("tiny-mtp", 1, "per-token");
+  RunOptions mtp2 = run_of("tiny-mtp", 1, LossMode::per_token);
   mtp2.source.flags.mtp_num_layers = 2;
   rows.push_back({"tiny-mtp D2", mtp2, {ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 2, .etp = 2}}});
   // Megatron's per-token MTP: each CP rank weighs its depth's CE by its own N_c/Nᵏ_c (padding makes them differ),
   // for each of two depths.
-  RunOptions mtp2_megatron = run_of("tiny-mtp", 1, "per-token", "megatron-core-0.19");
+  RunOptions mtp2_megatron = run_of("tiny-mtp", 1, LossMode::per_token, "megatron-core-0.19");
   mtp2_megatron.source.flags.mtp_num_layers = 2;
   rows.push_back({"tiny-mtp D2", mtp2_megatron, {ParallelLayout{.world = 4, .cp = 2, .ep = 2}}});
   // bf16 storage (float arithmetic, the bf16 tolerance): ETP's and TP's partial sums summed before they are stored,
   // and the stored residual stream between the stages of an interleaved pipeline.
-  RunOptions bf16 = run_of("tiny-v4", 1, "sum");
+  RunOptions bf16 = run_of("tiny-v4", 1, LossMode::sum);
   bf16.bf16_storage = true;
   rows.push_back({"tiny-v4 bf16", bf16,
                   {ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4},
@@ -128,7 +128,7 @@ std::vector<CheckRow> default_rows() {
   // 2.11's 1). Only stored values land on the limit, and only on a limit bf16 holds: L = 1, where tiny-v4's bf16
   // pre-activations meet it (0.5 and below they do not).
   for (const char* semantics : {"intended", "intended,+clamp-limit-passes-gradient"}) {
-    RunOptions at_limit = run_of("tiny-v4", 1, "sum", semantics);
+    RunOptions at_limit = run_of("tiny-v4", 1, LossMode::sum, semantics);
     at_limit.bf16_storage = true;
     at_limit.source.flags.swiglu_clamp = 1.0;
     rows.push_back({"tiny-v4 bf16 clamp 1", at_limit, {ParallelLayout{.world = 4, .ep = 2, .etp = 2}}});
@@ -139,33 +139,35 @@ std::vector<CheckRow> default_rows() {
   // lack (gtp-factor-missing); whole steps keep the shards' optimizer state and all-gather the updated weights.
   const std::vector<ParallelLayout> gtp{ParallelLayout{.world = 8, .tp = 2, .ep = 2, .gtp = 2, .egtp = 2},
                                         ParallelLayout{.world = 8, .cp = 2, .ep = 4, .gtp = 2}};
-  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), gtp});
-  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, "per-token"), gtp});
-  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum", "megatron-core-0.19"), {gtp[1]}});
-  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 8, .ep = 2, .etp = 2, .gtp = 2,
-                  .egtp = 2}}, 2, "world=4,ep=2,etp=2", false, 0.5});
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, LossMode::sum), gtp});
+  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, LossMode::per_token), gtp});
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, LossMode::sum, "megatron-core-0.19"), {gtp[1]}});
+  rows.push_back({"tiny-v4", run_of("tiny-v4", 1, LossMode::sum),
+                  {ParallelLayout{.world = 8, .ep = 2, .etp = 2, .gtp = 2, .egtp = 2}},
+                  {.steps = 2, .resume_as = "world=4,ep=2,etp=2", .clip_grad = 0.5}});
   // Replicated hot experts: up to 4 replica slots per layer; replicas compute shares of hot experts' rows and return
   // outputs, input gradients and wgrad to the owners. One step planned from the batch's expert counts, and two whole
   // steps, the second planned by the trainers from the first's counts.
-  CheckRow replicated{"tiny-v4", run_of("tiny-v4", 2, "per-token"),
+  CheckRow replicated{"tiny-v4", run_of("tiny-v4", 2, LossMode::per_token),
                       {ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 4},
-                       ParallelLayout{.world = 4, .cp = 2, .ep = 2}}};
-  replicated.hot_expert_slots = 4;
+                       ParallelLayout{.world = 4, .cp = 2, .ep = 2}},
+                      {.hot_expert_slots = 4}};
   rows.push_back(replicated);
-  CheckRow replicated_steps{"tiny-v4", run_of("tiny-v4", 1, "sum"), {ParallelLayout{.world = 4, .ep = 4}}, 2};
-  replicated_steps.hot_expert_slots = 4;
+  CheckRow replicated_steps{"tiny-v4", run_of("tiny-v4", 1, LossMode::sum), {ParallelLayout{.world = 4, .ep = 4}},
+                            {.steps = 2, .hot_expert_slots = 4}};
   rows.push_back(replicated_steps);
   // Wave-scheduled EP: three waves of local experts (4 per rank on ep 4: blocks of 1, 1, 2; 8 per rank on ep 2), each
   // wave's compute on a worker thread between the next wave's dispatch and the previous one's combine. AlltoAll only
   // (the dispatcher that returns every row to its source); bitwise the unwaved run, so the tolerance is the usual one.
-  CheckRow waved{"tiny-v4", run_of("tiny-v4", 2, "sum"),
+  CheckRow waved{"tiny-v4", run_of("tiny-v4", 2, LossMode::sum),
                  {ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2},
-                  ParallelLayout{.world = 4, .pp = 2, .ep = 2}}};
-  waved.expert_waves = 3;
+                  ParallelLayout{.world = 4, .pp = 2, .ep = 2}},
+                 {.expert_waves = 3}};
   rows.push_back(waved);
   // Whole bf16 steps: each step's bf16 copy of the main parameters, the update applied to the main parameters
   // (in double: the optimizer keeps double state), sharded by the distributed optimizer.
-  rows.push_back({"tiny-v4 bf16", bf16, {ParallelLayout{.world = 4, .ep = 2, .etp = 2}}, 2, "", true});
+  rows.push_back({"tiny-v4 bf16", bf16, {ParallelLayout{.world = 4, .ep = 2, .etp = 2}},
+                  {.steps = 2, .distributed_optimizer = true}});
   return rows;
 }
 
@@ -190,7 +192,7 @@ const std::vector<std::string>& all_features() {
   return names;
 }
 
-std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, const std::string& dispatcher) {
+std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, dist::DispatcherKind dispatcher) {
   const ModelConfig m = row.run.model();
   const MoeConfig& c = m.layer;
   std::set<std::string> f;
@@ -236,16 +238,16 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
   add_if(l.edp() > 1, "edp");
   add_if(l.gtp > 1, "gtp");
   add_if(l.egtp > 1, "egtp");
-  f.insert(dispatcher);
+  f.insert(std::string(to_string(dispatcher)));
   add_if(m.has_attention(), "attention");
   add_if(m.mtp_depth > 0, "mtp");
   add_if(m.mtp_depth >= 2, "mtp depth ≥ 2");
-  add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == "all_gather", "cp all_gather");
-  add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == "p2p", "cp p2p");
+  add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == dist::KvExchange::all_gather, "cp all_gather");
+  add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == dist::KvExchange::p2p, "cp p2p");
   add_if(row.steps > 0, "training steps");
   add_if(row.steps > 0 && row.distributed_optimizer, "distributed optimizer");
   add_if(row.steps > 0 && row.clip_grad > 0, "gradient clipping");
-  add_if(row.steps > 0 && row.optimizer == "muon", "muon");
+  add_if(row.steps > 0 && row.optimizer == OptimizerKind::muon, "muon");
   add_if(!row.resume_as.empty(), "resume under another layout");
   add_if(row.hot_expert_slots > 0 && l.ep > 1, "replicated hot experts");
   add_if(row.expert_waves > 1, "wave-scheduled EP");
@@ -257,9 +259,9 @@ std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, 
 }
 
 std::string row_label(const CheckRow& r) {
-  std::string label = r.name + " " + r.run.scaling + " b" + std::to_string(r.run.micro_batch);
+  std::string label = r.name + " " + std::string(to_string(r.run.scaling)) + " b" + std::to_string(r.run.micro_batch);
   if (r.steps > 0)
-    label += " " + std::to_string(r.steps) + " steps" + (r.optimizer == "adam" ? "" : " " + r.optimizer) +
+    label += " " + std::to_string(r.steps) + " steps" + (r.optimizer == OptimizerKind::adam ? "" : " " + std::string(to_string(r.optimizer))) +
              (r.distributed_optimizer ? " dist-opt" : "") +
              (r.clip_grad > 0 ? " clip " + shortest(r.clip_grad) : "") +
              (r.resume_as.empty() ? "" : " resume " + r.resume_as);
@@ -270,7 +272,7 @@ std::string row_label(const CheckRow& r) {
 
 
 bool bf16_in_double(const CheckRow& r) {
-  return r.run.bf16_storage && (r.steps > 0 || r.run.quant != "none" || r.run.model().has_attention());
+  return r.run.bf16_storage && (r.steps > 0 || r.run.quant != Quant::none || r.run.model().has_attention());
 }
 
 // In double both sides round the same values and agree bitwise on one rank (sums of
@@ -280,7 +282,7 @@ bool bf16_in_double(const CheckRow& r) {
 // rounds by the sign of that error, which each side's summation order decides — one bf16 ulp of one element (2e-7
 // in the expert gradients, measured). Such a row keeps the bf16 tolerance, as float rows do.
 Tolerance bf16_row_tolerance(const CheckRow& r) {
-  const bool exact = bf16_in_double(r) && r.run.quant == "none";
+  const bool exact = bf16_in_double(r) && r.run.quant == Quant::none;
   return moe::tolerance(Compared::training_step, exact ? Precision::float64 : Precision::bfloat16);
 }
 

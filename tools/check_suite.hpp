@@ -3,28 +3,41 @@
 // loss mode and every modelled semantics deviation, in a few seconds; check prints the coverage it measured.
 #pragma once
 
+#include "distributed/dispatch/dispatcher.hpp"
+#include "distributed/train/cp_attention.hpp"
 #include "reference/tolerance.hpp"
+#include "reference/trajectory.hpp"
 #include "tools/run_options.hpp"
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moe::cli {
 
-// One row of the default set: a model and batch (with padding), its layouts, and optionally whole training steps.
-struct CheckRow {
+// What a row runs besides its model and layouts. Each default row has its own; a flag of `check` (check_rows.hpp)
+// sets one of them for every row.
+struct RowSettings {
+  int steps = 0;                 // 0: one step, gradients compared before any optimizer
+  std::string resume_as{};       // with steps ≥ 2: save after steps/2 and continue under this layout
+  bool distributed_optimizer = false;
+  double clip_grad = 0;          // with steps: clip the global gradient norm to this (0: off)
+  OptimizerKind optimizer = OptimizerKind::adam;              // with steps
+  dist::KvExchange cp_comm_type = dist::KvExchange::all_gather;  // with attention: how keys and values cross cp
+  int hot_expert_slots = 0;      // replicated hot experts: replica slots per layer (ETP 1)
+  int expert_waves = 1;          // wave-scheduled EP: the routed experts in this many waves (AlltoAll only)
+};
+
+// One row of the default set: a model and batch (with padding), its layouts, and what it runs on them.
+struct CheckRow : RowSettings {
+  CheckRow(std::string row_name, RunOptions row_run, std::vector<ParallelLayout> row_layouts,
+           RowSettings settings = {})
+      : RowSettings(std::move(settings)), name(std::move(row_name)), run(std::move(row_run)),
+        layouts(std::move(row_layouts)) {}
   std::string name;
   RunOptions run;
   std::vector<ParallelLayout> layouts;
-  int steps = 0;          // 0: one step, gradients compared before any optimizer
-  std::string resume_as{};  // with steps ≥ 2: save after steps/2 and continue under this layout
-  bool distributed_optimizer = false;
-  double clip_grad = 0;  // with steps: clip the global gradient norm to this (0: off)
-  std::string optimizer = "adam";  // with steps: adam, muon or sgd
-  std::string cp_comm_type = "all_gather";  // with attention: how keys and values cross the cp group (or p2p)
-  int hot_expert_slots = 0;  // replicated hot experts: replica slots per layer (ETP 1)
-  int expert_waves = 1;      // wave-scheduled EP: the routed experts in this many waves (AlltoAll only)
 };
 
 std::vector<CheckRow> default_rows();
@@ -42,6 +55,6 @@ Tolerance bf16_row_tolerance(const CheckRow& row);
 const std::vector<std::string>& all_features();
 // What one run of a row exercises: its model's options, loss mode, micro-batch, padding, layout axes, dispatcher,
 // steps and the semantics deviations in effect. Only names from all_features().
-std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& layout, const std::string& dispatcher);
+std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& layout, dist::DispatcherKind dispatcher);
 
 }  // namespace moe::cli

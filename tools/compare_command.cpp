@@ -23,7 +23,7 @@
 namespace moe::cli {
 namespace {
 
-struct CompareArgs {
+struct CompareOptions {
   std::string dir;
   std::string semantics;  // empty: the dump's claim
   std::string precision;  // empty: the arrays' (or dump.json's, when no looser)
@@ -52,7 +52,7 @@ std::string ranks_text(const compare::TensorResult& t) {
   return s;
 }
 
-void run(const CompareArgs& a) {
+void run(const CompareOptions& a) {
   const compare::Dump dump = compare::read_dump(a.dir, {a.semantics, a.precision});
   Progress progress("compare", "experts", compare::compare_steps(dump), a.json);
   const auto start = std::chrono::steady_clock::now();
@@ -157,7 +157,7 @@ void run(const CompareArgs& a) {
 }  // namespace
 
 void add_compare_command(CLI::App& app) {
-  auto args = std::make_shared<CompareArgs>();
+  auto args = std::make_shared<CompareOptions>();
   auto* cmd = app.add_subcommand(
       "compare",
       "Compare another framework's per-rank dump of one MoE layer (format moe-dump/1, e.g. from megatron_bridge/) "

@@ -4,6 +4,7 @@
 // tools/hf_config.cpp, and a dump says what the model's files define, not what the captured code happened to do.
 #include "golden/case_json.hpp"
 #include "reference/model.hpp"
+#include "tools/run_options.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
 
@@ -16,14 +17,14 @@
 namespace moe::cli {
 namespace {
 
-struct ConfigArgs {
+struct ConfigOptions {
   ModelOptions model;
-  std::string semantics = "intended";
+  Semantics semantics;
   bool json = false;
 };
 
-void run(const ConfigArgs& a) {
-  const Semantics semantics = Semantics::parse(a.semantics);
+void run(const ConfigOptions& a) {
+  const Semantics& semantics = a.semantics;
   const LayerPreset p = a.model.resolve(semantics);
   ModelConfig m;
   m.layer = p.config;
@@ -56,14 +57,13 @@ void run(const ConfigArgs& a) {
 }  // namespace
 
 void add_config_command(CLI::App& app) {
-  auto a = std::make_shared<ConfigArgs>();
+  auto a = std::make_shared<ConfigOptions>();
   auto* cmd = app.add_subcommand(
       "config", "The oracle's MoE layer of a model as golden config keys (what a dump's \"config\" holds)");
   add_model_options(*cmd, a->model);
-  cmd->add_option("--semantics", a->semantics,
-                  "semantics profile (intended, megatron-core-0.19, megatron-main, hf-transformers-5.25; "
-                  "P,+deviation,-deviation); its mapped deviations change how a Hugging Face config.json is read")
-      ->capture_default_str();
+  CLI::Option* semantics = add_semantics_option(*cmd, a->semantics);
+  semantics->description(semantics->get_description() +
+                         "; its mapped deviations change how a Hugging Face config.json is read");
   cmd->add_flag("--json", a->json, "machine-readable output");
   cmd->callback([a] { run(*a); });
 }

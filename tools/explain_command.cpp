@@ -25,7 +25,7 @@
 namespace moe::cli {
 namespace {
 
-struct ExplainArgs {
+struct ExplainOptions {
   RunOptions run;
   std::vector<std::string> layouts;
   bool json = false;
@@ -92,7 +92,7 @@ std::string sci(double v) {
   return buf;
 }
 
-void run(const ExplainArgs& a) {
+void run(const ExplainOptions& a) {
   if (a.layouts.size() != 2) throw std::invalid_argument("--layout: give exactly two layouts, A then B");
   const RunOptions& o = a.run;
   const ParallelLayout la = parse_layout(a.layouts[0], "--layout"), lb = parse_layout(a.layouts[1], "--layout");
@@ -173,7 +173,7 @@ void run(const ExplainArgs& a) {
   if (a.json) {
     nlohmann::json out{{"moe_oracle", MOE_ORACLE_VERSION},
                        {"semantics", model.semantics().spec()},
-                       {"scaling", o.scaling},
+                       {"scaling", to_string(o.scaling)},
                        {"layouts", {layout_json(la), layout_json(lb)}},
                        {"objective", {a_full.step.objective, b_full.step.objective}},
                        {"summary", headline}};
@@ -235,7 +235,7 @@ void run(const ExplainArgs& a) {
 }  // namespace
 
 void add_explain_command(CLI::App& app) {
-  auto args = std::make_shared<ExplainArgs>();
+  auto args = std::make_shared<ExplainOptions>();
   auto* cmd = app.add_subcommand(
       "explain",
       "Run the oracle for two layouts under a semantics profile and attribute the difference in the objective and "

@@ -18,7 +18,7 @@
 namespace moe::cli {
 namespace {
 
-struct GroupsArgs {
+struct GroupsOptions {
   ParallelLayout layout;
   ModelOptions model;
   int rank = 0;
@@ -59,7 +59,7 @@ std::vector<int> stage_ranks(const ProcessGroups& g, int rank) {
   return ranks;
 }
 
-void run(const GroupsArgs& a) {
+void run(const GroupsOptions& a) {
   const ProcessGroups g(a.layout);
   const LayerPreset preset = a.model.resolve();
   const int num_experts = preset.config.num_experts;
@@ -140,7 +140,7 @@ void run(const GroupsArgs& a) {
 }  // namespace
 
 void add_groups_command(CLI::App& app) {
-  auto args = std::make_shared<GroupsArgs>();
+  auto args = std::make_shared<GroupsOptions>();
   auto* cmd = app.add_subcommand("groups", "Process groups of a rank and the routed experts it holds (Megatron's "
                                            "RankGenerator; dense mesh ep = 1, expert mesh cp = 1)");
   add_layout_flags(*cmd, args->layout, true);

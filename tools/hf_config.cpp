@@ -141,6 +141,18 @@ class HfKeys {
   }
   double number(const std::string& key, const json& v) { return as_number(key, v); }
 
+  // A string key whose value must be one of `table`'s names; an absent key takes `fallback` (choice_or).
+  template <typename E>
+  E choice(const std::string& key, std::span<const Named<E>> table) {
+    return as_choice(key, string(key), table);
+  }
+  template <typename E>
+  E choice_or(const std::string& key, E fallback, const std::string& why, std::span<const Named<E>> table) {
+    const json* v = find(key);
+    if (!v) assume(key, quoted(std::string(name_of(fallback, table))), why);
+    return v ? as_choice(key, as_string(key, *v), table) : fallback;
+  }
+
   // A key this model's mapping reads and does not use: listed in `ignored` when the file has it.
   void ignore(const std::string& key, const std::string& why) {
     if (const json* v = find(key)) out_.ignored.push_back(key + " = " + show(*v) + ": " + why);
@@ -180,6 +192,11 @@ class HfKeys {
     if (!v.is_boolean()) throw std::invalid_argument("'" + key + "' must be true or false, got " + show(v));
     return v.get<bool>();
   }
+  template <typename E>
+  static E as_choice(const std::string& key, const std::string& text, std::span<const Named<E>> table) {
+    if (const auto value = find_named(text, table)) return *value;
+    throw std::invalid_argument("'" + key + "' is " + quoted(text) + ": " + name_list(table) + " map");
+  }
   static std::string as_string(const std::string& key, const json& v) {
     if (!v.is_string()) throw std::invalid_argument("'" + key + "' must be a string, got " + show(v));
     return v.get<std::string>();
@@ -192,12 +209,20 @@ class HfKeys {
 
 constexpr const char* kClassDefault = "the HF config class's default";
 
-// Every model's experts are SwiGLU: down(silu(gate(x)) * up(x)), the oracle's expert.
+// Every model's experts are SwiGLU: down(silu(gate(x)) * up(x)), the oracle's expert; no other activation maps.
+enum class Activation { silu };
+constexpr Named<Activation> kActivations[] = {{Activation::silu, "silu"}};
+
 void check_activation(HfKeys& k) {
-  const std::string act = k.string_or("hidden_act", "silu", kClassDefault);
-  if (act != "silu")
-    throw std::invalid_argument("'hidden_act' is " + quoted(act) + ": the oracle's experts are SwiGLU (silu) only");
+  k.choice_or<Activation>("hidden_act", Activation::silu, kClassDefault, kActivations);
 }
+
+// DeepSeek's topk_method: top-k over all experts, over the best groups by their best score, or (noaux_tc) over the
+// best groups by the sum of their top-2 score + bias, selecting by score + bias.
+enum class TopkMethod { greedy, group_limited_greedy, noaux_tc };
+constexpr Named<TopkMethod> kTopkMethods[] = {{TopkMethod::greedy, "greedy"},
+                                              {TopkMethod::group_limited_greedy, "group_limited_greedy"},
+                                              {TopkMethod::noaux_tc, "noaux_tc"}};
 
 // The layer's shape, under the model type's key names for the expert count and width; the experts' activation
 // checked.
@@ -314,14 +339,9 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3, bool transformers_v2_gate)
                                 ": dense blocks between the MoE blocks are not modelled (only 1 maps)");
 
   // The routing rule is never guessed: scoring_func, topk_method and norm_topk_prob are required.
-  const std::string scoring = k.string("scoring_func");
-  if (scoring != "softmax" && scoring != "sigmoid" && scoring != "sqrtsoftplus")
-    throw std::invalid_argument("'scoring_func' is " + quoted(scoring) + ": softmax, sigmoid or sqrtsoftplus map");
-  c.score_function = parse_score_function(scoring);
-  const std::string method = k.string("topk_method");
-  if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc")
-    throw std::invalid_argument("'topk_method' is " + quoted(method) +
-                                ": greedy, group_limited_greedy or noaux_tc map");
+  c.score_function = k.choice<ScoreFunction>("scoring_func", kScoreFunctionNames);
+  const std::string scoring(to_string(c.score_function));
+  const TopkMethod method = k.choice<TopkMethod>("topk_method", kTopkMethods);
   const bool norm = k.boolean("norm_topk_prob");
   const double scale = k.number_or("routed_scaling_factor", v3 ? 2.5 : 1.0, class_default);
 
@@ -370,7 +390,7 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3, bool transformers_v2_gate)
   // Groups. The oracle, as Megatron, scores a group by the sum of its top k/group_topk ranking scores; DeepSeek's
   // noaux_tc by the sum of its top 2 (score + bias), group_limited_greedy by its best score. They agree only when
   // k/topk_group is 2, respectively 1.
-  if (method == "greedy") {
+  if (method == TopkMethod::greedy) {
     k.ignore("n_group", "topk_method \"greedy\" selects among all experts");
     k.ignore("topk_group", "topk_method \"greedy\" selects among all experts");
   } else {
@@ -383,10 +403,11 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3, bool transformers_v2_gate)
       k.ignore("topk_group", "one group");
     } else {
       const int kept = v3 ? k.integer_or("topk_group", 4, class_default) : k.integer("topk_group");
-      const int counted = method == "noaux_tc" ? 2 : 1;
+      const int counted = method == TopkMethod::noaux_tc ? 2 : 1;
       if (kept <= 0 || c.topk % kept != 0 || c.topk / kept != counted)
         throw std::invalid_argument("'topk_group' is " + std::to_string(kept) + " with num_experts_per_tok " +
-                                    std::to_string(c.topk) + ": topk_method " + quoted(method) +
+                                    std::to_string(c.topk) + ": topk_method " +
+                                    quoted(std::string(name_of(method, kTopkMethods))) +
                                     " scores a group by its top " + std::to_string(counted) +
                                     " expert(s), the oracle (as Megatron) by its top k/topk_group; only topk_group = " +
                                     std::to_string(c.topk / counted) + " maps");
@@ -394,7 +415,7 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3, bool transformers_v2_gate)
       c.group_topk = kept;
     }
   }
-  if (method == "noaux_tc") {
+  if (method == TopkMethod::noaux_tc) {
     if (c.score_function == ScoreFunction::softmax)
       throw std::invalid_argument(
           "'topk_method' is \"noaux_tc\" with scoring_func \"softmax\": the bias-balanced "
@@ -427,11 +448,11 @@ void map_deepseek(HfKeys& k, ModelFile& out, bool v3, bool transformers_v2_gate)
     const bool seq = k.boolean_or("seq_aux", true, kClassDefault);
     c.aux_loss_type = seq ? AuxLossType::seq_aux : AuxLossType::aux;
     c.aux_loss_coeff = alpha;
-    if (method != "greedy")
+    if (method != TopkMethod::greedy)
       out.assumptions.push_back(
           std::string("aux_loss_alpha -> ") + (seq ? "seq_aux" : "aux") +
           ": DeepSeek counts each token's actual selection (with the groups" +
-          (method == "noaux_tc" ? " and the bias" : "") +
+          (method == TopkMethod::noaux_tc ? " and the bias" : "") +
           "); the oracle's aux map, as Megatron's, is the plain top-k of the normalised "
           "scores" +
           (v3 ? " (HF's V3 code computes no loss; this is the V3 paper's sequence-wise one)" : ""));
@@ -457,16 +478,15 @@ void map_deepseek_v4(HfKeys& k, ModelFile& out) {
   MoeConfig& c = out.model.config;
   read_expert_shape(k, c, "n_routed_experts", "moe_intermediate_size");
 
-  const std::string scoring = k.string_or("scoring_func", "sqrtsoftplus", kClassDefault);
-  if (scoring != "softmax" && scoring != "sigmoid" && scoring != "sqrtsoftplus")
-    throw std::invalid_argument("'scoring_func' is " + quoted(scoring) + ": softmax, sigmoid or sqrtsoftplus map");
-  c.score_function = parse_score_function(scoring);
+  c.score_function =
+      k.choice_or<ScoreFunction>("scoring_func", ScoreFunction::sqrtsoftplus, kClassDefault, kScoreFunctionNames);
   if (c.score_function == ScoreFunction::softmax)
     throw std::invalid_argument("'scoring_func' is \"softmax\": DeepSeek-V4's bias-balanced gate is modelled for "
                                 "sigmoid and sqrtsoftplus only");
-  const std::string method = k.string_or("topk_method", "noaux_tc", "DeepSeek-V4's gate: top-k of score + bias");
-  if (method != "noaux_tc")
-    throw std::invalid_argument("'topk_method' is " + quoted(method) + ": DeepSeek-V4's gate is noaux_tc");
+  // DeepSeek-V4's gate is noaux_tc: no other method maps.
+  constexpr Named<TopkMethod> kV4Methods[] = {{TopkMethod::noaux_tc, "noaux_tc"}};
+  k.choice_or<TopkMethod>("topk_method", TopkMethod::noaux_tc, "DeepSeek-V4's gate: top-k of score + bias",
+                          kV4Methods);
   if (!k.boolean_or("norm_topk_prob", true, kClassDefault) && c.topk > 1)
     throw std::invalid_argument("'norm_topk_prob' is false: DeepSeek-V4 always divides by the sum of the top-k "
                                 "scores (unnormalised weights are not modelled)");
@@ -503,15 +523,19 @@ void map_deepseek_v4(HfKeys& k, ModelFile& out) {
   if (const json* types = k.find("mlp_layer_types")) {
     if (!types->is_array() || static_cast<int>(types->size()) != layers)
       throw std::invalid_argument("'mlp_layer_types' must list num_hidden_layers entries, got " + show(*types));
+    enum class MlpType { hash_moe, moe };
+    constexpr Named<MlpType> kMlpTypes[] = {{MlpType::hash_moe, "hash_moe"}, {MlpType::moe, "moe"}};
     bool leading = true;
     for (const json& t : *types) {
-      if (!t.is_string() || (t != "hash_moe" && t != "moe"))
+      const auto type = t.is_string() ? find_named<MlpType>(t.get<std::string>(), kMlpTypes) : std::nullopt;
+      if (!type)
         throw std::invalid_argument("'mlp_layer_types' entries are \"hash_moe\" or \"moe\", got " + show(t));
-      if (t == "hash_moe" && !leading)
+      const bool hashed = *type == MlpType::hash_moe;
+      if (hashed && !leading)
         throw std::invalid_argument("'mlp_layer_types' has a hash layer after a routed one: the oracle's hash "
                                     "layers are the first ones");
-      leading = leading && t == "hash_moe";
-      hash += t == "hash_moe";
+      leading = leading && hashed;
+      hash += hashed;
     }
     k.ignore("num_hash_layers", "mlp_layer_types says which layers are hash layers");
   } else {
@@ -556,30 +580,29 @@ std::string describe(const std::string& type, const std::string& name, const Lay
 ModelFile model_from_hf_config(const json& root, const std::string& name, const Semantics& semantics) {
   ModelFile out;
   HfKeys k(root, out);
-  const std::string type = k.string("model_type");
-  if (type == "qwen3_moe" || type == "qwen2_moe") {
-    map_qwen(k, out, type == "qwen2_moe");
-  } else if (type == "mixtral") {
-    map_mixtral(k, out);
-  } else if (type == "deepseek_v3" || type == "deepseek_v2") {
-    map_deepseek(k, out, type == "deepseek_v3", semantics.has(Deviation::v2_gate_softmax_scaled));
-  } else if (type == "deepseek_v4") {
-    map_deepseek_v4(k, out);
-  } else {
-    throw std::invalid_argument("'model_type' is " + quoted(type) + ": not a model type this reader maps (" +
-                                kHfModelTypes + ")");
+  const HfModelType type = k.choice<HfModelType>("model_type", kHfModelTypes);
+  switch (type) {
+    case HfModelType::qwen2_moe:
+    case HfModelType::qwen3_moe: map_qwen(k, out, type == HfModelType::qwen2_moe); break;
+    case HfModelType::mixtral: map_mixtral(k, out); break;
+    case HfModelType::deepseek_v2:
+    case HfModelType::deepseek_v3:
+      map_deepseek(k, out, type == HfModelType::deepseek_v3, semantics.has(Deviation::v2_gate_softmax_scaled));
+      break;
+    case HfModelType::deepseek_v4: map_deepseek_v4(k, out); break;
   }
   // Biases on the expert (and shared expert) projections would change the layer: refused in every family (an
   // absent key is no bias, every family's class default, and not worth a note).
   if (const json* bias = k.find("mlp_bias"); bias && k.boolean("mlp_bias"))
     throw std::invalid_argument("'mlp_bias' is true: experts with biases are not modelled");
   note_absent_options(out);
-  k.report_rest(type);
-  out.source = "Hugging Face config.json (" + type + ")";
+  const std::string type_name(name_of(type, kHfModelTypes));
+  k.report_rest(type_name);
+  out.source = "Hugging Face config.json (" + type_name + ")";
   out.model.name = name;
   out.model.seq = kDefaultSeq;
   out.model.batch = kDefaultMicroBatch;
-  out.model.description = describe(type, name, out.model);
+  out.model.description = describe(type_name, name, out.model);
   try {
     out.model.config.validate();
   } catch (const std::invalid_argument& e) {

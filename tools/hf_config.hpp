@@ -2,6 +2,7 @@
 // LayerPreset. The mapping per model type, with every assumption it makes, is the table in models/README.md.
 #pragma once
 
+#include "reference/named.hpp"
 #include "tools/model_file.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -10,8 +11,12 @@
 
 namespace moe::cli {
 
-// The model types the mapping knows, in the order error messages list them.
-inline constexpr const char* kHfModelTypes = "deepseek_v2, deepseek_v3, deepseek_v4, mixtral, qwen2_moe, qwen3_moe";
+// The model types the mapping knows (config.json's "model_type"), in the order error messages list them.
+enum class HfModelType { deepseek_v2, deepseek_v3, deepseek_v4, mixtral, qwen2_moe, qwen3_moe };
+inline constexpr Named<HfModelType> kHfModelTypes[] = {
+    {HfModelType::deepseek_v2, "deepseek_v2"}, {HfModelType::deepseek_v3, "deepseek_v3"},
+    {HfModelType::deepseek_v4, "deepseek_v4"}, {HfModelType::mixtral, "mixtral"},
+    {HfModelType::qwen2_moe, "qwen2_moe"},     {HfModelType::qwen3_moe, "qwen3_moe"}};
 
 // `root` is a parsed config.json (an object with "model_type"); `name` becomes model.name. Throws
 // std::invalid_argument with one line naming the key (not the file: read_model_file adds it). The config is

@@ -1,6 +1,7 @@
 #include "tools/kernel_choice.hpp"
 
 #include <stdexcept>
+#include <string>
 
 #ifdef MOE_ORACLE_HAVE_CUDA
 #include "cuda/device_kernels.hpp"
@@ -8,20 +9,18 @@
 
 namespace moe::cli {
 
-KernelChoice::KernelChoice(const std::string& name) {
-  if (name == "cpu") return;
-  if (name != "cuda" && name != "cuda-batch-invariant")
-    throw std::invalid_argument("unknown kernels '" + name + "' (" + kKernelNames + ")");
+KernelChoice::KernelChoice(Kernels kernels) {
+  if (kernels == Kernels::cpu) return;
+  const std::string flag = "--kernels " + std::string(name_of(kernels));
 #ifdef MOE_ORACLE_HAVE_CUDA
   try {
     owned_ = std::make_unique<cuda::DeviceKernels>(
-        0, name == "cuda" ? cuda::GemmMode::cublas : cuda::GemmMode::batch_invariant);
+        0, kernels == Kernels::cuda ? cuda::GemmMode::cublas : cuda::GemmMode::batch_invariant);
   } catch (const std::runtime_error& e) {
-    throw std::invalid_argument("--kernels " + name + ": " + e.what());
+    throw std::invalid_argument(flag + ": " + e.what());
   }
 #else
-  throw std::invalid_argument("--kernels " + name +
-                              ": this build has no CUDA backend (nvcc was not found when CMake configured it)");
+  throw std::invalid_argument(flag + ": this build has no CUDA backend (nvcc was not found when CMake configured it)");
 #endif
 }
 

@@ -7,21 +7,25 @@
 #pragma once
 
 #include "distributed/kernels/kernel_backend.hpp"
+#include "reference/named.hpp"
 
 #include <memory>
-#include <string>
+#include <span>
 
 namespace moe::cli {
 
+enum class Kernels { cpu, cuda, cuda_batch_invariant };
+inline constexpr Named<Kernels> kKernelNames[] = {
+    {Kernels::cpu, "cpu"}, {Kernels::cuda, "cuda"}, {Kernels::cuda_batch_invariant, "cuda-batch-invariant"}};
+constexpr std::span<const Named<Kernels>> names_of(Kernels) { return kKernelNames; }
+
 class KernelChoice {
  public:
-  explicit KernelChoice(const std::string& name);  // throws std::invalid_argument / std::runtime_error
+  explicit KernelChoice(Kernels kernels);  // throws std::invalid_argument where the CUDA backend is missing
   const dist::KernelBackend& backend() const { return owned_ ? *owned_ : dist::cpu_kernels(); }
 
  private:
   std::unique_ptr<const dist::KernelBackend> owned_;
 };
-
-inline constexpr const char* kKernelNames = "cpu, cuda, cuda-batch-invariant";
 
 }  // namespace moe::cli

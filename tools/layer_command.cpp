@@ -3,6 +3,7 @@
 #include "reference/moe_layer.hpp"
 #include "reference/presets.hpp"
 #include "reference/random_init.hpp"
+#include "tools/run_options.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
@@ -21,7 +22,7 @@ namespace {
 
 struct LayerOptions {
   ModelOptions model;
-  std::string semantics = "intended";
+  Semantics semantics;
   int seq = 0;    // 0 = the preset's
   int batch = 0;  // 0 = the preset's
   std::uint64_t seed = 1;
@@ -86,7 +87,7 @@ std::string describe(const MoeConfig& c) {
 
 void print_human(const LayerPreset& p, const MoeConfig& c, const LayerOptions& o, const MoeParams<double>& params,
                  const MoeForward<double>& f, const std::vector<TensorNorm>& grads) {
-  for (const auto& note : o.model.notes(Semantics::parse(o.semantics))) std::printf("note: %s\n", note.c_str());
+  for (const auto& note : o.model.notes(o.semantics)) std::printf("note: %s\n", note.c_str());
   std::printf("moe-oracle layer: one MoE layer through the oracle (double precision, one process)\n\n");
   std::printf("model    %s: %s\nconfig   %s\nsemantics %s\nbatch    seq %d × batch %d = %lld tokens, seed %llu, "
               "double\n\n",
@@ -128,15 +129,13 @@ void add_layer_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of parameters, inputs and grad_y")
       ->capture_default_str()
       ->check(seed_value());
-  cmd->add_option("--semantics", o->semantics,
-                  "semantics profile (intended, megatron-core-0.19, megatron-main, hf-transformers-5.25; P,+deviation,-deviation)")
-      ->capture_default_str();
+  add_semantics_option(*cmd, o->semantics);
   add_oracle_path_option(*cmd, o->path);
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->callback([o] {
-    const LayerPreset p = o->model.resolve(Semantics::parse(o->semantics));
+    const LayerPreset p = o->model.resolve(o->semantics);
     MoeConfig config = p.config;
-    config.semantics = Semantics::parse(o->semantics);
+    config.semantics = o->semantics;
     LayerOptions opt = *o;
     if (opt.seq == 0) opt.seq = p.seq;
     if (opt.batch == 0) opt.batch = p.batch;

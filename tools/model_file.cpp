@@ -46,7 +46,9 @@ json parse_file(const fs::path& path) {
 std::string name_from_path(const fs::path& path) {
   const std::string stem = path.stem().string();
   const std::string folder = path.parent_path().filename().string();
-  return (stem == "config" || stem == "case") && !folder.empty() ? folder : stem;
+  constexpr std::string_view kConventional[] = {"config", "case"};
+  const bool conventional = std::find(std::begin(kConventional), std::end(kConventional), stem) != std::end(kConventional);
+  return conventional && !folder.empty() ? folder : stem;
 }
 
 ModelFile from_ours(const json& root) {

@@ -5,6 +5,7 @@
 #include "tools/model_file.hpp"
 
 #include "reference/memory_estimate.hpp"
+#include "reference/named.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -18,13 +19,16 @@
 namespace moe::cli {
 namespace {
 
+// Megatron's --moe-router-load-balancing-type names for the aux-loss types.
+constexpr Named<AuxLossType> kMegatronBalancing[] = {{AuxLossType::aux, "aux_loss"},
+                                                     {AuxLossType::seq_aux, "seq_aux_loss"},
+                                                     {AuxLossType::global_aux, "global_aux_loss"},
+                                                     {AuxLossType::none, "none"}};
+
 AuxLossType megatron_balancing(const std::string& name) {
-  if (name == "aux_loss") return AuxLossType::aux;
-  if (name == "seq_aux_loss") return AuxLossType::seq_aux;
-  if (name == "global_aux_loss") return AuxLossType::global_aux;
-  if (name == "none") return AuxLossType::none;
-  throw std::invalid_argument("--moe-router-load-balancing-type: '" + name +
-                              "' is not modelled (aux_loss, seq_aux_loss, global_aux_loss, none)");
+  if (const auto type = find_named<AuxLossType>(name, kMegatronBalancing)) return *type;
+  throw std::invalid_argument("--moe-router-load-balancing-type: '" + name + "' is not modelled (" +
+                              name_list<AuxLossType>(kMegatronBalancing) + ")");
 }
 
 // The Megatron-named overrides on one layer config; aux_loss_coeff follows the balancing type when only one is set.
@@ -232,8 +236,9 @@ double available_memory() {
   std::string key;
   double kib = 0;
   std::string unit;
+  constexpr std::string_view kAvailable = "MemAvailable:";  // the kernel's estimate of what can be allocated
   while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == kAvailable) return kib * 1024;
   return 0;
 }
 

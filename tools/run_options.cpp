@@ -1,5 +1,6 @@
 #include "tools/cli_checks.hpp"
 #include "tools/run_options.hpp"
+#include "tools/choice_option.hpp"
 
 #include "reference/presets.hpp"
 
@@ -38,12 +39,12 @@ std::vector<std::string> split_items(const std::string& text) {
 }  // namespace
 
 ModelConfig RunOptions::model() const {
-  LayerPreset p = source.resolve(Semantics::parse(semantics));
+  LayerPreset p = source.resolve(semantics);
   if (shrink) p = shrink_model(p, ep_multiple);
   ModelConfig m;
   m.layer = p.config;
-  m.layer.semantics = Semantics::parse(semantics);
-  m.layer.fp8_dispatch = quant == "fp8-dispatch";
+  m.layer.semantics = semantics;
+  m.layer.fp8_dispatch = quant == Quant::fp8_dispatch;
   m.layer.bf16_storage = bf16_storage;
   m.num_layers = p.num_layers > 0 ? p.num_layers : 4;
   m.n_hash_layers = hash_layers.value_or(p.n_hash_layers);
@@ -136,7 +137,7 @@ std::string RunOptions::describe() const {
   s << source.source() << (shrink ? " shrunk" : "") << " (" << m.num_layers << " layers, " << m.n_hash_layers
     << " hash; h " << m.layer.hidden << ", E " << m.layer.num_experts << ", k " << m.layer.topk << "), global batch "
     << global_batch << " × seq " << seq << ", micro-batch " << micro_batch << ", padding "
-    << (padding.empty() ? std::string("none") : "[" + padding + "]") << ", scaling " << scaling << ", semantics "
+    << (padding.empty() ? std::string("none") : "[" + padding + "]") << ", scaling " << to_string(scaling) << ", semantics "
     << m.semantics().spec() << (m.layer.fp8_dispatch ? ", FP8 dispatch" : "")
     << (m.layer.bf16_storage ? ", bf16 storage" : "");
   return s.str();
@@ -159,21 +160,25 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
       ->check(whole_at_least(1));
   cmd.add_option("--padding", o.padding,
                  "padded positions at the end of each sequence, e.g. 3,0,1 (cycled over the batch; default none)");
-  cmd.add_option("--quant", o.quant,
-                 "none, or fp8-dispatch: the rows sent to the routed experts fake-quantised to FP8 e4m3 in 1×128 "
-                 "tiles before the dispatch (DeepSeek-V3's recipe), in the oracle and the parallel system alike")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "fp8-dispatch"}));
-  cmd.add_option("--scaling", o.scaling, "sum, avg or per-token")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sum", "avg", "per-token"}));
-  cmd.add_flag_callback("--calculate-per-token-loss", [&o] { o.scaling = "per-token"; },
+  add_choice(cmd, "--quant", o.quant,
+             "fp8-dispatch: the rows sent to the routed experts fake-quantised to FP8 e4m3 in 1×128 tiles before the "
+             "dispatch (DeepSeek-V3's recipe), in the oracle and the parallel system alike");
+  add_choice(cmd, "--scaling", o.scaling, "how the microbatches' losses combine (docs/commands.md)");
+  cmd.add_flag_callback("--calculate-per-token-loss", [&o] { o.scaling = LossMode::per_token; },
                         "Megatron's name for --scaling per-token");
-  cmd.add_option("--semantics", o.semantics,
-                 "intended, megatron-core-0.19, megatron-main or hf-transformers-5.25, optionally with ,+deviation / ,-deviation "
-                 "(moe-oracle semantics lists them)")
-      ->capture_default_str();
+  add_semantics_option(cmd, o.semantics);
   cmd.add_option("--seed", o.seed, "seed of parameters and batch")->capture_default_str()->check(seed_value());
+}
+
+CLI::Option* add_semantics_option(CLI::App& cmd, Semantics& semantics) {
+  std::string profiles;
+  for (const SemanticsProfile& p : semantics_profiles())
+    profiles += (profiles.empty() ? "" : ", ") + std::string(p.name);
+  return cmd
+      .add_option_function<std::string>(
+          "--semantics", [&semantics](const std::string& spec) { semantics = Semantics::parse(spec); },
+          "a profile (" + profiles + "), optionally with ,+deviation / ,-deviation (moe-oracle semantics lists them)")
+      ->default_str(semantics.spec());
 }
 
 ParallelLayout parse_layout(const std::string& text, const std::string& option) {

@@ -4,16 +4,24 @@
 #pragma once
 
 #include "reference/global_step.hpp"
+#include "reference/named.hpp"
+#include "reference/semantics.hpp"
 #include "tools/model_options.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace moe::cli {
+
+// --quant: what the dispatch quantises (the model's fp8_dispatch).
+enum class Quant { none, fp8_dispatch };
+inline constexpr Named<Quant> kQuantNames[] = {{Quant::none, "none"}, {Quant::fp8_dispatch, "fp8-dispatch"}};
+constexpr std::span<const Named<Quant>> names_of(Quant) { return kQuantNames; }
 
 struct RunOptions {
   ModelOptions source;                // --preset / --model / Megatron's model flags
@@ -22,9 +30,9 @@ struct RunOptions {
   int ep_multiple = 1;                // with shrink: the EP sizes the run uses (the shrunk E divides by them)
   int seq = 16, micro_batch = 1, global_batch = 8;
   std::string padding;  // padded positions at the end of each sequence, "3,0,1" (cycled over the batch)
-  std::string scaling = "sum";
-  std::string semantics = "intended";
-  std::string quant = "none";  // none or fp8-dispatch (the model's fp8_dispatch)
+  LossMode scaling = LossMode::sum;
+  Semantics semantics;         // default: intended
+  Quant quant = Quant::none;
   bool bf16_storage = false;   // check --dtype bf16: activations stored in bf16 (the model's bf16_storage)
   std::uint64_t seed = 1;
 
@@ -32,12 +40,14 @@ struct RunOptions {
   // Padded positions per sequence of a batch of `size` sequences: the pattern cycled (empty: none).
   std::vector<int> padded(int size) const;
   GlobalBatch batch(const ModelConfig& model, std::uint64_t seed) const;
-  LossMode mode() const { return parse_loss_mode(scaling); }
+  LossMode mode() const { return scaling; }
   std::string describe() const;  // one line: model, batch, padding, scaling, semantics
 };
 
 // The model, batch, scaling and semantics options, bound to `o`.
 void add_run_options(CLI::App& cmd, RunOptions& o);
+// --semantics, as every command that takes it spells and parses it.
+CLI::Option* add_semantics_option(CLI::App& cmd, Semantics& semantics);
 
 // --shrink: a model's structure at a size a CPU checks in seconds. Kept: top-k, score function, normalisation, α,
 // groups (num_groups, group_topk), expert bias and its update, the aux type and coefficients, z-loss, capacity

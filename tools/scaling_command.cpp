@@ -2,6 +2,8 @@
 // mode: per parameter class the pre-scale, collective, group and token division, then the loss weights (CE, aux,
 // global_aux, z) — the same rows distributed/train/loss_weights.cpp evaluates — under a semantics profile.
 #include "reference/scaling_rules.hpp"
+#include "tools/choice_option.hpp"
+#include "tools/run_options.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
@@ -31,23 +33,23 @@ std::string then_steps(const GradSync& r) {
   return steps.empty() ? "-" : steps;
 }
 
-struct ScalingArgs {
+struct ScalingOptions {
   ParallelLayout layout;
-  std::string scaling = "sum";
-  std::string semantics = "intended";
+  LossMode scaling = LossMode::sum;
+  Semantics semantics;
   int micro_batch = 1;
   std::optional<int> global_batch;
   bool distributed_optimizer = false;
   bool json = false;
 };
 
-void run(const ScalingArgs& a) {
+void run(const ScalingOptions& a) {
   const ProcessGroups groups(a.layout);
-  const auto mode = parse_loss_mode(a.scaling);
+  const LossMode mode = a.scaling;
   const auto sizes = group_sizes(groups);
   const int global_batch = a.global_batch.value_or(a.micro_batch * a.layout.dp_with_gtp());
   const int m = num_microbatches(a.layout, global_batch, a.micro_batch);
-  const Semantics semantics = Semantics::parse(a.semantics);
+  const Semantics& semantics = a.semantics;
   const auto grads = grad_sync_table(mode, sizes, a.distributed_optimizer, semantics);
   const auto losses = loss_scale_table(mode, sizes, m, semantics);
   const auto deviation_names = [](const std::vector<Deviation>& ds) {
@@ -144,17 +146,12 @@ void run(const ScalingArgs& a) {
 }  // namespace
 
 void add_scaling_command(CLI::App& app) {
-  auto args = std::make_shared<ScalingArgs>();
+  auto args = std::make_shared<ScalingOptions>();
   auto* cmd = app.add_subcommand("scaling", "Gradient-scaling rules for a layout and loss mode: pre-scale, "
                                             "collective, group, token division; aux/z-loss backward scales");
   add_layout_flags(*cmd, args->layout, true);
-  cmd->add_option("--scaling", args->scaling, "loss mode")
-      ->check(CLI::IsMember({"sum", "avg", "per-token"}))
-      ->capture_default_str();
-  cmd->add_option("--semantics", args->semantics,
-                  "semantics profile whose rules to print (intended, megatron-core-0.19, megatron-main, hf-transformers-5.25; "
-                  "P,+deviation,-deviation; see `moe-oracle semantics`)")
-      ->capture_default_str();
+  add_choice(*cmd, "--scaling", args->scaling, "loss mode");
+  add_semantics_option(*cmd, args->semantics);
   cmd->add_option("--micro-batch,--micro-batch-size", args->micro_batch, "samples per microbatch (b)")
       ->capture_default_str()
       ->check(whole_at_least(1));

@@ -25,12 +25,12 @@ nlohmann::json to_json(const DeviationInfo& d, const Semantics& semantics) {
           {"changes_with_tp_cp", d.tp_cp_dependent}};
 }
 
-struct SemanticsArgs {
+struct SemanticsOptions {
   std::string profile;  // empty: every profile, every deviation
   bool json = false;
 };
 
-void run(const SemanticsArgs& a) {
+void run(const SemanticsOptions& a) {
   const Semantics chosen = a.profile.empty() ? Semantics() : Semantics::parse(a.profile);
   if (a.json) {
     nlohmann::json out{{"moe_oracle", MOE_ORACLE_VERSION}};
@@ -77,7 +77,7 @@ void run(const SemanticsArgs& a) {
 }  // namespace
 
 void add_semantics_command(CLI::App& app) {
-  auto args = std::make_shared<SemanticsArgs>();
+  auto args = std::make_shared<SemanticsOptions>();
   auto* cmd = app.add_subcommand("semantics",
                                  "The named deviations between pinned Megatron-Core / transformers versions and the "
                                  "intended objective, and the profiles that turn them on");

@@ -5,6 +5,7 @@
 // --expert-waves, when the waved run is not the unwaved one bit for bit).
 //
 // Default: seed 000's 4-token EP2 example. --preset tiny-v4 (with --world/--ep/--etp/--tokens) steps a preset layer.
+#include "tools/choice_option.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
@@ -24,8 +25,8 @@
 namespace moe::cli {
 namespace {
 
-struct StepOptions {
-  std::string dispatcher = "alltoall";
+struct StepCommandOptions {
+  dist::DispatcherKind dispatcher = dist::DispatcherKind::alltoall;
   ModelOptions model;   // none given: the seed example
   bool use_model = false;
   int world = 4, ep = 2, etp = 1, tokens = 3;
@@ -58,8 +59,8 @@ bool next_stage(std::istream& in, std::ostream& out) {
   return line.empty() || (line[0] != 'q' && line[0] != 'Q');
 }
 
-void run(const StepOptions& o) {
-  const auto kind = dist::parse_dispatcher(o.dispatcher);
+void run(const StepCommandOptions& o) {
+  const dist::DispatcherKind kind = o.dispatcher;
   step::StepProblem problem;
   if (o.use_model) {
     const LayerPreset m = o.model.resolve();
@@ -83,7 +84,7 @@ void run(const StepOptions& o) {
   if (o.expert_waves > 1) {
     if (kind != dist::DispatcherKind::alltoall)
       throw std::invalid_argument("--expert-waves runs with the AlltoAll dispatcher (it returns every (token, expert) "
-                                  "row, so the waves keep the unwaved sums), not " + o.dispatcher);
+                                  "row, so the waves keep the unwaved sums), not " + std::string(to_string(kind)));
     waves = step::run_waves(problem, o.expert_waves);
   }
 
@@ -117,11 +118,11 @@ void run(const StepOptions& o) {
 }  // namespace
 
 void add_step_command(CLI::App& app) {
-  auto o = std::make_shared<StepOptions>();
+  auto o = std::make_shared<StepCommandOptions>();
   auto* cmd = app.add_subcommand(
       "step", "Walk a small batch through a dispatcher stage by stage on in-process ranks, every row labelled with "
               "its token, source rank and expert (default: seed 000's 4-token EP2 example)");
-  cmd->add_option("--dispatcher", o->dispatcher, "alltoall, allgather or flex")->capture_default_str();
+  add_choice(*cmd, "--dispatcher", o->dispatcher, "the token dispatcher to walk through");
   add_model_options(*cmd, o->model);  // a model (routed branch) instead of the seed example
   cmd->add_option("--world", o->world, "with a model: ranks")->capture_default_str();
   cmd->add_option("--ep,--expert-model-parallel-size", o->ep, "with a model: expert parallel size")->capture_default_str();

@@ -17,7 +17,7 @@
 namespace moe::cli {
 namespace {
 
-struct VolumeArgs {
+struct VolumeOptions {
   ParallelLayout layout;
   ModelOptions model;
   std::optional<int> seq;          // default: the preset's
@@ -71,7 +71,7 @@ GtpVolume gtp_volume(const EpVolume& v, int egtp) {
   return g;
 }
 
-void run(const VolumeArgs& a) {
+void run(const VolumeOptions& a) {
   if (a.replica_slots > 0 && (a.layout.gtp > 1 || a.layout.egtp > 1))
     throw std::invalid_argument("--hot-expert-replicas is not accounted with GTP (a replica would need the gathered "
                                 "weights): drop --gtp and --egtp, or the replicas");
@@ -195,7 +195,7 @@ void run(const VolumeArgs& a) {
 }  // namespace
 
 void add_volume_command(CLI::App& app) {
-  auto args = std::make_shared<VolumeArgs>();
+  auto args = std::make_shared<VolumeOptions>();
   auto* cmd = app.add_subcommand("volume", "EP communication and routed-expert memory of one MoE layer for a preset, "
                                            "layout and microbatch (uniform routing, bf16, dropless)");
   add_layout_flags(*cmd, args->layout, true);

@@ -9,21 +9,6 @@
 
 namespace moe::dist {
 
-std::string_view to_string(DispatcherKind kind) {
-  switch (kind) {
-    case DispatcherKind::alltoall: return "alltoall";
-    case DispatcherKind::allgather: return "allgather";
-    case DispatcherKind::flex: return "flex";
-  }
-  return "?";
-}
-
-DispatcherKind parse_dispatcher(std::string_view name) {
-  for (auto k : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex})
-    if (to_string(k) == name) return k;
-  throw std::invalid_argument("unknown dispatcher '" + std::string(name) + "' (alltoall, allgather, flex)");
-}
-
 ExpertRange DispatchGroups::experts_here(int num_experts) const {
   return local_experts(num_experts, ep->size(), ep->rank());
 }

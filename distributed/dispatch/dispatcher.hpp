@@ -14,6 +14,7 @@
 #include "distributed/dispatch/stage_observer.hpp"
 #include "distributed/kernels/kernel_backend.hpp"
 #include "reference/config.hpp"
+#include "reference/named.hpp"
 #include "reference/process_groups.hpp"
 #include "reference/tensor.hpp"
 
@@ -25,8 +26,12 @@
 namespace moe::dist {
 
 enum class DispatcherKind { alltoall, allgather, flex };
-std::string_view to_string(DispatcherKind kind);
-DispatcherKind parse_dispatcher(std::string_view name);  // throws std::invalid_argument listing the names
+inline constexpr Named<DispatcherKind> kDispatcherNames[] = {
+    {DispatcherKind::alltoall, "alltoall"}, {DispatcherKind::allgather, "allgather"}, {DispatcherKind::flex, "flex"}};
+constexpr std::span<const Named<DispatcherKind>> names_of(DispatcherKind) { return kDispatcherNames; }
+inline std::string_view to_string(DispatcherKind kind) { return name_of(kind); }
+// Throws std::invalid_argument listing the names.
+inline DispatcherKind parse_dispatcher(std::string_view name) { return parse_named<DispatcherKind>(name, "dispatcher"); }
 
 template <typename T>
 struct ExpertRows {

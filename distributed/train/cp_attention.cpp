@@ -12,17 +12,6 @@
 
 namespace moe::dist {
 
-std::string_view to_string(KvExchange exchange) {
-  return exchange == KvExchange::p2p ? "p2p" : "all_gather";
-}
-
-KvExchange parse_kv_exchange(std::string_view name) {
-  if (name == "all_gather") return KvExchange::all_gather;
-  if (name == "p2p") return KvExchange::p2p;
-  throw std::invalid_argument("cp comm type must be all_gather or p2p (Megatron's a2a and a2a+p2p are not built), "
-                              "not '" + std::string(name) + "'");
-}
-
 std::vector<int> cp_positions(int seq, int cp, int rank) {
   std::vector<int> positions;
   if (cp == 1 && rank == 0 && seq > 0) {  // no context parallelism: every position, in order, whatever seq is

@@ -19,13 +19,17 @@
 
 #include "distributed/comm/communicator.hpp"
 #include "reference/attention.hpp"
+#include "reference/named.hpp"
 
 namespace moe::dist {
 
-enum class KvExchange { all_gather, p2p };
-std::string_view to_string(KvExchange exchange);  // Megatron's cp_comm_type names: "all_gather", "p2p"
-// Throws std::invalid_argument naming the choices (Megatron's a2a and a2a+p2p are not built).
-KvExchange parse_kv_exchange(std::string_view name);
+enum class KvExchange { all_gather, p2p };  // Megatron's cp_comm_type (its a2a and a2a+p2p are not built)
+inline constexpr Named<KvExchange> kKvExchangeNames[] = {{KvExchange::all_gather, "all_gather"},
+                                                         {KvExchange::p2p, "p2p"}};
+constexpr std::span<const Named<KvExchange>> names_of(KvExchange) { return kKvExchangeNames; }
+inline std::string_view to_string(KvExchange exchange) { return name_of(exchange); }
+// Throws std::invalid_argument naming the choices.
+inline KvExchange parse_kv_exchange(std::string_view name) { return parse_named<KvExchange>(name, "cp comm type"); }
 
 // The positions CP rank `rank` holds, in local order (the parallel system's own copy of the data split).
 std::vector<int> cp_positions(int seq, int cp, int rank);

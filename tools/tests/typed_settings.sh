@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The commands hold their settings as enums (reference/named.hpp, tools/choice_option.hpp): a name is turned into a
+# value once, where the command line is parsed, and no command compares text to decide what to run (ctest
+# repo.typed_settings). Fails, naming each hit, when a command file in tools/ (tools/*.cpp, tools/*.hpp) compares
+# a string with a literal: `x == "muon"`, `"all" != x`, `x.compare("mpi")`.
+# Usage: typed_settings.sh [SOURCE_DIR]     typed_settings.sh --self-test (a planted comparison must be found)
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+pattern='[=!]=[[:space:]]*"|"[[:space:]]*[=!]=|\.compare\("'
+
+if [[ "${1:-}" == "--self-test" ]]; then
+  dir="$(mktemp -d)"
+  trap 'rm -rf "$dir"' EXIT
+  mkdir -p "$dir/tools"
+  printf 'if (o.optimizer == "muon") steps = 2;\n' >"$dir/tools/a_command.cpp"
+  if bash "$0" "$dir" >/dev/null; then echo "FAIL: a planted == \"...\" was not found"; exit 1; fi
+  printf 'bool mpi = "mpi" != backend;\n' >"$dir/tools/a_command.cpp"
+  if bash "$0" "$dir" >/dev/null; then echo "FAIL: a planted \"...\" != was not found"; exit 1; fi
+  printf 'if (o.optimizer == OptimizerKind::muon) steps = 2;\n' >"$dir/tools/a_command.cpp"
+  if ! bash "$0" "$dir" >/dev/null; then echo "FAIL: an enum comparison was taken for a string one"; exit 1; fi
+  echo "self-test: planted string comparisons are found"
+  exit 0
+fi
+
+root="$(cd "${1:-$here/../..}" && pwd)"
+cd "$root" || exit 2
+hits=$(grep -nE "$pattern" tools/*.cpp tools/*.hpp 2>/dev/null)
+if [[ -n "$hits" ]]; then
+  echo "settings compared as text in tools/ (give the setting an enum with a names table, reference/named.hpp):"
+  echo "$hits"
+  exit 1
+fi
+echo "typed settings: no command in tools/ compares a string with a literal"
