@@ -9,7 +9,6 @@ GradSyncPlan::GradSyncPlan(const ProcessGroups& groups, const RankGroups& comms,
     : comms_(comms) {
   for (const GradSync& row : grad_sync_table(mode, group_sizes(groups), distributed_optimizer, semantics)) {
     ClassSync& c = classes_[static_cast<size_t>(row.rule.param_class)];
-    const bool expert = row.rule.param_class == ParamClass::expert;
     c.sum_over_tp = row.rule.then_sum_over_tp;
     c.prescale = row.prescale;
     c.op = row.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum;
@@ -20,7 +19,6 @@ GradSyncPlan::GradSyncPlan(const ProcessGroups& groups, const RankGroups& comms,
     if (c.gtp_group->size() != row.gtp_size) throw std::logic_error("grad sync: the GTP group is not the table's");
     // _prescale_wgrads_for_mean_rs: the reduce-scatter over the GTP peers is a mean.
     if (c.gtp_sharded() && c.gtp_step == GtpStep::reduce_scatter_mean) c.prescale /= c.gtp_group->size();
-    (void)expert;
   }
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
-#include <set>
 #include <stdexcept>
 
 namespace moe::dist {
@@ -123,10 +122,8 @@ std::vector<std::vector<std::vector<double>>> MuonExchange::to_owners(
 }
 
 std::vector<std::vector<double>> MuonExchange::from_owners(const MuonGroup& g, const Whole& whole) const {
-  const int n = g.comm->size();
   auto received = all_to_all(g, false, [&](int dest, size_t j, std::vector<double>& send) {
     const auto& piece = g.matrices[j].pieces[static_cast<size_t>(dest)];
-    (void)n;
     const Matrix<double>& w = whole(j);
     for (std::int64_t index : piece) send.push_back(w.data()[index]);
   });
