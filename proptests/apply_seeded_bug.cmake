@@ -9,6 +9,6 @@ execute_process(COMMAND ${PATCH} --batch --forward --fuzz=0 --output=${OUTPUT} $
 if(NOT status EQUAL 0)
   file(REMOVE ${OUTPUT})  # no half-patched copy that a later build would take as up to date
   message(FATAL_ERROR "seeded bug patch ${PATCH_FILE} no longer applies to ${ORIGINAL}:\n${out}"
-                      "Refresh it: edit the source to the wrong variant, git diff > the patch, revert "
-                      "(proptests/README.md). Rejected hunks, if any: ${OUTPUT}.rej")
+                      "Refresh the patch (proptests/README.md, 'To refresh a patch'); rejected hunks, if any, are in "
+                      "${OUTPUT}.rej")
 endif()
