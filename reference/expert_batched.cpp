@@ -9,16 +9,6 @@
 #include <string>
 #include <vector>
 
-// The seeded bugs of the oracle's fast path (proptests/seeded_bugs.cmake; the numbering of
-// distributed/seeded_bugs.hpp, which the reference may not include): fc2's gradient from the activation before the
-// routing probability scales it (45); an expert supplied from outside gives back no dL/dp, so the router learns
-// nothing from the experts (46).
-#ifndef MOE_SEEDED_BUG
-#define MOE_SEEDED_BUG 0
-#endif
-#define MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB 45
-#define MOE_BUG_STREAMED_GRAD_PROB_DROPPED 46
-
 namespace moe {
 namespace {
 
@@ -99,11 +89,7 @@ struct ExpertBlock : definition::ExpertCall<T> {
     const Matrix<T> grad_scaled_act = stored(bf16, Matrix<T>(grad_out * fc2));
     Backward b;
     if (with_output) b.output = scaled_act * fc2.transpose();
-#if MOE_SEEDED_BUG == MOE_BUG_BATCHED_WGRAD_UNSCALED_BY_PROB
-    grad_fc2.noalias() += grad_out.transpose() * act;
-#else
     grad_fc2.noalias() += grad_out.transpose() * scaled_act;
-#endif
     const Matrix<T> grad_act = scale.asDiagonal() * grad_scaled_act;
     const Matrix<T> grad_pre = stored(bf16, activation_backward_rows<T>(pre_rows, clamp, clamp_limit_passes, grad_act));
     grad_fc1.noalias() += grad_pre.transpose() * in;
@@ -191,11 +177,7 @@ RoutedExpertBackward<T> routed_expert_backward(const MoeConfig& c, const Matrix<
     auto b = ExpertBlock<T>{call}.backward(u, probs, grad_out, grad_fc1, grad_fc2, with_output);
     out.output = std::move(b.output);
     out.grad_input = std::move(b.grad_input);
-#if MOE_SEEDED_BUG == MOE_BUG_STREAMED_GRAD_PROB_DROPPED
-    out.grad_prob = Vector<T>::Zero(u.rows());
-#else
     out.grad_prob = std::move(b.grad_prob);
-#endif
     return out;
   }
   out.grad_input.resize(u.rows(), u.cols());

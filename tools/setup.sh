@@ -13,8 +13,9 @@ jobs="${MOE_BUILD_JOBS:-$(nproc)}"
 
 # pybind11-dev, python3-dev: the moe_oracle extension (python/); python3-pytest, python3-venv: its ctests.
 # ccache: a compiler cache outside the clone (~/.cache/ccache), so that a fresh clone on a machine that built the
-# project before compiles only what changed.
-packages=(build-essential ccache cmake libeigen3-dev libgtest-dev librapidcheck-dev libopenmpi-dev openmpi-bin
+# project before compiles only what changed. patch: the build applies the property suite's seeded bugs with it
+# (proptests/seeded_bugs/).
+packages=(build-essential ccache cmake patch libeigen3-dev libgtest-dev librapidcheck-dev libopenmpi-dev openmpi-bin
           nlohmann-json3-dev libcli11-dev python3-numpy chromium pybind11-dev python3-dev python3-pytest python3-venv)
 missing=()
 for p in "${packages[@]}"; do

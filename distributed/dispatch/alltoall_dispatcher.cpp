@@ -16,7 +16,6 @@
 
 #include "distributed/comm/row_collectives.hpp"
 #include "distributed/kernels/token_kernels.hpp"
-#include "distributed/seeded_bugs.hpp"
 
 #include <numeric>
 
@@ -68,12 +67,8 @@ void AlltoAllDispatcher<T>::preprocess(const BoolMatrix& map, Eigen::Index width
 
   // Chunks arrive as (etp', ep', i); the experts want (i, etp', ep').
   std::vector<std::int64_t> order;
-#if MOE_SEEDED_BUG == MOE_BUG_CHUNK_SORT_SKIPPED
-  for (int c = 0; c < L * etp_ * ep_; ++c) order.push_back(c);
-#else
   for (int i = 0; i < L; ++i)
     for (int c = 0; c < etp_ * ep_; ++c) order.push_back(c * L + i);
-#endif
   // Every rank of the domain sees the same domain_rows_ and width, so all take the same path. The direct exchange
   // needs where each chunk lands; the other path the sort as a row gather and its inverse, so that undoing the sort
   // is one gather rather than zero-fill plus scatter.
@@ -176,24 +171,11 @@ M AlltoAllDispatcher<T>::to_sources(const M& rows) const {
   // Undo the chunk sort, sum the ETP shards' partials, send each block back to its EP source.
   M unsorted = kernels_.gather_rows(rows, unsorted_rows_);
   this->observe("unsort_chunks", unsorted);
-#if MOE_SEEDED_BUG == MOE_BUG_ETP_PARTIALS_NOT_SUMMED
-  if (etp_ > 1) {
-    std::int64_t begin = 0;
-    for (int et = 0; et < groups_.expt_tp->rank(); ++et) begin += gathered_rows_[static_cast<size_t>(et)];
-    unsorted = M(unsorted.middleRows(begin, gathered_rows_[static_cast<size_t>(groups_.expt_tp->rank())]));
-    this->observe("etp_reduce_scatter", unsorted);
-  }
-#else
   if (etp_ > 1) {
     unsorted = reduce_scatterv_rows(*groups_.expt_tp, unsorted, gathered_rows_);
     this->observe("etp_reduce_scatter", unsorted);
   }
-#endif
-#if MOE_SEEDED_BUG == MOE_BUG_COMBINE_UNSWAPPED_SPLITS
-  M back = alltoallv_rows(*groups_.ep, unsorted, input_splits_, output_splits_);
-#else
   M back = alltoallv_rows(*groups_.ep, unsorted, output_splits_, input_splits_);
-#endif
   this->observe("ep_alltoallv_back", back);
   return back;
 }

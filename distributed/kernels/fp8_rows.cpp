@@ -4,8 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include "distributed/seeded_bugs.hpp"
-
 namespace moe::kernels {
 namespace {
 
@@ -22,12 +20,7 @@ std::uint8_t e4m3_encode(double v) {
   if (std::isnan(v)) return kNaN;
   const std::uint8_t sign = std::signbit(v) ? 0x80 : 0x00;
   const double a = std::fabs(v);
-#if MOE_SEEDED_BUG == MOE_BUG_E4M3_OVERFLOW_TO_NAN
-  if (a > 464.0) return sign | kNaN;
-  if (a == 464.0) return sign | kLargest;
-#else
   if (a >= 464.0) return sign | kLargest;
-#endif
   if (a == 0.0) return sign;
   int e = 0;
   std::frexp(a, &e);
@@ -63,16 +56,10 @@ Fp8Rows<T> fp8_quantise_rows(const Matrix<T>& x) {
   q.codes.resize(static_cast<size_t>(x.size()));
   q.scales.resize(x.rows(), (x.cols() + kTile - 1) / kTile);
   for (Eigen::Index r = 0; r < x.rows(); ++r) {
-#if MOE_SEEDED_BUG == MOE_BUG_FP8_SCALE_PER_ROW
-    const T row_amax = x.row(r).cwiseAbs().maxCoeff();
-#endif
     for (Eigen::Index tile = 0; tile < q.scales.cols(); ++tile) {
       const Eigen::Index begin = tile * kTile, end = std::min(begin + kTile, x.cols());
       T amax = T(0);
       for (Eigen::Index j = begin; j < end; ++j) amax = std::max(amax, std::abs(x(r, j)));
-#if MOE_SEEDED_BUG == MOE_BUG_FP8_SCALE_PER_ROW
-      amax = row_amax;
-#endif
       const T scale = std::max(amax, T(1e-4)) / T(448);
       const T inverse = T(1) / scale;
       q.scales(r, tile) = scale;

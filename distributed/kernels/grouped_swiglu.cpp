@@ -2,7 +2,6 @@
 
 #include "distributed/kernels/parallel_loop.hpp"
 
-#include "distributed/seeded_bugs.hpp"
 #include "reference/bf16.hpp"
 
 #include <stdexcept>
@@ -82,14 +81,8 @@ GroupedSwigluForward<T> grouped_swiglu_forward(const Matrix<T>& x, const std::ve
       h.array() = gate * (T(1) / (T(1) + (-gate).exp())) * up;
     });
     if (!options.probs_on_input) h.array().colwise() *= p;
-#if MOE_SEEDED_BUG == MOE_BUG_PROBS_APPLIED_TWICE
-    if (!options.probs_on_input) h.array().colwise() *= p;
-#endif
     h = stored(options.bf16, std::move(h));
     f.y.middleRows(begin, n).noalias() = h * w.fc2[ei].transpose();
-#if MOE_SEEDED_BUG == MOE_BUG_BF16_PARTIAL_SUMS_STORED
-    if (options.bf16) round_bf16_in_place(f.y.middleRows(begin, n));  // a partial sum stored before it is whole
-#endif
   });
   return f;
 }

@@ -1,7 +1,6 @@
 #include "distributed/train/attention_rank.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
-#include "distributed/seeded_bugs.hpp"
 #include "reference/bf16.hpp"
 
 #include <stdexcept>
@@ -54,14 +53,7 @@ Matrix<double> AttentionRank::backward(const Matrix<double>& dout, AttentionWeig
   grads.wk += g.params.wk;
   grads.wv += g.params.wv;
   grads.wo += g.params.wo;
-#if MOE_SEEDED_BUG == MOE_BUG_ATTENTION_DX_NOT_REDUCE_SCATTERED
-  // This rank's heads' share of dx, its own rows cut out without the other TP ranks' shares.
-  Eigen::Index first = 0;
-  for (int r = 0; r < comms_.tp->rank(); ++r) first += sp_rows_[static_cast<size_t>(r)];
-  return stored(config_.bf16, Matrix<double>(g.dx.middleRows(first, sp_rows_[static_cast<size_t>(comms_.tp->rank())])));
-#else
   return stored(config_.bf16, reduce_scatterv_rows(*comms_.tp, g.dx, sp_rows_));  // whole once reduced
-#endif
 }
 
 }  // namespace moe::dist

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "distributed/comm/row_collectives.hpp"
-#include "distributed/seeded_bugs.hpp"
 #include "reference/bf16.hpp"
 
 namespace moe::dist {
@@ -23,11 +22,7 @@ std::vector<int> cp_positions(int seq, int cp, int rank) {
   const int chunk = seq / (2 * cp);
   for (int s = rank * chunk; s < (rank + 1) * chunk; ++s) positions.push_back(s);
   const int mirror = 2 * cp - 1 - rank;
-#if MOE_SEEDED_BUG == MOE_BUG_CP_ZIGZAG_SECOND_HALF_REVERSED
-  for (int s = (mirror + 1) * chunk; s-- > mirror * chunk;) positions.push_back(s);
-#else
   for (int s = mirror * chunk; s < (mirror + 1) * chunk; ++s) positions.push_back(s);
-#endif
   return positions;
 }
 
@@ -125,16 +120,9 @@ CpAttentionForward cp_attention_forward(const AttentionConfig& c, const Attentio
     for (const KvBlock& block : gather_blocks(f, seq, cp)) attend(block);
   } else {
     KvBlock block{f.k, f.v, {}, {}, f.positions};
-#if MOE_SEEDED_BUG == MOE_BUG_CP_RING_ONE_STEP_SHORT
-    const int steps = cp.size() - 1;
-#else
     const int steps = cp.size();
-#endif
     for (int step = 0; step < steps; ++step) {
       attend(block);
-#if MOE_SEEDED_BUG == MOE_BUG_BF16_RING_PARTIALS_STORED
-      f.o = stored(c.bf16, std::move(f.o));  // the unnormalised output kept in bf16 between ring steps
-#endif
       if (step + 1 < cp.size()) pass_on(block, cp, step, false, seq);
     }
   }
@@ -182,13 +170,8 @@ AttentionGrads cp_attention_backward(const AttentionConfig& c, const AttentionPa
     }
     dk.resize(f.k.rows(), f.k.cols());
     dv.resize(f.v.rows(), f.v.cols());
-#if MOE_SEEDED_BUG == MOE_BUG_CP_GATHER_DKV_NOT_REDUCED
-    dk = blocks[static_cast<size_t>(cp.rank())].dk;
-    dv = blocks[static_cast<size_t>(cp.rank())].dv;
-#else
     cp.reduce_scatter<double>(const_span_of(dk_all), span_of(dk), ReduceOp::sum);
     cp.reduce_scatter<double>(const_span_of(dv_all), span_of(dv), ReduceOp::sum);
-#endif
   } else {
     KvBlock block{f.k, f.v, Matrix<double>::Zero(f.k.rows(), f.k.cols()), Matrix<double>::Zero(f.v.rows(), f.v.cols()),
                   f.positions};

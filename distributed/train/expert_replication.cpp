@@ -1,7 +1,6 @@
 #include "distributed/train/expert_replication.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
-#include "distributed/seeded_bugs.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -255,14 +254,12 @@ kernels::GroupedSwigluBackward<T> ExpertReplicas<T>::backward(const Matrix<T>& d
   const Matrix<T> d_kept = kernels_.gather_rows(d_out, kept_);
   const auto kept = kernels_.grouped_swiglu_backward(kept_x_, kept_sizes_, weights, kept_probs_, options_, kept_pre_,
                                                      d_kept, grads);
-#if MOE_SEEDED_BUG != MOE_BUG_REPLICA_WGRAD_NOT_RETURNED
   for (size_t k = 0; k < sent_.size(); ++k) {
     const auto i = static_cast<size_t>(sent_[k].expert - first_expert_);
     const T* at = wgrad_recv.data() + k * static_cast<size_t>(per_expert);
     grads.fc1[i] += Eigen::Map<const Matrix<T>>(at, grads.fc1[i].rows(), grads.fc1[i].cols());
     grads.fc2[i] += Eigen::Map<const Matrix<T>>(at + grads.fc1[i].size(), grads.fc2[i].rows(), grads.fc2[i].cols());
   }
-#endif
   kernels::GroupedSwigluBackward<T> out{Matrix<T>(d_out.rows(), d_out.cols()), Vector<T>(d_out.rows())};
   for (size_t k = 0; k < kept_.size(); ++k) {
     out.dx.row(kept_[k]) = kept.dx.row(static_cast<Eigen::Index>(k));

@@ -1,7 +1,5 @@
 #include "distributed/train/expert_waves.hpp"
 
-#include "distributed/seeded_bugs.hpp"
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -17,19 +15,12 @@ namespace moe::dist {
 std::vector<WaveStep> wave_schedule(int waves) {
   std::vector<WaveStep> s{{WaveOp::dispatch, 0}};
   for (int w = 0; w < waves; ++w) {
-#if MOE_SEEDED_BUG == MOE_BUG_WAVE_COMBINE_BEFORE_COMPUTE
-    s.push_back({WaveOp::combine, w});  // issued without waiting for the compute: it sends what the buffer holds
-#endif
     s.push_back({WaveOp::launch, w});
     if (w + 1 < waves) s.push_back({WaveOp::dispatch, w + 1});
-#if MOE_SEEDED_BUG != MOE_BUG_WAVE_COMBINE_BEFORE_COMPUTE
     if (w > 0) s.push_back({WaveOp::combine, w - 1});
-#endif
     s.push_back({WaveOp::wait, w});
   }
-#if MOE_SEEDED_BUG != MOE_BUG_WAVE_COMBINE_BEFORE_COMPUTE
   s.push_back({WaveOp::combine, waves - 1});
-#endif
   return s;
 }
 

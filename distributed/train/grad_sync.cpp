@@ -1,7 +1,5 @@
 #include "distributed/train/grad_sync.hpp"
 
-#include "distributed/seeded_bugs.hpp"
-
 #include <stdexcept>
 
 namespace moe::dist {
@@ -11,7 +9,6 @@ GradSyncPlan::GradSyncPlan(const ProcessGroups& groups, const RankGroups& comms,
     : comms_(comms) {
   for (const GradSync& row : grad_sync_table(mode, group_sizes(groups), distributed_optimizer, semantics)) {
     ClassSync& c = classes_[static_cast<size_t>(row.rule.param_class)];
-    const bool expert = row.rule.param_class == ParamClass::expert;
     c.sum_over_tp = row.rule.then_sum_over_tp;
     c.prescale = row.prescale;
     c.op = row.rule.op == SyncOp::avg ? ReduceOp::avg : ReduceOp::sum;
@@ -22,23 +19,6 @@ GradSyncPlan::GradSyncPlan(const ProcessGroups& groups, const RankGroups& comms,
     if (c.gtp_group->size() != row.gtp_size) throw std::logic_error("grad sync: the GTP group is not the table's");
     // _prescale_wgrads_for_mean_rs: the reduce-scatter over the GTP peers is a mean.
     if (c.gtp_sharded() && c.gtp_step == GtpStep::reduce_scatter_mean) c.prescale /= c.gtp_group->size();
-#if MOE_SEEDED_BUG == MOE_BUG_EGTP_WGRAD_ALL_REDUCED
-    if (expert && c.gtp_step == GtpStep::reduce_scatter_mean && c.gtp_sharded())
-      c.prescale *= c.gtp_group->size();  // a SUM over expt_gtp where a mean was due
-#elif MOE_SEEDED_BUG == MOE_BUG_ROUTER_NOT_REDUCED_OVER_GTP
-    if (row.rule.param_class == ParamClass::sequence_parallel) c.gtp_step = GtpStep::none;
-#endif
-#if MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EDP_TWICE
-    if (expert) c.postscale = 1.0 / comms.expt_dp->size();
-#elif MOE_SEEDED_BUG == MOE_BUG_EXPERT_GRAD_EP_TIMES
-    if (expert) {
-      c.prescale = 1.0;  // Megatron-FSDP #5956: averaged over expt_dp with no pre-scale
-      c.op = ReduceOp::avg;
-    }
-#elif MOE_SEEDED_BUG == MOE_BUG_SP_GRAD_NOT_SUMMED_OVER_TP
-    c.sum_over_tp = false;
-#endif
-    (void)expert;
   }
 }
 

@@ -12,8 +12,8 @@
 //   6. ÷ the global valid-token count in per-token mode.
 // Steps 1, 2 and 6 are linear, so the order only moves rounding; it is fixed here so that the slice a
 // reduce-scatter leaves needs nothing but steps 5 and 6. Without GTP axes steps 3 and 5 are identities. The
-// seeded gradient-scaling bugs (seeded_bugs.hpp) live in this plan, so DDP, GTP and the distributed optimizer all
-// carry them.
+// seeded gradient-scaling bugs (proptests/seeded_bugs/, patches to grad_sync.cpp) change this plan, so DDP, GTP and
+// the distributed optimizer all carry them.
 #pragma once
 
 #include "distributed/train/model_shard.hpp"

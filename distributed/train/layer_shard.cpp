@@ -1,7 +1,5 @@
 #include "distributed/train/layer_shard.hpp"
 
-#include "distributed/seeded_bugs.hpp"
-
 #include <stdexcept>
 #include <string>
 
@@ -14,13 +12,9 @@ void slice_swiglu(const Matrix<T>& fc1, const Matrix<T>& fc2, int parts, int par
                   Matrix<T>& fc2_out) {
   const auto d = fc2.cols();
   const auto dl = d / parts;
-#if MOE_SEEDED_BUG == MOE_BUG_ETP_SHARD_GATE_UP_UNPAIRED
-  fc1_out = fc1.middleRows(part * 2 * dl, 2 * dl);
-#else
   fc1_out.resize(2 * dl, fc1.cols());
   fc1_out.topRows(dl) = fc1.middleRows(part * dl, dl);
   fc1_out.bottomRows(dl) = fc1.middleRows(d + part * dl, dl);
-#endif
   fc2_out = fc2.middleCols(part * dl, dl);
 }
 

@@ -1,7 +1,5 @@
 #include "distributed/train/local_router.hpp"
 
-#include "distributed/seeded_bugs.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -43,11 +41,7 @@ std::vector<int> top_indices(const T* row, int n, int k) {
 // Megatron: renormalise over k > 1 (always on hash layers) with +1e-20; DeepSeek: always, exactly.
 std::pair<bool, double> renormalisation(const MoeConfig& c) {
   if (c.normalization == Normalization::deepseek) return {true, 0.0};
-#if MOE_SEEDED_BUG == MOE_BUG_HASH_WEIGHTS_NOT_RENORMALISED
-  return {c.topk > 1, 1e-20};
-#else
   return {c.topk > 1 || c.hash_routing, 1e-20};
-#endif
 }
 
 template <typename T>
@@ -139,38 +133,18 @@ LocalRouting<T> route_local(const MoeConfig& c, const Matrix<T>& x, const Matrix
       r.routing_map(t, e) = true;
     }
   }
-#if MOE_SEEDED_BUG != MOE_BUG_BIAS_COUNTS_BEFORE_DROPPING
   if (c.capacity_factor) apply_capacity(c, r);
-#endif
 
   c.check_padding_supported(std::find(in.padding_mask.begin(), in.padding_mask.end(), true) != in.padding_mask.end());
   // Real assignments of valid tokens; with bias-counts-padded-slots (Megatron) the padded slots count too.
-#if MOE_SEEDED_BUG == MOE_BUG_BIAS_COUNTS_SLOTS_IGNORED
-  const BoolMatrix counted = false
-#else
   const BoolMatrix counted = c.semantics.has(Deviation::bias_counts_padded_slots)
-#endif
                                  ? r.routing_map
                                  : BoolMatrix(r.routing_map.array() && !r.padded.array());
   r.assignments.assign(static_cast<size_t>(E), 0);
   for (Eigen::Index t = 0; t < n; ++t) {
-#if MOE_SEEDED_BUG == MOE_BUG_PADDING_MASK_WRONG_AXIS
-    // The [n] mask lined up with the expert axis: expert e skipped where token e is padded, for every token.
-    for (int e = 0; e < E; ++e)
-      if (static_cast<size_t>(e) >= in.padding_mask.size() || !in.padding_mask[static_cast<size_t>(e)])
-        r.assignments[static_cast<size_t>(e)] += counted(t, e);
-#else
-#if MOE_SEEDED_BUG == MOE_BUG_HASH_COUNTS_PADDED_TOKENS
-    if (!c.hash_routing && !in.padding_mask.empty() && in.padding_mask[static_cast<size_t>(t)]) continue;
-#else
     if (!in.padding_mask.empty() && in.padding_mask[static_cast<size_t>(t)]) continue;
-#endif
     for (int e = 0; e < E; ++e) r.assignments[static_cast<size_t>(e)] += counted(t, e);
-#endif
   }
-#if MOE_SEEDED_BUG == MOE_BUG_BIAS_COUNTS_BEFORE_DROPPING
-  if (c.capacity_factor) apply_capacity(c, r);
-#endif
   return r;
 }
 

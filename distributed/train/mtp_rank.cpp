@@ -1,7 +1,6 @@
 #include "distributed/train/mtp_rank.hpp"
 
 #include "distributed/train/dense_ops.hpp"
-#include "distributed/seeded_bugs.hpp"
 #include "reference/bf16.hpp"
 
 #include <type_traits>
@@ -35,11 +34,7 @@ Matrix<T> MtpDepthRank<T>::forward(const Matrix<T>& previous, const Matrix<T>& e
   both_.resize(n, 2 * h);
   both_ << stored(bf16, rms_norm_rows<T>(e_, shard_.own.enorm, eps)),
       stored(bf16, rms_norm_rows<T>(previous, shard_.own.hnorm, eps));
-#if MOE_SEEDED_BUG == MOE_BUG_BF16_MTP_PROJECTION_NOT_STORED
-  u_ = Matrix<T>(both_ * shard_.own.eh_proj.transpose());
-#else
   u_ = stored(bf16, Matrix<T>(both_ * shard_.own.eh_proj.transpose()));
-#endif
 
   mid_ = u_;
   if (config_.has_attention()) {

@@ -3,10 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
-#include <set>
 #include <stdexcept>
-
-#include "distributed/seeded_bugs.hpp"
 
 namespace moe::dist {
 namespace {
@@ -125,14 +122,8 @@ std::vector<std::vector<std::vector<double>>> MuonExchange::to_owners(
 }
 
 std::vector<std::vector<double>> MuonExchange::from_owners(const MuonGroup& g, const Whole& whole) const {
-  const int n = g.comm->size();
   auto received = all_to_all(g, false, [&](int dest, size_t j, std::vector<double>& send) {
-#if MOE_SEEDED_BUG == MOE_BUG_MUON_UPDATE_TO_WRONG_RANK
-    const auto& piece = g.matrices[j].pieces[static_cast<size_t>((dest + 1) % n)];
-#else
     const auto& piece = g.matrices[j].pieces[static_cast<size_t>(dest)];
-    (void)n;
-#endif
     const Matrix<double>& w = whole(j);
     for (std::int64_t index : piece) send.push_back(w.data()[index]);
   });
@@ -207,29 +198,8 @@ void MuonExchange::scale_gradients(double c) {
 }
 
 Matrix<double> MuonExchange::direction(const MuonConfig& muon, const MuonGroup& g, const MuonMatrix& m) const {
-#if MOE_SEEDED_BUG == MOE_BUG_MUON_SHARD_ORTHOGONALISED
-  // Each rank's piece orthogonalised on its own, in its local shape, as if it were the whole matrix.
-  Matrix<double> out(m.rows, m.cols);
-  for (size_t s = 0; s < m.pieces.size(); ++s) {
-    const auto& piece = m.pieces[s];
-    std::set<std::int64_t> rows;
-    for (std::int64_t index : piece) rows.insert(index / m.cols);
-    const auto local_rows = static_cast<Eigen::Index>(rows.size());
-    const auto local_cols = static_cast<Eigen::Index>(piece.size()) / local_rows;
-    Matrix<double> local_m(local_rows, local_cols), local_g(local_rows, local_cols);
-    for (size_t e = 0; e < piece.size(); ++e) {
-      local_m.data()[e] = m.momentum.data()[static_cast<Eigen::Index>(piece[e])];
-      local_g.data()[e] = m.grad.data()[static_cast<Eigen::Index>(piece[e])];
-    }
-    const Matrix<double> d = muon_direction(muon, local_m, local_g);
-    for (size_t e = 0; e < piece.size(); ++e) out.data()[static_cast<Eigen::Index>(piece[e])] = d.data()[e];
-  }
-  (void)g;
-  return out;
-#else
   (void)g;
   return muon_direction(muon, m.momentum, m.grad);
-#endif
 }
 
 void MuonExchange::update(const MuonConfig& muon, ModelShard<double>& params) {

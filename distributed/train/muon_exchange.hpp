@@ -80,7 +80,7 @@ class MuonExchange {
   // The whole matrix from the pieces the owner received: replicas summed (sum) or replica 0 taken (sum = false).
   Matrix<double> assemble(const MuonGroup& g, const MuonMatrix& m, const std::vector<std::vector<double>>& received,
                           bool sum) const;
-  // Orthogonalising the whole matrix (or, under the seeded Muon shard bug, each piece on its own).
+  // Orthogonalising the whole matrix.
   Matrix<double> direction(const MuonConfig& muon, const MuonGroup& g, const MuonMatrix& m) const;
 
   std::vector<bool> is_muon_;

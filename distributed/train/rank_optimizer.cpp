@@ -1,7 +1,6 @@
 #include "distributed/train/rank_optimizer.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
-#include "distributed/seeded_bugs.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -118,9 +117,7 @@ double RankOptimizer::buffer_grad_squares(const std::vector<std::vector<double>>
     for (size_t k : b.tensors) {
       const Eigen::Index lo = std::max(offset, begin), hi = std::min(offset + tensors[k].size, end);
       offset += tensors[k].size;
-#if MOE_SEEDED_BUG != MOE_BUG_CLIP_SP_COUNTED_PER_TP_RANK
       if (tensors[k].param_class == ParamClass::sequence_parallel && tp_->rank() != 0) continue;
-#endif
       for (Eigen::Index j = lo; j < hi; ++j) {
         const double g = synced[i][static_cast<size_t>(j - begin)];
         sum += g * g;
@@ -128,17 +125,10 @@ double RankOptimizer::buffer_grad_squares(const std::vector<std::vector<double>>
     }
     // The slices of a shard group split the buffer over it; DDP's replicas all hold the same sum.
     Communicator* over = b.shard_group;
-#if MOE_SEEDED_BUG == MOE_BUG_CLIP_EXPERT_REPLICAS_COUNTED
-    if (!over && b.param_class == ParamClass::expert) over = b.group;
-#endif
     if (over) over->allreduce<double>(std::span(&sum, 1), ReduceOp::sum);
   }
   for (Communicator* axis : {tp_, pp_}) axis->allreduce<double>(std::span(&squares[0], 1), ReduceOp::sum);
-#if MOE_SEEDED_BUG == MOE_BUG_CLIP_EXPERT_NOT_SUMMED_OVER_EP
-  for (Communicator* axis : {expt_tp_, pp_}) axis->allreduce<double>(std::span(&squares[1], 1), ReduceOp::sum);
-#else
   for (Communicator* axis : {expt_tp_, ep_, pp_}) axis->allreduce<double>(std::span(&squares[1], 1), ReduceOp::sum);
-#endif
   return squares[0] + squares[1];
 }
 

@@ -1,7 +1,5 @@
 #include "distributed/train/rank_trainer.hpp"
 
-#include "distributed/seeded_bugs.hpp"
-
 #include <stdexcept>
 
 namespace moe::dist {
@@ -54,9 +52,6 @@ RankTrainer::RankTrainer(const ModelConfig& config, const TrainingState& state, 
 }
 
 double RankTrainer::step(const GlobalBatch& batch) {
-#if MOE_SEEDED_BUG == MOE_BUG_BF16_MAIN_PARAMS_IN_BF16
-  if (config_.layer.bf16_storage) shard_ = bf16_weights(shard_);  // the step's bf16 copy kept as the main parameters
-#endif
   RankStep s = train_step(config_, shard_, batch, groups_, comms_, options_);
   optimizer_.step(s.grads, s.global_tokens);
   for (size_t li = 0; li < s.expert_bias_updated.size(); ++li) {

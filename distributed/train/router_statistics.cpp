@@ -1,7 +1,6 @@
 #include "distributed/train/router_statistics.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
-#include "distributed/seeded_bugs.hpp"
 #include "distributed/train/local_router.hpp"
 
 #include <algorithm>
@@ -61,17 +60,11 @@ RouterLossShare<T> aux_loss_share(const MoeConfig& c, const Matrix<T>& logits, c
 
   // coeff·E/(k·T_u²)·c_{u,e}, weighted 1/batch for the mean over sequences: d value / d s'. Under
   // seq-aux-mean-length (Megatron) every sequence's T_u is the mean of the sequences' valid lengths.
-#if MOE_SEEDED_BUG != MOE_BUG_SEQ_AUX_OWN_LENGTH
   if (c.semantics.has(Deviation::seq_aux_mean_length)) unit_tokens.setConstant(unit_tokens.mean());
-#endif
   Matrix<double> weight(units, E);
   for (int u = 0; u < units; ++u) {
     const double t_u = unit_tokens(u);
-#if MOE_SEEDED_BUG == MOE_BUG_SEQ_AUX_NOT_AVERAGED
-    const double scale = t_u > 0 ? c.aux_loss_coeff * E / (c.topk * t_u * t_u) : 0.0;
-#else
     const double scale = t_u > 0 ? c.aux_loss_coeff * E / (c.topk * t_u * t_u) / units : 0.0;
-#endif
     weight.row(u) = scale * counts.row(u);
   }
   RouterLossShare<T> share;
@@ -101,17 +94,11 @@ RouterLossShare<T> z_loss_share(const MoeConfig& c, const Matrix<T>& logits, con
   for (Eigen::Index t = 0; t < n; ++t) valid_tokens += valid(tokens, t);
   // The mean's denominator: the microbatch's valid tokens (over tp_cp), or with z-loss-local-mean (Megatron) this
   // rank's own times |tp_cp| (coeff/|tp_cp| · local mean).
-#if MOE_SEEDED_BUG == MOE_BUG_Z_LOSS_LOCAL_TOKENS
-  (void)tp_cp;
-#else
   if (c.semantics.has(Deviation::z_loss_local_mean)) {
-#if MOE_SEEDED_BUG != MOE_BUG_Z_LOCAL_MEAN_NOT_SPLIT
     valid_tokens *= tp_cp.size();
-#endif
   } else {
     tp_cp.allreduce<double>(std::span<double>(&valid_tokens, 1), ReduceOp::sum);
   }
-#endif
 
   RouterLossShare<T> share;
   share.grad_logits = Matrix<T>::Zero(n, logits.cols());

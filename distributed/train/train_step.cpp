@@ -1,7 +1,6 @@
 #include "distributed/train/train_step.hpp"
 
 #include "distributed/comm/row_collectives.hpp"
-#include "distributed/seeded_bugs.hpp"
 #include "distributed/train/attention_rank.hpp"
 #include "distributed/train/dense_ops.hpp"
 #include "distributed/train/grad_sync.hpp"
@@ -36,11 +35,7 @@ LocalBatch local_batch(const TokenBatch& tb, const std::vector<int>& rows) {
   for (Eigen::Index k = 0; k < n; ++k) {
     const int t = rows[static_cast<size_t>(k)];
     const int s = t / tb.batch, b = t % tb.batch;
-#if MOE_SEEDED_BUG == MOE_BUG_HASH_IDS_NOT_TRANSPOSED
-    lb.ids(k) = tb.input_ids.data()[t];  // the [B, S] table read as if it were [S, B]
-#else
     lb.ids(k) = tb.input_ids(b, s);
-#endif
     lb.labels(k) = tb.labels(b, s);
     lb.padded.push_back(!tb.loss_mask(b, s));
     lb.sequence.push_back(b);
@@ -212,22 +207,14 @@ class StageRunner {
   // λ/D·N/Nᵏ with N and Nᵏ over the whole batch (the step divides every share by N), or under
   // mtp-per-token-local-ratio λ/D·N_c/Nᵏ_c with the CP rank's counts of the microbatch (`main`: its main CE's).
   double mtp_weight(size_t k, std::int64_t local_valid, const TokenCounts& main) {
-#if MOE_SEEDED_BUG == MOE_BUG_MTP_DEPTH_SCALE_MISSING
-    const double scale = c_.mtp_loss_scale;
-#else
     const double scale = c_.mtp_loss_scale / c_.mtp_depth;
-#endif
     TokenCounts n;
     n.local = static_cast<double>(local_valid);
     n.microbatch = all_sum(*comms_.tp_cp, n.local);
     n.cp_rank = all_sum(*comms_.tp, n.local);
     n.step = all_sum(*comms_.tp_dp_cp, n.local);
-#if MOE_SEEDED_BUG != MOE_BUG_MTP_PER_TOKEN_GLOBAL_RATIO
     if (options_.mode == LossMode::per_token && c_.semantics().has(Deviation::mtp_per_token_local_ratio))
       return n.cp_rank > 0 ? scale * main.cp_rank / n.cp_rank : 0.0;
-#else
-    (void)main;  // the batch's ratio whatever the semantics
-#endif
     if (options_.mode == LossMode::per_token) return mtp_totals_[k] > 0 ? scale * n_total_ / mtp_totals_[k] : 0.0;
     return scale * loss_weights(c_, options_.mode, sizes_, m_, n, n).ce;
   }
@@ -244,9 +231,6 @@ class StageRunner {
       for (size_t k = f.mtp.size(); k-- > 0;)
         grad_normed = f.mtp[k]->backward(grad_normed, shard_.embedding, shard_.head, g.mtp[k], g.embedding, g.head);
       g.head += f.grad_logits.transpose() * normed;
-#if MOE_SEEDED_BUG == MOE_BUG_MTP_GRADIENT_NOT_INTO_MAIN
-      grad_normed.setZero();  // as if f⁰ were detached before the MTP depths
-#endif
       d_hidden = stored(bf16_, rms_norm_rows_backward<T>(f.out, shard_.final_norm, c_.rms_eps,
                                                         grad_normed + f.grad_logits * shard_.head, g.final_norm));
     } else {

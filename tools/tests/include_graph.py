@@ -5,8 +5,8 @@ Reads the plain-text edge lists of docs/architecture.md (lines "name/ ──► 
 of every C++/CUDA source outside tests/ folders, then fails, naming each, on an include edge the document does not
 declare (a dependency running the wrong way) and on a declared edge no source uses (a stale picture).
 Components are the top-level folders, and distributed/'s sub-folders (comm/, kernels/, dispatch/, train/, check/);
-distributed/seeded_bugs.hpp belongs to distributed/ itself, and a sub-folder's edges out of distributed/ are also the
-folder's as a whole (the top-level picture draws distributed/ as one box).
+a sub-folder's edges out of distributed/ are also the folder's as a whole (the top-level picture draws distributed/
+as one box).
 Usage: include_graph.py [SOURCE_DIR]        include_graph.py --self-test
 """
 import os
@@ -56,8 +56,6 @@ def actual_edges(root, files):
                     continue  # a system or third-party header
                 if top == "distributed" and src.startswith("distributed/"):
                     dst = "distributed/%s/" % sub if sub and sub != "tests" else "distributed/"
-                    if dst == "distributed/":
-                        continue  # the shared seeded_bugs.hpp
                 else:
                     dst = top + "/"
                 if dst != src:
