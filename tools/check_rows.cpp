@@ -80,7 +80,8 @@ void add_row_flags(CLI::App& cmd, CheckOptions& o) {
        &RowSettings::resume_as);
   sets(o, add_choice(cmd, "--cp-comm-type", row.cp_comm_type,
                      "with attention: how keys and values cross the cp group (p2p: a ring with an online softmax); "
-                     "default: each row's own (p2p in the default set's p2p row)")
+                     "default: each row's own (p2p in the default set's p2p row)",
+                     table_of<dist::KvExchange>(), "Megatron's a2a and a2a+p2p are not built")
               ->default_str(""),
        &RowSettings::cp_comm_type);
   sets(o, add_choice(cmd, "--optimizer", row.optimizer,

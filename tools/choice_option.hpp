@@ -17,26 +17,28 @@
 
 namespace moe::cli {
 
-// Refuses a name the table lacks (or that is not `also`), saying which are known. An empty value passes: the
-// command line's global guard refuses it for every option (moe_oracle.cpp).
+// Refuses a name the table lacks (or that is not `also`): "unknown value 'x' (a, b, c)", and `note` when given
+// (what else the name might have meant). An empty value passes: the command line's global guard refuses it for
+// every option (moe_oracle.cpp).
 template <typename E>
-CLI::Validator named_value(std::span<const Named<E>> table, std::string_view also = {}) {
+CLI::Validator named_value(std::span<const Named<E>> table, std::string_view also = {}, std::string_view note = {}) {
   const std::string known = name_list(table) + (also.empty() ? "" : ", " + std::string(also));
+  const std::string after = note.empty() ? "" : "; " + std::string(note);
   return CLI::Validator(
-      [table, also, known](std::string& text) -> std::string {
+      [table, also = std::string(also), known, after](std::string& text) -> std::string {
         if (text.empty() || find_named(text, table) || (!also.empty() && text == also)) return {};
-        return "'" + text + "' is not one of " + known;
+        return "unknown value '" + text + "' (" + known + ")" + after;
       },
       "{" + known + "}");
 }
 
 template <typename E>
 CLI::Option* add_choice(CLI::App& cmd, const std::string& flags, E& value, const std::string& help,
-                        std::span<const Named<E>> table = table_of<E>()) {
+                        std::span<const Named<E>> table = table_of<E>(), std::string_view note = {}) {
   return cmd
       .add_option_function<std::string>(
           flags, [&value, table](const std::string& text) { value = *find_named(text, table); }, help)
-      ->check(named_value(table))
+      ->check(named_value(table, {}, note))
       ->default_str(std::string(name_of(value, table)));
 }
 
