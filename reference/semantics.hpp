@@ -43,7 +43,7 @@ enum class Deviation {
   v2_gate_softmax_scaled,      // transformers' DeepSeek-V2 gate: softmax, no renormalisation, always × the scale
   clamp_limit_passes_gradient, // torch before 2.15: the clamp passes the gradient at its limit (subgradient 1)
 };
-constexpr int kDeviations = 16;
+constexpr int kDeviations = static_cast<int>(Deviation::clamp_limit_passes_gradient) + 1;  // the last one + 1
 
 // modelled: the oracle computes it; replayed: compare takes the decision from the dump; scaling: a gradient scale;
 // refused: the oracle refuses the step; mapped: applied when a Hugging Face config.json is mapped onto the layer

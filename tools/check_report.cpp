@@ -1,6 +1,7 @@
 #include "tools/check_report.hpp"
 
 #include "golden/case_json.hpp"
+#include "tools/check_coverage.hpp"
 #include "tools/layout_options.hpp"
 
 #include <cstdio>

@@ -171,97 +171,11 @@ std::vector<CheckRow> default_rows() {
   return rows;
 }
 
-const std::vector<std::string>& all_features() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n{"softmax", "pre-softmax", "sigmoid", "sqrtsoftplus", "deepseek normalisation",
-                               "topk scaling", "expert bias", "bias update", "groups (k/group_topk > 2)",
-                               "hash layers", "swiglu clamp", "shared expert", "shared gate", "shared clamp", "latent",
-                               "probs on input", "fp8 dispatch", "bf16 storage", "bf16 main parameters", "capacity by probs", "capacity by position",
-                               "pad to capacity",
-                               "aux", "seq_aux", "global_aux", "z-loss", "padding", "micro-batch ≥ 2", "sum", "avg",
-                               "per-token", "tp", "cp", "pp", "interleaved pp", "ep", "etp", "edp", "gtp", "egtp", "alltoall",
-                               "allgather", "flex",
-                               "attention", "cp all_gather", "cp p2p", "mtp", "mtp depth ≥ 2",
-                               "training steps", "distributed optimizer", "gradient clipping", "muon",
-                               "resume under another layout", "replicated hot experts",
-                               "wave-scheduled EP"};
-    for (const auto& d : deviation_catalogue())
-      if (d.kind == DeviationKind::modelled || d.id == Deviation::gtp_factor_missing) n.emplace_back(d.name);
-    return n;
-  }();
-  return names;
-}
-
-std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& l, dist::DispatcherKind dispatcher) {
-  const ModelConfig m = row.run.model();
-  const MoeConfig& c = m.layer;
-  std::set<std::string> f;
-  const auto add_if = [&](bool on, const char* name) {
-    if (on) f.insert(name);
-  };
-  add_if(c.score_function == ScoreFunction::softmax && !c.pre_softmax, "softmax");
-  add_if(c.pre_softmax, "pre-softmax");
-  add_if(c.score_function == ScoreFunction::sigmoid, "sigmoid");
-  add_if(c.score_function == ScoreFunction::sqrtsoftplus, "sqrtsoftplus");
-  add_if(c.uses_score_normalisation() && c.normalization == Normalization::deepseek, "deepseek normalisation");
-  add_if(c.topk_scaling_factor != 1.0, "topk scaling");
-  add_if(c.expert_bias && m.n_hash_layers < m.num_layers, "expert bias");
-  add_if(c.bias_update_rate.has_value() && m.n_hash_layers < m.num_layers, "bias update");
-  add_if(c.num_groups > 0 && c.topk / c.group_topk > 2 && m.n_hash_layers < m.num_layers, "groups (k/group_topk > 2)");
-  add_if(m.n_hash_layers > 0, "hash layers");
-  add_if(c.swiglu_clamp.has_value(), "swiglu clamp");
-  add_if(c.has_shared_expert(), "shared expert");
-  add_if(c.shared_expert_gate, "shared gate");
-  add_if(c.shared_clamp().has_value(), "shared clamp");
-  add_if(c.latent_size > 0, "latent");
-  add_if(c.apply_probs_on_input, "probs on input");
-  add_if(c.fp8_dispatch, "fp8 dispatch");
-  add_if(c.bf16_storage, "bf16 storage");
-  add_if(c.bf16_storage && row.steps > 0, "bf16 main parameters");
-  add_if(c.capacity_factor && c.drop_policy == DropPolicy::probs, "capacity by probs");
-  add_if(c.capacity_factor && c.drop_policy == DropPolicy::position, "capacity by position");
-  add_if(c.pad_to_capacity, "pad to capacity");
-  add_if(c.aux_loss_type == AuxLossType::aux, "aux");
-  add_if(c.aux_loss_type == AuxLossType::seq_aux, "seq_aux");
-  add_if(c.aux_loss_type == AuxLossType::global_aux, "global_aux");
-  add_if(c.z_loss_coeff > 0, "z-loss");
-  const auto padded = row.run.padded(row.run.global_batch);
-  add_if(std::any_of(padded.begin(), padded.end(), [](int n) { return n > 0; }), "padding");
-  add_if(row.run.micro_batch >= 2, "micro-batch ≥ 2");
-  f.insert(std::string(to_string(row.run.mode())));
-  add_if(l.tp > 1, "tp");
-  add_if(l.cp > 1, "cp");
-  add_if(l.pp > 1, "pp");
-  add_if(l.vpp > 1, "interleaved pp");
-  add_if(l.ep > 1, "ep");
-  add_if(l.etp > 1, "etp");
-  add_if(l.edp() > 1, "edp");
-  add_if(l.gtp > 1, "gtp");
-  add_if(l.egtp > 1, "egtp");
-  f.insert(std::string(to_string(dispatcher)));
-  add_if(m.has_attention(), "attention");
-  add_if(m.mtp_depth > 0, "mtp");
-  add_if(m.mtp_depth >= 2, "mtp depth ≥ 2");
-  add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == dist::KvExchange::all_gather, "cp all_gather");
-  add_if(m.has_attention() && l.cp > 1 && row.cp_comm_type == dist::KvExchange::p2p, "cp p2p");
-  add_if(row.steps > 0, "training steps");
-  add_if(row.steps > 0 && row.distributed_optimizer, "distributed optimizer");
-  add_if(row.steps > 0 && row.clip_grad > 0, "gradient clipping");
-  add_if(row.steps > 0 && row.optimizer == OptimizerKind::muon, "muon");
-  add_if(!row.resume_as.empty(), "resume under another layout");
-  add_if(row.hot_expert_slots > 0 && l.ep > 1, "replicated hot experts");
-  add_if(row.expert_waves > 1, "wave-scheduled EP");
-  for (Deviation d : m.semantics().in_mode(row.run.mode()).deviations())
-    if ((deviation_info(d).kind == DeviationKind::modelled && (d != Deviation::mtp_per_token_local_ratio || m.mtp_depth > 0)) ||
-        (d == Deviation::gtp_factor_missing && l.gtp != l.egtp))
-      f.insert(std::string(deviation_info(d).name));
-  return f;
-}
-
 std::string row_label(const CheckRow& r) {
   std::string label = r.name + " " + std::string(to_string(r.run.scaling)) + " b" + std::to_string(r.run.micro_batch);
   if (r.steps > 0)
-    label += " " + std::to_string(r.steps) + " steps" + (r.optimizer == OptimizerKind::adam ? "" : " " + std::string(to_string(r.optimizer))) +
+    label += " " + std::to_string(r.steps) + " steps" +
+             (r.optimizer == OptimizerKind::adam ? "" : " " + std::string(to_string(r.optimizer))) +
              (r.distributed_optimizer ? " dist-opt" : "") +
              (r.clip_grad > 0 ? " clip " + shortest(r.clip_grad) : "") +
              (r.resume_as.empty() ? "" : " resume " + r.resume_as);

@@ -1,5 +1,5 @@
-// The main job's embedded default: the rows `moe-oracle check` runs with no arguments, and the features of the
-// oracle each row exercises. Between them the rows run every option of the oracle, every parallel axis, every
+// The main job's embedded default: the rows `moe-oracle check` runs with no arguments (the features each exercises:
+// check_coverage.hpp). Between them the rows run every option of the oracle, every parallel axis, every
 // loss mode and every modelled semantics deviation, in a few seconds; check prints the coverage it measured.
 #pragma once
 
@@ -9,7 +9,6 @@
 #include "reference/trajectory.hpp"
 #include "tools/run_options.hpp"
 
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,11 +49,5 @@ std::string row_label(const CheckRow& row);
 bool bf16_in_double(const CheckRow& row);
 // The tolerance of a bf16 row (check_suite.cpp says why it is the double one when the row runs in double).
 Tolerance bf16_row_tolerance(const CheckRow& row);
-
-// Every feature the coverage line can name, in print order.
-const std::vector<std::string>& all_features();
-// What one run of a row exercises: its model's options, loss mode, micro-batch, padding, layout axes, dispatcher,
-// steps and the semantics deviations in effect. Only names from all_features().
-std::set<std::string> features_of(const CheckRow& row, const ParallelLayout& layout, dist::DispatcherKind dispatcher);
 
 }  // namespace moe::cli

@@ -134,15 +134,16 @@ std::vector<std::string> ModelOptions::notes(const Semantics& semantics) const {
 }
 
 const std::vector<std::string>& model_option_names() {
-  static const std::vector<std::string> names{
-      "--preset", "--model", "--num-experts", "--moe-router-topk", "--hidden-size", "--moe-ffn-hidden-size",
-      "--moe-router-score-function", "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor",
-      "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-num-groups",
-      "--moe-router-group-topk", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff",
-      "--moe-expert-capacity-factor", "--moe-token-drop-policy", "--moe-pad-expert-input-to-capacity",
-      "--moe-shared-expert-intermediate-size", "--layers", "--num-attention-heads", "--num-query-groups",
-      "--kv-channels", "--rotary-base", "--mtp-num-layers", "--mtp-loss-scaling-factor",
-      "--activation-func-clamp-value"};
+  // Read off the declarations below: the options add_model_options gives a throwaway command.
+  static const std::vector<std::string> names = [] {
+    CLI::App app;
+    ModelOptions unused;
+    add_model_options(app, unused);
+    std::vector<std::string> n;
+    for (const CLI::Option* option : app.get_options())
+      if (option != app.get_help_ptr()) n.push_back(option->get_name());
+    return n;
+  }();
   return names;
 }
 
