@@ -44,8 +44,7 @@ rc::Gen<DispatchCase> dispatch_cases() {
     c.experts = *rc::gen::element(2, 4, 8);
     c.layout = *dispatch_layouts(c.experts);
     c.topk = *rc::gen::inRange(1, std::min(c.experts, 3) + 1);
-    c.kind = *rc::gen::element(dist::DispatcherKind::alltoall, dist::DispatcherKind::allgather,
-                               dist::DispatcherKind::flex);
+    c.kind = *rc::gen::elementOf(all_values<dist::DispatcherKind>());
     for (int r = 0; r < c.layout.world; ++r) c.tokens.push_back(weighted<int>({{2, 1}, {1, 0}, {2, 3}, {1, 7}}));
     c.hot = weighted<bool>({{3, false}, {1, true}});
     c.seed = *rc::gen::inRange<std::uint64_t>(0, 1000);

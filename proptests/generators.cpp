@@ -139,8 +139,7 @@ rc::Gen<Scenario> scenarios(const ScenarioShape& shape) {
     s.config.validate();
 
     s.options.dispatcher = shape.dispatcher ? *shape.dispatcher
-                                            : *element(dist::DispatcherKind::alltoall, dist::DispatcherKind::allgather,
-                                                       dist::DispatcherKind::flex);
+                                            : *rc::gen::elementOf(all_values<dist::DispatcherKind>());
     s.options.mode = shape.mode  ? *shape.mode
                      : shape.gtp ? *element(LossMode::sum, LossMode::per_token)
                                  : *element(LossMode::sum, LossMode::avg, LossMode::per_token);

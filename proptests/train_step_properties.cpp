@@ -131,7 +131,7 @@ MOE_PROPERTY(TrainStep, IndependentOfDispatcher, 60, ()) {
   tag(s);
   dist::CheckProblem p = make_problem(s);
   const GlobalStep oracle = dist::oracle_step(p);
-  for (auto kind : {dist::DispatcherKind::alltoall, dist::DispatcherKind::allgather, dist::DispatcherKind::flex}) {
+  for (auto kind : all_values<dist::DispatcherKind>()) {
     p.options.dispatcher = kind;
     require_oracle_match(p, oracle, "the step");
   }

@@ -43,7 +43,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex})
+  for (auto kind : all_values<DispatcherKind>())
     for (auto l : {ParallelLayout{.world = 1}, ParallelLayout{.world = 2, .ep = 2},
                    ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 4, .tp = 2, .ep = 2},
                    ParallelLayout{.world = 4, .ep = 4}, ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2},

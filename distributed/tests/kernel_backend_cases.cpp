@@ -10,7 +10,7 @@ std::vector<BackendCase> kernel_backend_cases() {
       {"ep2_etp2", ParallelLayout{.world = 4, .ep = 2, .etp = 2}},
       {"tp2_cp2_ep4_etp2", ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4, .etp = 2}},
       {"pp2_ep2_etp2", ParallelLayout{.world = 8, .pp = 2, .ep = 2, .etp = 2}}};
-  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex}) {
+  for (auto kind : all_values<DispatcherKind>()) {
     const std::string k(to_string(kind));
     for (const auto& [name, layout] : layouts) out.push_back({k + "_" + name, layout, kind});
     out.push_back({k + "_ep4_float", ParallelLayout{.world = 4, .ep = 4}, kind, Precision::float32});

@@ -163,7 +163,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{"ep2_etp2", ParallelLayout{.world = 4, .ep = 2, .etp = 2}},
                                          Case{"tp2_ep2", ParallelLayout{.world = 4, .tp = 2, .ep = 2}},
                                          Case{"tp2_ep2_etp2", ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2}}),
-                       ::testing::Values(DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex),
+                       ::testing::ValuesIn(all_values<DispatcherKind>()),
                        ::testing::Bool()),
     [](const auto& param_info) {
       return std::get<0>(param_info.param).name + "_" + std::string(to_string(std::get<1>(param_info.param))) +

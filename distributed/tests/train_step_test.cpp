@@ -68,14 +68,14 @@ std::vector<Case> cases() {
          m.layer.drop_policy = DropPolicy::position;
          m.layer.pad_to_capacity = true;
        }}};
-  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex})
+  for (auto kind : all_values<DispatcherKind>())
     for (const auto& [lname, l] : layouts)
       for (const auto& [mname, change] : modes)
         out.push_back({std::string(to_string(kind)) + "_" + lname + "_" + mname, l, kind, LossMode::sum, 1, change});
   out.push_back({"single_rank", ParallelLayout{.world = 1}});
   // Pipeline stages: 4 layers over pp 2 and 4, with EP/ETP/TP/CP inside the stages.
   auto four_layers = [](ModelConfig& m) { m.num_layers = 4; };
-  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex}) {
+  for (auto kind : all_values<DispatcherKind>()) {
     out.push_back({std::string(to_string(kind)) + "_pp2", ParallelLayout{.world = 2, .pp = 2}, kind, LossMode::sum, 1,
                    four_layers});
     out.push_back({std::string(to_string(kind)) + "_pp2_ep2_etp2",
@@ -254,7 +254,7 @@ TEST(TrainStepAgreement, Fp8DispatchMatchesTheOracleOnEveryDispatcher) {
   p.params = random_model_params<double>(p.config, 51);
   p.batch = random_global_batch(p.config, 8, 8, 52, {0, 2, 0, 0, 1, 0, 0, 3});
   const GlobalStep oracle = oracle_step(p);
-  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex}) {
+  for (auto kind : all_values<DispatcherKind>()) {
     p.options.dispatcher = kind;
     const RankComparison r = check_inproc(p, oracle);
     EXPECT_TRUE(r.pass()) << to_string(kind) << ": " << r.first.tensor << " rank " << r.first.rank;
@@ -267,7 +267,7 @@ TEST(TrainStepAgreement, Fp8DispatchMatchesTheOracleOnEveryDispatcher) {
 TEST(TrainStepAgreement, ZeroTokenExpertRankMatchesTheOracle) {
   // A bias of −10 on experts 6 and 7 (sigmoid scores are below 1) keeps every token away from them: the EP rank
   // holding them receives no rows, and its expert gradients are exactly zero.
-  for (auto kind : {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex}) {
+  for (auto kind : all_values<DispatcherKind>()) {
     CheckProblem p = problem(ParallelLayout{.world = 4, .ep = 4}, {});
     p.config.n_hash_layers = 0;  // hash layers route by table, not by score
     p.params = random_model_params<double>(p.config, 43);
@@ -309,7 +309,7 @@ TEST_P(TrainStepFloat, MatchesTheOracleWithinFloatTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(
     Dispatchers, TrainStepFloat,
-    ::testing::Combine(::testing::Values(DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex),
+    ::testing::Combine(::testing::ValuesIn(all_values<DispatcherKind>()),
                        ::testing::Values(0, 1, 2)),
     [](const auto& param_info) {
       return std::string(to_string(std::get<0>(param_info.param))) + "_layout" +

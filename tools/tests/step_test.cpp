@@ -18,7 +18,7 @@ namespace moe::step {
 namespace {
 
 using dist::DispatcherKind;
-const DispatcherKind kAll[] = {DispatcherKind::alltoall, DispatcherKind::allgather, DispatcherKind::flex};
+const std::vector<DispatcherKind> kAll = all_values<DispatcherKind>();
 
 const Stage& stage(const Trace& t, const std::string& id) {
   for (const Stage& s : t.stages)
