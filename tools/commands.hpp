@@ -12,6 +12,7 @@ void add_checkpoint_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_config_command(CLI::App& app);
 void add_layer_command(CLI::App& app);
+void add_quant_command(CLI::App& app);
 void add_golden_command(CLI::App& app);
 void add_groups_command(CLI::App& app);
 void add_scaling_command(CLI::App& app);

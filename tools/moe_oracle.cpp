@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   moe::cli::add_config_command(app);
   moe::cli::add_bench_command(app);
   moe::cli::add_layer_command(app);
+  moe::cli::add_quant_command(app);
   moe::cli::add_golden_command(app);
   moe::cli::add_groups_command(app);
   moe::cli::add_scaling_command(app);

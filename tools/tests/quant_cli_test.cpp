@@ -1,0 +1,72 @@
+// `moe-oracle quant`: the census says the figures derived by hand in reference/tests/fp4_to_fp8_test.cpp, and a
+// weight matrix is judged tile by tile: one whose MXFP4 sub-block exponents spread by 20 inside a tile is refused
+// as lossy (exit 1), the same tile without the spread passes.
+#include "tools/tests/cli_run.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace moe::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A float64 .npy v1.0 file of shape [rows, cols], C order, written by hand (the test does not link the reader).
+void write_f8(const fs::path& path, int rows, int cols, const std::vector<double>& values) {
+  std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  header.append(64 - (10 + header.size() + 1) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const std::uint16_t length = static_cast<std::uint16_t>(header.size());
+  out.write(reinterpret_cast<const char*>(&length), 2);
+  out << header;
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 8));
+}
+
+TEST(QuantCli, CensusSaysTheHandDerivedFigures) {
+  const auto j = run_json("quant");
+  EXPECT_EQ(j["mxfp4_largest_lossless_spread"], 14);
+  EXPECT_EQ(j["nvfp4_exact_pairs"]["exact"], 657);
+  EXPECT_EQ(j["nvfp4_exact_pairs"]["total"], 882);
+  EXPECT_EQ(j["mxfp4_amax_scale_exact_pairs"]["exact"], 44);
+  EXPECT_EQ(j["mxfp4_amax_scale_exact_pairs"]["total"], 105);
+  for (const auto& c : j["mxfp4_offsets"]) {
+    const int d = c["offset"];
+    EXPECT_EQ(c["exact"], d >= -8 && d <= 6 ? 16 : d == -9 || d == 7 ? 12 : 8) << "offset " << d;
+  }
+}
+
+TEST(QuantCli, WeightsWithATileSpreadBeyondFp8AreLossy) {
+  const fs::path dir = fs::temp_directory_path() / ("moe-quant-cli-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  // One tile of 128 × 64: every element 1.0, then the first sub-block of row 0 at 2^10 and the second at 2^-10
+  // (e8m0 exponents 8 and -12: a spread of 20 no power-of-two FP8 scale covers).
+  std::vector<double> even(128 * 64, 1.0);
+  write_f8(dir / "even.npy", 128, 64, even);
+  std::vector<double> spread = even;
+  for (int c = 0; c < 32; ++c) spread[static_cast<std::size_t>(c)] = 1024.0;
+  for (int c = 32; c < 64; ++c) spread[static_cast<std::size_t>(c)] = 1.0 / 1024;
+  write_f8(dir / "spread.npy", 128, 64, spread);
+
+  const auto ok = run("quant --weights " + (dir / "even.npy").string());
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("1 of 1 tiles exact"), std::string::npos) << ok.output;
+  const auto lossy = run("quant --weights " + (dir / "spread.npy").string());
+  EXPECT_EQ(lossy.status, 1) << lossy.output;
+  EXPECT_NE(lossy.output.find("first lossy tile at row 0, column 0"), std::string::npos) << lossy.output;
+  const auto flat = run("quant --weights " + (dir / "missing.npy").string());
+  EXPECT_EQ(flat.status, 2) << flat.output;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace moe::test
