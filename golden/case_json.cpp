@@ -60,6 +60,31 @@ MoeConfig config_from_json(const json& object, bool semantics_key) {
   return c;
 }
 
+AttentionConfig attention_from_json(const json& block, const std::string& where) {
+  StrictObject attention(block, where);
+  AttentionConfig a;
+  a.heads = attention.integer("heads", attention.required("heads"));
+  a.groups = attention.integer("groups", a.heads);
+  a.head_dim = attention.integer("head_dim", attention.required("head_dim"));
+  a.rope_base = attention.number("rope_base", a.rope_base);
+  attention.reject_unknown();
+  try {
+    a.validate();
+  } catch (const std::invalid_argument& e) {
+    throw CaseFormatError(where + ": " + e.what());
+  }
+  return a;
+}
+
+nlohmann::ordered_json attention_to_json(const AttentionConfig& a) {
+  nlohmann::ordered_json j;
+  j["heads"] = a.heads;
+  j["groups"] = a.groups;
+  j["head_dim"] = a.head_dim;
+  j["rope_base"] = a.rope_base;
+  return j;
+}
+
 nlohmann::ordered_json config_to_json(const MoeConfig& c) {
   nlohmann::ordered_json j;
   j["hidden"] = c.hidden;

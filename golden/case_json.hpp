@@ -6,6 +6,7 @@
 // version-1 case is written exactly as before.
 #pragma once
 
+#include "reference/attention.hpp"
 #include "reference/config.hpp"
 #include "reference/tolerance.hpp"
 
@@ -50,6 +51,13 @@ struct CaseHeader {
 MoeConfig config_from_json(const nlohmann::json& config, bool semantics_key = true);
 // Every key of format 1 in the order of the README example, unset options as null ("semantics" is not among them).
 nlohmann::ordered_json config_to_json(const MoeConfig& config);
+
+// A model's attention block, {"heads", "groups", "head_dim", "rope_base"}: one rule for every format that holds one
+// (golden model cases, model files, the Python module's dicts). "heads" and "head_dim" are required, "groups"
+// defaults to the heads (Megatron's default: no GQA), "rope_base" to AttentionConfig's; an unknown key, a wrong
+// type or an invalid block (AttentionConfig::validate) is a CaseFormatError naming `where`.
+AttentionConfig attention_from_json(const nlohmann::json& block, const std::string& where);
+nlohmann::ordered_json attention_to_json(const AttentionConfig& attention);
 
 // `origin` names the file in error messages. Accepts formats 1 and 2 (header.padding_mask stays false).
 CaseHeader case_header_from_json(const nlohmann::json& root, const std::string& origin);

@@ -26,20 +26,8 @@ ModelCaseHeader parse_header(const json& root, const std::string& origin) {
   h.model.n_hash_layers = model.integer("n_hash_layers", 0);
   h.model.vocab = model.integer("vocab", model.required("vocab"));
   h.model.rms_eps = model.number("rms_eps", model.required("rms_eps"));
-  if (const json* a = model.find("attention")) {  // absent: blocks without attention
-    StrictObject attention(*a, origin + ": model.attention");
-    AttentionConfig& c = h.model.attention;
-    c.heads = attention.integer("heads", attention.required("heads"));
-    c.groups = attention.integer("groups", attention.required("groups"));
-    c.head_dim = attention.integer("head_dim", attention.required("head_dim"));
-    c.rope_base = attention.number("rope_base", attention.required("rope_base"));
-    attention.reject_unknown();
-    try {
-      c.validate();
-    } catch (const std::invalid_argument& e) {
-      throw CaseFormatError(origin + ": model." + e.what());
-    }
-  }
+  if (const json* a = model.find("attention"))  // absent: blocks without attention
+    h.model.attention = attention_from_json(*a, origin + ": model.attention");
   h.model.mtp_depth = model.integer("mtp_depth", 0);  // absent: no multi-token prediction
   if (h.model.mtp_depth > 0) h.model.mtp_loss_scale = model.number("mtp_loss_scale", model.required("mtp_loss_scale"));
   model.reject_unknown();

@@ -65,14 +65,8 @@ ModelFile from_ours(const json& root) {
   m.num_dense_layers = top.integer("num_dense_layers", 0);
   m.n_hash_layers = top.integer("n_hash_layers", 0);
   m.vocab = top.integer("vocab", top.required("vocab"));
-  if (const json* a = top.find("attention")) {  // absent: blocks without attention
-    golden::StrictObject attention(*a, std::string(kModelFormat) + ": attention");
-    m.attention.heads = attention.integer("heads", attention.required("heads"));
-    m.attention.groups = attention.integer("groups", m.attention.heads);  // Megatron's default: no GQA
-    m.attention.head_dim = attention.integer("head_dim", attention.required("head_dim"));
-    m.attention.rope_base = attention.number("rope_base", m.attention.rope_base);
-    attention.reject_unknown();
-  }
+  if (const json* a = top.find("attention"))  // absent: blocks without attention
+    m.attention = golden::attention_from_json(*a, std::string(kModelFormat) + ": attention");
   // The run shape is optional: a full-size model is described by its layer and depth; 4096 × 1 is what the
   // full-size presets use.
   const json* seq = top.find("seq");
@@ -223,11 +217,7 @@ nlohmann::ordered_json model_file_json(const LayerPreset& m) {
   j["num_dense_layers"] = m.num_dense_layers;
   j["n_hash_layers"] = m.n_hash_layers;
   j["vocab"] = m.vocab;
-  if (m.attention.heads > 0)
-    j["attention"] = {{"heads", m.attention.heads},
-                      {"groups", m.attention.groups},
-                      {"head_dim", m.attention.head_dim},
-                      {"rope_base", m.attention.rope_base}};
+  if (m.attention.heads > 0) j["attention"] = golden::attention_to_json(m.attention);
   j["seq"] = m.seq;
   j["micro_batch"] = m.batch;
   return j;

@@ -31,32 +31,11 @@ int integer_key(const nlohmann::json& object, const std::string& key, int fallba
   return it->get<int>();
 }
 
-py::dict attention_to_dict(const AttentionConfig& a) {
-  py::dict d;
-  d["heads"] = a.heads;
-  d["groups"] = a.groups;
-  d["head_dim"] = a.head_dim;
-  d["rope_base"] = a.rope_base;
-  return d;
-}
+py::object attention_to_dict(const AttentionConfig& a) { return python_from_json(golden::attention_to_json(a)); }
 
 AttentionConfig attention_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("model config: 'attention' must be a dict");
-  static const std::set<std::string> known{"heads", "groups", "head_dim", "rope_base"};
-  for (const auto& [key, value] : j.items())
-    if (!known.count(key))
-      throw std::invalid_argument("model config: attention: unknown key '" + key +
-                                  "' (known: heads, groups, head_dim, rope_base)");
-  AttentionConfig a;
-  a.heads = integer_key(j, "heads", 0);
-  a.groups = integer_key(j, "groups", a.heads);  // Megatron's default: no GQA
-  a.head_dim = integer_key(j, "head_dim", 0);
-  if (j.contains("rope_base") && !j["rope_base"].is_null()) {
-    if (!j["rope_base"].is_number()) throw std::invalid_argument("model config: attention: 'rope_base' must be a number");
-    a.rope_base = j["rope_base"].get<double>();
-  }
-  a.validate();
-  return a;
+  return golden::attention_from_json(j, "model config: attention");
 }
 
 py::dict model_config_to_dict(const ModelConfig& c) {
