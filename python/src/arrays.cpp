@@ -62,8 +62,8 @@ py::object to_python(const Json& v) {
 
 Precision precision_of(py::handle value, const std::string& name) {
   const py::array a = as_array(value, name);
-  if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 8) return Precision::f64;
-  if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 4) return Precision::f32;
+  if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 8) return Precision::float64;
+  if (a.dtype().kind() == 'f' && a.dtype().itemsize() == 4) return Precision::float32;
   throw std::invalid_argument(name + ": expected a float64 or float32 array, got " + dtype_text(a));
 }
 
@@ -105,7 +105,7 @@ py::array numpy_from_npy(const golden::NpyArray& array, Precision precision) {
   const std::vector<py::ssize_t> shape(array.shape.begin(), array.shape.end());
   switch (array.dtype) {
     case golden::NpyDtype::f8:
-      if (precision == Precision::f64) return numpy_copy(array.reals.data(), shape);
+      if (precision == Precision::float64) return numpy_copy(array.reals.data(), shape);
       {
         const std::vector<float> narrowed(array.reals.begin(), array.reals.end());
         return numpy_copy(narrowed.data(), shape);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "golden/npy.hpp"
+#include "reference/tolerance.hpp"
 #include "reference/tensor.hpp"
 
 #include <nlohmann/json.hpp>
@@ -18,10 +19,8 @@ namespace moe::python {
 
 namespace py = pybind11;
 
-// The precision a layer call runs in: float64 (the oracle's ground truth) or float32 (its float instantiation).
-enum class Precision { f64, f32 };
-
-// float64 or float32; any other dtype is a ValueError naming `name`.
+// The precision a layer call runs in, the library's Precision: float64 (the oracle's ground truth) or float32 (its
+// float instantiation); any other dtype is a ValueError naming `name`.
 Precision precision_of(py::handle array, const std::string& name);
 
 // A numpy array (or anything np.asarray accepts) as an NpyArray of `dtype`, copied in C order. Reals: float64 or
@@ -47,9 +46,9 @@ T cast_argument(py::handle value, const std::string& name, const std::string& ex
   }
 }
 
-// A new numpy array (C order): reals as float64, or float32 under Precision::f32 (the values came from a float
+// A new numpy array (C order): reals as float64, or float32 under Precision::float32 (the values came from a float
 // computation, so the narrowing is exact).
-py::array numpy_from_npy(const golden::NpyArray& array, Precision precision = Precision::f64);
+py::array numpy_from_npy(const golden::NpyArray& array, Precision precision = Precision::float64);
 
 // A copy of `size` values as a numpy array of the given shape (an Eigen row-major matrix is C order).
 template <typename Scalar>

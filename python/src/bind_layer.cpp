@@ -22,13 +22,12 @@ struct LayerCall {
   MoeConfig config;
   int seq = 0;
   int batch = 0;
-  Precision precision = Precision::f64;
+  Precision precision = Precision::float64;
   golden::TensorMap tensors;  // x, input_ids (hash routing), the parameters, grad_y (backward)
   std::vector<bool> padding_mask;
   std::vector<std::vector<int>> partition;
 };
 
-const char* precision_name(Precision p) { return p == Precision::f32 ? "float32" : "float64"; }
 
 // The golden input tensors that are parameters (not x, input_ids or grad_y), as the config selects them.
 std::set<std::string> param_names(const MoeConfig& config) {
@@ -47,7 +46,8 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
   const auto add_real = [&c](const std::string& name, py::handle value) {
     const Precision p = precision_of(value, name);
     if (p != c.precision)
-      throw std::invalid_argument(name + " is " + precision_name(p) + " but x is " + precision_name(c.precision) +
+      throw std::invalid_argument(name + " is " + std::string(to_string(p)) + " but x is " +
+                                  std::string(to_string(c.precision)) +
                                   ": give every real tensor of a call the same precision");
     auto array = npy_from_numpy(value, golden::NpyDtype::f8, name);
     require_finite(array, name);
@@ -174,7 +174,7 @@ void bind_layer(py::module_& m) {
          const py::object& padding_mask, const py::object& partition, const py::object& batch) {
         const auto c = prepare(config, params, x, input_ids, padding_mask, partition, batch, py::none());
         require_memory(layer_activation_bytes(c.config, static_cast<std::uint64_t>(c.seq) * c.batch), "layer_forward");
-        return c.precision == Precision::f32 ? forward<float>(c) : forward<double>(c);
+        return c.precision == Precision::float32 ? forward<float>(c) : forward<double>(c);
       },
       py::arg("config"), py::arg("params"), py::arg("x"), py::arg("input_ids") = py::none(),
       py::arg("padding_mask") = py::none(), py::arg("partition") = py::none(), py::arg("batch") = py::none(),
@@ -205,7 +205,7 @@ ValueError with the C++ message.)doc");
          const py::object& batch) {
         const auto c = prepare(config, params, x, input_ids, padding_mask, partition, batch, grad_y);
         require_memory(layer_activation_bytes(c.config, static_cast<std::uint64_t>(c.seq) * c.batch), "layer_backward");
-        return c.precision == Precision::f32 ? backward<float>(c) : backward<double>(c);
+        return c.precision == Precision::float32 ? backward<float>(c) : backward<double>(c);
       },
       py::arg("config"), py::arg("params"), py::arg("x"), py::arg("grad_y"), py::arg("input_ids") = py::none(),
       py::arg("padding_mask") = py::none(), py::arg("partition") = py::none(), py::arg("batch") = py::none(),
