@@ -1,19 +1,13 @@
 #include "golden/case_json.hpp"
 
 #include "golden/strict_json.hpp"
+#include "reference/config_fields.hpp"
 
 #include <nlohmann/json.hpp>
 
 namespace moe::golden {
-namespace {
 
 using nlohmann::json;
-
-nlohmann::ordered_json optional_to_json(const std::optional<double>& v) {
-  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
-}
-
-}  // namespace
 
 MoeConfig config_from_json(const json& object, bool semantics_key) {
   StrictObject o(object, "config");
@@ -76,48 +70,9 @@ AttentionConfig attention_from_json(const json& block, const std::string& where)
   return a;
 }
 
-nlohmann::ordered_json attention_to_json(const AttentionConfig& a) {
-  nlohmann::ordered_json j;
-  j["heads"] = a.heads;
-  j["groups"] = a.groups;
-  j["head_dim"] = a.head_dim;
-  j["rope_base"] = a.rope_base;
-  return j;
-}
+nlohmann::ordered_json attention_to_json(const AttentionConfig& a) { return fields_json<nlohmann::ordered_json>(a); }
 
-nlohmann::ordered_json config_to_json(const MoeConfig& c) {
-  nlohmann::ordered_json j;
-  j["hidden"] = c.hidden;
-  j["num_experts"] = c.num_experts;
-  j["topk"] = c.topk;
-  j["ffn_hidden"] = c.ffn_hidden;
-  j["score_function"] = std::string(to_string(c.score_function));
-  j["pre_softmax"] = c.pre_softmax;
-  j["topk_scaling_factor"] = c.topk_scaling_factor;
-  j["normalization"] = std::string(to_string(c.normalization));
-  j["expert_bias"] = c.expert_bias;
-  j["num_groups"] = c.num_groups;
-  j["group_topk"] = c.group_topk;
-  j["hash_routing"] = c.hash_routing;
-  j["swiglu_clamp"] = optional_to_json(c.swiglu_clamp);
-  j["shared_expert_ffn_hidden"] = c.shared_expert_ffn_hidden;
-  j["shared_expert_gate"] = c.shared_expert_gate;
-  j["shared_expert_clamp"] = c.shared_expert_clamp;
-  j["latent_size"] = c.latent_size;
-  j["apply_probs_on_input"] = c.apply_probs_on_input;
-  j["capacity_factor"] = optional_to_json(c.capacity_factor);
-  j["drop_policy"] = std::string(to_string(c.drop_policy));
-  j["pad_to_capacity"] = c.pad_to_capacity;
-  if (c.aux_loss_type == AuxLossType::none) {
-    j["aux_loss_type"] = nullptr;
-  } else {
-    j["aux_loss_type"] = std::string(to_string(c.aux_loss_type));
-  }
-  j["aux_loss_coeff"] = c.aux_loss_coeff;
-  j["z_loss_coeff"] = c.z_loss_coeff;
-  j["bias_update_rate"] = optional_to_json(c.bias_update_rate);
-  return j;
-}
+nlohmann::ordered_json config_to_json(const MoeConfig& c) { return fields_json<nlohmann::ordered_json>(c); }
 
 std::string_view CaseHeader::format() const {
   return config.semantics.intended() && !padding_mask && written_by.empty() ? kCaseFormat : kCaseFormatV2;

@@ -72,12 +72,11 @@ ModelConfig model_of(const fs::path& meta_path, const json& meta) {
     m.mtp_loss_scale = real(meta_path, model, "mtp_loss_scale");
   }
   if (model.contains("attention")) {
-    const json& a = model.at("attention");
-    if (!a.is_object()) refuse(meta_path, "'model': 'attention' must be a JSON object");
-    m.attention.heads = whole(meta_path, a, "heads");
-    m.attention.groups = whole(meta_path, a, "groups");
-    m.attention.head_dim = whole(meta_path, a, "head_dim");
-    m.attention.rope_base = real(meta_path, a, "rope_base");
+    try {
+      m.attention = golden::attention_from_json(model.at("attention"), "'model': 'attention'");
+    } catch (const golden::CaseFormatError& e) {
+      refuse(meta_path, e.what());
+    }
   }
   try {
     m.validate();

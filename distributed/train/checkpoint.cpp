@@ -1,5 +1,6 @@
 #include "distributed/train/checkpoint.hpp"
 
+#include "reference/config_fields.hpp"
 #include "reference/process_groups.hpp"
 #include "storage/durable_files.hpp"
 #include "storage/staged_directory.hpp"
@@ -31,48 +32,22 @@ std::uint64_t fnv1a(const double* data, Eigen::Index n) {
   return h;
 }
 
+// The model the checkpoint belongs to: its layer by the golden format's keys (reference/config_fields.hpp, so that
+// `checkpoint verify` reads it with the golden reader), the semantics the optimizer state was built under, and the
+// model around the layer.
 json model_json(const ModelConfig& m) {
-  const MoeConfig& c = m.layer;
-  auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
-  json j{{"hidden", c.hidden},
-          {"num_experts", c.num_experts},
-          {"topk", c.topk},
-          {"ffn_hidden", c.ffn_hidden},
-          {"score_function", to_string(c.score_function)},
-          {"pre_softmax", c.pre_softmax},
-          {"topk_scaling_factor", c.topk_scaling_factor},
-          {"normalization", to_string(c.normalization)},
-          {"expert_bias", c.expert_bias},
-          {"num_groups", c.num_groups},
-          {"group_topk", c.group_topk},
-          {"swiglu_clamp", opt(c.swiglu_clamp)},
-          {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden},
-          {"shared_expert_gate", c.shared_expert_gate},
-          {"shared_expert_clamp", c.shared_expert_clamp},
-          {"latent_size", c.latent_size},
-          {"apply_probs_on_input", c.apply_probs_on_input},
-          {"capacity_factor", opt(c.capacity_factor)},
-          {"drop_policy", to_string(c.drop_policy)},
-          {"pad_to_capacity", c.pad_to_capacity},
-          {"aux_loss_type", to_string(c.aux_loss_type)},
-          {"aux_loss_coeff", c.aux_loss_coeff},
-          {"z_loss_coeff", c.z_loss_coeff},
-          {"bias_update_rate", opt(c.bias_update_rate)},
-          {"semantics", c.semantics.spec()},  // the objective the optimizer state belongs to
-          {"num_layers", m.num_layers},
-          {"n_hash_layers", m.n_hash_layers},
-          {"vocab", m.vocab},
-          {"rms_eps", m.rms_eps}};
+  json j = fields_json<json>(m.layer);
+  j["semantics"] = m.layer.semantics.spec();
+  j["num_layers"] = m.num_layers;
+  j["n_hash_layers"] = m.n_hash_layers;
+  j["vocab"] = m.vocab;
+  j["rms_eps"] = m.rms_eps;
   if (m.mtp_depth > 0) {  // only with MTP, likewise
     j["mtp_depth"] = m.mtp_depth;
     j["mtp_loss_scale"] = m.mtp_loss_scale;
   }
   // Only with attention, so that checkpoints of models without it read as they always did.
-  if (m.has_attention())
-    j["attention"] = {{"heads", m.attention.heads},
-                      {"groups", m.attention.groups},
-                      {"head_dim", m.attention.head_dim},
-                      {"rope_base", m.attention.rope_base}};
+  if (m.has_attention()) j["attention"] = fields_json<json>(m.attention);
   return j;
 }
 

@@ -68,6 +68,20 @@ TEST(CheckpointVerify, AGoodCheckpointPassesWithASummary) {
   EXPECT_EQ(run("checkpoint verify --help").status, 0);
 }
 
+// The checkpoint records its model by the golden config's keys (reference/config_fields.hpp), which the verifier
+// reads with the golden reader: a layer without a balance loss is written as aux_loss_type null, as that reader
+// takes it (it was written "none", and verify refused the checkpoint of such a model).
+TEST(CheckpointVerify, AModelWithoutABalanceLossIsRead) {
+  const fs::path d = written().parent_path() / "no-aux";
+  fs::remove_all(d);
+  const Result r = run("check --steps 2 --world 2 --ep 2 --dispatcher flex --moe-router-load-balancing-type none "
+                       "--resume-as world=2 --checkpoint-dir " + d.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(meta_of(d)["model"]["aux_loss_type"].is_null());
+  const Result verified = run("checkpoint verify " + d.string());
+  EXPECT_EQ(verified.status, 0) << verified.output;
+}
+
 TEST(CheckpointVerify, EachBrokenPieceIsNamed) {
   const json meta = meta_of(written());
   const std::string first = meta["pieces"][0]["file"];
