@@ -336,43 +336,11 @@ void add_check_command(CLI::App& app) {
                                     ": the device runs go one after another");
       o->jobs = 1;
     }
-    const RowSettings& given = o->row;
-    if (o->given("--optimizer") && given.optimizer == OptimizerKind::muon && given.distributed_optimizer)
-      throw std::invalid_argument("--optimizer muon runs with DDP: the distributed optimizer's flat slices cut the "
-                                  "matrices Newton-Schulz needs whole; drop --distributed-optimizer");
-    if (!given.resume_as.empty() && given.steps < 2)
-      throw std::invalid_argument("--resume-as needs --steps 2 or more");
-    if (given.clip_grad > 0 && given.steps < 1) throw std::invalid_argument("--clip-grad needs --steps 1 or more");
-    const bool bf16 = o->dtype == Precision::bfloat16;
     const Tolerance table = moe::tolerance(Compared::training_step, o->dtype);
     o->tolerance_given = cmd->count("--atol") > 0 || cmd->count("--rtol") > 0;
     if (cmd->count("--atol") == 0) o->atol = table.atol;
     if (cmd->count("--rtol") == 0) o->rtol = table.rtol;
-    std::vector<CheckRow> rows = rows_of(*o);
-    if (o->given("--cp-comm-type") &&
-        std::none_of(rows.begin(), rows.end(), [](const CheckRow& r) { return r.run.model().has_attention(); }))
-      throw std::invalid_argument("--cp-comm-type: the model has no attention (give --num-attention-heads or "
-                                  "--preset tiny-attention)");
-    if (o->dtype == Precision::float32) {
-      const std::string flag = "--dtype float";
-      // The optimizer state is double: multi-step rows run in double only.
-      if (given.steps > 0)
-        throw std::invalid_argument("--steps runs in double (the optimizer state is double); drop " + flag);
-      // FP8 dispatch too: in float a last-bit difference in the input can move an element across an e4m3 rounding
-      // boundary, an error of up to 1/16 of it that no float tolerance admits.
-      if (o->run.quant != Quant::none)
-        throw std::invalid_argument("--quant " + std::string(name_of(o->run.quant)) + " runs in double only: in float a rounding of the "
-                                    "input can move an element across an e4m3 rounding boundary, an error of up to "
-                                    "1/16 of it that no float tolerance admits");
-      // And attention: the CPU parallel system runs it in double.
-      if (o->custom_model && rows.front().run.model().has_attention())
-        throw std::invalid_argument(flag + ": the parallel system runs attention in double only");
-      std::erase_if(rows, [](const CheckRow& r) {
-        return r.steps > 0 || r.run.quant != Quant::none || r.run.model().has_attention();
-      });
-    }
-    if (bf16)
-      for (CheckRow& r : rows) r.run.bf16_storage = true;
+    const std::vector<CheckRow> rows = rows_of(*o);
     bool print = true;
     std::unique_ptr<MpiRuntime> mpi;
     std::unique_ptr<MpiCommunicator> world;

@@ -57,7 +57,9 @@ struct CheckOptions {
 // The flags that set a RowSettings field of every row, bound to o.row and listed in o.row_flags.
 void add_row_flags(CLI::App& cmd, CheckOptions& o);
 
-// The rows to run: the embedded default, or the user's one configuration over the first row's layouts or --world.
+// The rows to run: the embedded default, or the user's one configuration over the first row's layouts or --world,
+// with every rule of which features run together applied here (refused where the user asked for a combination,
+// adjusted with a note in the default set): row flags, waves, replicas, GTP, --cp-comm-type and --dtype.
 // For the user's configuration, a sequence length and global batch that the layouts' CP, SP and DP rules allow
 // when they were not given, and the EP sizes --shrink must respect. Notes what it chose or left out in o.notes.
 std::vector<CheckRow> rows_of(CheckOptions& o);
