@@ -51,22 +51,57 @@ void waves_fit(CheckOptions& o, CheckRow& r) {
     o.notes.push_back(flag + ": " + r.name + " runs the AlltoAll dispatcher only (the one that returns every row)");
 }
 
-}  // namespace
-
-bool CheckOptions::given(const std::string& flag) const {
-  return std::any_of(row_flags.begin(), row_flags.end(),
-                     [&](const RowFlag& f) { return f.option->check_name(flag) && f.option->count() > 0; });
-}
-
-namespace {
-
 // `option` sets `field` of every row.
 template <typename T>
 void sets(CheckOptions& o, const CLI::Option* option, T RowSettings::*field) {
   o.row_flags.push_back({option, [field](const RowSettings& given, RowSettings& row) { row.*field = given.*field; }});
 }
 
+// Row flags that do not combine with each other, refused before any row is made.
+void refuse_given_combinations(const CheckOptions& o) {
+  const RowSettings& given = o.row;
+  if (o.given("--optimizer") && given.optimizer == OptimizerKind::muon && given.distributed_optimizer)
+    throw std::invalid_argument("--optimizer muon runs with DDP: the distributed optimizer's flat slices cut the "
+                                "matrices Newton-Schulz needs whole; drop --distributed-optimizer");
+  if (!given.resume_as.empty() && given.steps < 2) throw std::invalid_argument("--resume-as needs --steps 2 or more");
+  if (given.clip_grad > 0 && given.steps < 1) throw std::invalid_argument("--clip-grad needs --steps 1 or more");
+}
+
+// What --cp-comm-type and --dtype ask of the rows: attention to exchange keys over, and in float, rows the float
+// parallel system runs (refused where the user asked for them, left out of the default set); bf16 rows store bf16.
+void fit_dtype(CheckOptions& o, std::vector<CheckRow>& rows) {
+  if (o.given("--cp-comm-type") &&
+      std::none_of(rows.begin(), rows.end(), [](const CheckRow& r) { return r.run.model().has_attention(); }))
+    throw std::invalid_argument("--cp-comm-type: the model has no attention (give --num-attention-heads or "
+                                "--preset tiny-attention)");
+  if (o.dtype == Precision::float32) {
+    const std::string flag = "--dtype float";
+    // The optimizer state is double: multi-step rows run in double only.
+    if (o.row.steps > 0)
+      throw std::invalid_argument("--steps runs in double (the optimizer state is double); drop " + flag);
+    // FP8 dispatch too: in float a last-bit difference in the input can move an element across an e4m3 rounding
+    // boundary, an error of up to 1/16 of it that no float tolerance admits.
+    if (o.run.quant != Quant::none)
+      throw std::invalid_argument("--quant " + std::string(name_of(o.run.quant)) + " runs in double only: in float "
+                                  "a rounding of the input can move an element across an e4m3 rounding boundary, an "
+                                  "error of up to 1/16 of it that no float tolerance admits");
+    // And attention: the CPU parallel system runs it in double.
+    if (o.custom_model && rows.front().run.model().has_attention())
+      throw std::invalid_argument(flag + ": the parallel system runs attention in double only");
+    std::erase_if(rows, [](const CheckRow& r) {
+      return r.steps > 0 || r.run.quant != Quant::none || r.run.model().has_attention();
+    });
+  }
+  if (o.dtype == Precision::bfloat16)
+    for (CheckRow& r : rows) r.run.bf16_storage = true;
+}
+
 }  // namespace
+
+bool CheckOptions::given(const std::string& flag) const {
+  return std::any_of(row_flags.begin(), row_flags.end(),
+                     [&](const RowFlag& f) { return f.option->check_name(flag) && f.option->count() > 0; });
+}
 
 void add_row_flags(CLI::App& cmd, CheckOptions& o) {
   RowSettings& row = o.row;
@@ -112,49 +147,6 @@ void add_row_flags(CLI::App& cmd, CheckOptions& o) {
                        "shard optimizer state; reduce-scatter gradients, all-gather parameters"),
        &RowSettings::distributed_optimizer);
 }
-
-namespace {
-
-// Row flags that do not combine with each other, refused before any row is made.
-void refuse_given_combinations(const CheckOptions& o) {
-  const RowSettings& given = o.row;
-  if (o.given("--optimizer") && given.optimizer == OptimizerKind::muon && given.distributed_optimizer)
-    throw std::invalid_argument("--optimizer muon runs with DDP: the distributed optimizer's flat slices cut the "
-                                "matrices Newton-Schulz needs whole; drop --distributed-optimizer");
-  if (!given.resume_as.empty() && given.steps < 2) throw std::invalid_argument("--resume-as needs --steps 2 or more");
-  if (given.clip_grad > 0 && given.steps < 1) throw std::invalid_argument("--clip-grad needs --steps 1 or more");
-}
-
-// What --cp-comm-type and --dtype ask of the rows: attention to exchange keys over, and in float, rows the float
-// parallel system runs (refused where the user asked for them, left out of the default set); bf16 rows store bf16.
-void fit_dtype(CheckOptions& o, std::vector<CheckRow>& rows) {
-  if (o.given("--cp-comm-type") &&
-      std::none_of(rows.begin(), rows.end(), [](const CheckRow& r) { return r.run.model().has_attention(); }))
-    throw std::invalid_argument("--cp-comm-type: the model has no attention (give --num-attention-heads or "
-                                "--preset tiny-attention)");
-  if (o.dtype == Precision::float32) {
-    const std::string flag = "--dtype float";
-    // The optimizer state is double: multi-step rows run in double only.
-    if (o.row.steps > 0)
-      throw std::invalid_argument("--steps runs in double (the optimizer state is double); drop " + flag);
-    // FP8 dispatch too: in float a last-bit difference in the input can move an element across an e4m3 rounding
-    // boundary, an error of up to 1/16 of it that no float tolerance admits.
-    if (o.run.quant != Quant::none)
-      throw std::invalid_argument("--quant " + std::string(name_of(o.run.quant)) + " runs in double only: in float "
-                                  "a rounding of the input can move an element across an e4m3 rounding boundary, an "
-                                  "error of up to 1/16 of it that no float tolerance admits");
-    // And attention: the CPU parallel system runs it in double.
-    if (o.custom_model && rows.front().run.model().has_attention())
-      throw std::invalid_argument(flag + ": the parallel system runs attention in double only");
-    std::erase_if(rows, [](const CheckRow& r) {
-      return r.steps > 0 || r.run.quant != Quant::none || r.run.model().has_attention();
-    });
-  }
-  if (o.dtype == Precision::bfloat16)
-    for (CheckRow& r : rows) r.run.bf16_storage = true;
-}
-
-}  // namespace
 
 std::vector<CheckRow> rows_of(CheckOptions& o) {
   refuse_given_combinations(o);

@@ -1,8 +1,8 @@
 // Options whose values are names of an enum's values (reference/named.hpp): the text becomes the value when the
 // command line is parsed, so a command holds the enum and never compares text; the help lists the names from the
 // same table the library's to_string reads, and shows the default by name.
-//   add_choice(cmd, "--dtype", o.dtype, "the precision ...", kDtypeNames)
-//   add_choice(cmd, "--optimizer", o.optimizer, "...")            std::optional: unset unless given
+//   add_choice(cmd, "--optimizer", o.optimizer, "...")            the enum's own table
+//   add_choice(cmd, "--dtype", o.dtype, "...", kDtypeNames)       another table for the same enum
 //   add_choice(cmd, "--dispatcher", o.dispatcher, "...", "all")   std::optional: "all" (the default) leaves it unset
 #pragma once
 
@@ -51,13 +51,6 @@ CLI::Option* add_choice(CLI::App& cmd, const std::string& flags, std::optional<E
   option->check(named_value(table, unset_name));
   if (!unset_name.empty()) option->default_str(std::string(unset_name));
   return option;
-}
-
-// The name of an optional choice's value, or `unset_name` when unset.
-template <typename E>
-std::string choice_name(const std::optional<E>& value, std::string_view unset_name,
-                        std::span<const Named<E>> table = table_of<E>()) {
-  return std::string(value ? name_of(*value, table) : unset_name);
 }
 
 }  // namespace moe::cli

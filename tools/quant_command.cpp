@@ -38,8 +38,9 @@ struct QuantOptions {
 
 Matrix<double> read_weights(const std::string& path) {
   const NpyArray a = golden::read_npy_widened(path);
-  if (a.shape.size() != 2)
-    throw std::invalid_argument(path + ": a weight matrix is 2-d, got shape " + a.shape_string());
+  if (a.shape.size() != 2 || a.size() == 0)
+    throw std::invalid_argument(path + ": a weight matrix is 2-d with at least one element, got shape " +
+                                a.shape_string());
   if (a.dtype != NpyDtype::f8 && a.dtype != NpyDtype::f4 && a.dtype != NpyDtype::u2)
     throw std::invalid_argument(path + ": weights are float64, float32 or bfloat16 (uint16 bits), got " +
                                 std::string(golden::npy_descr(a.dtype)));
@@ -107,8 +108,9 @@ int weights(const QuantOptions& o) {
   const Matrix<double> w = read_weights(o.weights);
   const Matrix<double> fp4 = mxfp4_dequantise(mxfp4_quantise(w));
   const double max_error = (fp4 - w).cwiseAbs().maxCoeff();
-  const double norm = w.norm();
-  const double relative = norm > 0 ? (fp4 - w).norm() / norm : 0;
+  // stableNorm: weights near the double range (MXFP4 saturates at 6·2^127) would overflow a plain sum of squares.
+  const double norm = w.stableNorm();
+  const double relative = norm > 0 ? (fp4 - w).stableNorm() / norm : 0;
   const Eigen::Index tile = kFp8WeightBlock;
   int tiles = 0, lossy = 0;
   std::optional<std::pair<Eigen::Index, Eigen::Index>> first_lossy;

@@ -1,6 +1,6 @@
 // `moe-oracle quant`: the census says the figures derived by hand in reference/tests/fp4_to_fp8_test.cpp, and a
 // weight matrix is judged tile by tile: one whose MXFP4 sub-block exponents spread by 20 inside a tile is refused
-// as lossy (exit 1), the same tile without the spread passes.
+// as lossy (exit 1), the same tile without the spread passes; an empty matrix is refused (exit 2).
 #include "tools/tests/cli_run.hpp"
 
 #include <gtest/gtest.h>
@@ -63,8 +63,17 @@ TEST(QuantCli, WeightsWithATileSpreadBeyondFp8AreLossy) {
   const auto lossy = run("quant --weights " + (dir / "spread.npy").string());
   EXPECT_EQ(lossy.status, 1) << lossy.output;
   EXPECT_NE(lossy.output.find("first lossy tile at row 0, column 0"), std::string::npos) << lossy.output;
-  const auto flat = run("quant --weights " + (dir / "missing.npy").string());
-  EXPECT_EQ(flat.status, 2) << flat.output;
+  const auto missing = run("quant --weights " + (dir / "missing.npy").string());
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  // No element to judge: refused (it crashed on the empty matrix's maximum).
+  write_f8(dir / "empty.npy", 0, 64, {});
+  const auto empty = run("quant --weights " + (dir / "empty.npy").string());
+  EXPECT_EQ(empty.status, 2) << empty.output;
+  EXPECT_NE(empty.output.find("at least one element"), std::string::npos) << empty.output;
+  // Near the double range the error is still a number (a plain norm overflowed to inf / inf).
+  write_f8(dir / "huge.npy", 1, 2, {1e300, 1.0});
+  const auto huge = run_json("quant --weights " + (dir / "huge.npy").string());
+  EXPECT_TRUE(huge["mxfp4_relative_error"].is_number()) << huge.dump();
   fs::remove_all(dir);
 }
 
