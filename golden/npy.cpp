@@ -375,20 +375,29 @@ namespace {
 
 // The whole file in one read (a character at a time through istreambuf_iterator took a twelfth of a large
 // comparison's time).
-std::string file_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw NpyError(path.string() + ": cannot open");
-  std::string bytes;
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  if (size > 0) {
-    bytes.resize(static_cast<std::size_t>(size));
-    in.read(bytes.data(), size);
-    bytes.resize(static_cast<std::size_t>(in.gcount()));
-  }
-  if (in.bad()) throw NpyError(path.string() + ": cannot read");
+// A reader's refusal of `path` as an NpyError: "<path>: cannot open (<why>)" (StorageError's text names the path).
+[[noreturn]] void cannot_open(const std::filesystem::path& path, const storage::StorageError& e) {
+  std::string why = e.what();
+  if (const std::string prefix = path.string() + ": "; why.starts_with(prefix)) why.erase(0, prefix.size());
+  throw NpyError(path.string() + ": cannot open (" + why + ")");
+}
+
+// The first min(n, size) bytes of `file`.
+std::string leading_bytes(storage::RegularFile& file, std::uint64_t n) {
+  std::string bytes(static_cast<std::size_t>(std::min(n, file.size())), '\0');
+  file.read(bytes.data(), bytes.size());
   return bytes;
+}
+
+// The whole file, read only when it is a regular file (storage::RegularFile): a FIFO would block the read until a
+// writer came, a device would never end.
+std::string file_bytes(const std::filesystem::path& path) {
+  try {
+    storage::RegularFile file(path);
+    return leading_bytes(file, file.size());
+  } catch (const storage::StorageError& e) {
+    cannot_open(path, e);
+  }
 }
 
 }  // namespace
@@ -396,22 +405,21 @@ std::string file_bytes(const std::filesystem::path& path) {
 NpyArray read_npy(const std::filesystem::path& path) { return parse_npy(file_bytes(path), path.string()); }
 
 NpyHeader read_npy_header_widened(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw NpyError(path.string() + ": cannot open");
-  std::string head(kPreamble, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
-  if (head.size() == kPreamble) {  // the header's length is known: read just the header
-    const std::size_t header_len = static_cast<unsigned char>(head[8]) |
-                                   (static_cast<std::size_t>(static_cast<unsigned char>(head[9])) << 8);
-    head.resize(kPreamble + header_len);
-    in.read(head.data() + kPreamble, static_cast<std::streamsize>(header_len));
-    head.resize(kPreamble + static_cast<std::size_t>(in.gcount()));
+  std::string head;
+  std::uint64_t file_size = 0;
+  try {
+    storage::RegularFile file(path);
+    file_size = file.size();
+    head = leading_bytes(file, kPreamble);
+    if (head.size() == kPreamble) {  // the header's length is known: read just the header
+      const std::size_t header_len = static_cast<unsigned char>(head[8]) |
+                                     (static_cast<std::size_t>(static_cast<unsigned char>(head[9])) << 8);
+      head = leading_bytes(file, kPreamble + header_len);
+    }
+  } catch (const storage::StorageError& e) {
+    cannot_open(path, e);
   }
   const ParsedHeader h = parse_header(head, path.string(), true);
-  std::error_code ec;
-  const std::uintmax_t file_size = std::filesystem::file_size(path, ec);
-  if (ec) throw NpyError(path.string() + ": cannot read its size (" + ec.message() + ")");
   check_data_size(static_cast<std::size_t>(file_size - h.data_offset), h, path.string());
   return {h.dtype, h.shape};
 }

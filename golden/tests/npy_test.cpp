@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -172,6 +175,19 @@ TEST(Npy, FileErrorsNameThePath) {
   const auto path = std::filesystem::temp_directory_path() / "moe_golden_npy_test_missing.npy";
   std::filesystem::remove(path);
   test::expect_error<NpyError>("cannot open", [&] { read_npy(path); });
+}
+
+// Only a regular file is read: a FIFO would block the read until a writer came (it hung), a directory or a device
+// is no array.
+TEST(Npy, OnlyARegularFileIsRead) {
+  const auto fifo = std::filesystem::temp_directory_path() / ("moe_golden_npy_test_fifo_" + std::to_string(::getpid()));
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  test::expect_error<NpyError>("is not a regular file (it is a FIFO)", [&] { read_npy(fifo); });
+  test::expect_error<NpyError>("is not a regular file (it is a FIFO)", [&] { read_npy_widened(fifo); });
+  test::expect_error<NpyError>("is not a regular file (it is a FIFO)", [&] { read_npy_header_widened(fifo); });
+  std::filesystem::remove(fifo);
+  test::expect_error<NpyError>("is not a regular file", [] { read_npy("/dev/zero"); });
 }
 
 }  // namespace
