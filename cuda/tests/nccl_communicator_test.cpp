@@ -1,6 +1,10 @@
 // NcclCommunicator at world size 1 on device buffers: every collective with exactly predictable integer-valued
-// data (nccl-tests style), the call checks, and self send/recv with the header check.
+// data (nccl-tests style), the call checks, and self send/recv with the header check; then the world `check
+// --backend nccl` runs on (nccl_world.hpp) joined by one rank, through the whole conformance body.
 #include "cuda/nccl_communicator.hpp"
+#include "cuda/nccl_world.hpp"
+#include "distributed/comm/inproc_world.hpp"
+#include "cuda/tests/expect_conformant.hpp"
 #include "cuda/tests/gpu_test.hpp"
 
 namespace moe::cuda {
@@ -59,6 +63,16 @@ TEST(CudaNcclCommunicator, ChecksCallsAndMessages) {
   EXPECT_EQ(got.to_host(), (std::vector<float>{1.5f, 2.5f}));
   EXPECT_THROW(comm->recv<float>(got.span(), 0, 9), std::invalid_argument);  // the next message has tag 8
   EXPECT_THROW(comm->recv<float>(got.span(), 0, 8), std::invalid_argument);  // nothing left to receive
+}
+
+TEST(CudaNcclWorld, OneRankJoinsAndPassesTheConformanceBody) {
+  MOE_REQUIRE_GPU();
+  InprocWorld(1, RankExecution::threads).run([&](Communicator& bootstrap) {
+    NcclWorld nccl = join_nccl_world(bootstrap);
+    EXPECT_EQ(nccl.device, 0);
+    ASSERT_EQ(nccl.world->size(), 1);
+    expect_conformant(*nccl.world, "NCCL, 1 rank");
+  });
 }
 
 }  // namespace
