@@ -285,7 +285,10 @@ std::vector<int> sweep_tokens(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Time each dispatcher's dispatch + combine against raw MPI_Alltoallv");
-  add_choice(*cmd, "--backend", o->backend, "where the ranks run: threads of this process, or mpirun's processes");
+  // Not nccl: bench times the dispatchers on host data; the GPU's figures come from cuda_bench (tools/gpu-check).
+  add_choice(*cmd, "--backend", o->backend, "where the ranks run: threads of this process, or mpirun's processes",
+             std::span<const Named<Backend>>(kBackendNames).first(2),
+             "bench times host data; the GPU's figures come from cuda_bench, run by tools/gpu-check");
   cmd->add_option("--world", o->world, "ranks for the inproc backend (= ep)")->capture_default_str()->check(whole_at_least(1));
   cmd->add_option("--tokens", o->tokens, "tokens per rank")->capture_default_str()->check(whole_at_least(1));
   cmd->add_option("--hidden", o->hidden, "hidden size")->capture_default_str()->check(whole_at_least(1));

@@ -7,7 +7,10 @@
 // CP, PP, EDP > 1 and every dispatcher, under the intended semantics and the Megatron profiles, with a resumed
 // multi-step run; it prints the features it covered. --semantics P runs that set under P. Model or layout flags
 // run one configuration instead. Under `mpirun -np N … --backend mpi` the ranks are processes; a layout smaller
-// than N runs on the first ranks while the others wait.
+// than N runs on the first ranks while the others wait. `--backend nccl` is the same job with a GPU per process and
+// the collectives in NCCL on device buffers (cuda/nccl_world.hpp); there a layout wider than the job runs on
+// in-process ranks of rank 0 (host collectives), so that the whole default set runs on one GPU too, and the report
+// says how many runs did.
 // --steps N runs N whole training steps (optimizer and bias update included) against the oracle's trajectory;
 // --resume-as saves after N/2 steps and continues under another layout from the checkpoint.
 #include <unistd.h>
@@ -28,6 +31,7 @@
 #include <sstream>
 
 #include "distributed/check/differential_check.hpp"
+#include "distributed/comm/inproc_world.hpp"
 #include "distributed/comm/mpi_communicator.hpp"
 #include "distributed/comm/mpi_runtime.hpp"
 #include "golden/case_json.hpp"
@@ -152,7 +156,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
                    "checking " + row.run.source.source() + " on " + layout_name(layout),
                    "check its structure at test size with --shrink, or give a smaller --seq / --global-batch");
       for (auto kind : kinds_of(row, kinds)) chosen += selected(o, run_name(row, layout, kind));
-      if (world && layout.world > world->size())
+      if (world && layout.world > world->size() && o.backend != Backend::nccl)
         throw std::invalid_argument("layout " + layout_name(layout) + " needs " + std::to_string(layout.world) +
                                     " ranks; mpirun started " + std::to_string(world->size()));
     }
@@ -199,6 +203,10 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
     const CheckRow& row = *tasks[std::size_t(t)].row;
     const ParallelLayout& layout = *tasks[std::size_t(t)].layout;
     const std::size_t r = tasks[std::size_t(t)].row_index;
+    // The job's ranks, or (nccl, a layout wider than the job) in-process ranks of rank 0 while the others go on.
+    Communicator* ranks = world && layout.world <= world->size() ? world : nullptr;
+    const bool in_process = world && ranks == nullptr;
+    if (in_process && world->rank() != 0) return;
     dist::CheckProblem problem{row.run.model(), params[r], batches[r], layout, {}, {o.atol, o.rtol}};
     LayoutOracle oracle;
     for (auto kind : kinds_of(row, kinds)) {
@@ -222,7 +230,7 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
         applied = run.tolerance;
         if (!row.resume_as.empty()) run.checkpoint_dir = tasks[std::size_t(t)].checkpoint_dir;
         if (!oracle.trajectory) oracle.trajectory = dist::oracle_trajectory(run);
-        steps = world ? dist::check_run_on_world(*world, run, *oracle.trajectory)
+        steps = ranks ? dist::check_run_on_world(*ranks, run, *oracle.trajectory)
                       : dist::check_run_inproc(run, *oracle.trajectory);
         for (const auto& s : steps) result.merge(s);
         replica_slots = planned_slots(row, run, *oracle.trajectory);
@@ -235,16 +243,16 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
             problem.options.replication.push_back(dist::plan_replicas(counts, layout.ep, row.hot_expert_slots));
             replica_slots += problem.options.replication.back().slots();
           }
-        if (world) {
+        if (ranks) {
           // The first layout.world ranks run it; the rest sit it out in their own color.
-          auto sub = world->split(world->rank() < layout.world ? 0 : 1, world->rank());
-          if (world->rank() < layout.world) result = dist::check_on_world(*sub, problem, *oracle.step);
+          auto sub = ranks->split(ranks->rank() < layout.world ? 0 : 1, ranks->rank());
+          if (ranks->rank() < layout.world) result = dist::check_on_world(*sub, problem, *oracle.step);
         } else {
           result = dist::check_inproc(problem, *oracle.step);
         }
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      done[std::size_t(t)].push_back({&row, layout, kind, result, seconds, steps, applied, replica_slots});
+      done[std::size_t(t)].push_back({&row, layout, kind, result, seconds, steps, applied, replica_slots, in_process});
       if (!o.json && (!world || world->rank() == 0)) {
         std::lock_guard lock(progress);
         std::cerr << "  [" << ++finished << "/" << chosen << "] " << run_name(row, layout, kind) << ": "
@@ -262,6 +270,25 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
   std::vector<CheckRun> runs;
   for (auto& task_runs : done) runs.insert(runs.end(), task_runs.begin(), task_runs.end());
   return runs;
+}
+
+// A build without MPI cannot join the processes of an mpirun job: refuse rather than run N separate jobs.
+void require_one_process(const std::string& what) {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    const char* value = std::getenv(variable);
+    if (value != nullptr && std::atoi(value) > 1)
+      throw std::invalid_argument(what + ": this build has no MPI backend, so the " + value + " processes the "
+                                  "launcher started ($" + variable + ") cannot join one NCCL world (install Open MPI "
+                                  "and rebuild, or run one process)");
+  }
+}
+
+// The report's backend: with NCCL, how many ranks (a GPU each) the job had.
+std::string backend_label(Backend backend, const Communicator* job) {
+  std::string label(name_of(backend));
+  if (backend == Backend::nccl && job != nullptr)
+    label += " (" + std::to_string(job->size()) + (job->size() == 1 ? " rank" : " ranks") + ", one GPU each)";
+  return label;
 }
 
 }  // namespace
@@ -284,7 +311,9 @@ void add_check_command(CLI::App& app) {
                   "where resumed runs write their checkpoint (default: a fresh folder under $TMPDIR, or under /dev/shm "
                   "when TMPDIR is unset, removed after); with several resumed runs, each in a subfolder run-N");
   add_choice(*cmd, "--dispatcher,--moe-token-dispatcher-type", o->dispatcher, "the token dispatchers to run", "all");
-  add_choice(*cmd, "--backend", o->backend, "where the ranks run: threads of this process, or mpirun's processes");
+  add_choice(*cmd, "--backend", o->backend,
+             "where the ranks run: threads of this process, mpirun's processes, or those processes with a GPU each "
+             "and the collectives in NCCL (layouts wider than the job: in-process ranks of rank 0)");
   add_choice(*cmd, "--kernels", o->kernels, "what does the data work (row moves, grouped SwiGLU)");
   add_choice(*cmd, "--dtype", o->dtype,
              "the precision the parallel system runs in (bf16: float arithmetic with bf16 weights, activations and "
@@ -325,7 +354,7 @@ void add_check_command(CLI::App& app) {
       if (cmd->count(flag) > 0 && o->layout.world == 0)
         throw std::invalid_argument(std::string(flag) + " needs --world (without it check runs its built-in layouts)");
     finish_layout(*cmd, o->layout);
-    if (cmd->count("--jobs") > 0 && o->backend == Backend::mpi)
+    if (cmd->count("--jobs") > 0 && o->backend != Backend::inproc)
       throw std::invalid_argument("--jobs is for in-process ranks; under mpirun the processes run one layout at a "
                                   "time");
     if (o->kernels != Kernels::cpu) {
@@ -344,7 +373,8 @@ void add_check_command(CLI::App& app) {
     bool print = true;
     std::unique_ptr<MpiRuntime> mpi;
     std::unique_ptr<MpiCommunicator> world;
-    if (o->backend == Backend::mpi) {
+    // NCCL's ranks are bootstrapped over MPI; a build without MPI runs them as a job of one process.
+    if (o->backend == Backend::mpi || (o->backend == Backend::nccl && mpi_available())) {
       int argc = 0;
       char** argv = nullptr;
       mpi = std::make_unique<MpiRuntime>(argc, argv);
@@ -367,13 +397,23 @@ void add_check_command(CLI::App& app) {
       std::cerr << "moe-oracle: note: the layout has " << o->layout.world << " ranks; ranks " << o->layout.world
                 << "-" << world->size() - 1 << " of the " << world->size() << " mpirun started sit it out\n";
     bool pass = true;
+    std::unique_ptr<Communicator> alone;  // --backend nccl without MPI: the bootstrap of a job of one process
+    DeviceRanks devices;                  // --backend nccl: the job's ranks on their GPUs
     try {
       if (world) require_same_options(*world, given_options(*cmd));  // before any work: ranks must run one problem
-      const KernelChoice kernels(o->kernels);
-      const std::vector<CheckRun> runs = run_all(*o, rows, kernels.backend(), world.get());
+      if (o->backend == Backend::nccl) {
+        if (!world) {
+          require_one_process("--backend nccl");
+          alone = single_rank_communicator();
+        }
+        devices = join_device_ranks(world ? *world : *alone);
+      }
+      const KernelChoice kernels(o->kernels, devices.device);
+      Communicator* ranks = devices.world ? devices.world.get() : world.get();
+      const std::vector<CheckRun> runs = run_all(*o, rows, kernels.backend(), ranks);
       remove_own();
       for (const CheckRun& r : runs) pass = pass && r.result.pass();
-      const ReportSettings settings{std::string(name_of(o->backend)),
+      const ReportSettings settings{backend_label(o->backend, world.get()),
                                     std::string(name_of(o->kernels)),
                                     std::string(name_of(o->dtype, std::span<const Named<Precision>>(kDtypeNames))),
                                     o->atol, o->rtol, o->tolerance_given, o->notes,
@@ -402,10 +442,12 @@ void add_check_command(CLI::App& app) {
       remove_own();
       if (!world) throw;
       end_job_on_error(*mpi, *world, e.what());
+      devices.world.reset();
       world.reset();  // alone (no mpirun): MPI ends normally
       mpi.reset();
       throw CLI::RuntimeError(2);
     }
+    devices.world.reset();  // NCCL goes before the MPI it was bootstrapped over
     world.reset();
     mpi.reset();
     if (!pass) throw CLI::RuntimeError(1);

@@ -127,6 +127,10 @@ void print_report(const std::vector<CheckRun>& runs, const ReportSettings& o, st
                             : "; not run: " + missing)
         << "\n";
   }
+  const auto in_process = std::count_if(runs.begin(), runs.end(), [](const CheckRun& r) { return r.in_process; });
+  if (in_process > 0)
+    out << "note: " << in_process << " of " << runs.size() << " runs need more ranks than the job has; they ran on "
+        << "in-process ranks of rank 0, with host collectives (the rest: on the job's ranks)\n";
   out << runs.size() - static_cast<size_t>(failed) << " passed, " << failed << " failed\n";
 }
 
@@ -159,6 +163,7 @@ nlohmann::json report_json(const std::vector<CheckRun>& runs, const ReportSettin
                      {"replica_slots", r.replica_slots},
                      {"expert_waves", r.row->expert_waves},
                      {"pass", r.result.pass()},
+                     {"ranks", r.in_process ? "in-process" : "backend"},
                      {"seconds", r.seconds},
                      {"max_abs", errors_json(r.result)}};
     for (const auto& step : r.steps) e["steps"].push_back(errors_json(step));

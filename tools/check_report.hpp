@@ -24,6 +24,7 @@ struct CheckRun {
   std::vector<dist::RankComparison> steps{};  // one per training step (rows with steps)
   Tolerance tolerance{};                      // what the run passed or failed by (a bf16 or Muon row's own)
   int replica_slots = 0;                      // replicated hot experts: the slots the plans used, over the layers
+  bool in_process = false;  // --backend nccl, a layout wider than the job: ran on in-process ranks of rank 0
 };
 
 // What the report says about how the runs were made.

@@ -1,11 +1,13 @@
 // `--kernels NAME`: which dist::KernelBackend does the data work (row moves, grouped SwiGLU) of the parallel
 // system in `moe-oracle check`:
 //   cpu                    Eigen + OpenMP (distributed/kernels/cpu_kernels.cpp), the default;
-//   cuda                   the CUDA kernels with cuBLAS GEMMs on GPU 0 (cuda/device_kernels.hpp);
+//   cuda                   the CUDA kernels with cuBLAS GEMMs (cuda/device_kernels.hpp), on GPU 0, or on the rank's
+//                          own GPU under --backend nccl;
 //   cuda-batch-invariant   the same with the fixed-order GEMM (a token's result ignores the rest of the batch).
 // The CUDA names need a build with the CUDA backend and a visible GPU; otherwise an error says which is missing.
 #pragma once
 
+#include "distributed/comm/communicator.hpp"
 #include "distributed/kernels/kernel_backend.hpp"
 #include "reference/named.hpp"
 
@@ -21,11 +23,20 @@ constexpr std::span<const Named<Kernels>> names_of(Kernels) { return kKernelName
 
 class KernelChoice {
  public:
-  explicit KernelChoice(Kernels kernels);  // throws std::invalid_argument where the CUDA backend is missing
+  // Throws std::invalid_argument where the CUDA backend is missing.
+  explicit KernelChoice(Kernels kernels, int device = 0);
   const dist::KernelBackend& backend() const { return owned_ ? *owned_ : dist::cpu_kernels(); }
 
  private:
   std::unique_ptr<const dist::KernelBackend> owned_;
 };
+
+// --backend nccl: the job's ranks as NCCL ranks, one GPU each (cuda/nccl_world.hpp); collective over `job`, which must
+// outlive the result. Throws std::invalid_argument where the build or the machine lacks what it needs.
+struct DeviceRanks {
+  int device = 0;
+  std::unique_ptr<Communicator> world;  // host buffers in, collectives in NCCL
+};
+DeviceRanks join_device_ranks(Communicator& job);
 
 }  // namespace moe::cli

@@ -44,6 +44,12 @@ InprocWorld::InprocWorld(int size, RankExecution execution) : size_(size), execu
   }
 }
 
+std::unique_ptr<Communicator> single_rank_communicator() {
+  auto world = std::make_shared<inproc::WorldState>(1);
+  auto root = std::make_shared<inproc::Group>(world, std::vector<int>{0}, "world");
+  return std::make_unique<inproc::InprocCommunicator>(root, 0);
+}
+
 void InprocWorld::run(const std::function<void(Communicator&)>& fn) const {
   auto world = std::make_shared<inproc::WorldState>(size_);
   std::vector<int> members(static_cast<std::size_t>(size_));

@@ -18,6 +18,7 @@
 #include "distributed/comm/communicator.hpp"
 
 #include <functional>
+#include <memory>
 #include <stdexcept>
 
 namespace moe {
@@ -50,5 +51,9 @@ class InprocWorld {
   int size_;
   RankExecution execution_;
 };
+
+// A world of one rank on the calling thread, with no InprocWorld::run around it: the bootstrap of a job that is one
+// process (check --backend nccl in a build without MPI). Its collectives return at once.
+std::unique_ptr<Communicator> single_rank_communicator();
 
 }  // namespace moe

@@ -13,6 +13,9 @@
 
 namespace moe {
 
+// Whether this build has the MPI backend (false where CMake found no MPI: mpi_unavailable.cpp).
+bool mpi_available();
+
 class MpiRuntime {
  public:
   MpiRuntime(int& argc, char**& argv);  // MPI_Init_thread, funneled (OpenMP inside a rank is fine)

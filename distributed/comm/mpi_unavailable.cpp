@@ -18,6 +18,8 @@ namespace {
 
 }  // namespace
 
+bool mpi_available() { return false; }
+
 MpiRuntime::MpiRuntime(int&, char**&) : uncaught_at_start_(0) { unavailable(); }
 MpiRuntime::~MpiRuntime() = default;
 void MpiRuntime::abort(int) const { unavailable(); }

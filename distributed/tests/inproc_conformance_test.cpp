@@ -58,6 +58,18 @@ INSTANTIATE_TEST_SUITE_P(Sizes, InprocConformance, ::testing::Values(1, 2, 3, 4,
                            return "ranks" + std::to_string(param.param);
                          });
 
+// The one-rank world made without InprocWorld::run (the bootstrap of check --backend nccl without MPI).
+TEST(InprocConformanceOfASingleRank, EveryCasePassesOnTheCallingThread) {
+  auto comm = single_rank_communicator();
+  ASSERT_EQ(comm->size(), 1);
+  const auto results = run_conformance(*comm);
+  ASSERT_FALSE(results.empty());
+  for (const CaseResult& c : results) {
+    EXPECT_GT(c.tally.checked, 0) << c.name << " checks nothing";
+    EXPECT_EQ(c.tally.wrong, 0) << c.name << ": #wrong " << c.tally.wrong << " of " << c.tally.checked << " " << c.error;
+  }
+}
+
 // Runs the cases named `prefix`* on 4 ranks with one seeded fault: each of them must notice it. (Only those:
 // a fault in a collective that another case uses internally can send ranks down different paths.)
 void expect_caught(Fault fault, const std::string& prefix) {

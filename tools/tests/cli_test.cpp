@@ -213,6 +213,27 @@ TEST(CliErrors, KernelsNamesTheChoices) {
   }
 }
 
+// --backend nccl: on a GPU, a layout of one rank runs on the NCCL rank and a wider one on in-process ranks, which the
+// report counts; elsewhere it says what is missing (no CUDA backend, no NCCL, no GPU), exit status 2. bench has no
+// NCCL ranks and says so.
+TEST(CliErrors, NcclBackendRunsOnAGpuOrSaysWhatIsMissing) {
+  const auto nccl = run("check --world 2 --ep 2 --backend nccl --kernels cuda --filter alltoall");
+  if (nccl.status == 0) {
+    EXPECT_NE(nccl.output.find("backend nccl (1 rank, one GPU each)"), std::string::npos) << nccl.output;
+    EXPECT_NE(nccl.output.find("note: 1 of 1 runs need more ranks than the job has"), std::string::npos)
+        << nccl.output;
+  } else {
+    EXPECT_EQ(nccl.status, 2) << nccl.output;
+    const bool says_why = nccl.output.find("no CUDA backend") != std::string::npos ||
+                          nccl.output.find("has no NCCL") != std::string::npos ||
+                          nccl.output.find("has no visible CUDA device") != std::string::npos;
+    EXPECT_TRUE(says_why) << nccl.output;
+  }
+  const auto bench = run("bench --backend nccl");
+  EXPECT_EQ(bench.status, 2);
+  EXPECT_NE(bench.output.find("unknown value 'nccl' (inproc, mpi)"), std::string::npos) << bench.output;
+}
+
 // The experts benchmark reports the three phases with positive rates and the named limit it was given.
 TEST(CliBench, ExpertsGemmReportsEveryPhase) {
   const auto j = run_json("bench --experts-gemm --tokens 64 --topk 2 --experts 4 --hidden 32 --ffn 16 "
