@@ -4,6 +4,7 @@
 // FLOPs). Shape: a DeepSeek-V4-Flash-like layer, hidden 4096, 256 experts, top-6, ffn 2048, 8192 tokens, bf16.
 //   usage: cuda_bench [results-file]   (lines also go to stdout)
 #include "cuda/cuda_error.hpp"
+#include "cuda/cutlass_grouped_gemm.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_probe.hpp"
 #include "cuda/expert_layer.hpp"
@@ -167,18 +168,20 @@ int run(std::ostream& out) {
   moe::kernels::SwigluOptions options;
   options.clamp = 7.0;
   DeviceBuffer<bf16> pre(static_cast<std::size_t>(rows * 2 * ffn)), expert_out(static_cast<std::size_t>(rows * hidden));
-  // Each way of running the grouped GEMMs (device_context.hpp), lanes at 4, 8 and 16 side streams; the layer
-  // below uses the fastest forward.
+  // Each way of running the grouped GEMMs (device_context.hpp): CUTLASS's one launch where built, cuBLAS's grouped
+  // call, lanes at 4, 8 and 16 side streams, one stream; the layer below uses the fastest forward.
   struct Way {
     GroupedGemm grouped;
     int lanes;
     std::string name;
   };
-  const std::vector<Way> ways{{GroupedGemm::one_launch, 1, "one cuBLAS grouped call"},
-                              {GroupedGemm::lanes, 4, "per-expert cuBLAS on 4 streams"},
-                              {GroupedGemm::lanes, 8, "per-expert cuBLAS on 8 streams"},
-                              {GroupedGemm::lanes, 16, "per-expert cuBLAS on 16 streams"},
-                              {GroupedGemm::per_group, 1, "per-expert cuBLAS, one stream"}};
+  std::vector<Way> ways{{GroupedGemm::one_launch, 1, "one cuBLAS grouped call"},
+                        {GroupedGemm::lanes, 4, "per-expert cuBLAS on 4 streams"},
+                        {GroupedGemm::lanes, 8, "per-expert cuBLAS on 8 streams"},
+                        {GroupedGemm::lanes, 16, "per-expert cuBLAS on 16 streams"},
+                        {GroupedGemm::per_group, 1, "per-expert cuBLAS, one stream"}};
+  if (cutlass_grouped_available()) ways.insert(ways.begin(), {GroupedGemm::cutlass, 1, "one CUTLASS grouped launch"});
+  else out << "grouped SwiGLU (one CUTLASS grouped launch): not built (no CUTLASS headers; tools/fetch-cutlass)\n";
   double best_fwd_s = 0;
   const Way* best = &ways.front();
   DeviceBuffer<bf16> g1(fc1.size()), g2(fc2.size()), dx(static_cast<std::size_t>(rows * hidden));
@@ -210,6 +213,8 @@ int run(std::ostream& out) {
         << " TFLOP/s (" << percent(2 * flops / bwd_s, bf16_flops_per_s) << " of 989, "
         << percent(2 * flops / bwd_s, dense_rate) << " of dense cuBLAS)\n";
     MOE_CUDA_CHECK(cudaStreamSynchronize(rs));
+    if (run_ctx.grouped_fallbacks() > 0)  // then the figures above are the lanes', not CUTLASS's
+      out << "  (" << way.name << ": " << run_ctx.grouped_fallbacks() << " grouped GEMMs fell back to lanes)\n";
     if (best_fwd_s == 0 || fwd_s < best_fwd_s) {
       best_fwd_s = fwd_s;
       best = &way;

@@ -1,6 +1,7 @@
 #include "cuda/device_context.hpp"
 
 #include "cuda/cublas_library.hpp"
+#include "cuda/cutlass_grouped_gemm.hpp"
 #include "cuda/cuda_error.hpp"
 
 #include <stdexcept>
@@ -31,6 +32,8 @@ void release(GemmLane& lane) noexcept {
 }
 
 }  // namespace
+
+GroupedGemm default_grouped_gemm() { return cutlass_grouped_available() ? GroupedGemm::cutlass : GroupedGemm::lanes; }
 
 DeviceContext::DeviceContext(GemmMode mode, GroupedGemm grouped, int lanes)
     : mode_(mode), grouped_(grouped), lane_count_(lanes) {

@@ -5,6 +5,7 @@
 #include "cuda/bfloat16.hpp"
 #include "cuda/cublas_library.hpp"
 #include "cuda/cuda_error.hpp"
+#include "cuda/cutlass_grouped_gemm.hpp"
 #include "cuda/device_buffer.hpp"
 
 #include <algorithm>
@@ -136,6 +137,13 @@ void grouped_gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const Ge
     return;
   }
   switch (ctx.grouped()) {
+    case GroupedGemm::cutlass:
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (cutlass_grouped_gemm(ctx.stream(), op_a, op_b, live.data(), live.size(), beta)) return;
+        ctx.count_grouped_fallback();
+      }
+      on_lanes<T>(ctx, op_a, op_b, live, beta);
+      return;
     case GroupedGemm::one_launch:
       if constexpr (!std::is_same_v<T, double>) {
         one_launch<T>(ctx, op_a, op_b, live, beta);

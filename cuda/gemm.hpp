@@ -14,6 +14,19 @@ namespace moe::cuda {
 
 enum class Op { n, t };
 
+// One group's GEMM of a grouped GEMM (grouped_gemm.hpp): its own sizes, pointers and strides (same meaning as gemm's
+// arguments).
+template <typename T>
+struct GemmProblem {
+  std::int64_t m = 0, n = 0, k = 0;
+  const T* a = nullptr;
+  std::int64_t lda = 0;
+  const T* b = nullptr;
+  std::int64_t ldb = 0;
+  T* c = nullptr;
+  std::int64_t ldc = 0;
+};
+
 template <typename T>
 void gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc, int beta);

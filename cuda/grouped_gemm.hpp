@@ -10,18 +10,6 @@
 
 namespace moe::cuda {
 
-// One group's GEMM of a grouped GEMM: its own sizes, pointers and strides (same meaning as gemm's arguments).
-template <typename T>
-struct GemmProblem {
-  std::int64_t m = 0, n = 0, k = 0;
-  const T* a = nullptr;
-  std::int64_t lda = 0;
-  const T* b = nullptr;
-  std::int64_t ldb = 0;
-  T* c = nullptr;
-  std::int64_t ldc = 0;
-};
-
 // Every problem's C = op(A)·op(B) + beta·C, all with the same ops and beta, run as ctx.grouped() says
 // (device_context.hpp); each problem's result is what gemm() computes for it alone, up to the kernel cuBLAS picks.
 // Problems with m = 0 or n = 0 are skipped. GemmMode::batch_invariant runs the fixed-order kernel per problem.

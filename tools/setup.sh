@@ -30,6 +30,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# With nvcc: CUTLASS's headers for the CUDA backend's one-launch grouped GEMM, cached outside the clone (optional:
+# without them that GEMM runs on lanes, so a failed download only says so).
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  bash "$root/tools/fetch-cutlass" >/dev/null || echo "setup: no CUTLASS (tools/fetch-cutlass failed); building without it" >&2
+fi
+
 # Paths under the clone are hashed relative to it, so two clones share the cache.
 export CCACHE_BASEDIR="$root"
 if [[ ! -f "$build/CMakeCache.txt" ]]; then

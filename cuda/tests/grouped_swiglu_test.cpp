@@ -1,22 +1,32 @@
 // Grouped SwiGLU forward and backward on device against kernels::grouped_swiglu_forward/backward: double and
 // float against the CPU in the same type, bf16 against the CPU in double on bf16-rounded inputs; with and without
 // the clamp, probabilities after the activation or on the input, bf16 storage; both GEMM modes and, with cuBLAS,
-// each way of running the grouped GEMMs (one launch, lanes, per group); an empty group included. And the device's
-// bf16 rounding against reference/bf16.hpp's, value by value.
+// each way of running the grouped GEMMs (one launch, lanes, per group, CUTLASS); an empty group included. CUTLASS's
+// kernel takes only 16-byte aligned shapes, so bf16 runs a second, aligned shape too, where it must not fall back
+// (a group of more rows than one tile, uneven groups). And the device's bf16 rounding against reference/bf16.hpp's,
+// value by value.
+#include "cuda/cutlass_grouped_gemm.hpp"
 #include "cuda/grouped_swiglu.hpp"
 #include "cuda/swiglu_kernels.hpp"
 #include "cuda/tests/gpu_test.hpp"
 #include "reference/bf16.hpp"
 
 #include <limits>
+#include <numeric>
 
 namespace moe::cuda {
 namespace {
 
 using namespace testing;
 
-const std::vector<std::int64_t> groups{3, 0, 5, 2};
-constexpr int w = 16, d = 12;
+// Rows per local expert, width w and ETP slice d.
+struct Shape {
+  std::vector<std::int64_t> groups;
+  int w, d;
+};
+const Shape small{{3, 0, 5, 2}, 16, 12};
+// Every leading dimension and contiguous extent a multiple of 8 bf16 (16 bytes): CUTLASS's TMA takes it.
+const Shape aligned{{40, 0, 130, 17}, 64, 48};
 
 struct Variant {
   const char* name;
@@ -38,13 +48,17 @@ std::vector<Variant> variants() {
           {"bf16 storage, probs_on_input", stored_on_input}};
 }
 
+// Returns the context's count of grouped GEMMs that fell back from CUTLASS to lanes.
 template <typename T>
-void check_swiglu(GemmMode mode, const Variant& v, GroupedGemm grouped = GroupedGemm::one_launch) {
+std::int64_t check_swiglu(GemmMode mode, const Variant& v, GroupedGemm grouped = GroupedGemm::one_launch,
+                          const Shape& shape = small) {
   SCOPED_TRACE(v.name);
-  SCOPED_TRACE("grouped GEMM " + std::to_string(int(grouped)));
+  SCOPED_TRACE("grouped GEMM " + std::to_string(int(grouped)) + ", width " + std::to_string(shape.w));
   // Reference type: the CPU runs in T for double/float and in double (on rounded inputs) for bf16.
   using R = std::conditional_t<std::is_same_v<T, bf16>, double, T>;
-  const int rows = 10, L = int(groups.size());
+  const auto& groups = shape.groups;
+  const int w = shape.w, d = shape.d, L = int(groups.size());
+  const int rows = int(std::accumulate(groups.begin(), groups.end(), std::int64_t{0}));
   const auto xs = rounded<T>(uniform(std::size_t(rows * w), 11)), ps = rounded<T>(uniform(std::size_t(rows), 12));
   const auto f1 = rounded<T>(uniform(std::size_t(L * 2 * d * w), 13, 0.5)),
              f2 = rounded<T>(uniform(std::size_t(L * w * d), 14, 0.5)),
@@ -93,9 +107,11 @@ void check_swiglu(GemmMode mode, const Variant& v, GroupedGemm grouped = Grouped
   expect_close(dprob.to_host(), std::vector<R>(bwd.dprob.data(), bwd.dprob.data() + rows), tol, "dprob");
   expect_close(g1.to_host(), stack(grads.fc1), tol, "grad_fc1");
   expect_close(g2.to_host(), stack(grads.fc2), tol, "grad_fc2");
+  return ctx.grouped_fallbacks();
 }
 
-const GroupedGemm all_grouped[] = {GroupedGemm::one_launch, GroupedGemm::lanes, GroupedGemm::per_group};
+const GroupedGemm all_grouped[] = {GroupedGemm::one_launch, GroupedGemm::lanes, GroupedGemm::per_group,
+                                   GroupedGemm::cutlass};
 
 TEST(CudaGroupedSwiglu, DoubleCublas) {
   MOE_REQUIRE_GPU();
@@ -119,6 +135,15 @@ TEST(CudaGroupedSwiglu, Bf16Cublas) {
   MOE_REQUIRE_GPU();
   for (const auto g : all_grouped)
     for (const auto& v : variants()) check_swiglu<bf16>(GemmMode::cublas, v, g);
+}
+// Every grouped GEMM of the forward and backward (the three kernels: (n, t), (n, n), (t, n)) in CUTLASS's one
+// launch, none on lanes. A build without CUTLASS skips this, which tools/gpu-check counts as a failure.
+TEST(CudaGroupedSwiglu, Bf16CutlassOneLaunch) {
+  MOE_REQUIRE_GPU();
+  if (!cutlass_grouped_available()) GTEST_SKIP() << "skipped: this build has no CUTLASS (tools/fetch-cutlass)";
+  for (const auto& v : variants())
+    EXPECT_EQ(check_swiglu<bf16>(GemmMode::cublas, v, GroupedGemm::cutlass, aligned), 0) << v.name;
+  for (const auto& v : variants()) check_swiglu<bf16>(GemmMode::cublas, v, GroupedGemm::lanes, aligned);
 }
 
 // Ties to even in both directions, a carry into the next binade, bf16's subnormals, the largest finite value and

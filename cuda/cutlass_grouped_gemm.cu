@@ -1,0 +1,184 @@
+// The CUTLASS grouped kernel of cutlass_grouped_gemm.hpp. Built for sm_90a (wgmma and TMA are features of that
+// target, not of plain sm_90), only where CMake found CUTLASS; cutlass_unavailable.cpp stands in otherwise.
+//
+// One kernel per (layout of A', layout of B') of the column-major problem Cᵀ = op(B)ᵀ·op(A)ᵀ:
+//   A' = our B: ColumnMajor (its M contiguous) when op_b = n, RowMajor (its K contiguous) when op_b = t;
+//   B' = our A: ColumnMajor (its K contiguous) when op_a = n, RowMajor (its N contiguous) when op_a = t;
+//   C' = our C: ColumnMajor, leading dimension ldc (a row of our C is a column of C').
+// Tile 256 (weights) × 128 (tokens) × 64 with the cooperative schedule and clusters of one CTA: multicast over a
+// cluster pays only when neighbouring tiles share operands, which the tiles of different experts do not.
+#include "cuda/cutlass_grouped_gemm.hpp"
+
+#include "cuda/cuda_error.hpp"
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace moe::cuda {
+namespace {
+
+using Element = cutlass::bfloat16_t;
+using ColumnMajor = cutlass::layout::ColumnMajor;
+using RowMajor = cutlass::layout::RowMajor;
+constexpr int kAlignment = 8;  // elements per 16 bytes: TMA's unit
+
+// The kernel types, stamped out per layout pair at namespace scope: GCC (nvcc's host compiler) fails to parse
+// CUTLASS's collective builders inside a class template, where their names become dependent.
+using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+using TileShape = cute::Shape<cute::_256, cute::_128, cute::_64>;
+using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+using Epilogue = cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, Element, ColumnMajor*, kAlignment, Element,
+    ColumnMajor*, kAlignment, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
+constexpr int kEpilogueBytes = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
+
+#define MOE_GROUPED_KERNEL(NAME, LAYOUT_A, LAYOUT_B)                                                              \
+  struct NAME {                                                                                                  \
+    using Mainloop = cutlass::gemm::collective::CollectiveBuilder<                                               \
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LAYOUT_A*, kAlignment, Element, LAYOUT_B*,  \
+        kAlignment, float, TileShape, ClusterShape,                                                              \
+        cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueBytes>,                                       \
+        cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;                               \
+    using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;                       \
+    using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;                                            \
+    using Shape = ProblemShape::UnderlyingProblemShape;                                                          \
+    using StrideA = Kernel::InternalStrideA;                                                                     \
+    using StrideB = Kernel::InternalStrideB;                                                                     \
+    using StrideC = Kernel::InternalStrideC;                                                                     \
+    using StrideD = Kernel::InternalStrideD;                                                                     \
+  };
+MOE_GROUPED_KERNEL(ForwardKernel, RowMajor, ColumnMajor)         // op (n, t)
+MOE_GROUPED_KERNEL(DataGradientKernel, ColumnMajor, ColumnMajor)  // op (n, n)
+MOE_GROUPED_KERNEL(WeightGradientKernel, ColumnMajor, RowMajor)   // op (t, n)
+#undef MOE_GROUPED_KERNEL
+
+// A stride of a matrix with leading dimension ld: its one dynamic mode among the first two is ld (the other is the
+// static unit stride of the contiguous extent); the group mode, if dynamic, is 0.
+template <class Stride>
+Stride leading(std::int64_t ld) {
+  Stride s{};
+  if constexpr (cute::is_static<cute::remove_cvref_t<decltype(cute::get<0>(s))>>::value) cute::get<1>(s) = ld;
+  else cute::get<0>(s) = ld;
+  return s;
+}
+
+int sm_count() {
+  int device = 0;
+  MOE_CUDA_CHECK(cudaGetDevice(&device));
+  return cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+}
+
+// Appends `n` objects of type V to `bytes` at a 16-byte boundary and returns their offset.
+template <class V>
+std::size_t reserve(std::vector<unsigned char>& bytes, std::size_t n) {
+  const std::size_t at = (bytes.size() + 15) / 16 * 16;
+  bytes.resize(at + n * sizeof(V));
+  return at;
+}
+
+void check_cutlass(cutlass::Status status, const char* what) {
+  if (status != cutlass::Status::kSuccess)
+    throw std::runtime_error(std::string("CUTLASS grouped GEMM: ") + what + " failed: " +
+                             cutlassGetStatusString(status));
+}
+
+template <class K>
+bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16>* problems, std::size_t count,
+                 int beta) {
+  const int groups = static_cast<int>(count);
+  std::vector<typename K::Shape> host_shapes(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const GemmProblem<bf16>& p = problems[i];
+    if (!cutlass_takes(op_a, op_b, p)) return false;
+    host_shapes[i] = typename K::Shape(static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k));
+  }
+  // Every argument array in one upload: shapes, the pointers of A', B', C, D and their strides.
+  std::vector<unsigned char> bytes;
+  const std::size_t shapes_at = reserve<typename K::Shape>(bytes, count);
+  const std::size_t a_at = reserve<const Element*>(bytes, count), b_at = reserve<const Element*>(bytes, count);
+  const std::size_t c_at = reserve<const Element*>(bytes, count), d_at = reserve<Element*>(bytes, count);
+  const std::size_t sa_at = reserve<typename K::StrideA>(bytes, count), sb_at = reserve<typename K::StrideB>(bytes, count);
+  const std::size_t sc_at = reserve<typename K::StrideC>(bytes, count), sd_at = reserve<typename K::StrideD>(bytes, count);
+  auto* shapes = reinterpret_cast<typename K::Shape*>(bytes.data() + shapes_at);
+  auto* ptr_a = reinterpret_cast<const Element**>(bytes.data() + a_at);
+  auto* ptr_b = reinterpret_cast<const Element**>(bytes.data() + b_at);
+  auto* ptr_c = reinterpret_cast<const Element**>(bytes.data() + c_at);
+  auto* ptr_d = reinterpret_cast<Element**>(bytes.data() + d_at);
+  auto* stride_a = reinterpret_cast<typename K::StrideA*>(bytes.data() + sa_at);
+  auto* stride_b = reinterpret_cast<typename K::StrideB*>(bytes.data() + sb_at);
+  auto* stride_c = reinterpret_cast<typename K::StrideC*>(bytes.data() + sc_at);
+  auto* stride_d = reinterpret_cast<typename K::StrideD*>(bytes.data() + sd_at);
+  for (std::size_t i = 0; i < count; ++i) {
+    const GemmProblem<bf16>& p = problems[i];
+    shapes[i] = host_shapes[i];
+    ptr_a[i] = reinterpret_cast<const Element*>(p.b);
+    ptr_b[i] = reinterpret_cast<const Element*>(p.a);
+    ptr_c[i] = reinterpret_cast<const Element*>(p.c);
+    ptr_d[i] = reinterpret_cast<Element*>(p.c);
+    stride_a[i] = leading<typename K::StrideA>(p.ldb);
+    stride_b[i] = leading<typename K::StrideB>(p.lda);
+    stride_c[i] = leading<typename K::StrideC>(p.ldc);
+    stride_d[i] = leading<typename K::StrideD>(p.ldc);
+  }
+  unsigned char* device = nullptr;
+  MOE_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&device), bytes.size(), stream));
+  // From pageable memory: returns once the bytes are staged, so `bytes` may go at the end of this function.
+  MOE_CUDA_CHECK(cudaMemcpyAsync(device, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+
+  cutlass::KernelHardwareInfo hw;
+  MOE_CUDA_CHECK(cudaGetDevice(&hw.device_id));
+  static const int sms = sm_count();
+  hw.sm_count = sms;
+  typename K::Gemm::Arguments arguments{
+      cutlass::gemm::GemmUniversalMode::kGrouped,
+      {groups, reinterpret_cast<typename K::Shape*>(device + shapes_at), host_shapes.data()},
+      {reinterpret_cast<const Element**>(device + a_at), reinterpret_cast<typename K::StrideA*>(device + sa_at),
+       reinterpret_cast<const Element**>(device + b_at), reinterpret_cast<typename K::StrideB*>(device + sb_at)},
+      {{},
+       reinterpret_cast<const Element**>(device + c_at), reinterpret_cast<typename K::StrideC*>(device + sc_at),
+       reinterpret_cast<Element**>(device + d_at), reinterpret_cast<typename K::StrideD*>(device + sd_at)},
+      hw};
+  arguments.epilogue.thread.alpha = 1.0f;
+  arguments.epilogue.thread.beta = static_cast<float>(beta);
+
+  typename K::Gemm gemm;
+  const bool fits = gemm.can_implement(arguments) == cutlass::Status::kSuccess;
+  void* workspace = nullptr;
+  if (fits) {
+    const std::size_t workspace_bytes = K::Gemm::get_workspace_size(arguments);
+    if (workspace_bytes > 0) MOE_CUDA_CHECK(cudaMallocAsync(&workspace, workspace_bytes, stream));
+    check_cutlass(gemm.initialize(arguments, workspace, stream), "initialize");
+    check_cutlass(gemm.run(stream), "run");
+    if (workspace != nullptr) MOE_CUDA_CHECK(cudaFreeAsync(workspace, stream));
+  }
+  MOE_CUDA_CHECK(cudaFreeAsync(device, stream));
+  return fits;
+}
+
+}  // namespace
+
+bool cutlass_grouped_available() { return true; }
+
+bool cutlass_grouped_gemm(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16>* problems, std::size_t count,
+                          int beta) {
+  if (count == 0) return true;
+  if (op_a == Op::n && op_b == Op::t) return run_grouped<ForwardKernel>(stream, op_a, op_b, problems, count, beta);
+  if (op_a == Op::n && op_b == Op::n) return run_grouped<DataGradientKernel>(stream, op_a, op_b, problems, count, beta);
+  if (op_a == Op::t && op_b == Op::n)
+    return run_grouped<WeightGradientKernel>(stream, op_a, op_b, problems, count, beta);
+  return false;
+}
+
+}  // namespace moe::cuda
