@@ -3,6 +3,7 @@
 // __float2bfloat16 does, so host-rounded test inputs equal what a device conversion would produce.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -26,6 +27,16 @@ inline float to_float(bf16 b) {
   float f = 0;
   std::memcpy(&f, &u, sizeof f);
   return f;
+}
+
+// Whether every one of n floats is a bf16 value (to bf16 and back gives it again; never for NaN): then a copy into
+// bf16 is exact.
+inline bool holds_bf16_values(const float* data, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = data[i];
+    if (!(to_float(to_bf16(v)) == v)) return false;
+  }
+  return true;
 }
 
 }  // namespace moe::cuda

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace moe::cuda {
@@ -37,21 +38,27 @@ constexpr int kAlignment = 8;  // elements per 16 bytes: TMA's unit
 using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 using TileShape = cute::Shape<cute::_256, cute::_128, cute::_64>;
 using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-using Epilogue = cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, Element, ColumnMajor*, kAlignment, Element,
-    ColumnMajor*, kAlignment, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
-constexpr int kEpilogueBytes = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
 
-#define MOE_GROUPED_KERNEL(NAME, LAYOUT_A, LAYOUT_B)                                                              \
+// The epilogue writing C' of type OUT (D = alpha·accumulator + beta·C, in place).
+#define MOE_GROUPED_EPILOGUE(NAME, OUT)                                                                            \
+  using NAME = cutlass::epilogue::collective::CollectiveBuilder<                                                 \
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,                              \
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, OUT, ColumnMajor*, 16 / int(sizeof(OUT)), OUT, \
+      ColumnMajor*, 16 / int(sizeof(OUT)), cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,             \
+      cutlass::epilogue::fusion::LinearCombination<OUT, float>>::CollectiveOp;
+MOE_GROUPED_EPILOGUE(Bf16Epilogue, Element)
+MOE_GROUPED_EPILOGUE(FloatEpilogue, float)
+#undef MOE_GROUPED_EPILOGUE
+
+#define MOE_GROUPED_KERNEL(NAME, LAYOUT_A, LAYOUT_B, EPILOGUE, OUT)                                               \
   struct NAME {                                                                                                  \
+    using Out = OUT;                                                                                             \
     using Mainloop = cutlass::gemm::collective::CollectiveBuilder<                                               \
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LAYOUT_A*, kAlignment, Element, LAYOUT_B*,  \
         kAlignment, float, TileShape, ClusterShape,                                                              \
-        cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueBytes>,                                       \
+        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(EPILOGUE::SharedStorage))>,    \
         cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;                               \
-    using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;                       \
+    using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, EPILOGUE>;                       \
     using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;                                            \
     using Shape = ProblemShape::UnderlyingProblemShape;                                                          \
     using StrideA = Kernel::InternalStrideA;                                                                     \
@@ -59,9 +66,12 @@ constexpr int kEpilogueBytes = static_cast<int>(sizeof(typename Epilogue::Shared
     using StrideC = Kernel::InternalStrideC;                                                                     \
     using StrideD = Kernel::InternalStrideD;                                                                     \
   };
-MOE_GROUPED_KERNEL(ForwardKernel, RowMajor, ColumnMajor)         // op (n, t)
-MOE_GROUPED_KERNEL(DataGradientKernel, ColumnMajor, ColumnMajor)  // op (n, n)
-MOE_GROUPED_KERNEL(WeightGradientKernel, ColumnMajor, RowMajor)   // op (t, n)
+MOE_GROUPED_KERNEL(ForwardKernel, RowMajor, ColumnMajor, Bf16Epilogue, Element)              // op (n, t)
+MOE_GROUPED_KERNEL(DataGradientKernel, ColumnMajor, ColumnMajor, Bf16Epilogue, Element)      // op (n, n)
+MOE_GROUPED_KERNEL(WeightGradientKernel, ColumnMajor, RowMajor, Bf16Epilogue, Element)       // op (t, n)
+MOE_GROUPED_KERNEL(ForwardFloatKernel, RowMajor, ColumnMajor, FloatEpilogue, float)          // the same, float C
+MOE_GROUPED_KERNEL(DataGradientFloatKernel, ColumnMajor, ColumnMajor, FloatEpilogue, float)
+MOE_GROUPED_KERNEL(WeightGradientFloatKernel, ColumnMajor, RowMajor, FloatEpilogue, float)
 #undef MOE_GROUPED_KERNEL
 
 // A stride of a matrix with leading dimension ld: its one dynamic mode among the first two is ld (the other is the
@@ -94,13 +104,18 @@ void check_cutlass(cutlass::Status status, const char* what) {
                              cutlassGetStatusString(status));
 }
 
+// Our problem's C type for kernel K's output (cutlass::bfloat16_t is our bf16's bits).
 template <class K>
-bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16>* problems, std::size_t count,
-                 int beta) {
+using OurOut = std::conditional_t<std::is_same_v<typename K::Out, float>, float, bf16>;
+
+template <class K>
+bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16, OurOut<K>>* problems,
+                 std::size_t count, int beta) {
+  using Out = typename K::Out;
   const int groups = static_cast<int>(count);
   std::vector<typename K::Shape> host_shapes(count);
   for (std::size_t i = 0; i < count; ++i) {
-    const GemmProblem<bf16>& p = problems[i];
+    const GemmProblem<bf16, OurOut<K>>& p = problems[i];
     if (!cutlass_takes(op_a, op_b, p)) return false;
     host_shapes[i] = typename K::Shape(static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k));
   }
@@ -108,25 +123,25 @@ bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16>*
   std::vector<unsigned char> bytes;
   const std::size_t shapes_at = reserve<typename K::Shape>(bytes, count);
   const std::size_t a_at = reserve<const Element*>(bytes, count), b_at = reserve<const Element*>(bytes, count);
-  const std::size_t c_at = reserve<const Element*>(bytes, count), d_at = reserve<Element*>(bytes, count);
+  const std::size_t c_at = reserve<const Out*>(bytes, count), d_at = reserve<Out*>(bytes, count);
   const std::size_t sa_at = reserve<typename K::StrideA>(bytes, count), sb_at = reserve<typename K::StrideB>(bytes, count);
   const std::size_t sc_at = reserve<typename K::StrideC>(bytes, count), sd_at = reserve<typename K::StrideD>(bytes, count);
   auto* shapes = reinterpret_cast<typename K::Shape*>(bytes.data() + shapes_at);
   auto* ptr_a = reinterpret_cast<const Element**>(bytes.data() + a_at);
   auto* ptr_b = reinterpret_cast<const Element**>(bytes.data() + b_at);
-  auto* ptr_c = reinterpret_cast<const Element**>(bytes.data() + c_at);
-  auto* ptr_d = reinterpret_cast<Element**>(bytes.data() + d_at);
+  auto* ptr_c = reinterpret_cast<const Out**>(bytes.data() + c_at);
+  auto* ptr_d = reinterpret_cast<Out**>(bytes.data() + d_at);
   auto* stride_a = reinterpret_cast<typename K::StrideA*>(bytes.data() + sa_at);
   auto* stride_b = reinterpret_cast<typename K::StrideB*>(bytes.data() + sb_at);
   auto* stride_c = reinterpret_cast<typename K::StrideC*>(bytes.data() + sc_at);
   auto* stride_d = reinterpret_cast<typename K::StrideD*>(bytes.data() + sd_at);
   for (std::size_t i = 0; i < count; ++i) {
-    const GemmProblem<bf16>& p = problems[i];
+    const GemmProblem<bf16, OurOut<K>>& p = problems[i];
     shapes[i] = host_shapes[i];
     ptr_a[i] = reinterpret_cast<const Element*>(p.b);
     ptr_b[i] = reinterpret_cast<const Element*>(p.a);
-    ptr_c[i] = reinterpret_cast<const Element*>(p.c);
-    ptr_d[i] = reinterpret_cast<Element*>(p.c);
+    ptr_c[i] = reinterpret_cast<const Out*>(p.c);
+    ptr_d[i] = reinterpret_cast<Out*>(p.c);
     stride_a[i] = leading<typename K::StrideA>(p.ldb);
     stride_b[i] = leading<typename K::StrideB>(p.lda);
     stride_c[i] = leading<typename K::StrideC>(p.ldc);
@@ -147,8 +162,8 @@ bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16>*
       {reinterpret_cast<const Element**>(device + a_at), reinterpret_cast<typename K::StrideA*>(device + sa_at),
        reinterpret_cast<const Element**>(device + b_at), reinterpret_cast<typename K::StrideB*>(device + sb_at)},
       {{},
-       reinterpret_cast<const Element**>(device + c_at), reinterpret_cast<typename K::StrideC*>(device + sc_at),
-       reinterpret_cast<Element**>(device + d_at), reinterpret_cast<typename K::StrideD*>(device + sd_at)},
+       reinterpret_cast<const Out**>(device + c_at), reinterpret_cast<typename K::StrideC*>(device + sc_at),
+       reinterpret_cast<Out**>(device + d_at), reinterpret_cast<typename K::StrideD*>(device + sd_at)},
       hw};
   arguments.epilogue.thread.alpha = 1.0f;
   arguments.epilogue.thread.beta = static_cast<float>(beta);
@@ -171,14 +186,29 @@ bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16>*
 
 bool cutlass_grouped_available() { return true; }
 
+namespace {
+
+// The kernel of ops (op_a, op_b) among three; (t, t) has none.
+template <class Forward, class DataGradient, class WeightGradient, class Problem>
+bool by_ops(cudaStream_t stream, Op op_a, Op op_b, const Problem* problems, std::size_t count, int beta) {
+  if (count == 0) return true;
+  if (op_a == Op::n && op_b == Op::t) return run_grouped<Forward>(stream, op_a, op_b, problems, count, beta);
+  if (op_a == Op::n && op_b == Op::n) return run_grouped<DataGradient>(stream, op_a, op_b, problems, count, beta);
+  if (op_a == Op::t && op_b == Op::n) return run_grouped<WeightGradient>(stream, op_a, op_b, problems, count, beta);
+  return false;
+}
+
+}  // namespace
+
 bool cutlass_grouped_gemm(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16>* problems, std::size_t count,
                           int beta) {
-  if (count == 0) return true;
-  if (op_a == Op::n && op_b == Op::t) return run_grouped<ForwardKernel>(stream, op_a, op_b, problems, count, beta);
-  if (op_a == Op::n && op_b == Op::n) return run_grouped<DataGradientKernel>(stream, op_a, op_b, problems, count, beta);
-  if (op_a == Op::t && op_b == Op::n)
-    return run_grouped<WeightGradientKernel>(stream, op_a, op_b, problems, count, beta);
-  return false;
+  return by_ops<ForwardKernel, DataGradientKernel, WeightGradientKernel>(stream, op_a, op_b, problems, count, beta);
+}
+
+bool cutlass_grouped_gemm(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16, float>* problems,
+                          std::size_t count, int beta) {
+  return by_ops<ForwardFloatKernel, DataGradientFloatKernel, WeightGradientFloatKernel>(stream, op_a, op_b, problems,
+                                                                                         count, beta);
 }
 
 }  // namespace moe::cuda

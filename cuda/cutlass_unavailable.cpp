@@ -7,5 +7,6 @@ namespace moe::cuda {
 bool cutlass_grouped_available() { return false; }
 
 bool cutlass_grouped_gemm(cudaStream_t, Op, Op, const GemmProblem<bf16>*, std::size_t, int) { return false; }
+bool cutlass_grouped_gemm(cudaStream_t, Op, Op, const GemmProblem<bf16, float>*, std::size_t, int) { return false; }
 
 }  // namespace moe::cuda

@@ -7,8 +7,10 @@
 #include "cuda/row_plans.hpp"
 #include "cuda/token_kernels.hpp"
 
+#include <initializer_list>
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -67,6 +69,22 @@ std::int64_t check_swiglu_shapes(const Matrix<T>& x, const dist::RowIndex& group
   if (std::accumulate(group_sizes.begin(), group_sizes.end(), std::int64_t{0}) != x.rows() || probs.size() != x.rows())
     throw std::invalid_argument("DeviceKernels: group sizes and probabilities must cover the rows of x");
   return d;
+}
+
+// GemmOperands::bf16 where it gives the float GEMMs' products exactly: a float step with bf16 storage, the
+// probabilities after the activation, the cuBLAS/CUTLASS mode, and every operand given holding bf16 values.
+template <typename T>
+GemmOperands operands_of(GemmMode mode, const kernels::SwigluOptions& options,
+                         std::initializer_list<std::pair<const T*, std::size_t>> operands) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (mode != GemmMode::cublas || !options.bf16 || options.probs_on_input) return GemmOperands::as_stored;
+    for (const auto& [data, n] : operands)
+      if (!holds_bf16_values(data, n)) return GemmOperands::as_stored;
+    return GemmOperands::bf16;
+  } else {
+    (void)mode, (void)options, (void)operands;
+    return GemmOperands::as_stored;
+  }
 }
 
 }  // namespace
@@ -148,8 +166,13 @@ kernels::GroupedSwigluForward<T> DeviceKernels::swiglu_forward(const Matrix<T>& 
   const auto d_fc1 = stage(ctx, fc1.data(), fc1.size()), d_fc2 = stage(ctx, fc2.data(), fc2.size());
   DeviceBuffer<T> d_pre(std::size_t(out.pre.size()), ctx.stream()), d_y(std::size_t(out.y.size()), ctx.stream());
   const DeviceExperts<T> experts{d_fc1.data(), d_fc2.data(), x.cols(), d};
+  const GemmOperands operands =
+      operands_of<T>(mode_, options, {{x.data(), std::size_t(x.size())}, {fc1.data(), fc1.size()}, {fc2.data(), fc2.size()}});
+  const std::int64_t fallbacks = ctx.grouped_fallbacks();
   moe::cuda::grouped_swiglu_forward<T>(ctx, d_x.data(), group_sizes, experts, d_probs.data(), options,
-                                       d_pre.data(), d_y.data());
+                                       d_pre.data(), d_y.data(), operands);
+  bf16_operand_calls_ += operands == GemmOperands::bf16;
+  grouped_fallbacks_ += ctx.grouped_fallbacks() - fallbacks;
   unstage(ctx, d_pre, out.pre.data());
   unstage(ctx, d_y, out.y.data());
   ctx.synchronize();
@@ -179,9 +202,17 @@ kernels::GroupedSwigluBackward<T> DeviceKernels::swiglu_backward(
   auto d_g1 = stage(ctx, g1.data(), g1.size()), d_g2 = stage(ctx, g2.data(), g2.size());
   DeviceBuffer<T> d_dx(std::size_t(out.dx.size()), ctx.stream()), d_dprob(std::size_t(out.dprob.size()), ctx.stream());
   const DeviceExperts<T> experts{d_fc1.data(), d_fc2.data(), x.cols(), d};
+  const GemmOperands operands = operands_of<T>(mode_, options,
+                                               {{x.data(), std::size_t(x.size())},
+                                                {dy.data(), std::size_t(dy.size())},
+                                                {fc1.data(), fc1.size()},
+                                                {fc2.data(), fc2.size()}});
+  const std::int64_t fallbacks = ctx.grouped_fallbacks();
   moe::cuda::grouped_swiglu_backward<T>(ctx, d_x.data(), group_sizes, experts, d_probs.data(), options,
                                         d_pre.data(), d_dy.data(), d_dx.data(), d_dprob.data(), d_g1.data(),
-                                        d_g2.data());
+                                        d_g2.data(), operands);
+  bf16_operand_calls_ += operands == GemmOperands::bf16;
+  grouped_fallbacks_ += ctx.grouped_fallbacks() - fallbacks;
   unstage(ctx, d_dx, out.dx.data());
   unstage(ctx, d_dprob, out.dprob.data());
   unstage(ctx, d_g1, g1.data());

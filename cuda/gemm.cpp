@@ -39,8 +39,8 @@ void check_beta(int beta) {
 }
 
 // One problem through cublasGemmEx on `handle` (its stream): column-major Cᵀ[n, m] = op(B)ᵀ·op(A)ᵀ (gemm.hpp).
-template <typename T>
-void cublas_gemm(cublasHandle_t handle, Op op_a, Op op_b, const GemmProblem<T>& p, int beta) {
+template <typename T, typename Out>
+void cublas_gemm(cublasHandle_t handle, Op op_a, Op op_b, const GemmProblem<T, Out>& p, int beta) {
   const int M = as_int(p.n, "n"), N = as_int(p.m, "m"), K = as_int(p.k, "k");
   const int LDA = as_int(p.ldb, "ldb"), LDB = as_int(p.lda, "lda"), LDC = as_int(p.ldc, "ldc");
   if constexpr (std::is_same_v<T, double>) {
@@ -51,15 +51,15 @@ void cublas_gemm(cublasHandle_t handle, Op op_a, Op op_b, const GemmProblem<T>& 
   } else {
     const float alpha_f = 1.0f, beta_f = static_cast<float>(beta);
     MOE_CUBLAS_CHECK(cublas().gemm_ex(handle, cublas_op(op_b), cublas_op(op_a), M, N, K, &alpha_f, p.b,
-                                      data_type<T>(), LDA, p.a, data_type<T>(), LDB, &beta_f, p.c, data_type<T>(),
+                                      data_type<T>(), LDA, p.a, data_type<T>(), LDB, &beta_f, p.c, data_type<Out>(),
                                       LDC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 }
 
 // GroupedGemm::lanes: problem i on lane i mod L, after the work already on ctx.stream(); ctx.stream() then waits
 // for every lane, so the caller sees one ordered stream.
-template <typename T>
-void on_lanes(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const GemmProblem<T>> problems, int beta) {
+template <typename T, typename Out>
+void on_lanes(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const GemmProblem<T, Out>> problems, int beta) {
   const auto lanes = ctx.lanes();
   const std::size_t used = std::min(lanes.size(), problems.size());
   MOE_CUDA_CHECK(cudaEventRecord(ctx.fork_event(), ctx.stream()));
@@ -120,16 +120,23 @@ void gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::int64_t m, std::int64
     batch_invariant_gemm<T>(ctx.stream(), op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
     return;
   }
-  cublas_gemm<T>(ctx.cublas_handle(), op_a, op_b, {m, n, k, a, lda, b, ldb, c, ldc}, beta);
+  cublas_gemm<T, T>(ctx.cublas_handle(), op_a, op_b, {m, n, k, a, lda, b, ldb, c, ldc}, beta);
+}
+
+// The problems with an output (m, n > 0): the others have nothing to compute.
+template <typename T, typename Out>
+std::vector<GemmProblem<T, Out>> live_problems(std::span<const GemmProblem<T, Out>> problems) {
+  std::vector<GemmProblem<T, Out>> live;
+  live.reserve(problems.size());
+  for (const auto& p : problems)
+    if (p.m > 0 && p.n > 0) live.push_back(p);
+  return live;
 }
 
 template <typename T>
 void grouped_gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const GemmProblem<T>> problems, int beta) {
   check_beta(beta);
-  std::vector<GemmProblem<T>> live;
-  live.reserve(problems.size());
-  for (const auto& p : problems)
-    if (p.m > 0 && p.n > 0) live.push_back(p);
+  const std::vector<GemmProblem<T>> live = live_problems(problems);
   if (live.empty()) return;
   if (ctx.mode() == GemmMode::batch_invariant) {
     for (const auto& p : live)
@@ -140,9 +147,9 @@ void grouped_gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const Ge
     case GroupedGemm::cutlass:
       if constexpr (std::is_same_v<T, bf16>) {
         if (cutlass_grouped_gemm(ctx.stream(), op_a, op_b, live.data(), live.size(), beta)) return;
-        ctx.count_grouped_fallback();
+          ctx.count_grouped_fallback();
       }
-      on_lanes<T>(ctx, op_a, op_b, live, beta);
+      on_lanes<T, T>(ctx, op_a, op_b, live, beta);
       return;
     case GroupedGemm::one_launch:
       if constexpr (!std::is_same_v<T, double>) {
@@ -151,12 +158,26 @@ void grouped_gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const Ge
       }
       [[fallthrough]];
     case GroupedGemm::lanes:
-      on_lanes<T>(ctx, op_a, op_b, live, beta);
+      on_lanes<T, T>(ctx, op_a, op_b, live, beta);
       return;
     case GroupedGemm::per_group:
       for (const auto& p : live) cublas_gemm<T>(ctx.cublas_handle(), op_a, op_b, p, beta);
       return;
   }
+}
+
+void grouped_gemm_bf16_operands(const DeviceContext& ctx, Op op_a, Op op_b,
+                                std::span<const GemmProblem<bf16, float>> problems, int beta) {
+  check_beta(beta);
+  const std::vector<GemmProblem<bf16, float>> live = live_problems(problems);
+  if (live.empty()) return;
+  if (ctx.mode() == GemmMode::batch_invariant)
+    throw std::invalid_argument("grouped GEMM on bf16 operands: the batch-invariant GEMM takes one type throughout");
+  if (ctx.grouped() == GroupedGemm::cutlass) {
+    if (cutlass_grouped_gemm(ctx.stream(), op_a, op_b, live.data(), live.size(), beta)) return;
+    ctx.count_grouped_fallback();
+  }
+  on_lanes<bf16, float>(ctx, op_a, op_b, live, beta);
 }
 
 #define MOE_INSTANTIATE_GEMM(T)                                                                                    \

@@ -15,15 +15,15 @@ namespace moe::cuda {
 enum class Op { n, t };
 
 // One group's GEMM of a grouped GEMM (grouped_gemm.hpp): its own sizes, pointers and strides (same meaning as gemm's
-// arguments).
-template <typename T>
+// arguments). Out differs from T for bf16 operands with a float result (grouped_gemm_bf16_operands).
+template <typename T, typename Out = T>
 struct GemmProblem {
   std::int64_t m = 0, n = 0, k = 0;
   const T* a = nullptr;
   std::int64_t lda = 0;
   const T* b = nullptr;
   std::int64_t ldb = 0;
-  T* c = nullptr;
+  Out* c = nullptr;
   std::int64_t ldc = 0;
 };
 

@@ -3,6 +3,7 @@
 // beside the single GEMM whose cuBLAS call it shares.
 #pragma once
 
+#include "cuda/bfloat16.hpp"
 #include "cuda/gemm.hpp"
 
 #include <cstdint>
@@ -16,5 +17,12 @@ namespace moe::cuda {
 // Double data runs on lanes or per group: cuBLAS's grouped call has no fp64 path (one_launch runs it on lanes).
 template <typename T>
 void grouped_gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const GemmProblem<T>> problems, int beta);
+
+// The same with bf16 operands and float results, accumulated in fp32: a float computation whose operands all hold
+// bf16 values (bf16 storage), run at bf16 speed. GroupedGemm::cutlass runs CUTLASS's float-output kernels (falling
+// back to lanes as above); the other ways run cublasGemmEx with bf16 inputs and a float C on lanes. Not in
+// GemmMode::batch_invariant (it throws).
+void grouped_gemm_bf16_operands(const DeviceContext& ctx, Op op_a, Op op_b,
+                                std::span<const GemmProblem<bf16, float>> problems, int beta);
 
 }  // namespace moe::cuda

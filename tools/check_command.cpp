@@ -427,6 +427,7 @@ void add_check_command(CLI::App& app) {
       if (print) {
         if (o->json) {
           nlohmann::json report = report_json(runs, settings);
+          if (const std::string device = kernels.device_summary(); !device.empty()) report["device"] = device;
           for (const RoundTrip& t : round_trips)
             report["compare_round_trips"].push_back({{"preset", t.preset}, {"layout", layout_name(t.layout)},
                                                      {"tensors", t.tensors}, {"pass", t.pass},
@@ -434,6 +435,7 @@ void add_check_command(CLI::App& app) {
           std::cout << report.dump(2) << "\n";
         } else {
           print_report(runs, settings, std::cout);
+          if (const std::string device = kernels.device_summary(); !device.empty()) std::cout << device << "\n";
           print_round_trips(round_trips, std::cout);
         }
         if (!o->junit.empty()) write_junit(runs, o->junit);

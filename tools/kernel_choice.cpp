@@ -4,6 +4,7 @@
 #include <string>
 
 #ifdef MOE_ORACLE_HAVE_CUDA
+#include "cuda/cutlass_grouped_gemm.hpp"
 #include "cuda/device_kernels.hpp"
 #include "cuda/nccl_world.hpp"
 #endif
@@ -23,6 +24,21 @@ KernelChoice::KernelChoice(Kernels kernels, int device) {
 #else
   (void)device;
   throw std::invalid_argument(flag + ": this build has no CUDA backend (nvcc was not found when CMake configured it)");
+#endif
+}
+
+std::string KernelChoice::device_summary() const {
+#ifdef MOE_ORACLE_HAVE_CUDA
+  const auto* device = dynamic_cast<const cuda::DeviceKernels*>(owned_.get());
+  if (device == nullptr) return "";
+  return "device: " + std::to_string(device->device_calls()) + " kernel calls; grouped SwiGLU on bf16 operands: " +
+         std::to_string(device->bf16_operand_calls()) + " calls (" +
+         (cuda::cutlass_grouped_available()
+              ? "CUTLASS grouped kernel; " + std::to_string(device->grouped_fallbacks()) + " grouped GEMMs fell back to lanes"
+              : std::string("cuBLAS on lanes: this build has no CUTLASS")) +
+         ")";
+#else
+  return "";
 #endif
 }
 

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 
 namespace moe::cli {
 
@@ -26,6 +27,10 @@ class KernelChoice {
   // Throws std::invalid_argument where the CUDA backend is missing.
   explicit KernelChoice(Kernels kernels, int device = 0);
   const dist::KernelBackend& backend() const { return owned_ ? *owned_ : dist::cpu_kernels(); }
+  // What ran on the device, for the report: "" for cpu, else the kernel calls that reached it, the grouped SwiGLU
+  // calls whose GEMMs ran on bf16 operands and the grouped GEMM that ran them (CUTLASS's one launch, with the count
+  // that fell back to lanes, or lanes where the build has no CUTLASS).
+  std::string device_summary() const;
 
  private:
   std::unique_ptr<const dist::KernelBackend> owned_;

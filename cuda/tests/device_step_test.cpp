@@ -4,6 +4,7 @@
 // distributed/tests/kernel_backend_cases.hpp (every dispatcher on EP × ETP, TP + SP + CP and pipeline layouts,
 // float, clamp / gate / latent / probs-on-input / drop-and-pad) on in-process ranks that share one GPU, with the
 // oracle's tolerances (docs/numerics.md). On a machine without a GPU these tests report "skipped: no GPU".
+#include "cuda/cutlass_grouped_gemm.hpp"
 #include "cuda/device_kernels.hpp"
 #include "cuda/device_probe.hpp"
 #include "cuda/tests/gpu_test.hpp"
@@ -85,6 +86,53 @@ TEST(CudaDeviceKernels, OperationsMatchTheCpuBackendFloat) {
   MOE_REQUIRE_GPU();
   check_operations<float>(GemmMode::cublas);
   check_operations<float>(GemmMode::batch_invariant);
+}
+
+// A float step with bf16 storage whose operands hold bf16 values runs its six GEMMs on bf16 copies (the kernel the
+// benchmark times: CUTLASS's one launch where built, at this 16-byte aligned shape with no fallback), within the bf16
+// row of the CPU's results; an operand off the bf16 grid keeps the float GEMMs.
+TEST(CudaDeviceKernels, Bf16StorageRunsTheGemmsOnBf16Operands) {
+  MOE_REQUIRE_GPU();
+  const DeviceKernels device(0, GemmMode::cublas);
+  const dist::KernelBackend& cpu = dist::cpu_kernels();
+  const auto on_grid = [](const Matrix<float>& m) {
+    return Matrix<float>(m.unaryExpr([](float v) { return to_float(to_bf16(v)); }));
+  };
+  const dist::RowIndex groups{4, 0, 5};
+  constexpr int w = 16, d = 8;
+  kernels::ExpertShards<float> weights, g_dev, g_cpu;
+  for (unsigned e = 0; e < 3; ++e) {
+    weights.fc1.push_back(on_grid(random_matrix<float>(2 * d, w, 10 + e)));
+    weights.fc2.push_back(on_grid(random_matrix<float>(w, d, 20 + e)));
+    g_dev.fc1.push_back(Matrix<float>::Zero(2 * d, w));
+    g_dev.fc2.push_back(Matrix<float>::Zero(w, d));
+  }
+  g_cpu = g_dev;
+  const Matrix<float> x = on_grid(random_matrix<float>(9, w, 1)), dy = on_grid(random_matrix<float>(9, w, 5));
+  const Vector<float> probs = random_matrix<float>(9, 1, 4);
+  kernels::SwigluOptions stored;
+  stored.bf16 = true;
+  const auto tol = tolerance<bf16>();  // a sum in another order can round to the neighbouring bf16
+  const auto f_dev = device.grouped_swiglu_forward(x, groups, weights, probs, stored);
+  const auto f_cpu = cpu.grouped_swiglu_forward(x, groups, weights, probs, stored);
+  expect_close(flat(f_dev.y), flat(f_cpu.y), tol, "y");
+  expect_close(flat(f_dev.pre), flat(f_cpu.pre), tol, "pre");
+  const auto b_dev = device.grouped_swiglu_backward(x, groups, weights, probs, stored, f_cpu.pre, dy, g_dev);
+  const auto b_cpu = cpu.grouped_swiglu_backward(x, groups, weights, probs, stored, f_cpu.pre, dy, g_cpu);
+  expect_close(flat(b_dev.dx), flat(b_cpu.dx), tol, "dx");
+  for (std::size_t e = 0; e < 3; ++e) {
+    expect_close(flat(g_dev.fc1[e]), flat(g_cpu.fc1[e]), tol, "grad fc1 " + std::to_string(e));
+    expect_close(flat(g_dev.fc2[e]), flat(g_cpu.fc2[e]), tol, "grad fc2 " + std::to_string(e));
+  }
+  EXPECT_EQ(device.bf16_operand_calls(), 2);
+  if (cutlass_grouped_available()) {
+    EXPECT_EQ(device.grouped_fallbacks(), 0);
+  }
+
+  Matrix<float> off_grid = x;
+  off_grid(0, 0) += 1e-4f;
+  device.grouped_swiglu_forward(off_grid, groups, weights, probs, stored);
+  EXPECT_EQ(device.bf16_operand_calls(), 2) << "x off the bf16 grid must keep the float GEMMs";
 }
 
 // Runs on every machine: asking for a device that is not there is an error that says how many there are.

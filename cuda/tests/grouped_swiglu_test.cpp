@@ -49,9 +49,10 @@ std::vector<Variant> variants() {
 }
 
 // Returns the context's count of grouped GEMMs that fell back from CUTLASS to lanes.
+// operands: GemmOperands::bf16 (float data) draws x, dy and the weights on the bf16 grid, as the caller promises.
 template <typename T>
 std::int64_t check_swiglu(GemmMode mode, const Variant& v, GroupedGemm grouped = GroupedGemm::one_launch,
-                          const Shape& shape = small) {
+                          const Shape& shape = small, GemmOperands operands = GemmOperands::as_stored) {
   SCOPED_TRACE(v.name);
   SCOPED_TRACE("grouped GEMM " + std::to_string(int(grouped)) + ", width " + std::to_string(shape.w));
   // Reference type: the CPU runs in T for double/float and in double (on rounded inputs) for bf16.
@@ -59,10 +60,12 @@ std::int64_t check_swiglu(GemmMode mode, const Variant& v, GroupedGemm grouped =
   const auto& groups = shape.groups;
   const int w = shape.w, d = shape.d, L = int(groups.size());
   const int rows = int(std::accumulate(groups.begin(), groups.end(), std::int64_t{0}));
-  const auto xs = rounded<T>(uniform(std::size_t(rows * w), 11)), ps = rounded<T>(uniform(std::size_t(rows), 12));
-  const auto f1 = rounded<T>(uniform(std::size_t(L * 2 * d * w), 13, 0.5)),
-             f2 = rounded<T>(uniform(std::size_t(L * w * d), 14, 0.5)),
-             gys = rounded<T>(uniform(std::size_t(rows * w), 15));
+  const auto grid = [&](const std::vector<double>& values) {
+    return operands == GemmOperands::bf16 ? rounded<bf16>(values) : rounded<T>(values);
+  };
+  const auto xs = grid(uniform(std::size_t(rows * w), 11)), ps = rounded<T>(uniform(std::size_t(rows), 12));
+  const auto f1 = grid(uniform(std::size_t(L * 2 * d * w), 13, 0.5)), f2 = grid(uniform(std::size_t(L * w * d), 14, 0.5)),
+             gys = grid(uniform(std::size_t(rows * w), 15));
   kernels::ExpertShards<R> shards, grads;
   for (int e = 0; e < L; ++e) {
     shards.fc1.push_back(Eigen::Map<const Matrix<double>>(f1.data() + e * 2 * d * w, 2 * d, w).cast<R>());
@@ -87,9 +90,9 @@ std::int64_t check_swiglu(GemmMode mode, const Variant& v, GroupedGemm grouped =
   g2.zero(ctx.stream());
   dprob.zero(ctx.stream());
   const DeviceExperts<T> ex{d_f1.data(), d_f2.data(), w, d};
-  grouped_swiglu_forward<T>(ctx, d_x.data(), groups, ex, d_p.data(), v.options, pre.data(), y.data());
+  grouped_swiglu_forward<T>(ctx, d_x.data(), groups, ex, d_p.data(), v.options, pre.data(), y.data(), operands);
   grouped_swiglu_backward<T>(ctx, d_x.data(), groups, ex, d_p.data(), v.options, pre.data(), d_dy.data(), dx.data(),
-                             dprob.data(), g1.data(), g2.data());
+                             dprob.data(), g1.data(), g2.data(), operands);
   ctx.synchronize();
 
   // Float with bf16 storage: a float GEMM a rounding apart from Eigen's can land on the other side of a bf16
@@ -144,6 +147,26 @@ TEST(CudaGroupedSwiglu, Bf16CutlassOneLaunch) {
   for (const auto& v : variants())
     EXPECT_EQ(check_swiglu<bf16>(GemmMode::cublas, v, GroupedGemm::cutlass, aligned), 0) << v.name;
   for (const auto& v : variants()) check_swiglu<bf16>(GemmMode::cublas, v, GroupedGemm::lanes, aligned);
+}
+
+// Float with bf16 storage on bf16 operands (GemmOperands::bf16): the GEMMs on bf16 copies with float results, on
+// lanes (cuBLAS, mixed types) and through CUTLASS's float-output kernels, with no fallback at the aligned shape.
+// Probabilities on the input are refused (p·x is not on the bf16 grid).
+TEST(CudaGroupedSwiglu, FloatBf16StorageOnBf16Operands) {
+  MOE_REQUIRE_GPU();
+  for (const auto g : {GroupedGemm::lanes, GroupedGemm::cutlass})
+    for (const Shape* shape : {&small, &aligned})
+      for (const auto& v : variants()) {
+        if (!v.options.bf16 || v.options.probs_on_input) continue;
+        const auto fallbacks = check_swiglu<float>(GemmMode::cublas, v, g, *shape, GemmOperands::bf16);
+        if (g == GroupedGemm::cutlass && shape == &aligned && cutlass_grouped_available()) {
+          EXPECT_EQ(fallbacks, 0) << v.name;
+        }
+      }
+  Variant on_input = variants().back();
+  ASSERT_TRUE(on_input.options.probs_on_input && on_input.options.bf16);
+  EXPECT_THROW(check_swiglu<float>(GemmMode::cublas, on_input, GroupedGemm::lanes, small, GemmOperands::bf16),
+               std::invalid_argument);
 }
 
 // Ties to even in both directions, a carry into the next binade, bf16's subnormals, the largest finite value and
