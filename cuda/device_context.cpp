@@ -2,8 +2,10 @@
 
 #include "cuda/cublas_library.hpp"
 #include "cuda/cutlass_grouped_gemm.hpp"
+#include "reference/named.hpp"
 #include "cuda/cuda_error.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -33,7 +35,22 @@ void release(GemmLane& lane) noexcept {
 
 }  // namespace
 
-GroupedGemm default_grouped_gemm() { return cutlass_grouped_available() ? GroupedGemm::cutlass : GroupedGemm::lanes; }
+GroupedGemm default_grouped_gemm() {
+  const char* chosen = std::getenv("MOE_GROUPED_GEMM");
+  if (chosen == nullptr || *chosen == '\0')
+    return cutlass_grouped_available() ? GroupedGemm::cutlass : GroupedGemm::lanes;
+  constexpr Named<GroupedGemm> names[] = {{GroupedGemm::one_launch, "one_launch"},
+                                          {GroupedGemm::lanes, "lanes"},
+                                          {GroupedGemm::per_group, "per_group"},
+                                          {GroupedGemm::cutlass, "cutlass"}};
+  const std::optional<GroupedGemm> way = find_named<GroupedGemm>(chosen, names);
+  if (!way)
+    throw std::invalid_argument("MOE_GROUPED_GEMM=" + std::string(chosen) + ": expected one of " +
+                                name_list<GroupedGemm>(names));
+  if (*way == GroupedGemm::cutlass && !cutlass_grouped_available())
+    throw std::invalid_argument("MOE_GROUPED_GEMM=cutlass: this build has no CUTLASS (tools/fetch-cutlass)");
+  return *way;
+}
 
 DeviceContext::DeviceContext(GemmMode mode, GroupedGemm grouped, int lanes)
     : mode_(mode), grouped_(grouped), lane_count_(lanes) {

@@ -34,7 +34,9 @@ namespace moe::cuda {
 enum class GemmMode { cublas, batch_invariant };
 enum class GroupedGemm { one_launch, lanes, per_group, cutlass };
 
-// cutlass where the build has the CUTLASS kernel, else lanes.
+// $MOE_GROUPED_GEMM (one_launch, lanes, per_group or cutlass) where set, so a GPU session can set a new kernel
+// aside without a rebuild; else cutlass where the build has the CUTLASS kernel, else lanes. An unknown value, or
+// cutlass in a build without it, throws std::invalid_argument.
 GroupedGemm default_grouped_gemm();
 
 // A side stream with its own cuBLAS handle, and the event that marks the end of its share of a grouped GEMM.

@@ -3,12 +3,15 @@
 // rule broken alone refuses, for bf16 and for float results), and which float data may be copied into bf16 exactly
 // (holds_bf16_values), and that a float step with bf16 storage hands the grouped SwiGLU such data.
 #include "cuda/cutlass_grouped_gemm.hpp"
+#include "cuda/device_context.hpp"
 #include "distributed/check/differential_check.hpp"
 #include "distributed/tests/kernel_backend_cases.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdlib.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string_view>
@@ -82,6 +85,30 @@ TEST(Bf16Operands, OnlyValuesOnTheBf16GridAreHeld) {
     const float values[] = {1.0f, off};
     EXPECT_FALSE(holds_bf16_values(values, 2)) << off;
   }
+}
+
+// The grouped GEMM a new DeviceContext uses: CUTLASS where built, unless $MOE_GROUPED_GEMM names another way.
+TEST(GroupedGemmChoice, TheEnvironmentSetsTheKernelAside) {
+  ::unsetenv("MOE_GROUPED_GEMM");
+  EXPECT_EQ(default_grouped_gemm(), cutlass_grouped_available() ? GroupedGemm::cutlass : GroupedGemm::lanes);
+  ::setenv("MOE_GROUPED_GEMM", "lanes", 1);
+  EXPECT_EQ(default_grouped_gemm(), GroupedGemm::lanes);
+  ::setenv("MOE_GROUPED_GEMM", "per_group", 1);
+  EXPECT_EQ(default_grouped_gemm(), GroupedGemm::per_group);
+  ::setenv("MOE_GROUPED_GEMM", "cutlass", 1);
+  if (cutlass_grouped_available()) {
+    EXPECT_EQ(default_grouped_gemm(), GroupedGemm::cutlass);
+  } else {
+    EXPECT_THROW(default_grouped_gemm(), std::invalid_argument);
+  }
+  ::setenv("MOE_GROUPED_GEMM", "wgmma", 1);
+  try {
+    default_grouped_gemm();
+    ADD_FAILURE() << "an unknown way must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("one_launch, lanes, per_group, cutlass"), std::string::npos) << e.what();
+  }
+  ::unsetenv("MOE_GROUPED_GEMM");
 }
 
 // Forwards to the CPU backend and counts the float grouped SwiGLU calls whose GEMM operands (x, dy, the weights) all
