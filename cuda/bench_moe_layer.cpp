@@ -1,7 +1,8 @@
 // Benchmark of the CUDA backend on one GPU (run by tools/gpu-check), reporting as docs/performance.md asks: each figure
 // with its percentage of a named limit (H200: 4.8 TB/s HBM3e, 989 TFLOP/s dense bf16) and of a practical peak
 // measured in the same run (a device-to-device cudaMemcpy of the same bytes; one dense cuBLAS GEMM of the same
-// FLOPs). Shape: a DeepSeek-V4-Flash-like layer, hidden 4096, 256 experts, top-6, ffn 2048, 8192 tokens, bf16.
+// FLOPs). The layer figures time cuda/expert_layer.hpp, the code the layer test holds to the oracle.
+// Shape: a DeepSeek-V4-Flash-like layer, hidden 4096, 256 experts, top-6, ffn 2048, 8192 tokens, bf16.
 //   usage: cuda_bench [results-file]   (lines also go to stdout)
 #include "cuda/cuda_error.hpp"
 #include "cuda/cutlass_grouped_gemm.hpp"
@@ -233,7 +234,24 @@ int run(std::ostream& out) {
       layer_ctx, [&] { expert_layer_forward<bf16>(layer_ctx, layer, x.data(), tokens, y.data()); }, 5);
   out << "layer forward (route, permute, grouped SwiGLU, unpermute; " << best->name << "), 1 GPU: " << layer_s * 1e3
       << " ms, " << flops / layer_s / 1e12 << " TFLOP/s of expert math (" << percent(flops / layer_s, bf16_flops_per_s)
-      << " of 989)\n";
+      << " of 989, " << percent(flops / layer_s, dense_rate) << " of dense cuBLAS)\n";
+  // Forward and backward, the code of the layer test (cuda/tests/expert_layer_test.cpp): the expert math is three
+  // times the forward's (the router's GEMMs, under 1% of it, are not counted).
+  const auto dy = random_device<bf16>(std::size_t(tokens * hidden), 5, 1.0);
+  DeviceBuffer<bf16> layer_dx(static_cast<std::size_t>(tokens * hidden));
+  DeviceBuffer<float> grad_router(router_weight.size());
+  grad_router.zero(layer_ctx.stream());
+  const double step_s = seconds_per_call(
+      layer_ctx,
+      [&] {
+        const auto saved = expert_layer_forward<bf16>(layer_ctx, layer, x.data(), tokens, y.data());
+        expert_layer_backward<bf16>(layer_ctx, layer, saved, x.data(), tokens, dy.data(), layer_dx.data(), grad_router.data(),
+                                    g1.data(), g2.data());
+      },
+      3);
+  out << "layer forward + backward (" << best->name << "), 1 GPU: " << step_s * 1e3 << " ms, "
+      << 3 * flops / step_s / 1e12 << " TFLOP/s of expert math (" << percent(3 * flops / step_s, bf16_flops_per_s)
+      << " of 989, " << percent(3 * flops / step_s, dense_rate) << " of dense cuBLAS)\n";
   ctx.synchronize();
   return 0;
 }

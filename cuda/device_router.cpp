@@ -48,13 +48,14 @@ DeviceRouting<T> route(const DeviceContext& ctx, const RouterSpec& spec, const T
 template <typename T>
 void route_grad(const DeviceContext& ctx, const RouterSpec& spec, const DeviceRouting<T>& r, const T* x,
                 std::int64_t tokens, std::int64_t hidden, const T* router_weight, const T* grad_topk_probs, T* grad_x,
-                T* grad_router_weight) {
+                T* grad_router_weight, int grad_x_beta) {
   const auto E = std::int64_t(spec.experts);
   DeviceBuffer<T> grad_logits(std::size_t(tokens * E), ctx.stream());
   route_backward<T>(ctx.stream(), spec, tokens, r.logits.data(), r.scores.data(), r.topk_ids.data(), grad_topk_probs,
                     grad_logits.data());
   // grad_x [n, h] = grad_logits · W_g;  grad_W_g [E, h] += grad_logitsᵀ · x
-  gemm<T>(ctx, Op::n, Op::n, tokens, hidden, E, grad_logits.data(), E, router_weight, hidden, grad_x, hidden, 0);
+  gemm<T>(ctx, Op::n, Op::n, tokens, hidden, E, grad_logits.data(), E, router_weight, hidden, grad_x, hidden,
+          grad_x_beta);
   gemm<T>(ctx, Op::t, Op::n, E, hidden, tokens, grad_logits.data(), E, x, hidden, grad_router_weight, hidden, 1);
 }
 
@@ -65,8 +66,8 @@ template DeviceRouting<float> route<float>(const DeviceContext&, const RouterSpe
                                            std::int64_t, const float*, const float*, const std::int64_t*,
                                            const std::int64_t*);
 template void route_grad<double>(const DeviceContext&, const RouterSpec&, const DeviceRouting<double>&, const double*,
-                                 std::int64_t, std::int64_t, const double*, const double*, double*, double*);
+                                 std::int64_t, std::int64_t, const double*, const double*, double*, double*, int);
 template void route_grad<float>(const DeviceContext&, const RouterSpec&, const DeviceRouting<float>&, const float*,
-                                std::int64_t, std::int64_t, const float*, const float*, float*, float*);
+                                std::int64_t, std::int64_t, const float*, const float*, float*, float*, int);
 
 }  // namespace moe::cuda

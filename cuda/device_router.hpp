@@ -30,11 +30,11 @@ DeviceRouting<T> route(const DeviceContext& ctx, const RouterSpec& spec, const T
                        std::int64_t hidden, const T* router_weight, const T* bias, const std::int64_t* token_ids,
                        const std::int64_t* tid2eid);
 
-// From grad_topk_probs [n, k]: writes grad_x [n, h] (the router's share of it) and accumulates into
-// grad_router_weight [E, h].
+// From grad_topk_probs [n, k]: writes grad_x [n, h] (the router's share of it; grad_x_beta = 1 adds it to what
+// grad_x holds) and accumulates into grad_router_weight [E, h].
 template <typename T>
 void route_grad(const DeviceContext& ctx, const RouterSpec& spec, const DeviceRouting<T>& routing, const T* x,
                 std::int64_t tokens, std::int64_t hidden, const T* router_weight, const T* grad_topk_probs, T* grad_x,
-                T* grad_router_weight);
+                T* grad_router_weight, int grad_x_beta = 0);
 
 }  // namespace moe::cuda
