@@ -24,7 +24,7 @@ struct DeviceRouting {
 };
 
 // x [n, h], router_weight [E, h], bias [E] (null without expert bias), token_ids [n] and tid2eid [V, k] for hash
-// routing (null otherwise).
+// routing (null otherwise). The result's buffers are stream-ordered on ctx.stream(): drop it before the context.
 template <typename T>
 DeviceRouting<T> route(const DeviceContext& ctx, const RouterSpec& spec, const T* x, std::int64_t tokens,
                        std::int64_t hidden, const T* router_weight, const T* bias, const std::int64_t* token_ids,

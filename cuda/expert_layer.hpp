@@ -31,7 +31,8 @@ struct DeviceExpertLayer {
   DeviceExperts<T> experts;               // all E experts, width h
 };
 
-// What the backward reads from the forward, kept on the device.
+// What the backward reads from the forward, kept on the device (stream-ordered on the forward's context: drop it
+// before the context).
 template <typename T>
 struct DeviceLayerActivations {
   DeviceRouting<Acc<T>> routing;           // logits, scores, top-k ids and probabilities
