@@ -37,6 +37,7 @@
 #include "golden/case_json.hpp"
 #include "reference/memory_estimate.hpp"
 #include "tools/check_compare_roundtrip.hpp"
+#include "tools/check_device_layer.hpp"
 #include "tools/check_report.hpp"
 #include "tools/check_rows.hpp"
 #include "tools/choice_option.hpp"
@@ -413,6 +414,10 @@ void add_check_command(CLI::App& app) {
       const std::vector<CheckRun> runs = run_all(*o, rows, kernels.backend(), ranks);
       remove_own();
       for (const CheckRun& r : runs) pass = pass && r.result.pass();
+      // On the GPU, also the device layer against the oracle (rank 0: the others would repeat it).
+      std::vector<DeviceLayerRun> device_layers;
+      if (o->kernels != Kernels::cpu && print) device_layers = run_device_layers(runs, o->dtype, o->kernels);
+      for (const DeviceLayerRun& r : device_layers) pass = pass && r.pass;
       const ReportSettings settings{backend_label(o->backend, world.get()),
                                     std::string(name_of(o->kernels)),
                                     std::string(name_of(o->dtype, std::span<const Named<Precision>>(kDtypeNames))),
@@ -428,6 +433,7 @@ void add_check_command(CLI::App& app) {
         if (o->json) {
           nlohmann::json report = report_json(runs, settings);
           if (const std::string device = kernels.device_summary(); !device.empty()) report["device"] = device;
+          if (!device_layers.empty()) report["device_layer"] = device_layers_json(device_layers);
           for (const RoundTrip& t : round_trips)
             report["compare_round_trips"].push_back({{"preset", t.preset}, {"layout", layout_name(t.layout)},
                                                      {"tensors", t.tensors}, {"pass", t.pass},
@@ -436,6 +442,7 @@ void add_check_command(CLI::App& app) {
         } else {
           print_report(runs, settings, std::cout);
           if (const std::string device = kernels.device_summary(); !device.empty()) std::cout << device << "\n";
+          print_device_layers(device_layers, std::cout);
           print_round_trips(round_trips, std::cout);
         }
         if (!o->junit.empty()) write_junit(runs, o->junit);
