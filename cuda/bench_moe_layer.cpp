@@ -245,8 +245,8 @@ int run(std::ostream& out) {
       layer_ctx,
       [&] {
         const auto saved = expert_layer_forward<bf16>(layer_ctx, layer, x.data(), tokens, y.data());
-        expert_layer_backward<bf16>(layer_ctx, layer, saved, x.data(), tokens, dy.data(), layer_dx.data(), grad_router.data(),
-                                    g1.data(), g2.data());
+        expert_layer_backward<bf16>(layer_ctx, layer, saved, x.data(), tokens, dy.data(), layer_dx.data(),
+                                    grad_router.data(), g1.data(), g2.data());
       },
       3);
   out << "layer forward + backward (" << best->name << "), 1 GPU: " << step_s * 1e3 << " ms, "

@@ -124,8 +124,10 @@ bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16, 
   const std::size_t shapes_at = reserve<typename K::Shape>(bytes, count);
   const std::size_t a_at = reserve<const Element*>(bytes, count), b_at = reserve<const Element*>(bytes, count);
   const std::size_t c_at = reserve<const Out*>(bytes, count), d_at = reserve<Out*>(bytes, count);
-  const std::size_t sa_at = reserve<typename K::StrideA>(bytes, count), sb_at = reserve<typename K::StrideB>(bytes, count);
-  const std::size_t sc_at = reserve<typename K::StrideC>(bytes, count), sd_at = reserve<typename K::StrideD>(bytes, count);
+  const std::size_t sa_at = reserve<typename K::StrideA>(bytes, count);
+  const std::size_t sb_at = reserve<typename K::StrideB>(bytes, count);
+  const std::size_t sc_at = reserve<typename K::StrideC>(bytes, count);
+  const std::size_t sd_at = reserve<typename K::StrideD>(bytes, count);
   auto* shapes = reinterpret_cast<typename K::Shape*>(bytes.data() + shapes_at);
   auto* ptr_a = reinterpret_cast<const Element**>(bytes.data() + a_at);
   auto* ptr_b = reinterpret_cast<const Element**>(bytes.data() + b_at);

@@ -166,8 +166,8 @@ kernels::GroupedSwigluForward<T> DeviceKernels::swiglu_forward(const Matrix<T>& 
   const auto d_fc1 = stage(ctx, fc1.data(), fc1.size()), d_fc2 = stage(ctx, fc2.data(), fc2.size());
   DeviceBuffer<T> d_pre(std::size_t(out.pre.size()), ctx.stream()), d_y(std::size_t(out.y.size()), ctx.stream());
   const DeviceExperts<T> experts{d_fc1.data(), d_fc2.data(), x.cols(), d};
-  const GemmOperands operands =
-      operands_of<T>(mode_, options, {{x.data(), std::size_t(x.size())}, {fc1.data(), fc1.size()}, {fc2.data(), fc2.size()}});
+  const GemmOperands operands = operands_of<T>(
+      mode_, options, {{x.data(), std::size_t(x.size())}, {fc1.data(), fc1.size()}, {fc2.data(), fc2.size()}});
   const std::int64_t fallbacks = ctx.grouped_fallbacks();
   moe::cuda::grouped_swiglu_forward<T>(ctx, d_x.data(), group_sizes, experts, d_probs.data(), options,
                                        d_pre.data(), d_y.data(), operands);

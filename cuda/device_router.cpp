@@ -39,7 +39,8 @@ DeviceRouting<T> route(const DeviceContext& ctx, const RouterSpec& spec, const T
   // Stream-ordered: a layer step allocates these every call, and cudaFree would synchronise the device each time.
   const cudaStream_t s = ctx.stream();
   DeviceRouting<T> r{DeviceBuffer<T>(std::size_t(tokens * E), s), DeviceBuffer<T>(std::size_t(tokens * E), s),
-                     DeviceBuffer<std::int32_t>(std::size_t(tokens * k), s), DeviceBuffer<T>(std::size_t(tokens * k), s)};
+                     DeviceBuffer<std::int32_t>(std::size_t(tokens * k), s),
+                     DeviceBuffer<T>(std::size_t(tokens * k), s)};
   // logits [n, E] = x · W_gᵀ
   gemm<T>(ctx, Op::n, Op::t, tokens, E, hidden, x, hidden, router_weight, hidden, r.logits.data(), E, 0);
   route_topk<T>(ctx.stream(), spec, tokens, r.logits.data(), bias, token_ids, tid2eid, r.scores.data(),

@@ -24,8 +24,9 @@ DeviceStagedCommunicator::DeviceStagedCommunicator(std::unique_ptr<Communicator>
   if (device_comm_ == nullptr || device_comm_->rank() != host_->rank() || device_comm_->size() != host_->size())
     throw std::invalid_argument(
         "DeviceStagedCommunicator: the device and host communicators must be the same ranks in the same order "
-        "(device: " + (device_comm_ ? std::to_string(device_comm_->rank()) + " of " + std::to_string(device_comm_->size())
-                                      : std::string("none")) +
+        "(device: " +
+        (device_comm_ ? std::to_string(device_comm_->rank()) + " of " + std::to_string(device_comm_->size())
+                      : std::string("none")) +
         ", host: " + std::to_string(host_->rank()) + " of " + std::to_string(host_->size()) + ")");
 }
 

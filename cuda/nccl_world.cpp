@@ -24,7 +24,8 @@ std::vector<int> local_ranks(std::span<const std::int64_t> host_ids) {
 
 int device_for_rank(int local_rank, int ranks_on_host, int visible, const std::string& host) {
   if (visible <= 0)
-    throw std::invalid_argument("--backend nccl: host " + host + " has no visible CUDA device (NCCL ranks run on GPUs)");
+    throw std::invalid_argument("--backend nccl: host " + host +
+                                " has no visible CUDA device (NCCL ranks run on GPUs)");
   // One visible GPU: a launcher may have given each rank its own through CUDA_VISIBLE_DEVICES; if not, NCCL
   // itself refuses two ranks on one GPU ("Duplicate GPU detected").
   if (visible == 1) return 0;

@@ -33,9 +33,9 @@ std::string KernelChoice::device_summary() const {
   if (device == nullptr) return "";
   return "device: " + std::to_string(device->device_calls()) + " kernel calls; grouped SwiGLU on bf16 operands: " +
          std::to_string(device->bf16_operand_calls()) + " calls (" +
-         (cuda::cutlass_grouped_available()
-              ? "CUTLASS grouped kernel; " + std::to_string(device->grouped_fallbacks()) + " grouped GEMMs fell back to lanes"
-              : std::string("cuBLAS on lanes: this build has no CUTLASS")) +
+         (cuda::cutlass_grouped_available() ? "CUTLASS grouped kernel; " + std::to_string(device->grouped_fallbacks()) +
+                                                  " grouped GEMMs fell back to lanes"
+                                            : std::string("cuBLAS on lanes: this build has no CUTLASS")) +
          ")";
 #else
   return "";

@@ -29,14 +29,15 @@ constexpr std::uintptr_t base = 0x10000;
 
 TEST(CutlassRules, TheGroupedSwigluGemmsAtAnAlignedShapeAreTaken) {
   // The shapes of cuda/grouped_swiglu.cpp for one expert's n rows, 16-byte aligned buffers.
-  EXPECT_TRUE(cutlass_takes<bf16>(Op::n, Op::t, {n_rows, 2 * d, w, at(base), w, at(base), w, out(base), 2 * d}));  // fc1
-  EXPECT_TRUE(cutlass_takes<bf16>(Op::n, Op::t, {n_rows, w, d, at(base), d, at(base), d, out(base), w}));          // fc2
-  EXPECT_TRUE(cutlass_takes<bf16>(Op::n, Op::n, {n_rows, d, w, at(base), w, at(base), d, out(base), d}));          // g_h
-  EXPECT_TRUE(cutlass_takes<bf16>(Op::t, Op::n, {w, d, n_rows, at(base), w, at(base), d, out(base), d}));          // dfc2
-  EXPECT_TRUE(cutlass_takes<bf16>(Op::n, Op::n, {n_rows, w, 2 * d, at(base), 2 * d, at(base), w, out(base), w}));  // dx
-  EXPECT_TRUE(cutlass_takes<bf16>(Op::t, Op::n, {2 * d, w, n_rows, at(base), 2 * d, at(base), w, out(base), w}));  // dfc1
+  const auto takes = [](Op op_a, Op op_b, const GemmProblem<bf16>& p) { return cutlass_takes(op_a, op_b, p); };
+  EXPECT_TRUE(takes(Op::n, Op::t, {n_rows, 2 * d, w, at(base), w, at(base), w, out(base), 2 * d}));  // fc1
+  EXPECT_TRUE(takes(Op::n, Op::t, {n_rows, w, d, at(base), d, at(base), d, out(base), w}));          // fc2
+  EXPECT_TRUE(takes(Op::n, Op::n, {n_rows, d, w, at(base), w, at(base), d, out(base), d}));          // g_h
+  EXPECT_TRUE(takes(Op::t, Op::n, {w, d, n_rows, at(base), w, at(base), d, out(base), d}));          // dfc2
+  EXPECT_TRUE(takes(Op::n, Op::n, {n_rows, w, 2 * d, at(base), 2 * d, at(base), w, out(base), w}));  // dx
+  EXPECT_TRUE(takes(Op::t, Op::n, {2 * d, w, n_rows, at(base), 2 * d, at(base), w, out(base), w}));  // dfc1
   // Any row count: rows are never a contiguous extent here.
-  EXPECT_TRUE(cutlass_takes<bf16>(Op::n, Op::t, {37, 2 * d, w, at(base), w, at(base), w, out(base), 2 * d}));
+  EXPECT_TRUE(takes(Op::n, Op::t, {37, 2 * d, w, at(base), w, at(base), w, out(base), 2 * d}));
 }
 
 TEST(CutlassRules, EachBrokenRuleRefuses) {
@@ -146,7 +147,8 @@ class OperandGrid final : public dist::KernelBackendOf<OperandGrid> {
   void count(const Matrix<T>& x, const Matrix<T>& dy, const kernels::ExpertShards<T>& shards) const {
     if constexpr (std::is_same_v<T, float>) {
       ++calls;
-      bool held = holds_bf16_values(x.data(), std::size_t(x.size())) && holds_bf16_values(dy.data(), std::size_t(dy.size()));
+      bool held = holds_bf16_values(x.data(), std::size_t(x.size())) &&
+                  holds_bf16_values(dy.data(), std::size_t(dy.size()));
       for (const auto* part : {&shards.fc1, &shards.fc2})
         for (const auto& m : *part) held = held && holds_bf16_values(m.data(), std::size_t(m.size()));
       on_grid += held;

@@ -64,8 +64,8 @@ std::int64_t check_swiglu(GemmMode mode, const Variant& v, GroupedGemm grouped =
     return operands == GemmOperands::bf16 ? rounded<bf16>(values) : rounded<T>(values);
   };
   const auto xs = grid(uniform(std::size_t(rows * w), 11)), ps = rounded<T>(uniform(std::size_t(rows), 12));
-  const auto f1 = grid(uniform(std::size_t(L * 2 * d * w), 13, 0.5)), f2 = grid(uniform(std::size_t(L * w * d), 14, 0.5)),
-             gys = grid(uniform(std::size_t(rows * w), 15));
+  const auto f1 = grid(uniform(std::size_t(L * 2 * d * w), 13, 0.5));
+  const auto f2 = grid(uniform(std::size_t(L * w * d), 14, 0.5)), gys = grid(uniform(std::size_t(rows * w), 15));
   kernels::ExpertShards<R> shards, grads;
   for (int e = 0; e < L; ++e) {
     shards.fc1.push_back(Eigen::Map<const Matrix<double>>(f1.data() + e * 2 * d * w, 2 * d, w).cast<R>());

@@ -66,7 +66,8 @@ TEST(InprocConformanceOfASingleRank, EveryCasePassesOnTheCallingThread) {
   ASSERT_FALSE(results.empty());
   for (const CaseResult& c : results) {
     EXPECT_GT(c.tally.checked, 0) << c.name << " checks nothing";
-    EXPECT_EQ(c.tally.wrong, 0) << c.name << ": #wrong " << c.tally.wrong << " of " << c.tally.checked << " " << c.error;
+    EXPECT_EQ(c.tally.wrong, 0) << c.name << ": #wrong " << c.tally.wrong << " of " << c.tally.checked << " "
+                                << c.error;
   }
 }
 
