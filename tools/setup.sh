@@ -31,16 +31,27 @@ if ((${#missing[@]})); then
 fi
 
 # With nvcc: CUTLASS's headers for the CUDA backend's one-launch grouped GEMM, cached outside the clone (optional:
-# without them that GEMM runs on lanes, so a failed download only says so).
-if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  bash "$root/tools/fetch-cutlass" >/dev/null || echo "setup: no CUTLASS (tools/fetch-cutlass failed); building without it" >&2
+# without them that GEMM runs on lanes, so a failed download only says so). Fetched for a full build (the tests
+# compile its kernels, so they keep compiling) and wherever a GPU is visible; the quick start on a machine without a
+# GPU leaves them out, as their one translation unit (~80 s of compiler time) buys nothing there.
+cutlass=""
+if { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; } &&
+   { (($# == 0)) || nvidia-smi -L >/dev/null 2>&1; }; then
+  cutlass=$(bash "$root/tools/fetch-cutlass") || {
+    cutlass=""
+    echo "setup: no CUTLASS (tools/fetch-cutlass failed); building without it" >&2
+  }
 fi
 
 # Paths under the clone are hashed relative to it, so two clones share the cache.
 export CCACHE_BASEDIR="$root"
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   echo "setup: configuring $build"
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release $(bash "$root/tools/compiler-cache") >/dev/null
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release ${cutlass:+-DMOE_CUTLASS_DIR="$cutlass"} \
+        $(bash "$root/tools/compiler-cache") >/dev/null
+elif [[ -n "$cutlass" ]] && grep -q "^MOE_CUTLASS_INCLUDE_DIR:PATH=.*NOTFOUND" "$build/CMakeCache.txt"; then
+  echo "setup: configuring $build again (CUTLASS is here now)"
+  cmake -S "$root" -B "$build" -DMOE_CUTLASS_DIR="$cutlass" >/dev/null
 fi
 targets=()
 (($#)) && targets=(--target "$@")
