@@ -113,13 +113,10 @@ bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16, 
                  std::size_t count, int beta) {
   using Out = typename K::Out;
   const int groups = static_cast<int>(count);
-  std::vector<typename K::Shape> host_shapes(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    const GemmProblem<bf16, OurOut<K>>& p = problems[i];
-    if (!cutlass_takes(op_a, op_b, p)) return false;
-    host_shapes[i] = typename K::Shape(static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k));
-  }
-  // Every argument array in one upload: shapes, the pointers of A', B', C, D and their strides.
+  for (std::size_t i = 0; i < count; ++i)
+    if (!cutlass_takes(op_a, op_b, problems[i])) return false;
+  // Every argument array in one upload: shapes, the pointers of A', B', C, D and their strides. The shapes are read
+  // on the host too (the scheduler's grid), from the same bytes.
   std::vector<unsigned char> bytes;
   const std::size_t shapes_at = reserve<typename K::Shape>(bytes, count);
   const std::size_t a_at = reserve<const Element*>(bytes, count), b_at = reserve<const Element*>(bytes, count);
@@ -139,7 +136,7 @@ bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16, 
   auto* stride_d = reinterpret_cast<typename K::StrideD*>(bytes.data() + sd_at);
   for (std::size_t i = 0; i < count; ++i) {
     const GemmProblem<bf16, OurOut<K>>& p = problems[i];
-    shapes[i] = host_shapes[i];
+    shapes[i] = typename K::Shape(static_cast<int>(p.n), static_cast<int>(p.m), static_cast<int>(p.k));
     ptr_a[i] = reinterpret_cast<const Element*>(p.b);
     ptr_b[i] = reinterpret_cast<const Element*>(p.a);
     ptr_c[i] = reinterpret_cast<const Out*>(p.c);
@@ -160,7 +157,7 @@ bool run_grouped(cudaStream_t stream, Op op_a, Op op_b, const GemmProblem<bf16, 
   hw.sm_count = sms;
   typename K::Gemm::Arguments arguments{
       cutlass::gemm::GemmUniversalMode::kGrouped,
-      {groups, reinterpret_cast<typename K::Shape*>(device + shapes_at), host_shapes.data()},
+      {groups, reinterpret_cast<typename K::Shape*>(device + shapes_at), shapes},
       {reinterpret_cast<const Element**>(device + a_at), reinterpret_cast<typename K::StrideA*>(device + sa_at),
        reinterpret_cast<const Element**>(device + b_at), reinterpret_cast<typename K::StrideB*>(device + sb_at)},
       {{},

@@ -1,9 +1,9 @@
 #include "cuda/device_context.hpp"
 
 #include "cuda/cublas_library.hpp"
+#include "cuda/cuda_error.hpp"
 #include "cuda/cutlass_grouped_gemm.hpp"
 #include "reference/named.hpp"
-#include "cuda/cuda_error.hpp"
 
 #include <cstdlib>
 #include <stdexcept>

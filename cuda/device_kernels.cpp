@@ -10,10 +10,10 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
-#include <type_traits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace moe::cuda {

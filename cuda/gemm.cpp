@@ -123,6 +123,17 @@ void gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::int64_t m, std::int64
   cublas_gemm<T, T>(ctx.cublas_handle(), op_a, op_b, {m, n, k, a, lda, b, ldb, c, ldc}, beta);
 }
 
+// GroupedGemm::cutlass: CUTLASS's one launch where it takes the problems (bf16 operands), else lanes, counted.
+template <typename T, typename Out>
+void cutlass_or_lanes(const DeviceContext& ctx, Op op_a, Op op_b, const std::vector<GemmProblem<T, Out>>& live,
+                      int beta) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (cutlass_grouped_gemm(ctx.stream(), op_a, op_b, live.data(), live.size(), beta)) return;
+    ctx.count_grouped_fallback();
+  }
+  on_lanes<T, Out>(ctx, op_a, op_b, live, beta);
+}
+
 // The problems with an output (m, n > 0): the others have nothing to compute.
 template <typename T, typename Out>
 std::vector<GemmProblem<T, Out>> live_problems(std::span<const GemmProblem<T, Out>> problems) {
@@ -145,11 +156,7 @@ void grouped_gemm(const DeviceContext& ctx, Op op_a, Op op_b, std::span<const Ge
   }
   switch (ctx.grouped()) {
     case GroupedGemm::cutlass:
-      if constexpr (std::is_same_v<T, bf16>) {
-        if (cutlass_grouped_gemm(ctx.stream(), op_a, op_b, live.data(), live.size(), beta)) return;
-          ctx.count_grouped_fallback();
-      }
-      on_lanes<T, T>(ctx, op_a, op_b, live, beta);
+      cutlass_or_lanes<T, T>(ctx, op_a, op_b, live, beta);
       return;
     case GroupedGemm::one_launch:
       if constexpr (!std::is_same_v<T, double>) {
@@ -173,11 +180,8 @@ void grouped_gemm_bf16_operands(const DeviceContext& ctx, Op op_a, Op op_b,
   if (live.empty()) return;
   if (ctx.mode() == GemmMode::batch_invariant)
     throw std::invalid_argument("grouped GEMM on bf16 operands: the batch-invariant GEMM takes one type throughout");
-  if (ctx.grouped() == GroupedGemm::cutlass) {
-    if (cutlass_grouped_gemm(ctx.stream(), op_a, op_b, live.data(), live.size(), beta)) return;
-    ctx.count_grouped_fallback();
-  }
-  on_lanes<bf16, float>(ctx, op_a, op_b, live, beta);
+  if (ctx.grouped() == GroupedGemm::cutlass) cutlass_or_lanes<bf16, float>(ctx, op_a, op_b, live, beta);
+  else on_lanes<bf16, float>(ctx, op_a, op_b, live, beta);
 }
 
 #define MOE_INSTANTIATE_GEMM(T)                                                                                    \

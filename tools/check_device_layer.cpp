@@ -19,9 +19,11 @@ std::vector<DeviceLayerRun> run_device_layers(const std::vector<CheckRun>& check
   const cuda::GemmMode mode = kernels == Kernels::cuda_batch_invariant ? cuda::GemmMode::batch_invariant
                                                                        : cuda::GemmMode::cublas;
   std::vector<DeviceLayerRun> runs;
-  std::set<std::string> seen;  // the layers already compared, as their config's JSON
+  std::set<const CheckRow*> rows_seen;  // a row's runs (its layouts × dispatchers) share its layer
+  std::set<std::string> seen;            // the layers already compared, as their config's JSON
   for (const CheckRun& checked_run : checked) {
     const CheckRow& row = *checked_run.row;
+    if (!rows_seen.insert(&row).second) continue;
     const MoeConfig layer = row.run.model().layer;
     if (!seen.insert(golden::config_to_json(layer).dump()).second) continue;
     DeviceLayerRun run{row_label(row), {}, {}, true, {}, {}};
