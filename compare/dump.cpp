@@ -57,6 +57,10 @@ std::string floating_dtype_name(golden::NpyDtype t) {
   return t == golden::NpyDtype::f8 ? "float64" : t == golden::NpyDtype::f4 ? "float32" : "bfloat16";
 }
 
+bool is_floating(golden::NpyDtype t) {
+  return t == golden::NpyDtype::f8 || t == golden::NpyDtype::f4 || t == golden::NpyDtype::u2;
+}
+
 // bfloat16 bits -> the float they encode (the upper half of an IEEE binary32).
 double bfloat16_value(std::int64_t bits) {
   const std::uint32_t word = static_cast<std::uint32_t>(bits) << 16;
@@ -120,7 +124,9 @@ int rank_of_folder(const std::string& name) {
   return std::stoi(digits);
 }
 
-void list_ranks(Dump& d) {
+// Returns the narrowest floating dtype any file holds (float64 when none is narrower).
+std::string list_ranks(Dump& d) {
+  std::string narrowest = "float64";
   for (const auto& entry : std::filesystem::directory_iterator(d.dir)) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("rank")) continue;
@@ -144,18 +150,20 @@ void list_ranks(Dump& d) {
       } catch (const golden::NpyError& e) {
         throw DumpError(e.what());
       }
-      const bool floating = file.header.dtype == golden::NpyDtype::f8 || file.header.dtype == golden::NpyDtype::f4 ||
-                            file.header.dtype == golden::NpyDtype::u2;
+      const bool floating = is_floating(file.header.dtype);
       // A tensor kept wider than the layer's dtype loses nothing (a bf16 layer's float32 router, its loss scalars
       // as float64): taken, and judged at the dump's tolerance all the same. A narrower one is not what the dump
       // says it is.
       if (floating && looseness(floating_dtype_name(file.header.dtype)) > looseness(d.dtype))
         fail(entry.path(), "holds " + std::string(golden::npy_descr(file.header.dtype)) + " values, narrower than "
                            "dump.json's dtype " + d.dtype + " (a floating tensor has the dump's dtype or a wider one)");
+      if (floating && looseness(floating_dtype_name(file.header.dtype)) > looseness(narrowest))
+        narrowest = floating_dtype_name(file.header.dtype);
       rank.files[entry.path().stem().string()] = std::move(file);
     }
     d.ranks.push_back(std::move(rank));
   }
+  return narrowest;
 }
 
 }  // namespace
@@ -226,10 +234,29 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
   d.dtype = text(member(meta, "dtype", meta_path), "dtype", meta_path);
   if (d.dtype != "float64" && d.dtype != "float32" && d.dtype != "bfloat16")
     fail(meta_path, "'dtype' must be float64, float32 or bfloat16");
-  // The tolerance: the user's statement, else the dump's own claim when it is no looser than its arrays, else the
-  // arrays' precision. A dump alone never loosens it.
   const std::string stated = optional_text(meta, "precision", d.dtype, meta_path);
   tolerance_of(stated);  // refuses an unknown name
+  d.dispatcher = optional_text(meta, "dispatcher", "unknown", meta_path);
+  d.producer = optional_text(meta, "producer", "unknown", meta_path);
+  if (meta.contains("replay_capacity")) {
+    if (!meta["replay_capacity"].is_boolean()) fail(meta_path, "'replay_capacity' must be true or false");
+    d.replay_capacity = meta["replay_capacity"].get<bool>();
+  }
+  if (d.replay_capacity && !d.config.capacity_factor) fail(meta_path, "replay_capacity without a capacity_factor");
+
+  std::string narrowest;
+  try {
+    narrowest = list_ranks(d);
+  } catch (const std::filesystem::filesystem_error& e) {
+    fail(e.path1(), e.code().message());
+  }
+  // The tolerance follows the files: dtype must be what the narrowest array holds (a claim of bfloat16 over float32
+  // arrays would loosen the tolerance by the dump's word alone). Then the user's statement, else the dump's own
+  // claim when it is no looser than its arrays, else the arrays' precision. A dump alone never loosens it.
+  if (options.precision.empty() && narrowest != d.dtype)
+    fail(meta_path, "dtype \"" + d.dtype + "\" but the narrowest array holds " + narrowest + " values: the tolerance "
+                    "follows the files; if the framework computed in " + d.dtype + ", say so with --precision " +
+                    d.dtype);
   if (!options.precision.empty()) {
     d.precision = options.precision;
     d.precision_from = "--precision";
@@ -242,19 +269,15 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
     d.precision_from = meta.contains("precision") ? "dump.json" : "the arrays' dtype";
   }
   d.tolerance = tolerance_of(d.precision);
-  d.dispatcher = optional_text(meta, "dispatcher", "unknown", meta_path);
-  d.producer = optional_text(meta, "producer", "unknown", meta_path);
-  if (meta.contains("replay_capacity")) {
-    if (!meta["replay_capacity"].is_boolean()) fail(meta_path, "'replay_capacity' must be true or false");
-    d.replay_capacity = meta["replay_capacity"].get<bool>();
-  }
-  if (d.replay_capacity && !d.config.capacity_factor) fail(meta_path, "replay_capacity without a capacity_factor");
-
-  try {
-    list_ranks(d);
-  } catch (const std::filesystem::filesystem_error& e) {
-    fail(e.path1(), e.code().message());
-  }
+  // The router's arithmetic: its weight's dtype (a bf16 weight makes bf16 logits), and float32 at least wherever the
+  // layer is not computed in float64 (frameworks route in float32).
+  const auto router = d.ranks.front().files.find("router.weight");
+  const std::string router_dtype =
+      router == d.ranks.front().files.end() || !is_floating(router->second.header.dtype)
+          ? d.dtype
+          : floating_dtype_name(router->second.header.dtype);
+  const std::string at_least = d.precision == "float64" ? "float64" : "float32";
+  d.router_precision = parse_precision(looseness(router_dtype) >= looseness(at_least) ? router_dtype : at_least);
   check_dump_tensors(d);
   return d;
 }

@@ -61,6 +61,7 @@ struct Dump {
   std::string dtype;           // of the layer's arrays: float64, float32 or bfloat16 (a floating file has it or is wider)
   std::string precision;       // the arithmetic the tolerance is set for
   std::string precision_from;  // why: "the arrays", "dump.json (no looser than its arrays)", "--precision"
+  Precision router_precision = Precision::float64;  // the router's: its weight's dtype, float32 at least below float64
   std::string dispatcher;      // informational
   std::string producer;
   bool replay_capacity = false;  // take the capacity decisions from router.routing_map

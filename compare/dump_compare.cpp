@@ -1,6 +1,5 @@
 #include "compare/dump_compare.hpp"
 
-#include "compare/dump_oracle.hpp"
 #include "compare/dump_tensors.hpp"
 
 #include <algorithm>
@@ -13,46 +12,9 @@
 namespace moe::compare {
 namespace {
 
-// A dump judged by the bf16 error model (reference/tolerance.hpp, kBf16StorageFactor).
-bool bf16_model(const Dump& dump) { return dump.precision == to_string(Precision::bfloat16); }
-
-// The spread of d that sizes every element's allowance: its rms, clipped. A few elements can differ by far more than
-// the rest where bf16 storage flips a discrete decision (a pre-activation rounded onto the clamp's limit passes no
-// gradient, so a whole row of fc1's gradient moves); each of those is covered by its own |d_i|, but in a plain rms they
-// set the scale of the whole tensor (on a V4-Flash-shaped layer a typical element of an expert's gradient changed by
-// 20% then passed). So the rms is taken again over the elements within kClip times it, until it settles
-// (sigma clipping; for normally distributed d it changes nothing measurable). kClip 4 also shrank the spread of a
-// plain PyTorch bf16 layer, whose d has heavier tails (0.84 -> 0.97 of its allowance); at 6 it keeps 0.84.
-double clipped_rms(const std::vector<double>& d) {
-  constexpr double kClip = 6.0;
-  constexpr int kRounds = 4;
-  double limit = std::numeric_limits<double>::infinity(), rms = 0;
-  for (int round = 0; round < kRounds; ++round) {
-    double sum_sq = 0;
-    size_t kept = 0;
-    for (const double v : d)
-      if (std::abs(v) <= limit) {
-        sum_sq += v * v;
-        ++kept;
-      }
-    const double next = kept == 0 ? 0.0 : std::sqrt(sum_sq / static_cast<double>(kept));
-    if (round > 0 && next == rms) break;
-    rms = next;
-    limit = kClip * rms;
-  }
-  return rms;
-}
-
-// The error model's allowance of each element, on top of the table row's: factor·(|d_i| + spread(d)), d = the
-// bf16-storage oracle's values − the double oracle's (the same tensor on the same rank: same sizes).
-std::vector<double> bf16_allowance(const Expected& exact, const Expected& stored) {
-  const size_t n = exact.values.size();
-  std::vector<double> d(n);
-  for (size_t i = 0; i < n; ++i) d[i] = stored.values[i] - exact.values[i];
-  const double spread = clipped_rms(d);
-  for (size_t i = 0; i < n; ++i) d[i] = kBf16StorageFactor * (std::abs(d[i]) + spread);
-  return d;
-}
+// A float64 dump is judged by the table's row (reassociation only); a float32 or bf16 one by the rounding oracle's
+// error model (error_model.hpp).
+bool modelled(const Dump& dump) { return dump.precision != to_string(Precision::float64); }
 
 }  // namespace
 
@@ -78,20 +40,20 @@ int compare_steps(const Dump& dump) { return oracle_steps(dump); }
 
 Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<void()>& progress) {
   const Tolerance tol = dump.tolerance;
-  // A bf16 dump: the oracle once more with bf16 storage, whose distance from the double result sizes each tensor's
-  // allowance (the error model; docs/numerics.md). Same inputs and routing, so the same expected tensors; both are
-  // computed in the same visit of each expert.
-  const bool bf16 = bf16_model(dump);
+  const bool model = modelled(dump);
+  const Precision precision = parse_precision(dump.precision);
   Comparison out;
   out.backward = has_backward(dump);
+  out.error_model = model;
   std::map<std::string, size_t> index;  // tensor name -> position in out.tensors
   std::map<std::string, std::vector<int>> absent;
 
   // Each expected tensor is compared as it arrives and then dropped (the oracle streams the experts).
-  const auto judge = [&](const Expected& e, const Expected* stored) {
-    if (bf16 && (stored == nullptr || stored->tensor != e.tensor || stored->values.size() != e.values.size()))
-      throw DumpError(dump.dir.string() + ": the bf16-storage oracle expects other tensors than the double one");
-    const std::vector<double> allowance = bf16 ? bf16_allowance(e, *stored) : std::vector<double>{};
+  const auto judge = [&](const Expected& e, const Expected* rounded) {
+    if (model && (rounded == nullptr || rounded->tensor != e.tensor || rounded->values.size() != e.values.size()))
+      throw DumpError(dump.dir.string() + ": the rounding oracle expects other tensors than the double one");
+    const std::vector<double> allowance =
+        model && !e.exact ? element_allowance(e.values, rounded->values, precision) : std::vector<double>{};
     const std::vector<int> ranks = e.summed_ranks.empty() ? std::vector<int>{e.rank} : e.summed_ranks;
     bool present = true;
     for (int r : ranks) present = present && dump.ranks[static_cast<size_t>(r)].has(e.tensor);
@@ -124,7 +86,7 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
       // A NaN or infinity in the dump fails whatever the tolerance (Tolerance::ratio gives +inf).
       const double err = std::isfinite(got[i]) ? std::abs(got[i] - e.values[i]) : inf;
       const double ratio = e.exact  ? (got[i] == e.values[i] ? 0.0 : inf)
-                           : bf16   ? Tolerance{tol.atol + allowance[i], tol.rtol}.ratio(got[i], e.values[i])
+                           : model  ? Tolerance{allowance[i], 0}.ratio(got[i], e.values[i])
                                     : tol.ratio(got[i], e.values[i]);
       max_abs = std::max(max_abs, err);
       max_ratio = std::max(max_ratio, ratio);
@@ -132,14 +94,21 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
     }
     t.max_abs = max_abs;
     t.max_ratio = max_ratio;
-    if (first_bad >= 0 && !e.near_tie_rows.empty()) {
-      const size_t cols = got.size() / e.near_tie_rows.size();
-      for (size_t row = 0; row < e.near_tie_rows.size(); ++row) {
+    if (first_bad >= 0 && e.tensor == "router.routing_map") {
+      const size_t cols = static_cast<size_t>(dump.config.num_experts);
+      for (size_t row = 0; row * cols < got.size(); ++row) {
         bool differs = false;
         for (size_t c = row * cols; c < (row + 1) * cols && !differs; ++c) differs = got[c] != e.values[c];
         t.rows_differing += differs;
-        t.rows_differing_at_near_tie += differs && e.near_tie_rows[row];
       }
+    }
+    if (!e.exact) {
+      const ScaleFit fit = fit_scale(got, e.values, precision);
+      if (t.fit_rank < 0 || fit.sigmas() > t.fit.sigmas()) {
+        t.fit = fit;
+        t.fit_rank = e.rank;
+      }
+      t.systematic = t.systematic || fit.systematic();
     }
     // The first failing element in (rank, index) order, whatever order the ranks arrive in.
     if (first_bad >= 0 && (!t.first || e.rank < t.first->rank))
@@ -148,11 +117,12 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
   };
   OracleRun run;
   try {
-    run = run_oracle(dump, OracleOptions{path, bf16, progress}, judge);
+    run = run_oracle(dump, OracleOptions{path, model, progress}, judge);
   } catch (const std::invalid_argument& e) {  // the oracle's own validation of inputs and parameters
     throw DumpError(dump.dir.string() + ": the oracle refuses the dump's inputs: " + e.what());
   }
   out.replay_differences = run.replay_differences;
+  out.replay = run.replay;
   // Reported in the order a reader follows the layer: the forward, the layer's input and router gradients, the
   // routed experts', the shared expert's (the oracle hands over the experts' first).
   const auto place = [](const TensorResult& t) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include "compare/dump.hpp"
+#include "compare/dump_oracle.hpp"
+#include "compare/error_model.hpp"
 #include "reference/moe_layer.hpp"
 
 #include <functional>
@@ -29,11 +31,14 @@ struct TensorResult {
   bool exact = false;
   bool backward = false;    // a gradient (needs output.grad)
   std::optional<Mismatch> first;  // the first failing element (in rank, then index order)
-  // router.routing_map: the rows that differ, and how many of them are near ties in the oracle's ranking at the
-  // dump's precision (a framework's router may pick either expert there: see compare/README.md).
-  std::int64_t rows_differing = 0, rows_differing_at_near_tie = 0;
+  // router.routing_map: the rows that differ after routing replay (each a difference beyond the router's rounding).
+  std::int64_t rows_differing = 0;
+  // got − want ≈ β·want on the rank where it is most standard errors away (error_model.hpp); systematic: it fails.
+  ScaleFit fit;
+  int fit_rank = -1;
+  bool systematic = false;
 
-  bool pass() const { return !first.has_value(); }
+  bool pass() const { return !first.has_value() && !systematic; }
 };
 
 struct Comparison {
@@ -41,6 +46,8 @@ struct Comparison {
   std::vector<std::string> absent;    // compared if present: "name (ranks …)"
   std::vector<std::string> ignored;   // dump tensors nothing is compared with (inputs and parameters excluded)
   int replay_differences = -1;        // replayed capacity slots that differ from the oracle's rule (-1: none replayed)
+  SelectionReplay replay;             // routing replay at near ties (dump_oracle.hpp)
+  bool error_model = false;           // elements judged by the rounding oracle's error model (float32, bf16)
   bool backward = false;              // the dump holds output.grad: gradients were compared
 
   // How many tensors of each side were compared (the verdict states both; `output` is always among the forward's).

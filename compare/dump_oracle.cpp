@@ -1,6 +1,7 @@
 #include "compare/dump_oracle.hpp"
 
 #include "compare/dump_tensors.hpp"
+#include "compare/routing_replay.hpp"
 
 #include "reference/expert_batched.hpp"
 #include "reference/global_step.hpp"
@@ -187,26 +188,75 @@ std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
   return a > std::numeric_limits<std::uint64_t>::max() - b ? std::numeric_limits<std::uint64_t>::max() : a + b;
 }
 
-// One data-parallel replica's layer call under one oracle (double, or bf16 storage), while its experts stream by.
+template <typename T>
+std::vector<double> flat_of(const Matrix<T>& m) { return {m.data(), m.data() + m.size()}; }  // row-major, widened
+
+template <typename T>
+MoeParams<T> cast_params(const MoeParams<double>& p) {
+  MoeParams<T> q;
+  q.router_weight = p.router_weight.cast<T>();
+  q.expert_bias = p.expert_bias.cast<T>();
+  q.tid2eid = p.tid2eid;
+  q.shared_fc1 = p.shared_fc1.cast<T>();
+  q.shared_fc2 = p.shared_fc2.cast<T>();
+  q.shared_gate = p.shared_gate.cast<T>();
+  q.latent_down = p.latent_down.cast<T>();
+  q.latent_up = p.latent_up.cast<T>();
+  return q;
+}
+
+template <typename T>
+MoeInputs<T> cast_inputs(const MoeInputs<double>& in) {
+  MoeInputs<T> out;
+  out.seq = in.seq;
+  out.batch = in.batch;
+  out.x = in.x.cast<T>();
+  out.input_ids = in.input_ids;
+  out.padding_mask = in.padding_mask;
+  out.partition = in.partition;
+  out.capacity_decision = in.capacity_decision;
+  out.selection = in.selection;
+  out.global_aux = in.global_aux;
+  out.global_aux_group = in.global_aux_group;
+  return out;
+}
+
+// One data-parallel replica's layer call under one oracle, while its experts stream by.
+template <typename T>
 struct ReplicaCall {
-  Routing<double> routing;
-  Matrix<double> u, grad_z;        // the experts' inputs and dL/d(their summed outputs)
-  Matrix<double> z;                // Σ of the experts' outputs, expert by expert in rising e
-  RoutedBackward<double> routed;   // dL/du and dL/dprobs (z stays empty: latent layers are refused)
+  Routing<T> routing;
+  Matrix<T> u, grad_z;        // the experts' inputs and dL/d(their summed outputs)
+  Matrix<T> z;                // Σ of the experts' outputs, expert by expert in rising e
+  RoutedBackward<T> routed;   // dL/du and dL/dprobs (z stays empty: latent layers are refused)
 };
 
-// The streamed oracle of one dump: route every replica, visit each expert once (its weights read from the dump,
-// its rows from every replica stacked, forward and backward under each oracle), then finish every replica's call.
+// One oracle: the double one, or the rounding one in the dump's arithmetic (float sums, bf16 storage, a bf16
+// router), each with its parameters, inputs and calls in its scalar.
+template <typename T>
+struct Model {
+  MoeConfig config;
+  MoeParams<T> params;                       // without the routed experts
+  std::vector<MoeInputs<T>> inputs;          // per replica
+  std::vector<Matrix<T>> grad_y;             // per replica
+  std::vector<ReplicaCall<T>> calls;         // per replica
+  std::vector<std::vector<Matrix<T>>> grad;  // the visited expert's [group] gradient: fc1, then fc2
+};
+
+// The streamed oracle of one dump: route every replica (replaying the dump's selection where it differs only
+// within the router's rounding), visit each expert once (its weights read from the dump, its rows from every replica
+// stacked, forward and backward under each oracle), then finish every replica's call.
 class StreamedOracle {
  public:
   StreamedOracle(const Dump& dump, const OracleOptions& options, const ExpectedSink& sink)
       : d_(dump), o_(options), sink_(sink), a_(dump), tp_(dump.layout.tp), dp_(dump.layout.dp()),
         local_rows_(static_cast<std::int64_t>(dump.seq / dump.layout.tp) * dump.batch),
         partition_(source_rank_partition(dump.seq, dump.batch, 1, dump.layout.tp)), backward_(has_backward(dump)) {
-    configs_.push_back(dump.config);
-    if (o_.bf16_storage_too) {
-      configs_.push_back(dump.config);
-      configs_.back().bf16_storage = true;
+    exact_.config = dump.config;
+    if (o_.rounding_too) {
+      rounding_.emplace();
+      rounding_->config = dump.config;
+      rounding_->config.bf16_storage = dump.precision == to_string(Precision::bfloat16);
+      rounding_->config.bf16_router = dump.router_precision == Precision::bfloat16;
     }
     // The tp_ep group of each rank, numbered by first member: an expert's gradient on rank r sums the rows of the
     // source ranks in r's group.
@@ -221,7 +271,7 @@ class StreamedOracle {
   }
 
   OracleRun run() {
-    params_ = a_.params_without_experts();
+    exact_.params = a_.params_without_experts();
     read_inputs();
     route_replicas();
     for (int e = 0; e < d_.config.num_experts; ++e) {
@@ -245,23 +295,35 @@ class StreamedOracle {
         out.row(part(j)[l]) = by_part.row(j * local_rows_ + static_cast<Eigen::Index>(l));
     return out;
   }
-  Matrix<double> part_rows(const Matrix<double>& m, int j) const {
+  template <typename M>
+  Matrix<double> part_rows(const M& m, int j) const {
     Matrix<double> out(local_rows_, m.cols());
-    for (size_t l = 0; l < part(j).size(); ++l) out.row(static_cast<Eigen::Index>(l)) = m.row(part(j)[l]);
+    for (size_t l = 0; l < part(j).size(); ++l)
+      out.row(static_cast<Eigen::Index>(l)) = m.row(part(j)[l]).template cast<double>();
     return out;
   }
   const std::vector<int>& part(int j) const { return partition_[static_cast<size_t>(j)]; }
+
+  // Replica d's oracle row t: the rank that holds it and its local row there.
+  std::pair<int, std::int64_t> holder(int d, int t) const {
+    for (int j = 0; j < tp_; ++j) {
+      const auto& p = part(j);
+      const auto it = std::find(p.begin(), p.end(), t);
+      if (it != p.end()) return {a_.find(j, d, -1, -1), static_cast<std::int64_t>(it - p.begin())};
+    }
+    return {-1, -1};
+  }
 
   void read_inputs() {
     const MoeConfig& c = d_.config;
     const int S = d_.seq, B = d_.batch, h = c.hidden, E = c.num_experts;
     const auto tensor3 = [&](const RankDump& r, const std::string& n) { return r.input_values(n, {S / tp_, B, h}); };
     const auto per_row = [&](const RankDump& r, const std::string& n) { return r.input_values(n, {S / tp_, B}); };
-    inputs_.resize(static_cast<size_t>(dp_));
-    grad_y_.resize(static_cast<size_t>(dp_));
+    exact_.inputs.resize(static_cast<size_t>(dp_));
+    exact_.grad_y.resize(static_cast<size_t>(dp_));
     row_group_.resize(static_cast<size_t>(dp_));
     for (int d = 0; d < dp_; ++d) {
-      MoeInputs<double>& in = inputs_[static_cast<size_t>(d)];
+      MoeInputs<double>& in = exact_.inputs[static_cast<size_t>(d)];
       in.seq = S;
       in.batch = B;
       in.x = to_oracle_order(a_.replica_rows(d, "hidden_states", h, tensor3));
@@ -276,7 +338,7 @@ class StreamedOracle {
         in.input_ids.resize(B, S);
         for (Eigen::Index t = 0; t < ids.rows(); ++t) in.input_ids(t % B, t / B) = static_cast<std::int64_t>(ids(t, 0));
       }
-      if (backward_) grad_y_[static_cast<size_t>(d)] = to_oracle_order(a_.replica_rows(d, "output.grad", h, tensor3));
+      if (backward_) exact_.grad_y[static_cast<size_t>(d)] = to_oracle_order(a_.replica_rows(d, "output.grad", h, tensor3));
       if (d_.ranks.front().has("padding_mask")) {  // [S/tp, B], true = padded: the rows' own order
         const Matrix<double> mask = to_oracle_order(a_.replica_rows(d, "padding_mask", 1, per_row));
         for (Eigen::Index t = 0; t < mask.rows(); ++t) in.padding_mask.push_back(mask(t, 0) != 0.0);
@@ -290,127 +352,213 @@ class StreamedOracle {
     }
   }
 
+  // Whether the dump's selection can be replayed: a score-routed layer without capacity (after dropping, a map row
+  // no longer says which k experts were selected) whose every rank holds its routing map.
+  bool selection_replayable() const {
+    if (d_.config.hash_routing || d_.config.capacity_factor) return false;
+    return std::all_of(d_.ranks.begin(), d_.ranks.end(), [](const RankDump& r) { return r.has("router.routing_map"); });
+  }
+
+  // Replica d's selection as the oracle takes it: its own top-k, except rows where the dump selected other experts
+  // that are a top-k within the router's rounding (routing_replay.hpp), which take the dump's, ranked by the
+  // oracle's ranking scores. Rows beyond the rounding keep the oracle's own selection and are reported.
+  void replay_selection(int d) {
+    const MoeConfig& c = d_.config;
+    MoeInputs<double>& in = exact_.inputs[static_cast<size_t>(d)];
+    const Routing<double> own = route(c, exact_.params, in);
+    const int E = c.num_experts, k = c.topk;
+    const auto flat_rows = [&](const RankDump& r, const std::string& n) { return r.values(n, {local_rows_, E}); };
+    const Matrix<double> map = to_oracle_order(a_.replica_rows(d, "router.routing_map", E, flat_rows));
+    IndexMatrix selection = own.selected;
+    bool replayed = false;
+    for (Eigen::Index t = 0; t < map.rows(); ++t) {
+      ++run_.replay.rows;
+      std::vector<int> chosen;
+      for (int e = 0; e < E; ++e)
+        if (map(t, e) != 0.0) chosen.push_back(e);
+      if (static_cast<int>(chosen.size()) != k) continue;  // not a selection: the map's comparison fails
+      bool same = true;
+      for (int e : chosen) same = same && own.routing_map(t, e);
+      if (same) continue;
+      const RowVector<double> ranking = ranking_scores<double>(c, own.logits.row(t), own.scores.row(t),
+                                                               exact_.params.expert_bias);
+      const RowVector<double> bound =
+          ranking_error_bound(c, in.x.row(t), exact_.params.router_weight, own.logits.row(t), own.scores.row(t),
+                              exact_.params.expert_bias, d_.router_precision);
+      const FlipJudgement j = judge_flip(c, ranking, bound, chosen);
+      const auto [rank, local] = holder(d, static_cast<int>(t));
+      if (!j.within_rounding) {
+        run_.replay.beyond_rounding.push_back({rank, local, j.margin, j.bound});
+        continue;
+      }
+      std::sort(chosen.begin(), chosen.end(), [&](int p, int q) { return ranking(p) > ranking(q) || (ranking(p) == ranking(q) && p < q); });
+      for (int i = 0; i < k; ++i) selection(t, i) = chosen[static_cast<size_t>(i)];
+      replayed = true;
+      ++run_.replay.replayed;
+      if (j.margin > run_.replay.largest_margin) {
+        run_.replay.largest_margin = j.margin;
+        run_.replay.its_bound = j.bound;
+      }
+    }
+    if (replayed) in.selection = std::move(selection);
+  }
+
   void route_replicas() {
     const MoeConfig& c = d_.config;
-    for (const auto& in : inputs_) validate_layer_inputs(c, params_, in, RoutedWeights::streamed);
+    for (const auto& in : exact_.inputs) validate_layer_inputs(c, exact_.params, in, RoutedWeights::streamed);
+    run_.replay.possible = selection_replayable();
+    if (run_.replay.possible)
+      for (int d = 0; d < dp_; ++d) replay_selection(d);
     // global_aux: the step's group is every replica (Megatron's tp_dp_cp), its counts the sum of theirs.
     if (c.aux_loss_type == AuxLossType::global_aux) {
       GlobalAuxGroup group;
       group.counts.assign(static_cast<size_t>(c.num_experts), 0.0);
-      for (const auto& in : inputs_) {
-        const auto counts = aux_loss(c, route(c, params_, in), in).counts;
+      for (const auto& in : exact_.inputs) {
+        const auto counts = aux_loss(c, route(c, exact_.params, in), in).counts;
         for (size_t e = 0; e < counts.size(); ++e) group.counts[e] += static_cast<double>(counts[e]);
         group.tokens += static_cast<double>(in.padding_mask.empty() ? in.x.rows()
                                                                     : std::count(in.padding_mask.begin(),
                                                                                  in.padding_mask.end(), false));
       }
-      for (auto& in : inputs_) in.global_aux_group = group;
+      for (auto& in : exact_.inputs) in.global_aux_group = group;
     }
-    calls_.assign(configs_.size(), std::vector<ReplicaCall>(static_cast<size_t>(dp_)));
-    for (size_t m = 0; m < configs_.size(); ++m) {
+    start_calls(exact_);
+    if (rounding_) {
+      // The same decisions as the double oracle's: its selection and its capacity decisions replayed, so that d is
+      // what rounding does to the values, never a decision the rounding flipped.
+      rounding_->params = cast_params<float>(exact_.params);
       for (int d = 0; d < dp_; ++d) {
-        const MoeInputs<double>& in = inputs_[static_cast<size_t>(d)];
-        ReplicaCall& call = calls_[m][static_cast<size_t>(d)];
-        call.routing = route(configs_[m], params_, in);
-        call.u = routed_inputs(configs_[m], params_, in.x);
-        call.z = Matrix<double>::Zero(in.x.rows(), call.u.cols());
-        if (!backward_) continue;
-        call.grad_z = routed_output_grad(configs_[m], params_, grad_y_[static_cast<size_t>(d)]);
-        call.routed.grad_u = Matrix<double>::Zero(in.x.rows(), call.u.cols());
-        call.routed.grad_probs = Matrix<double>::Zero(in.x.rows(), c.num_experts);
+        MoeInputs<double> in = exact_.inputs[static_cast<size_t>(d)];
+        const Routing<double>& taken = exact_.calls[static_cast<size_t>(d)].routing;
+        if (!c.hash_routing) in.selection = taken.selected;
+        if (c.capacity_factor) in.capacity_decision = taken.routing_map;
+        rounding_->inputs.push_back(cast_inputs<float>(in));
+        rounding_->grad_y.push_back(backward_ ? exact_.grad_y[static_cast<size_t>(d)].cast<float>() : Matrix<float>());
       }
+      start_calls(*rounding_);
     }
     if (d_.replay_capacity) {  // how far the replayed decisions are from the oracle's own rule
       run_.replay_differences = 0;
       for (int d = 0; d < dp_; ++d) {
-        MoeInputs<double> own = inputs_[static_cast<size_t>(d)];
+        MoeInputs<double> own = exact_.inputs[static_cast<size_t>(d)];
         own.capacity_decision.reset();
-        const BoolMatrix mine = route(c, params_, own).routing_map;
+        const BoolMatrix mine = route(c, exact_.params, own).routing_map;
         run_.replay_differences +=
-            static_cast<int>((mine.array() != calls_[0][static_cast<size_t>(d)].routing.routing_map.array()).count());
+            static_cast<int>((mine.array() != exact_.calls[static_cast<size_t>(d)].routing.routing_map.array()).count());
       }
     }
   }
 
-  // Expert e under every oracle: its rows of every replica in gradient group g stacked (replica, then row order),
-  // forward and backward in one visit, the outputs scattered back; then its gradient shards handed to the sink.
-  void visit_expert(int e) {
-    const auto [fc1, fc2] = a_.expert(e);
-    const size_t models = configs_.size();
-    std::vector<std::vector<Matrix<double>>> grad_fc1(models), grad_fc2(models);  // [model][group]
-    for (size_t m = 0; m < models; ++m) {
-      const MoeConfig& c = configs_[m];
-      for (int g = 0; g < groups_; ++g) {
-        std::vector<std::pair<int, Eigen::Index>> rows;  // (replica, row)
-        for (int d = 0; d < dp_; ++d) {
-          const auto& map = calls_[m][static_cast<size_t>(d)].routing.routing_map;
-          for (Eigen::Index t = 0; t < map.rows(); ++t)
-            if (map(t, e) && row_group_[static_cast<size_t>(d)][static_cast<size_t>(t)] == g) rows.emplace_back(d, t);
-        }
-        const auto n = static_cast<Eigen::Index>(rows.size());
-        Matrix<double> u(n, fc1.cols()), grad_out(backward_ ? n : 0, fc1.cols());
-        Vector<double> probs(n);
-        for (Eigen::Index i = 0; i < n; ++i) {
-          const ReplicaCall& call = calls_[m][static_cast<size_t>(rows[static_cast<size_t>(i)].first)];
-          const Eigen::Index t = rows[static_cast<size_t>(i)].second;
-          u.row(i) = call.u.row(t);
-          probs(i) = call.routing.probs(t, e);
-          if (backward_) grad_out.row(i) = call.grad_z.row(t);
-        }
-        if (!backward_) {
-          const Matrix<double> out = n == 0 ? Matrix<double>() : routed_expert_forward(c, fc1, fc2, u, probs, o_.path);
-          for (Eigen::Index i = 0; i < n; ++i)
-            row_call(m, rows, i).z.row(rows[static_cast<size_t>(i)].second) += out.row(i);
-          continue;
-        }
-        grad_fc1[m].push_back(Matrix<double>::Zero(fc1.rows(), fc1.cols()));
-        grad_fc2[m].push_back(Matrix<double>::Zero(fc2.rows(), fc2.cols()));
-        if (n == 0) continue;
-        const auto b = routed_expert_backward(c, fc1, fc2, u, probs, grad_out, grad_fc1[m].back(), grad_fc2[m].back(),
-                                              true, o_.path);
-        for (Eigen::Index i = 0; i < n; ++i) {
-          ReplicaCall& call = row_call(m, rows, i);
-          const Eigen::Index t = rows[static_cast<size_t>(i)].second;
-          call.z.row(t) += b.output.row(i);
-          call.routed.grad_u.row(t) += b.grad_input.row(i);
-          call.routed.grad_probs(t, e) = b.grad_prob(i);
-        }
+  template <typename T>
+  void start_calls(Model<T>& m) {
+    m.calls.assign(static_cast<size_t>(dp_), ReplicaCall<T>{});
+    for (int d = 0; d < dp_; ++d) {
+      const MoeInputs<T>& in = m.inputs[static_cast<size_t>(d)];
+      ReplicaCall<T>& call = m.calls[static_cast<size_t>(d)];
+      call.routing = route(m.config, m.params, in);
+      call.u = routed_inputs(m.config, m.params, in.x);
+      call.z = Matrix<T>::Zero(in.x.rows(), call.u.cols());
+      if (!backward_) continue;
+      call.grad_z = routed_output_grad(m.config, m.params, m.grad_y[static_cast<size_t>(d)]);
+      call.routed.grad_u = Matrix<T>::Zero(in.x.rows(), call.u.cols());
+      call.routed.grad_probs = Matrix<T>::Zero(in.x.rows(), m.config.num_experts);
+    }
+  }
+
+  // Expert e under one oracle: its rows of every replica in gradient group g stacked (replica, then row order),
+  // forward and backward in one visit, the outputs scattered back; its gradient per group left in m.grad.
+  template <typename T>
+  void visit_expert_in(Model<T>& m, int e, const Matrix<T>& fc1, const Matrix<T>& fc2) {
+    m.grad.assign(2, {});
+    for (int g = 0; g < groups_; ++g) {
+      std::vector<std::pair<int, Eigen::Index>> rows;  // (replica, row)
+      for (int d = 0; d < dp_; ++d) {
+        const auto& map = m.calls[static_cast<size_t>(d)].routing.routing_map;
+        for (Eigen::Index t = 0; t < map.rows(); ++t)
+          if (map(t, e) && row_group_[static_cast<size_t>(d)][static_cast<size_t>(t)] == g) rows.emplace_back(d, t);
+      }
+      const auto n = static_cast<Eigen::Index>(rows.size());
+      Matrix<T> u(n, fc1.cols()), grad_out(backward_ ? n : 0, fc1.cols());
+      Vector<T> probs(n);
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const ReplicaCall<T>& call = m.calls[static_cast<size_t>(rows[static_cast<size_t>(i)].first)];
+        const Eigen::Index t = rows[static_cast<size_t>(i)].second;
+        u.row(i) = call.u.row(t);
+        probs(i) = call.routing.probs(t, e);
+        if (backward_) grad_out.row(i) = call.grad_z.row(t);
+      }
+      const auto call_of = [&](Eigen::Index i) -> ReplicaCall<T>& {
+        return m.calls[static_cast<size_t>(rows[static_cast<size_t>(i)].first)];
+      };
+      if (!backward_) {
+        const Matrix<T> out = n == 0 ? Matrix<T>() : routed_expert_forward(m.config, fc1, fc2, u, probs, o_.path);
+        for (Eigen::Index i = 0; i < n; ++i) call_of(i).z.row(rows[static_cast<size_t>(i)].second) += out.row(i);
+        continue;
+      }
+      m.grad[0].push_back(Matrix<T>::Zero(fc1.rows(), fc1.cols()));
+      m.grad[1].push_back(Matrix<T>::Zero(fc2.rows(), fc2.cols()));
+      if (n == 0) continue;
+      const auto b = routed_expert_backward(m.config, fc1, fc2, u, probs, grad_out, m.grad[0].back(), m.grad[1].back(),
+                                            true, o_.path);
+      for (Eigen::Index i = 0; i < n; ++i) {
+        ReplicaCall<T>& call = call_of(i);
+        const Eigen::Index t = rows[static_cast<size_t>(i)].second;
+        call.z.row(t) += b.output.row(i);
+        call.routed.grad_u.row(t) += b.grad_input.row(i);
+        call.routed.grad_probs(t, e) = b.grad_prob(i);
       }
     }
+  }
+
+  // Expert e under every oracle, then its gradient shards handed to the sink, rank by rank.
+  void visit_expert(int e) {
+    const auto [fc1, fc2] = a_.expert(e);
+    visit_expert_in(exact_, e, fc1, fc2);
+    if (rounding_) visit_expert_in(*rounding_, e, Matrix<float>(fc1.cast<float>()), Matrix<float>(fc2.cast<float>()));
     if (!backward_) return;
     const int etp = d_.layout.etp, nle = d_.config.num_experts / d_.layout.ep, dd = d_.config.ffn_hidden,
               h = d_.config.hidden;
     for (int r = 0; r < d_.layout.world; ++r) {
       if (a_.at(r).ep != e / nle) continue;
-      const int g = group_of_rank_[static_cast<size_t>(r)], j = a_.at(r).etp;
-      const auto shards = [&](size_t m) {
-        const Matrix<double>& g1 = grad_fc1[m][static_cast<size_t>(g)];
-        const Matrix<double>& g2 = grad_fc2[m][static_cast<size_t>(g)];
-        if (etp == 1) return std::pair{flat(g1), flat(g2)};
-        return std::pair{flat(glu_shard(g1, j, etp)), flat(g2.middleCols(j * dd / etp, dd / etp))};
+      const auto g = static_cast<size_t>(group_of_rank_[static_cast<size_t>(r)]);
+      const int j = a_.at(r).etp;
+      const auto shards = [&](const auto& m) {
+        const auto& g1 = m.grad[0][g];
+        const auto& g2 = m.grad[1][g];
+        if (etp == 1) return std::pair{flat_of(g1), flat_of(g2)};
+        return std::pair{flat(glu_shard(g1.template cast<double>(), j, etp)),
+                         flat(Matrix<double>(g2.middleCols(j * dd / etp, dd / etp).template cast<double>()))};
       };
-      auto exact = shards(0);
-      std::optional<std::pair<std::vector<double>, std::vector<double>>> stored;
-      if (models > 1) stored = shards(1);
+      auto exact = shards(exact_);
+      std::optional<std::pair<std::vector<double>, std::vector<double>>> rounded;
+      if (rounding_) rounded = shards(*rounding_);
       give(a_.expert_name(e % nle, "linear_fc1", r) + ".grad", r, {2 * dd / etp, h}, std::move(exact.first),
-           stored ? &stored->first : nullptr, false, true);
+           rounded ? &rounded->first : nullptr, false, true);
       give(a_.expert_name(e % nle, "linear_fc2", r) + ".grad", r, {h, dd / etp}, std::move(exact.second),
-           stored ? &stored->second : nullptr, false, true);
+           rounded ? &rounded->second : nullptr, false, true);
     }
   }
 
-  ReplicaCall& row_call(size_t m, const std::vector<std::pair<int, Eigen::Index>>& rows, Eigen::Index i) {
-    return calls_[m][static_cast<size_t>(rows[static_cast<size_t>(i)].first)];
+  // Hands one expected tensor (and the rounding oracle's, when run) to the sink.
+  void give(std::string tensor, int rank, Shape shape, std::vector<double> values, std::vector<double>* rounded,
+            bool exact, bool is_backward, std::vector<int> summed = {}) {
+    Expected e{std::move(tensor), rank, std::move(summed), std::move(shape), std::move(values), exact, is_backward};
+    if (!rounded) return sink_(e, nullptr);
+    const Expected s{e.tensor, rank, e.summed_ranks, e.shape, std::move(*rounded), exact, is_backward};
+    sink_(e, &s);
   }
 
-  // Hands one expected tensor (and the bf16-storage oracle's, when run) to the sink.
-  void give(std::string tensor, int rank, Shape shape, std::vector<double> values, std::vector<double>* stored,
-            bool exact, bool is_backward, std::vector<int> summed = {}, std::vector<char> near_tie_rows = {}) {
-    Expected e{std::move(tensor), rank,        std::move(summed), std::move(shape), std::move(values),
-               exact,             is_backward, std::move(near_tie_rows)};
-    if (!stored) return sink_(e, nullptr);
-    const Expected s{e.tensor, rank, e.summed_ranks, e.shape, std::move(*stored), exact, is_backward, e.near_tie_rows};
-    sink_(e, &s);
+  // Replica d's call after its experts under one oracle; its call's rows freed.
+  template <typename T>
+  std::pair<MoeForward<T>, MoeGradients<T>> finish_replica(Model<T>& m, int d) {
+    ReplicaCall<T>& call = m.calls[static_cast<size_t>(d)];
+    const MoeInputs<T>& in = m.inputs[static_cast<size_t>(d)];
+    MoeForward<T> f = finish_forward(m.config, m.params, in, call.routing, call.z, o_.path);
+    MoeGradients<T> g;
+    if (backward_)
+      g = finish_backward(m.config, m.params, in, f, m.grad_y[static_cast<size_t>(d)], LossScales{}, call.routed, o_.path);
+    call = ReplicaCall<T>{};
+    return {std::move(f), std::move(g)};
   }
 
   // Every replica's call after its experts, one replica at a time (its gradients are dropped once handed over),
@@ -418,102 +566,87 @@ class StreamedOracle {
   void finish() {
     const MoeConfig& c = d_.config;
     const int E = c.num_experts, h = c.hidden, S = d_.seq, B = d_.batch;
-    const size_t models = configs_.size();
-    std::vector<Matrix<double>> router(models, Matrix<double>::Zero(E, h));
+    Matrix<double> router = Matrix<double>::Zero(E, h);
+    Matrix<float> router_rounded = Matrix<float>::Zero(rounding_ ? E : 0, rounding_ ? h : 0);
     for (int d = 0; d < dp_; ++d) {
-      const MoeInputs<double>& in = inputs_[static_cast<size_t>(d)];
-      std::vector<MoeForward<double>> f;
-      std::vector<MoeGradients<double>> g;
-      for (size_t m = 0; m < models; ++m) {
-        ReplicaCall& call = calls_[m][static_cast<size_t>(d)];
-        f.push_back(finish_forward(configs_[m], params_, in, call.routing, call.z, o_.path));
-        if (backward_) {
-          g.push_back(finish_backward(configs_[m], params_, in, f.back(), grad_y_[static_cast<size_t>(d)], LossScales{},
-                                      call.routed, o_.path));
-          router[m] += g.back().params.router_weight;
-        }
-        call = ReplicaCall{};  // its experts are done: free the replica's rows
+      const MoeInputs<double>& in = exact_.inputs[static_cast<size_t>(d)];
+      const auto finished = finish_replica(exact_, d);
+      const MoeForward<double>& f = finished.first;
+      const MoeGradients<double>& g = finished.second;
+      std::optional<std::pair<MoeForward<float>, MoeGradients<float>>> fr;
+      if (rounding_) fr = finish_replica(*rounding_, d);
+      if (backward_) {
+        router += g.params.router_weight;
+        if (fr) router_rounded += fr->second.params.router_weight;
       }
-      // Each model's tensor for rank r, and the sink's call with both.
+      // Each oracle's tensor for rank r (`of` takes the forward and the gradients of one oracle), and the sink's call
+      // with both.
       const auto each = [&](const std::string& tensor, int rank, const Shape& shape, bool exact, bool is_backward,
-                            const std::function<std::vector<double>(size_t)>& values, std::vector<int> summed = {}) {
-        std::vector<double> stored;
-        if (models > 1) stored = values(1);
-        give(tensor, rank, shape, values(0), models > 1 ? &stored : nullptr, exact, is_backward, std::move(summed));
+                            const auto& of, std::vector<int> summed = {}) {
+        std::vector<double> rounded;
+        if (fr) rounded = of(fr->first, fr->second);
+        give(tensor, rank, shape, of(f, g), fr ? &rounded : nullptr, exact, is_backward, std::move(summed));
       };
       std::vector<int> replica;
       for (int j = 0; j < tp_; ++j) replica.push_back(a_.find(j, d, -1, -1));
       for (int j = 0; j < tp_; ++j) {
         const int r = replica[static_cast<size_t>(j)];
         each("router.probs", r, {local_rows_, E}, false, false,
-             [&](size_t m) { return flat(part_rows(f[m].routing.probs, j)); });
-        give_routing_map(f, r, j);
-        each("output", r, {S / tp_, B, h}, false, false, [&](size_t m) { return flat(part_rows(f[m].y, j)); });
+             [&](const auto& fw, const auto&) { return flat(part_rows(fw.routing.probs, j)); });
+        each("router.routing_map", r, {local_rows_, E}, true, false,
+             [&](const auto& fw, const auto&) { return flat(part_rows(fw.routing.routing_map.template cast<double>(), j)); });
+        each("output", r, {S / tp_, B, h}, false, false,
+             [&](const auto& fw, const auto&) { return flat(part_rows(fw.y, j)); });
       }
       if (c.aux_loss_type != AuxLossType::none)
-        each("aux_loss", replica[0], {}, false, false, [&](size_t m) { return std::vector<double>{f[m].aux_loss}; },
-             replica);
+        each("aux_loss", replica[0], {}, false, false,
+             [&](const auto& fw, const auto&) { return std::vector<double>{static_cast<double>(fw.aux_loss)}; }, replica);
       if (c.z_loss_coeff > 0)
-        each("z_loss", replica[0], {}, false, false, [&](size_t m) { return std::vector<double>{f[m].z_loss}; },
-             replica);
+        each("z_loss", replica[0], {}, false, false,
+             [&](const auto& fw, const auto&) { return std::vector<double>{static_cast<double>(fw.z_loss)}; }, replica);
       if (c.expert_bias)
         for (int j = 0; j < tp_; ++j)
           each("router.local_tokens_per_expert", replica[static_cast<size_t>(j)], {E}, true, false,
-               [&](size_t m) { return bias_counts(f[m].routing, in.padding_mask, j); });
+               [&](const auto& fw, const auto&) { return bias_counts(fw.routing.routing_map, fw.routing.padded_slot,
+                                                                     in.padding_mask, j); });
       if (!backward_) continue;
       for (int j = 0; j < tp_; ++j)
         each("hidden_states.grad", replica[static_cast<size_t>(j)], {S / tp_, B, h}, false, true,
-             [&](size_t m) { return flat(part_rows(g[m].x, j)); });
+             [&](const auto&, const auto& gr) { return flat(part_rows(gr.x, j)); });
       if (c.has_shared_expert()) {
         const int ds = c.shared_expert_ffn_hidden;
         for (int j = 0; j < tp_; ++j) {
           const int r = replica[static_cast<size_t>(j)];
           each("shared_experts.linear_fc1.weight.grad", r, {2 * ds / tp_, h}, false, true,
-               [&](size_t m) { return flat(glu_shard(g[m].params.shared_fc1, j, tp_)); });
-          each("shared_experts.linear_fc2.weight.grad", r, {h, ds / tp_}, false, true,
-               [&](size_t m) { return flat(g[m].params.shared_fc2.middleCols(j * ds / tp_, ds / tp_)); });
+               [&](const auto&, const auto& gr) {
+                 return flat(glu_shard(gr.params.shared_fc1.template cast<double>(), j, tp_));
+               });
+          each("shared_experts.linear_fc2.weight.grad", r, {h, ds / tp_}, false, true, [&](const auto&, const auto& gr) {
+            return flat(Matrix<double>(gr.params.shared_fc2.middleCols(j * ds / tp_, ds / tp_).template cast<double>()));
+          });
         }
         if (c.shared_expert_gate)
           each("shared_experts.gate_weight.grad", replica[0], {1, h}, false, true,
-               [&](size_t m) { return flat(g[m].params.shared_gate); }, replica);
+               [&](const auto&, const auto& gr) { return flat_of(gr.params.shared_gate); }, replica);
       }
     }
     if (!backward_) return;
     std::vector<int> all(static_cast<size_t>(d_.layout.world));
     std::iota(all.begin(), all.end(), 0);
-    std::vector<double> stored;
-    if (models > 1) stored = flat(router[1]);
-    give("router.weight.grad", 0, {E, h}, flat(router[0]), models > 1 ? &stored : nullptr, false, true, all);
-  }
-
-  // Rank r's (TP rank j's) routing map, with the rows whose selection is a near tie at the dump's precision.
-  void give_routing_map(const std::vector<MoeForward<double>>& f, int r, int j) {
-    const MoeConfig& c = d_.config;
-    const auto values = [&](size_t m) { return flat(part_rows(f[m].routing.routing_map.cast<double>(), j)); };
-    std::vector<char> near_tie_rows;
-    for (int t : part(j)) {
-      bool tie = false;
-      if (!c.hash_routing) {
-        const Routing<double>& routing = f[0].routing;
-        const auto m = selection_margin<double>(c, routing.logits.row(t), routing.scores.row(t), params_.expert_bias);
-        tie = m.gap <= d_.tolerance.atol + d_.tolerance.rtol * std::abs(m.kth);
-      }
-      near_tie_rows.push_back(tie ? 1 : 0);
-    }
-    std::vector<double> stored;
-    if (configs_.size() > 1) stored = values(1);
-    give("router.routing_map", r, {local_rows_, c.num_experts}, values(0), configs_.size() > 1 ? &stored : nullptr,
-         true, false, {}, std::move(near_tie_rows));
+    std::vector<double> rounded;
+    if (rounding_) rounded = flat_of(router_rounded);
+    give("router.weight.grad", 0, {E, h}, flat(router), rounding_ ? &rounded : nullptr, false, true, all);
   }
 
   // Rank j's expert-bias counts: its rows' real assignments after dropping, padded tokens excluded.
-  std::vector<double> bias_counts(const Routing<double>& routing, const std::vector<bool>& padded, int j) const {
+  std::vector<double> bias_counts(const BoolMatrix& map, const BoolMatrix& padded_slot, const std::vector<bool>& padded,
+                                  int j) const {
     const int E = d_.config.num_experts;
     const bool slots = d_.config.semantics.has(Deviation::bias_counts_padded_slots);
     std::vector<double> counts(static_cast<size_t>(E), 0.0);
     for (int t : part(j))
       for (int e = 0; e < E; ++e)
-        counts[static_cast<size_t>(e)] += routing.routing_map(t, e) && (slots || !routing.padded_slot(t, e)) &&
+        counts[static_cast<size_t>(e)] += map(t, e) && (slots || !padded_slot(t, e)) &&
                                           (padded.empty() || !padded[static_cast<size_t>(t)]);
     return counts;
   }
@@ -526,23 +659,20 @@ class StreamedOracle {
   const std::int64_t local_rows_;
   const std::vector<std::vector<int>> partition_;
   const bool backward_;
-  std::vector<MoeConfig> configs_;                      // the double oracle, then the bf16-storage one when run
+  Model<double> exact_;                                 // the double oracle
+  std::optional<Model<float>> rounding_;                // the rounding oracle, when run
   std::vector<int> group_of_rank_;                      // tp_ep group of each rank
   int groups_ = 0;
-  MoeParams<double> params_;                            // without the routed experts
-  std::vector<MoeInputs<double>> inputs_;               // per replica
-  std::vector<Matrix<double>> grad_y_;                  // per replica
   std::vector<std::vector<int>> row_group_;             // per replica and row: its expert-gradient group
-  std::vector<std::vector<ReplicaCall>> calls_;         // [model][replica]
   OracleRun run_;
 };
 
 }  // namespace
 
-std::uint64_t oracle_memory_bytes(const Dump& dump, bool bf16_storage_too) {
+std::uint64_t oracle_memory_bytes(const Dump& dump, bool rounding_too) {
   const MoeConfig& c = dump.config;
   const auto n = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0)); };
-  const std::uint64_t models = bf16_storage_too ? 2 : 1, tokens = saturating_mul(n(dump.seq) * n(dump.batch),
+  const std::uint64_t models = rounding_too ? 2 : 1, tokens = saturating_mul(n(dump.seq) * n(dump.batch),
                                                                                  n(dump.layout.dp()));
   const std::uint64_t h = n(c.hidden), E = n(c.num_experts), w = n(c.expert_width()), d = n(c.ffn_hidden);
   const std::uint64_t expert = saturating_mul(8, saturating_mul(3, saturating_mul(d, w)));
@@ -569,7 +699,7 @@ OracleRun run_oracle(const Dump& dump, const OracleOptions& options, const Expec
     throw DumpError(dump.dir.string() + ": dumps of latent layers are not compared yet (megatron-core 0.19 has no "
                                         "latent MoE)");
   try {
-    require_memory(oracle_memory_bytes(dump, options.bf16_storage_too), "the oracle for this dump");
+    require_memory(oracle_memory_bytes(dump, options.rounding_too), "the oracle for this dump");
   } catch (const std::invalid_argument& e) {
     throw DumpError(dump.dir.string() + ": " + e.what());
   }

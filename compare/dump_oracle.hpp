@@ -35,25 +35,43 @@ struct Expected {
   std::vector<double> values;
   bool exact = false;              // booleans and counts: compared bit for bit
   bool backward = false;           // needs output.grad
-  // router.routing_map only: per row, whether the oracle's selection is a near tie at the dump's precision (the
-  // k-th and (k+1)-th ranking scores within its tolerance of the k-th), where its router may pick either expert.
-  std::vector<char> near_tie_rows{};
 };
 
 // The oracle's answer is streamed: each expected tensor is handed over as soon as it is known and then dropped, so
-// that a layer of any number of experts holds one expert's weights and gradients at a time. `stored` is the same
-// tensor from the oracle with bf16 storage (the bf16 error model's second oracle), or null when it is not run.
-using ExpectedSink = std::function<void(const Expected& exact, const Expected* stored)>;
+// that a layer of any number of experts holds one expert's weights and gradients at a time. `rounded` is the same
+// tensor from the rounding oracle (error_model.hpp), or null when it is not run.
+using ExpectedSink = std::function<void(const Expected& exact, const Expected* rounded)>;
 
 struct OracleOptions {
   ExpertPath path = ExpertPath::expert_batched;
-  bool bf16_storage_too = false;     // run the bf16-storage oracle beside the double one (the bf16 error model)
+  bool rounding_too = false;         // run the rounding oracle beside the double one (the error model of float32
+                                     // and bf16 dumps)
   std::function<void()> progress;    // called after each of oracle_steps(dump) steps
+};
+
+// A routing difference beyond the router's rounding: the rank and its local row, the worst pair's margin and the
+// bound rounding allows there (routing_replay.hpp).
+struct FlipBeyondRounding {
+  int rank = 0;
+  std::int64_t row = 0;
+  double margin = 0, bound = 0;
+};
+
+// What routing replay did (routing_replay.hpp): rows whose selection was replayed from the dump's routing map, and
+// rows that differ beyond the rounding (they keep the oracle's selection and fail the map).
+struct SelectionReplay {
+  bool possible = false;       // a score-routed layer without capacity whose ranks hold router.routing_map
+  std::int64_t rows = 0;       // rows looked at
+  std::int64_t replayed = 0;   // rows whose selection differed within the rounding: replayed
+  double largest_margin = 0;   // the largest margin replayed, and the bound at that row
+  double its_bound = 0;
+  std::vector<FlipBeyondRounding> beyond_rounding;
 };
 
 struct OracleRun {
   // Replayed capacity: slots where the dump's decision differs from the oracle's own rule (-1: not replayed).
   int replay_differences = -1;
+  SelectionReplay replay;
 };
 
 // Hands `sink` every tensor the dump's ranks should hold, expert gradients first (expert by expert), then the
@@ -69,7 +87,7 @@ int oracle_steps(const Dump& dump);
 
 // The oracle's peak memory for this dump, estimated from dump.json's sizes before anything is allocated: the
 // parameters without the routed experts, each replica's activations and routing, one expert's weights, its
-// gradient per tp_ep group and its rows; twice the per-replica part with the bf16-storage oracle.
-std::uint64_t oracle_memory_bytes(const Dump& dump, bool bf16_storage_too);
+// gradient per tp_ep group and its rows; twice the per-replica part with the rounding oracle.
+std::uint64_t oracle_memory_bytes(const Dump& dump, bool rounding_too);
 
 }  // namespace moe::compare

@@ -130,6 +130,22 @@ void validate_layer_inputs(const MoeConfig& config, const MoeParams<T>& params, 
             "capacity_decision must be [tokens, num_experts]");
   }
 
+  if (inputs.selection) {
+    require(!config.hash_routing, "a replayed selection is given but the layer routes by hash (its table decides)");
+    require(inputs.selection->rows() == tokens && inputs.selection->cols() == config.topk,
+            "a replayed selection must be [tokens, topk]");
+    for (Eigen::Index t = 0; t < tokens; ++t)
+      for (Eigen::Index j = 0; j < config.topk; ++j) {
+        const auto e = (*inputs.selection)(t, j);
+        if (e < 0 || e >= config.num_experts)
+          fail("replayed selection row " + std::to_string(t) + " names expert " + std::to_string(e) +
+               ", outside 0.." + std::to_string(config.num_experts - 1));
+        for (Eigen::Index i = 0; i < j; ++i)
+          if ((*inputs.selection)(t, i) == e)
+            fail("replayed selection row " + std::to_string(t) + " names expert " + std::to_string(e) + " twice");
+      }
+  }
+
   const auto& sum = inputs.global_aux.tokens_per_expert_sum;
   require(sum.empty() || static_cast<int>(sum.size()) == config.num_experts,
           "global_aux.tokens_per_expert_sum must be empty or have E entries");

@@ -64,6 +64,11 @@ struct MoeInputs {
   // Capacity decisions replayed from a framework's run: its routing map after dropping and padding [T, E]
   // (capacity.hpp: replay_capacity). Unset = the oracle's own rule.
   std::optional<BoolMatrix> capacity_decision;
+  // Routing replay: each row's selected experts taken from another run [T, k] (in selection order) instead of the
+  // top-k of this run's ranking scores; the weights are still computed from this call's logits. compare replays a
+  // framework's selection where it differs from the oracle's only within the router's rounding (a near tie), and
+  // its rounding oracle replays the double oracle's. Not on hash layers (their table decides). Unset = top-k.
+  std::optional<IndexMatrix> selection;
   GlobalAuxState global_aux;              // global_aux only: the state before this microbatch
   std::optional<GlobalAuxGroup> global_aux_group;  // global_aux only; unset = this call is the whole group
 };

@@ -1,10 +1,10 @@
 #include "reference/router.hpp"
 
+#include "reference/bf16.hpp"
 #include "reference/capacity.hpp"
 #include "reference/score_functions.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -21,15 +21,6 @@ struct Renormalisation {
 Renormalisation renormalisation(const MoeConfig& config) {
   if (config.normalization == Normalization::deepseek) return {true, 0.0};
   return {config.topk > 1 || config.hash_routing, 1e-20};
-}
-
-// Ranking score used for selection (and for group scores).
-template <typename T>
-RowVector<T> ranking_scores(const MoeConfig& config, const RowVector<T>& logits, const RowVector<T>& scores,
-                            const Vector<T>& expert_bias) {
-  if (config.score_function == ScoreFunction::softmax) return config.pre_softmax ? scores : logits;
-  if (config.expert_bias) return scores + expert_bias.transpose();
-  return scores;
 }
 
 // Group-limited routing: keep the group_topk groups whose top (k / group_topk) ranking scores sum highest;
@@ -71,6 +62,12 @@ std::vector<int> hash_selection(const MoeParams<T>& params, const MoeInputs<T>& 
   return selected;
 }
 
+std::vector<int> replayed_selection(const IndexMatrix& selection, int t) {
+  std::vector<int> selected(static_cast<size_t>(selection.cols()));
+  for (size_t j = 0; j < selected.size(); ++j) selected[j] = static_cast<int>(selection(t, static_cast<Eigen::Index>(j)));
+  return selected;
+}
+
 }  // namespace
 
 template <typename T>
@@ -80,6 +77,14 @@ std::vector<int> stable_topk(const RowVector<T>& ranking, int k) {
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ranking(a) > ranking(b); });
   order.resize(static_cast<size_t>(k));
   return order;
+}
+
+template <typename T>
+RowVector<T> ranking_scores(const MoeConfig& config, const RowVector<T>& logits, const RowVector<T>& scores,
+                            const Vector<T>& expert_bias) {
+  if (config.score_function == ScoreFunction::softmax) return config.pre_softmax ? scores : logits;
+  if (config.expert_bias) return scores + expert_bias.transpose();
+  return scores;
 }
 
 template <typename T>
@@ -117,21 +122,6 @@ std::vector<int> select_experts(const MoeConfig& config, const RowVector<T>& log
   RowVector<T> ranking = ranking_scores(config, logits, scores, expert_bias);
   if (config.num_groups > 0) ranking = mask_to_kept_groups(config, ranking);
   return stable_topk<T>(ranking, config.topk);
-}
-
-template <typename T>
-SelectionMargin<T> selection_margin(const MoeConfig& config, const RowVector<T>& logits, const RowVector<T>& scores,
-                                    const Vector<T>& expert_bias) {
-  RowVector<T> ranking = ranking_scores(config, logits, scores, expert_bias);
-  if (config.num_groups > 0) ranking = mask_to_kept_groups(config, ranking);
-  std::vector<T> sorted(ranking.data(), ranking.data() + ranking.size());
-  const auto k = static_cast<size_t>(config.topk);
-  const T inf = std::numeric_limits<T>::infinity();
-  if (k >= sorted.size()) return {inf, sorted.empty() ? T(0) : *std::min_element(sorted.begin(), sorted.end())};
-  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end(), std::greater<T>());
-  const T next = sorted[k];  // the (k+1)-th largest
-  const T kth = *std::min_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k));
-  return {next == -inf ? inf : kth - next, kth};
 }
 
 template <typename T>
@@ -180,7 +170,7 @@ Routing<T> route(const MoeConfig& config, const MoeParams<T>& params, const MoeI
   const int tokens = static_cast<int>(inputs.x.rows());
   const int experts = config.num_experts;
   Routing<T> r;
-  r.logits = inputs.x * params.router_weight.transpose();
+  r.logits = stored(config.bf16_router, Matrix<T>(inputs.x * params.router_weight.transpose()));
   r.scores.resize(tokens, experts);
   r.selected.resize(tokens, config.topk);
   r.topk_weights.resize(tokens, config.topk);
@@ -192,6 +182,7 @@ Routing<T> route(const MoeConfig& config, const MoeParams<T>& params, const MoeI
     const RowVector<T> scores = router_scores(config, logits);
     r.scores.row(t) = scores;
     const std::vector<int> selected = config.hash_routing ? hash_selection(params, inputs, t)
+                                      : inputs.selection  ? replayed_selection(*inputs.selection, t)
                                                           : select_experts(config, logits, scores, params.expert_bias);
     const RowVector<T> weights = topk_weights(config, logits, scores, selected);
     for (int j = 0; j < config.topk; ++j) {
@@ -259,12 +250,12 @@ Matrix<T> route_backward(const MoeConfig& config, const Routing<T>& routing, con
 #define MOE_INSTANTIATE_ROUTER(T)                                                                                  \
   template std::vector<int> stable_topk<T>(const RowVector<T>&, int);                                              \
   template RowVector<T> router_scores<T>(const MoeConfig&, const RowVector<T>&);                                   \
+  template RowVector<T> ranking_scores<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,              \
+                                          const Vector<T>&);                                                       \
   template RowVector<T> router_scores_backward<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,      \
                                                   const RowVector<T>&);                                            \
   template std::vector<int> select_experts<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,          \
                                               const Vector<T>&);                                                   \
-  template SelectionMargin<T> selection_margin<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,      \
-                                                  const Vector<T>&);                                               \
   template RowVector<T> topk_weights<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,                \
                                         const std::vector<int>&);                                                  \
   template RowVector<T> topk_weights_backward<T>(const MoeConfig&, const RowVector<T>&, const RowVector<T>&,       \

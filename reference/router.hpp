@@ -31,24 +31,16 @@ template <typename T>
 RowVector<T> router_scores_backward(const MoeConfig& config, const RowVector<T>& logits, const RowVector<T>& scores,
                                     const RowVector<T>& grad_scores);
 
+// r_t, what selection ranks (before group masking): s + β (sigmoid/sqrtsoftplus with an expert bias), s, the softmax
+// probability (pre-softmax) or the logit (post-softmax).
+template <typename T>
+RowVector<T> ranking_scores(const MoeConfig& config, const RowVector<T>& logits, const RowVector<T>& scores,
+                            const Vector<T>& expert_bias);
+
 // I_t for a score-routed (non-hash) token: the ranking score, then group-limited masking, then stable top-k.
 template <typename T>
 std::vector<int> select_experts(const MoeConfig& config, const RowVector<T>& logits, const RowVector<T>& scores,
                                 const Vector<T>& expert_bias);
-
-// How close a score-routed token's selection is to changing: the k-th largest ranking score (within the kept groups)
-// minus the (k+1)-th, and the k-th itself. A framework that ranks in a lower precision may select the other expert
-// wherever the gap is within its rounding of the k-th (compare reports such rows). The gap is +∞ when no other
-// expert could take the k-th place (k = E, or the others masked away by group-limited routing); a near tie between
-// groups is not measured.
-template <typename T>
-struct SelectionMargin {
-  T gap;
-  T kth;
-};
-template <typename T>
-SelectionMargin<T> selection_margin(const MoeConfig& config, const RowVector<T>& logits, const RowVector<T>& scores,
-                                    const Vector<T>& expert_bias);
 
 // g_t over the selected experts, in selection order (α included).
 template <typename T>

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -52,6 +53,53 @@ std::string ranks_text(const compare::TensorResult& t) {
   return s;
 }
 
+// What "pass" means for this dump, in one line.
+std::string tolerance_text(const compare::Dump& dump, const compare::Comparison& c) {
+  if (!c.error_model)
+    return "|dump − oracle| ≤ " + sci(dump.tolerance.atol) + " + " + sci(dump.tolerance.rtol) +
+           "·|oracle|; maps and counts exact";
+  const bool bf16 = dump.precision == to_string(Precision::bfloat16);
+  std::ostringstream s;
+  s << "|dump − oracle| ≤ " << compare::kRoundingFactor << "·(|d| + spread(d)) + 2u·|oracle| + u·rms(oracle), u = "
+    << sci(compare::unit_roundoff(parse_precision(dump.precision))) << ", d = the oracle in float"
+    << (bf16 ? " with bf16 storage" : "") << (dump.router_precision == Precision::bfloat16 ? " and bf16 logits" : "")
+    << " − the oracle in double; and no tensor " << compare::kSigmas << " standard errors off scale beyond "
+    << sci(compare::scale_floor(parse_precision(dump.precision))) << "; maps and counts exact";
+  return s.str();
+}
+
+// "1.0000 (0.3σ)", or "" where no scale was fitted (maps, counts, scalars, tensors of few elements).
+std::string scale_text(const compare::TensorResult& t) {
+  if (t.exact || t.fit.blocks == 0) return "";
+  char buf[48];
+  if (std::isinf(t.fit.sigmas())) std::snprintf(buf, sizeof buf, "%.4f (exact)", t.fit.scale());
+  else std::snprintf(buf, sizeof buf, "%.4f (%.1fσ)", t.fit.scale(), t.fit.sigmas());
+  return buf;
+}
+
+nlohmann::json replay_json(const compare::SelectionReplay& r) {
+  nlohmann::json beyond = nlohmann::json::array();
+  for (const auto& f : r.beyond_rounding)
+    beyond.push_back({{"rank", f.rank}, {"row", f.row}, {"margin", f.margin}, {"bound", f.bound}});
+  return {{"possible", r.possible}, {"rows", r.rows}, {"replayed", r.replayed},
+          {"largest_margin_replayed", r.largest_margin}, {"its_bound", r.its_bound}, {"beyond_rounding", beyond}};
+}
+
+void print_replay(const compare::SelectionReplay& r) {
+  if (!r.possible) return;
+  if (r.replayed > 0)
+    std::cout << "\nrouting replayed: " << r.replayed << " of " << r.rows << " rows ("
+              << sci(100.0 * static_cast<double>(r.replayed) / static_cast<double>(r.rows))
+              << "%) selected other experts within the router's rounding; the oracle took the dump's selection there "
+              << "(largest margin " << sci(r.largest_margin) << ", rounding allowed " << sci(r.its_bound) << ")\n";
+  if (!r.beyond_rounding.empty()) {
+    const auto& f = r.beyond_rounding.front();
+    std::cout << "\nrouting differs beyond the router's rounding in " << r.beyond_rounding.size()
+              << " row(s): first on rank " << f.rank << ", row " << f.row << ": margin " << sci(f.margin)
+              << " where rounding allows " << sci(f.bound) << "\n";
+  }
+}
+
 void run(const CompareOptions& a) {
   const compare::Dump dump = compare::read_dump(a.dir, {a.semantics, a.precision});
   Progress progress("compare", "experts", compare::compare_steps(dump), a.json);
@@ -85,36 +133,46 @@ void run(const CompareOptions& a) {
                        {"oracle_path", std::string(to_string(a.path))},
                        {"compared", {{"forward_tensors", c.forward_tensors()}, {"backward_tensors", c.backward_tensors()},
                                      {"ranks", dump.layout.world}, {"backward", c.backward}}},
-                       {"tolerance", {{"atol", dump.tolerance.atol}, {"rtol", dump.tolerance.rtol}}},
+                       {"tolerance", c.error_model ? nlohmann::json(tolerance_text(dump, c))
+                                                   : nlohmann::json{{"atol", dump.tolerance.atol},
+                                                                    {"rtol", dump.tolerance.rtol}}},
                        {"pass", c.pass()},
                        {"absent", c.absent},
                        {"ignored", c.ignored},
                        {"explained_by", explaining},
                        {"explanation_searched", search}};
+    out["error_model"] = c.error_model;
     if (c.replay_differences >= 0) out["replayed_capacity_slots_differing"] = c.replay_differences;
-    for (const auto& t : c.tensors)
-      out["tensors"].push_back({{"tensor", t.tensor}, {"where", ranks_text(t)}, {"elements", t.elements},
-                                {"max_abs", t.max_abs}, {"max_ratio", t.exact ? nlohmann::json(nullptr) : nlohmann::json(t.max_ratio)},
-                                {"exact", t.exact}, {"backward", t.backward}, {"pass", t.pass()}});
-    for (size_t k = 0; k < c.tensors.size(); ++k)
-      if (c.tensors[k].rows_differing > 0) {
-        out["tensors"][k]["rows_differing"] = c.tensors[k].rows_differing;
-        out["tensors"][k]["rows_differing_at_near_tie"] = c.tensors[k].rows_differing_at_near_tie;
-      }
-    if (fail)
+    out["routing_replay"] = replay_json(c.replay);
+    for (const auto& t : c.tensors) {
+      nlohmann::json row{{"tensor", t.tensor}, {"where", ranks_text(t)}, {"elements", t.elements},
+                         {"max_abs", t.max_abs}, {"max_ratio", t.exact ? nlohmann::json(nullptr) : nlohmann::json(t.max_ratio)},
+                         {"exact", t.exact}, {"backward", t.backward}, {"pass", t.pass()}};
+      if (t.rows_differing > 0) row["rows_differing"] = t.rows_differing;
+      if (t.fit.blocks > 0)
+        row["scale"] = {{"rank", t.fit_rank}, {"value", t.fit.scale()}, {"sigma", t.fit.sigma},
+                        {"sigmas", std::isinf(t.fit.sigmas()) ? nlohmann::json("inf") : nlohmann::json(t.fit.sigmas())},
+                        {"systematic", t.systematic}};
+      out["tensors"].push_back(row);
+    }
+    if (fail && fail->first)
       out["first_mismatch"] = {{"tensor", fail->tensor}, {"rank", fail->first->rank}, {"index", fail->first->index},
                                {"dump", fail->first->got}, {"oracle", fail->first->want}};
+    else if (fail)
+      out["systematic_error"] = {{"tensor", fail->tensor}, {"rank", fail->fit_rank}, {"scale", fail->fit.scale()},
+                                 {"sigma", fail->fit.sigma}};
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << "moe-oracle compare " << a.dir << ": " << dump.producer << "\n"
               << "layout " << layout_name(dump.layout) << ", S " << dump.seq << " × B " << dump.batch
               << " per replica, dispatcher " << dump.dispatcher << ", semantics " << dump.config.semantics.spec()
-              << ", precision " << dump.precision << " (from " << dump.precision_from << "; pass: |dump − oracle| ≤ " << sci(dump.tolerance.atol)
-              << " + " << sci(dump.tolerance.rtol) << "·|oracle|; maps and counts exact)\n\n";
-    TextTable table({"tensor", "where", "elements", "max |dump − oracle|", "of tolerance", "result"});
+              << ", precision " << dump.precision << " (from " << dump.precision_from << "), router "
+              << to_string(dump.router_precision) << "\npass: " << tolerance_text(dump, c) << "\n\n";
+    TextTable table({"tensor", "where", "elements", "max |dump − oracle|", "of tolerance", "scale", "result"});
     for (const auto& t : c.tensors)
       table.add_row({t.tensor, ranks_text(t), std::to_string(t.elements), sci(t.max_abs),
-                     t.exact ? (t.pass() ? "exact" : "differs") : sci(t.max_ratio), t.pass() ? "PASS" : "FAIL"});
+                     t.exact ? (t.pass() ? "exact" : "differs") : sci(t.max_ratio), scale_text(t),
+                     t.pass() ? "PASS" : "FAIL"});
     table.print(std::cout);
     if (!c.absent.empty()) {
       std::cout << "\nnot in the dump (not compared):";
@@ -126,19 +184,18 @@ void run(const CompareOptions& a) {
       for (const auto& name : c.ignored) std::cout << " " << name;
       std::cout << "\n";
     }
-    for (const auto& t : c.tensors)
-      if (t.rows_differing > 0)
-        std::cout << "\n" << t.tensor << " differs in " << t.rows_differing << " row(s); "
-                  << t.rows_differing_at_near_tie << " of them are near ties in the oracle's ranking at the dump's "
-                  << "precision (the k-th and (k+1)-th scores within its tolerance), where a lower-precision router "
-                  << "may pick either expert (compare/README.md, \"When it fails\")\n";
+    print_replay(c.replay);
     if (c.replay_differences >= 0)
       std::cout << "\ncapacity decisions replayed from router.routing_map: " << c.replay_differences
                 << " slot(s) differ from the oracle's own rule (position-drop-tie-order, pad-filler-tie-order)\n";
-    if (fail)
+    if (fail && fail->first)
       std::cout << std::setprecision(17) << "\nFAIL: first mismatch in " << fail->tensor << " on rank "
                 << fail->first->rank << " at flat index " << fail->first->index << ": dump " << fail->first->got
                 << ", oracle " << fail->first->want << "\n";
+    else if (fail)
+      std::cout << "\nFAIL: " << fail->tensor << " on rank " << fail->fit_rank << " is "
+                << compare::describe_scale(fail->fit) << ": a systematic error, though every element is within its "
+                << "allowance\n";
     if (!not_searched.empty()) std::cout << not_searched << "\n";
     for (const auto& spec : explaining) {
       const std::string name = spec.substr(1);

@@ -66,27 +66,42 @@ TEST(RouterExact, TieBreakLowerIndexWins) {
   EXPECT_EQ(r.probs(0, 3), 0.0);
 }
 
-// The selection margin, by hand: k = 2 on scores [3/4, 1/2, 1/4, 1/2] is a tie at the boundary (gap 0, k-th 1/2);
-// with the 4th logit at −ln 3 the runner-up is 1/4 (gap 1/4); k = E leaves nothing to take a place (+∞); and with
-// one group kept of two, the experts of the other group are masked, so nothing in reach can take the k-th place.
-TEST(RouterExact, SelectionMarginIsTheGapBelowTheKth) {
-  MoeConfig c = sigmoid_k2();
-  c.num_experts = 4;
-  Matrix<double> l = quarter_logits();
-  const auto margin = [&](const MoeConfig& config) {
-    return selection_margin<double>(config, l.row(0), router_scores<double>(config, l.row(0)), Vector<double>());
-  };
-  EXPECT_EQ(margin(c).gap, 0.0);
-  EXPECT_DOUBLE_EQ(margin(c).kth, 0.5);
-  l(0, 3) = -std::log(3.0);
-  EXPECT_DOUBLE_EQ(margin(c).gap, 0.25);
-  MoeConfig all = c;
-  all.topk = 4;
-  EXPECT_TRUE(std::isinf(margin(all).gap));
-  MoeConfig grouped = c;
-  grouped.num_groups = 2;
-  grouped.group_topk = 1;  // group {0, 1} (3/4 + 1/2) beats {2, 3} (1/4 + 1/4): both its experts are selected
-  EXPECT_TRUE(std::isinf(margin(grouped).gap));
+// Routing replay: the selection given, the weights still from this call's scores. On scores [3/4, 1/2, 1/4, 1/2]
+// the replayed {0, 3} (the other side of the tie at 1/2) weighs 3/4 / (5/4) = 0.6 and 0.4; {2, 0} weighs 1/4 and 3/4.
+TEST(RouterExact, AReplayedSelectionTakesItsExpertsWeighedByThisCallsScores) {
+  auto p = probe(sigmoid_k2(), quarter_logits(), 1, 1);
+  p.inputs.selection = IndexMatrix(1, 2);
+  *p.inputs.selection << 0, 3;
+  auto r = route_probe(p);
+  EXPECT_EQ(selected_row(r, 0), (std::vector<int>{0, 3}));
+  EXPECT_NEAR(r.probs(0, 0), 0.6, 1e-15);
+  EXPECT_NEAR(r.probs(0, 3), 0.4, 1e-15);
+  EXPECT_EQ(r.probs(0, 1), 0.0);
+  *p.inputs.selection << 2, 0;
+  r = route_probe(p);
+  EXPECT_NEAR(r.probs(0, 2), 0.25, 1e-15);
+  EXPECT_NEAR(r.probs(0, 0), 0.75, 1e-15);
+}
+
+TEST(RouterExact, AReplayedSelectionIsValidated) {
+  auto p = probe(sigmoid_k2(), quarter_logits(), 1, 1);
+  p.inputs.selection = IndexMatrix(1, 2);
+  *p.inputs.selection << 1, 1;
+  EXPECT_THROW(route_probe(p), std::invalid_argument);  // one expert twice
+  *p.inputs.selection << 0, 4;
+  EXPECT_THROW(route_probe(p), std::invalid_argument);  // outside the experts
+  p.inputs.selection = IndexMatrix(1, 1);
+  EXPECT_THROW(route_probe(p), std::invalid_argument);  // not [tokens, topk]
+}
+
+// A bf16 router stores its logits in bf16: 0.1 becomes the nearest bf16, 0.10009765625.
+TEST(RouterExact, ABf16RouterRoundsItsLogits) {
+  Matrix<double> l(1, 4);
+  l << 0.1, 0.0, -1.0, 0.5;
+  auto p = probe(sigmoid_k2(), l, 1, 1);
+  EXPECT_EQ(route_probe(p).logits(0, 0), 0.1);
+  p.config.bf16_router = true;
+  EXPECT_EQ(route_probe(p).logits(0, 0), 0.10009765625);
 }
 
 TEST(RouterExact, ExpertBiasSelectsButDoesNotWeigh) {

@@ -1,0 +1,116 @@
+#include "compare/error_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace moe::compare {
+
+double unit_roundoff(Precision precision) {
+  switch (precision) {
+    case Precision::float64: return std::ldexp(1.0, -53);
+    case Precision::float32: return std::ldexp(1.0, -24);
+    case Precision::bfloat16: return std::ldexp(1.0, -8);
+  }
+  return 0;
+}
+
+double clipped_rms(const std::vector<double>& d) {
+  constexpr double kClip = 6.0;
+  constexpr int kRounds = 4;
+  double limit = std::numeric_limits<double>::infinity(), rms = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    double sum_sq = 0;
+    size_t kept = 0;
+    for (const double v : d)
+      if (std::abs(v) <= limit) {
+        sum_sq += v * v;
+        ++kept;
+      }
+    const double next = kept == 0 ? 0.0 : std::sqrt(sum_sq / static_cast<double>(kept));
+    if (round > 0 && next == rms) break;
+    rms = next;
+    limit = kClip * rms;
+  }
+  return rms;
+}
+
+std::vector<double> element_allowance(const std::vector<double>& want, const std::vector<double>& rounded,
+                                      Precision precision) {
+  const size_t n = want.size();
+  const double u = unit_roundoff(precision);
+  std::vector<double> d(n);
+  double want_sq = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d[i] = rounded[i] - want[i];
+    want_sq += want[i] * want[i];
+  }
+  const double spread = clipped_rms(d);
+  const double scale_floor = n == 0 ? 0.0 : u * std::sqrt(want_sq / static_cast<double>(n));
+  for (size_t i = 0; i < n; ++i)
+    d[i] = kRoundingFactor * (std::abs(d[i]) + spread) + 2 * u * std::abs(want[i]) + scale_floor;
+  return d;
+}
+
+double scale_floor(Precision precision) {
+  switch (precision) {
+    case Precision::float64: return 1e-9;
+    case Precision::float32: return std::ldexp(1.0, -20);
+    case Precision::bfloat16: return std::ldexp(1.0, -8);
+  }
+  return 0;
+}
+
+double ScaleFit::sigmas() const {
+  if (sigma > 0) return std::abs(beta) / sigma;
+  return beta == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+}
+
+bool ScaleFit::systematic() const { return blocks > 0 && std::abs(beta) > floor && sigmas() > kSigmas; }
+
+// β = Σ_b N_b / Σ_b D_b with N_b = ⟨got − want, want⟩ and D_b = ⟨want, want⟩ over block b; its variance is that of
+// a ratio estimator, B/(B−1)·Σ_b (N_b − β·D_b)² / (Σ_b D_b)²: each block's share of the residual that β does not
+// explain. Blocks are contiguous runs of the flattened tensor (C order), so they are whole rows or runs of rows.
+ScaleFit fit_scale(const std::vector<double>& got, const std::vector<double>& want, Precision precision) {
+  constexpr size_t kMaxBlocks = 64, kMinBlocks = 8, kMinPerBlock = 16;
+  ScaleFit fit;
+  fit.floor = scale_floor(precision);
+  const size_t n = want.size();
+  const size_t blocks = std::min(kMaxBlocks, n / kMinPerBlock);
+  if (blocks < kMinBlocks) return fit;
+  std::vector<double> num(blocks, 0.0), den(blocks, 0.0);
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t begin = n * b / blocks, end = n * (b + 1) / blocks;
+    for (size_t i = begin; i < end; ++i) {
+      if (!std::isfinite(got[i])) return fit;  // the elements fail already; a fit says nothing more
+      num[b] += (got[i] - want[i]) * want[i];
+      den[b] += want[i] * want[i];
+    }
+  }
+  double total_num = 0, total_den = 0;
+  size_t used = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    total_num += num[b];
+    total_den += den[b];
+    used += den[b] > 0;
+  }
+  if (total_den <= 0 || used < kMinBlocks) return fit;
+  fit.beta = total_num / total_den;
+  double scatter = 0;
+  for (size_t b = 0; b < blocks; ++b) scatter += (num[b] - fit.beta * den[b]) * (num[b] - fit.beta * den[b]);
+  const auto B = static_cast<double>(blocks);
+  fit.sigma = std::sqrt(B / (B - 1) * scatter) / total_den;
+  fit.blocks = static_cast<int>(blocks);
+  return fit;
+}
+
+std::string describe_scale(const ScaleFit& fit) {
+  char buf[96];
+  const double s = fit.sigmas();
+  if (std::isinf(s)) std::snprintf(buf, sizeof buf, "%.4f× the oracle's, exactly", fit.scale());
+  else std::snprintf(buf, sizeof buf, "%.4f× the oracle's, %.0fσ", fit.scale(), s);
+  return buf;
+}
+
+}  // namespace moe::compare

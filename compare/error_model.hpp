@@ -1,0 +1,69 @@
+// How far a correct run in a lower precision may be from the double oracle: per element, and per tensor as a whole.
+//
+// The rounding oracle (dump_oracle.hpp) is the oracle run a second time in the dump's arithmetic: float sums, bf16
+// storage at the model's storage points when the arrays are bf16, the router's logits stored in bf16 when its weight
+// is bf16, on the same inputs and under the same routing decisions. d = rounding oracle − double oracle is one
+// sample of what a correct run's rounding does to each element: it grows with the number of terms a value sums and
+// with their size, and cancels where they cancel, because it is made by the same sums (docs/numerics.md,
+// "Dumps in float32 and bf16").
+//
+// Element i of a tensor passes when
+//     |got_i − want_i| ≤ F·(|d_i| + spread(d)) + 2u·|want_i| + u·rms(want)
+// with u the unit roundoff of the dump's precision (2^-24 float32, 2^-8 bfloat16), F = kRoundingFactor and spread
+// the rms of d clipped at 6 times itself. Every term scales with the tensor: no floor is tied to the size of dL/dy.
+//
+// A tensor also fails when it is systematically off: got − want ≈ β·want fitted by least squares, its standard error
+// from the scatter of the fit over contiguous blocks of elements (so correlated rounding along a row counts), and
+// |β| beyond both kSigmas standard errors and the precision's floor. A 1% scale on one expert's gradient in bf16 is
+// within every element's allowance and hundreds of standard errors away.
+#pragma once
+
+#include "reference/tolerance.hpp"
+
+#include <string>
+#include <vector>
+
+namespace moe::compare {
+
+// F: a framework rounds at more points than the rounding oracle (plain PyTorch in bf16 rounds silu(gate) and h
+// apart, each p·out, and the output after every expert it adds; a GEMM's float sum runs in another order), about
+// twice its roundings at the same scale; F allows four times that.
+inline constexpr double kRoundingFactor = 8.0;
+// How many standard errors a fitted scale must be away from 1 to be a systematic error.
+inline constexpr double kSigmas = 6.0;
+
+// The unit roundoff of a precision: 2^-53, 2^-24, 2^-8.
+double unit_roundoff(Precision precision);
+
+// The rms of d over its elements within 6 times the rms, repeated until it settles (sigma clipping): a few elements
+// whose rounding flipped a discrete decision (a pre-activation rounded onto the SwiGLU clamp's limit passes no
+// gradient) are covered by their own |d_i| without loosening the whole tensor.
+double clipped_rms(const std::vector<double>& d);
+
+// Each element's allowance |got − want| may reach, from the double oracle's values and the rounding oracle's.
+std::vector<double> element_allowance(const std::vector<double>& want, const std::vector<double>& rounded,
+                                      Precision precision);
+
+// got − want ≈ β·want: the fitted β and its standard error from the scatter over blocks.
+struct ScaleFit {
+  double beta = 0;
+  double sigma = 0;  // standard error of beta
+  int blocks = 0;    // 0: too few elements (or want all zero) to fit
+  double floor = 0;  // the precision's floor: |β| at or below it is never systematic
+
+  double sigmas() const;     // |β| / σ (∞ when σ = 0 and β ≠ 0)
+  bool systematic() const;   // |β| > floor and |β| > kSigmas·σ
+  double scale() const { return 1.0 + beta; }
+};
+
+// The floor of |β|: one unit roundoff of bf16 (0.39%: a 1% scale is 2.6 of it), 2^-20 for float32 (a framework's
+// own correct formula may differ from the oracle's by an ulp or so in the same direction everywhere), 1e-9 for
+// float64.
+double scale_floor(Precision precision);
+
+ScaleFit fit_scale(const std::vector<double>& got, const std::vector<double>& want, Precision precision);
+
+// "1.010× the oracle's, 12σ" (the scale to 4 significant digits, the number of standard errors).
+std::string describe_scale(const ScaleFit& fit);
+
+}  // namespace moe::compare
