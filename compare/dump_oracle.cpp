@@ -92,13 +92,9 @@ class Assembler {
     return same_on_every_holder([](int) { return true; }, [&](int) { return name; }, shape);
   }
 
-  // Expert e's fc1 name on its rank: SequentialMLP's, or TEGroupedMLP's.
+  // Local expert i's weight on `rank`, under the dump's naming (dump_tensors.hpp).
   std::string expert_name(int local, const std::string& which, int rank) const {
-    const std::string sequential = "experts.local_experts." + std::to_string(local) + "." + which + ".weight";
-    const std::string grouped = "experts." + which + ".weight" + std::to_string(local);
-    return d_.ranks[static_cast<size_t>(rank)].has(grouped) && !d_.ranks[static_cast<size_t>(rank)].has(sequential)
-               ? grouped
-               : sequential;
+    return expert_weight_name(expert_naming(d_.ranks[static_cast<size_t>(rank)]), local, which);
   }
 
   // Everything but the routed experts, which expert() reads one at a time.

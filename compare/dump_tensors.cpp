@@ -1,5 +1,6 @@
 #include "compare/dump_tensors.hpp"
 
+#include <cctype>
 #include <map>
 
 namespace moe::compare {
@@ -40,7 +41,29 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return s;
 }
 
+// The two forms of an expert tensor's name (weight or gradient): experts.local_experts.<i>.linear_fc<n>.weight…
+// and experts.linear_fc<n>.weight<i>….
+bool sequential_form(const std::string& name) { return name.starts_with("experts.local_experts."); }
+bool grouped_form(const std::string& name) {
+  for (const char* prefix : {"experts.linear_fc1.weight", "experts.linear_fc2.weight"})
+    if (name.starts_with(prefix) && name.size() > std::string(prefix).size() &&
+        std::isdigit(static_cast<unsigned char>(name[std::string(prefix).size()])))
+      return true;
+  return false;
+}
+
 }  // namespace
+
+ExpertNaming expert_naming(const RankDump& rank) {
+  for (const auto& [name, file] : rank.files)
+    if (grouped_form(name)) return ExpertNaming::grouped;
+  return ExpertNaming::sequential;
+}
+
+std::string expert_weight_name(ExpertNaming naming, std::int64_t local, const std::string& which) {
+  return naming == ExpertNaming::grouped ? "experts." + which + ".weight" + std::to_string(local)
+                                         : "experts.local_experts." + std::to_string(local) + "." + which + ".weight";
+}
 
 std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
   const MoeConfig& c = dump.config;
@@ -62,11 +85,10 @@ std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
     t.push_back({"router.tid2eid", {V, c.topk}, parameter, true, true});
   }
   if (c.expert_bias) t.push_back({"router.expert_bias", {E}, parameter, true, false});
+  const ExpertNaming naming = expert_naming(rd);
   for (std::int64_t i = 0; i < nle; ++i) {
     for (const char* which : {"linear_fc1", "linear_fc2"}) {
-      const std::string sequential = "experts.local_experts." + std::to_string(i) + "." + which + ".weight";
-      const std::string grouped = std::string("experts.") + which + ".weight" + std::to_string(i);
-      const std::string name = rd.has(grouped) && !rd.has(sequential) ? grouped : sequential;
+      const std::string name = expert_weight_name(naming, i, which);
       const std::vector<std::int64_t> shape =
           std::string(which) == "linear_fc1" ? std::vector<std::int64_t>{2 * d / etp, h} : std::vector<std::int64_t>{h, d / etp};
       t.push_back({name, shape, parameter, true, false});
@@ -98,6 +120,17 @@ std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
 bool has_backward(const Dump& dump) { return dump.ranks.front().has("output.grad"); }
 
 void check_dump_tensors(const Dump& dump) {
+  // One naming of the experts: not both forms on a rank, not one form here and the other there.
+  for (const RankDump& rd : dump.ranks) {
+    const ExpertNaming naming = expert_naming(rd);
+    for (const auto& [name, file] : rd.files)
+      if (naming == ExpertNaming::grouped ? sequential_form(name) : grouped_form(name))
+        fail(file.path, "names an expert SequentialMLP's way and another file of rank " + std::to_string(rd.rank) +
+                            " TEGroupedMLP's: a dump names its experts one way");
+    if (naming != expert_naming(dump.ranks.front()))
+      fail(rd.dir, std::string("names its experts ") + (naming == ExpertNaming::grouped ? "TEGroupedMLP's" : "SequentialMLP's") +
+                       " way and rank 0 the other: a dump names its experts one way on every rank");
+  }
   // Presence over the ranks, name by name (the specs list the same names on every rank but the experts').
   std::map<std::string, std::vector<int>> with, without;
   std::map<std::string, TensorSpec> spec_of;

@@ -26,8 +26,16 @@ struct TensorSpec {
   bool exact = false;     // booleans and counts: stored as |b1 or integers, compared bit for bit
 };
 
-// Rank r's tensors. Expert weights under the name the rank uses (SequentialMLP's, or TEGroupedMLP's when only that
-// is present).
+// How a rank names its routed experts' weights and gradients: SequentialMLP's experts.local_experts.{i}.linear_fc1.weight
+// or TEGroupedMLP's experts.linear_fc1.weight{i}. One form for the whole dump (check_dump_tensors): presence is
+// judged per expert, so an expert named one way on one rank and the other way elsewhere would escape the rule
+// "on every rank or on none" and its gradient would go uncompared.
+enum class ExpertNaming { sequential, grouped };
+ExpertNaming expert_naming(const RankDump& rank);  // grouped when any of its files has the grouped form
+// Local expert i's weight (`which` = "linear_fc1" or "linear_fc2"); its gradient is this + ".grad".
+std::string expert_weight_name(ExpertNaming naming, std::int64_t local, const std::string& which);
+
+// Rank r's tensors, expert weights and gradients under the rank's naming.
 std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank);
 
 // The rules above; DumpError naming the first broken one.

@@ -43,7 +43,7 @@ RowVector<double> ranking_error_bound(const MoeConfig& config, const RowVector<d
   const Eigen::Index E = logits.size();
   const double u_r = unit_roundoff(router);
   const double u_a = router == Precision::float64 ? u_r : unit_roundoff(Precision::float32);
-  const double u_s = u_a;
+  const double u_s = u_r;  // a bf16 router may score in bf16 too (transformers' DeepSeek-V4 gate does)
   const double h = static_cast<double>(x.size());
   RowVector<double> dl(E);
   for (Eigen::Index e = 0; e < E; ++e) {

@@ -11,8 +11,8 @@
 //                                                            (partial sums of random-sign terms), so this is 6σ
 //   score     softmax δs_e = s_e·(δl_e + max_j δl_j), sigmoid s(1−s)·δl_e, sqrtsoftplus σ(l)/(2s)·δl_e, each + u_s·s_e
 //   ranking   ε_e = δl_e (post-softmax ranks logits), δs_e (+ u_s·|r_e| with an expert bias added)
-// u_r: 2^-8 for a bf16 router weight (its logits are bf16), 2^-24 for float32; u_a = u_s = 2^-24 for both (float
-// accumulation, scores in float32 as the frameworks compute them), 2^-53 throughout for a float64 router.
+// u_r = u_s: 2^-8 for a bf16 router weight (its logits are bf16, and its scores may be: transformers' DeepSeek-V4
+// gate), 2^-24 for float32; u_a = 2^-24 for both (float accumulation); 2^-53 throughout for a float64 router.
 // The framework's set D is a possible top-k of scores within those bounds exactly when
 //   min_{e∈D} (r_e + ε_e) ≥ max_{f∉D} (r_f − ε_f)
 // among the experts of the kept groups; with group-limited routing the groups D uses must be possible top groups the

@@ -46,7 +46,7 @@ def describe(rc, report, said, facts):
     extra = f" (shared clamp hits {facts['shared_clamp_hits']})" if "shared_clamp_hits" in facts else ""
     if report.get("pass"):
         return "pass" + extra
-    first = report.get("first_mismatch", {})
+    first = report.get("first_mismatch") or report.get("systematic_error") or {}
     failing = [t["tensor"] for t in report.get("tensors", []) if not t["pass"]]
     explained = report.get("explained_by") or []
     return (f"fails first in {first.get('tensor')} ({len(failing)} tensors)" +
@@ -93,7 +93,7 @@ def main():
             ok = got == "refused" and expect[len("refused: "):] in what
         else:
             ok = got == expect
-            first = ((report or {}).get("first_mismatch") or {}).get("tensor")
+            first = ((report or {}).get("first_mismatch") or (report or {}).get("systematic_error") or {}).get("tensor")
             if ok and "bug" in case and first != seeded_bugs.BUGS[case["bug"]][1]:
                 ok, what = False, what + f" (expected first in {seeded_bugs.BUGS[case['bug']][1]})"
             if ok and case.get("explained_by") and case["explained_by"] not in (report or {}).get("explained_by", []):

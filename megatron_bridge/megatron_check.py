@@ -49,7 +49,7 @@ def verdict(case, report):
             return False, "passed, but it must fail"
         return True, "pass" + (f" (replayed capacity: {replayed} slots differ from the oracle's rule)"
                                if replayed is not None else "")
-    first = report.get("first_mismatch", {})
+    first = report.get("first_mismatch") or report.get("systematic_error") or {}
     failing = [t["tensor"] for t in report["tensors"] if not t["pass"]]
     if "failing_only" in expect:
         ok = set(failing) <= set(expect["failing_only"])
@@ -156,7 +156,7 @@ def main():
             shutil.rmtree(out, ignore_errors=True)
             subprocess.run([sys.executable, "-W", "ignore", str(HERE / "torch_example.py"), str(out), *extra], check=True)
             report, error = compare(a.oracle, out)
-            first = (report or {}).get("first_mismatch", {}).get("tensor")
+            first = ((report or {}).get("first_mismatch") or (report or {}).get("systematic_error") or {}).get("tensor")
             ok = report is not None and (report["pass"] if want is None else first == want)
             what = error or ("pass" if report["pass"] else f"fails first in {first}")
             failures += not ok

@@ -179,7 +179,7 @@ Routing<T> route(const MoeConfig& config, const MoeParams<T>& params, const MoeI
 
   for (int t = 0; t < tokens; ++t) {
     const RowVector<T> logits = r.logits.row(t);
-    const RowVector<T> scores = router_scores(config, logits);
+    const RowVector<T> scores = stored(config.bf16_router, router_scores(config, logits));
     r.scores.row(t) = scores;
     const std::vector<int> selected = config.hash_routing ? hash_selection(params, inputs, t)
                                       : inputs.selection  ? replayed_selection(*inputs.selection, t)

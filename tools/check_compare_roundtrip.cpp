@@ -1,12 +1,14 @@
 #include "tools/check_compare_roundtrip.hpp"
 
 #include "compare/dump_compare.hpp"
+#include "compare/dump_tensors.hpp"
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/train/moe_layer_rank.hpp"
 #include "golden/case_json.hpp"
 #include "golden/npy.hpp"
 #include "reference/model.hpp"
 #include "reference/presets.hpp"
+#include "reference/process_groups.hpp"
 #include "reference/random_init.hpp"
 #include "storage/durable_files.hpp"
 #include "tools/run_options.hpp"
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <sstream>
+#include <stdexcept>
 
 namespace moe::cli {
 namespace {
@@ -30,10 +33,22 @@ golden::NpyArray of(const Matrix<double>& m, Shape shape) {
 }
 golden::NpyArray of(const Matrix<double>& m) { return of(m, {m.rows(), m.cols()}); }
 
+// A change made to a written dump before compare judges it, and what compare must then say: a control that shows
+// the main job's comparison can fail (or, for a replay, that a correct run whose routing differs only at a tie
+// passes).
+enum class Control {
+  none,
+  tie_swapped,       // experts 0 and 1 identical; every row that selected one of them selects the other: replayed
+  row_beyond_ties,   // one row of rank 0's routing map moved to an expert far below the k-th: fails the map
+  expert_grad_1pct,  // one expert's fc2 gradient × 1.01 on every rank holding it: fails as a systematic error
+};
+
 struct Case {
   std::string name;
   MoeConfig config;
   std::string precision;  // compare --precision: empty, the arrays' (float64)
+  Control control = Control::none;
+  bool identical_experts_01 = false;  // experts 0 and 1 get the same router row, bias and weights
 };
 
 // Layers compare takes (no latent projection) that between them hold what it reassembles: expert
@@ -57,6 +72,16 @@ std::vector<Case> cases() {
           {"tiny-v4 bf16 storage", bf16, "bfloat16"}};
 }
 
+// The controls, each on one layout: a replay that must pass, then a flip and a scale that must fail.
+std::vector<Case> controls() {
+  const MoeConfig v4 = layer_preset("tiny-v4").config;
+  MoeConfig bf16 = v4;
+  bf16.bf16_storage = true;
+  return {{"tiny-v4 tie replayed", v4, "", Control::tie_swapped, true},
+          {"tiny-v4 row beyond ties (must fail)", v4, "", Control::row_beyond_ties},
+          {"tiny-v4 bf16 expert grad 1% (must fail)", bf16, "bfloat16", Control::expert_grad_1pct}};
+}
+
 // Every cut compare makes: experts over ep with ETP halves, the shared expert over tp, replicas over dp.
 std::vector<ParallelLayout> layouts() {
   return {ParallelLayout{.world = 4, .ep = 2, .etp = 2}, ParallelLayout{.world = 4, .tp = 2, .ep = 4},
@@ -67,7 +92,13 @@ std::vector<ParallelLayout> layouts() {
 void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir) {
   const MoeConfig& c = k.config;
   const int S = 16, vocab = 16, h = c.hidden, E = c.num_experts;
-  const MoeParams<double> params = random_params<double>(c, vocab, 91);
+  MoeParams<double> params = random_params<double>(c, vocab, 91);
+  if (k.identical_experts_01) {  // the same expert twice: a tie at every row where it is the k-th choice
+    params.router_weight.row(1) = params.router_weight.row(0);
+    if (c.expert_bias) params.expert_bias(1) = params.expert_bias(0);
+    params.expert_fc1[1] = params.expert_fc1[0];
+    params.expert_fc2[1] = params.expert_fc2[0];
+  }
   std::vector<Matrix<double>> x, dy;  // per replica [S, h]
   std::vector<IndexMatrix> ids;       // per replica [1, S] (hash layers)
   for (int d = 0; d < layout.dp(); ++d) {
@@ -103,17 +134,23 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
     put("output", of(y, rows));
     put("hidden_states.grad", of(dx, rows));
     put("router.weight", of(shard.router_weight));
+    put("router.probs", of(layer.routing().probs));
+    put("router.routing_map", golden::NpyArray::of_booleans(
+                                  {n, E}, std::vector<std::uint8_t>(layer.routing().routing_map.data(),
+                                                                   layer.routing().routing_map.data() + n * E)));
     put("router.weight.grad", of(grads.router_weight));
     if (c.expert_bias) {
       put("router.expert_bias", of(shard.expert_bias.transpose(), {E}));
       put("router.local_tokens_per_expert", golden::NpyArray::of_integers({E}, layer.assignments()));
     }
     for (size_t i = 0; i < shard.experts.fc1.size(); ++i) {
-      const std::string base = "experts.local_experts." + std::to_string(i);
-      put(base + ".linear_fc1.weight", of(shard.experts.fc1[i]));
-      put(base + ".linear_fc2.weight", of(shard.experts.fc2[i]));
-      put(base + ".linear_fc1.weight.grad", of(grads.experts.fc1[i]));
-      put(base + ".linear_fc2.weight.grad", of(grads.experts.fc2[i]));
+      const auto local = static_cast<std::int64_t>(i);
+      const std::string fc1 = compare::expert_weight_name(compare::ExpertNaming::sequential, local, "linear_fc1");
+      const std::string fc2 = compare::expert_weight_name(compare::ExpertNaming::sequential, local, "linear_fc2");
+      put(fc1, of(shard.experts.fc1[i]));
+      put(fc2, of(shard.experts.fc2[i]));
+      put(fc1 + ".grad", of(grads.experts.fc1[i]));
+      put(fc2 + ".grad", of(grads.experts.fc2[i]));
     }
     if (c.has_shared_expert()) {
       put("shared_experts.linear_fc1.weight", of(shard.shared_fc1));
@@ -147,6 +184,130 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
   storage::write_file_synced(dir / "dump.json", meta.dump(2));
 }
 
+// Swaps what experts 0 and 1 are given in a written dump wherever a row selected one of them alone: the routing map
+// and probabilities of those rows, the two experts' gradients and counts on the ranks holding them. Experts 0 and 1
+// being the same expert (identical_experts_01), that is the run whose ties went the other way. Returns the rows
+// swapped.
+std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir) {
+  const ProcessGroups groups(layout);
+  std::int64_t swapped = 0;
+  for (int r = 0; r < layout.world; ++r) {
+    const fs::path rank = dir / ("rank" + std::to_string(r));
+    golden::NpyArray map = golden::read_npy_widened(rank / "router.routing_map.npy");
+    golden::NpyArray probs = golden::read_npy_widened(rank / "router.probs.npy");
+    const auto E = static_cast<size_t>(map.shape[1]);
+    for (size_t row = 0; row * E < map.booleans.size(); ++row) {
+      auto* m = &map.booleans[row * E];
+      if (m[0] == m[1]) continue;
+      std::swap(m[0], m[1]);
+      std::swap(probs.reals[row * E], probs.reals[row * E + 1]);
+      ++swapped;
+    }
+    golden::write_npy(rank / "router.routing_map.npy", map);
+    golden::write_npy(rank / "router.probs.npy", probs);
+    if (groups.rank_in(GroupKind::ep, r) != 0) continue;  // experts 0 and 1 are local 0 and 1 of EP rank 0
+    for (const char* which : {"linear_fc1", "linear_fc2"}) {
+      const auto name = [&](std::int64_t i) {
+        return rank / (compare::expert_weight_name(compare::ExpertNaming::sequential, i, which) + ".grad.npy");
+      };
+      const golden::NpyArray g0 = golden::read_npy_widened(name(0)), g1 = golden::read_npy_widened(name(1));
+      golden::write_npy(name(0), g1);
+      golden::write_npy(name(1), g0);
+    }
+    if (fs::exists(rank / "router.local_tokens_per_expert.npy")) {
+      golden::NpyArray counts = golden::read_npy_widened(rank / "router.local_tokens_per_expert.npy");
+      std::swap(counts.integers[0], counts.integers[1]);
+      golden::write_npy(rank / "router.local_tokens_per_expert.npy", counts);
+    }
+  }
+  return swapped;
+}
+
+// Rank 0's first row moved from its first selected expert to its first unselected one: far from any tie.
+void move_a_row(const fs::path& dir) {
+  const fs::path file = dir / "rank0" / "router.routing_map.npy";
+  golden::NpyArray map = golden::read_npy_widened(file);
+  const auto E = static_cast<size_t>(map.shape[1]);
+  size_t on = 0, off = 0;
+  while (on < E && !map.booleans[on]) ++on;
+  while (off < E && map.booleans[off]) ++off;
+  if (on == E || off == E) throw std::logic_error("row 0 selects no expert or every expert");
+  std::swap(map.booleans[on], map.booleans[off]);
+  golden::write_npy(file, map);
+}
+
+// Expert 0's fc2 gradient × 1.01 on every rank of EP rank 0.
+void scale_expert_grad(const ParallelLayout& layout, const fs::path& dir) {
+  const ProcessGroups groups(layout);
+  for (int r = 0; r < layout.world; ++r) {
+    if (groups.rank_in(GroupKind::ep, r) != 0) continue;
+    const fs::path file = dir / ("rank" + std::to_string(r)) /
+                          (compare::expert_weight_name(compare::ExpertNaming::sequential, 0, "linear_fc2") + ".grad.npy");
+    golden::NpyArray g = golden::read_npy_widened(file);
+    for (double& v : g.reals) v *= 1.01;
+    golden::write_npy(file, g);
+  }
+}
+
+// What a comparison said, for the report: the first failing tensor and where, or why a pass was not whole.
+std::string first_failure_text(const compare::Comparison& c) {
+  const compare::TensorResult* f = c.first_failure();
+  if (!f) return "";
+  std::ostringstream s;
+  s.precision(17);
+  if (f->first)
+    s << f->tensor << " rank " << f->first->rank << " index " << f->first->index << ": dump " << f->first->got
+      << ", oracle " << f->first->want;
+  else
+    s << f->tensor << " rank " << f->fit_rank << " is " << compare::describe_scale(f->fit);
+  return s.str();
+}
+
+// One round trip: the dump written, the case's control applied, compare's verdict judged against what the control
+// requires.
+RoundTrip round_trip(const Case& k, const ParallelLayout& layout, const fs::path& scratch) {
+  const fs::path dir = scratch / "compare-round-trip";
+  fs::remove_all(dir);
+  write_dump(k, layout, dir);
+  std::int64_t swapped = 0;
+  if (k.control == Control::tie_swapped) swapped = swap_tied_experts(layout, dir);
+  if (k.control == Control::row_beyond_ties) move_a_row(dir);
+  if (k.control == Control::expert_grad_1pct) scale_expert_grad(layout, dir);
+  RoundTrip t{k.name, layout, false, 0, ""};
+  compare::ReadOptions options;
+  options.precision = k.precision;
+  const compare::Comparison c = compare::compare_dump(compare::read_dump(dir, options));
+  fs::remove_all(dir);
+  t.tensors = static_cast<int>(c.tensors.size());
+  const bool whole = c.backward && c.absent.empty() && c.ignored.empty();
+  const compare::TensorResult* f = c.first_failure();
+  const std::string fc2 = compare::expert_weight_name(compare::ExpertNaming::sequential, 0, "linear_fc2") + ".grad";
+  switch (k.control) {
+    case Control::none: t.pass = c.pass() && whole; break;
+    case Control::tie_swapped:
+      t.pass = c.pass() && whole && swapped > 0 && c.replay.replayed == swapped;
+      if (!t.pass && c.pass())
+        t.first_failure = std::to_string(swapped) + " tied row(s) swapped, " + std::to_string(c.replay.replayed) +
+                          " replayed (every swapped row must be, and at least one swapped)";
+      break;
+    case Control::row_beyond_ties:
+      t.pass = !c.pass() && f->tensor == "router.routing_map" && c.replay.beyond_rounding.size() == 1;
+      if (!t.pass) t.first_failure = "a row moved far from any tie was not failed as beyond rounding";
+      break;
+    case Control::expert_grad_1pct:
+      t.pass = !c.pass() && f->tensor == fc2 && f->systematic;
+      if (!t.pass) t.first_failure = "a 1% scale on " + fc2 + " was not failed as a systematic error";
+      break;
+  }
+  if (t.first_failure.empty() && !t.pass) {
+    t.first_failure = first_failure_text(c);
+    if (t.first_failure.empty())
+      t.first_failure = "the dump was not compared whole (" + std::to_string(c.absent.size()) + " tensors absent, " +
+                        std::to_string(c.ignored.size()) + " ignored)";
+  }
+  return t;
+}
+
 }  // namespace
 
 std::vector<RoundTrip> compare_round_trips(const fs::path& scratch) {
@@ -159,31 +320,10 @@ std::vector<RoundTrip> compare_round_trips(const fs::path& scratch) {
     }
   } removed{scratch};
   std::vector<RoundTrip> out;
-  for (const Case& k : cases()) {
-    for (const ParallelLayout& layout : layouts()) {
-      const fs::path dir = scratch / "compare-round-trip";
-      fs::remove_all(dir);
-      write_dump(k, layout, dir);
-      RoundTrip t{k.name, layout, false, 0, ""};
-      compare::ReadOptions options;
-      options.precision = k.precision;
-      const compare::Comparison c = compare::compare_dump(compare::read_dump(dir, options));
-      fs::remove_all(dir);
-      t.pass = c.pass() && c.backward && c.absent.size() == 2 && c.ignored.empty();  // absent: probs, routing map
-      t.tensors = static_cast<int>(c.tensors.size());
-      if (const compare::TensorResult* f = c.first_failure()) {
-        std::ostringstream s;
-        s.precision(17);
-        s << f->tensor << " rank " << f->first->rank << " index " << f->first->index << ": dump " << f->first->got
-          << ", oracle " << f->first->want;
-        t.first_failure = s.str();
-      } else if (!t.pass) {
-        t.first_failure = "the dump was not compared whole (" + std::to_string(c.absent.size()) + " tensors absent, " +
-                          std::to_string(c.ignored.size()) + " ignored)";
-      }
-      out.push_back(t);
-    }
-  }
+  for (const Case& k : cases())
+    for (const ParallelLayout& layout : layouts()) out.push_back(round_trip(k, layout, scratch));
+  for (const Case& k : controls())
+    out.push_back(round_trip(k, k.control == Control::tie_swapped ? layouts()[2] : layouts()[0], scratch));
   return out;
 }
 
@@ -198,7 +338,9 @@ void print_round_trips(const std::vector<RoundTrip>& trips, std::ostream& out) {
     }
   }
   out << "compare round trip: the parallel layer dumped as moe-dump/1 and judged by compare on " << trips.size()
-      << " (layer, layout) pairs, " << tensors << " tensors: " << (failed ? "FAIL" : "PASS") << "\n";
+      << " (layer, layout) pairs, " << tensors << " tensors, " << controls().size()
+      << " of them controls (a tie replayed, a flip beyond ties and a 1% scale failed): " << (failed ? "FAIL" : "PASS")
+      << "\n";
 }
 
 }  // namespace moe::cli

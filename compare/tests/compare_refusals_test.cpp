@@ -30,6 +30,43 @@ TEST_F(Refusal, OutputGradOnSomeRanksOnly) {
   expect_refused("output.grad is on rank 0 but not on rank 1");
 }
 
+// Expert files renamed to TEGroupedMLP's form (experts.linear_fc1.weight0, …) on `rank`; `grads_too` renames the
+// gradients as well.
+void name_experts_grouped(const fs::path& rank, bool grads_too) {
+  for (int i = 0; i < 2; ++i)
+    for (const char* which : {"linear_fc1", "linear_fc2"})
+      for (const std::string suffix : {std::string(""), std::string(".grad")}) {
+        if (!grads_too && !suffix.empty()) continue;
+        const std::string from = "experts.local_experts." + std::to_string(i) + "." + which + ".weight" + suffix;
+        const std::string to = std::string("experts.") + which + ".weight" + std::to_string(i) + suffix;
+        fs::rename(rank / (from + ".npy"), rank / (to + ".npy"));
+      }
+}
+
+// Was: rank 0 named its experts TEGroupedMLP's way and rank 1 SequentialMLP's; each name was "on every rank that
+// lists it", rank 0's gradients (wrong × 9) were never compared, and the verdict was PASS.
+TEST_F(Refusal, ExpertsNamedOneWayHereAndAnotherThere) {
+  auto g = read("rank0/experts.local_experts.0.linear_fc1.weight.grad.npy");
+  for (double& v : g.reals) v *= 9;
+  write("rank0/experts.local_experts.0.linear_fc1.weight.grad.npy", g);
+  name_experts_grouped(dir_ / "rank0", true);
+  expect_refused("rank1: names its experts SequentialMLP's way and rank 0 the other");
+}
+
+TEST_F(Refusal, AnExpertsWeightNamedOneWayAndItsGradientTheOther) {
+  for (const char* rank : kRanks) name_experts_grouped(dir_ / rank, false);
+  expect_refused("names an expert SequentialMLP's way and another file of rank 0 TEGroupedMLP's");
+}
+
+TEST_F(Refusal, TheGroupedNamesOnEveryRankAreCompared) {
+  for (const char* rank : kRanks) name_experts_grouped(dir_ / rank, true);
+  const Comparison c = compare_dump(read_dump(dir_));
+  EXPECT_TRUE(c.pass());
+  bool compared = false;
+  for (const auto& t : c.tensors) compared = compared || t.tensor == "experts.linear_fc1.weight0.grad";
+  EXPECT_TRUE(compared);
+}
+
 TEST_F(Refusal, GradientsWithoutOutputGrad) {
   remove_everywhere("output.grad");
   expect_refused("a gradient without output.grad");

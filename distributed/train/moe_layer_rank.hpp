@@ -43,6 +43,8 @@ class MoeLayerRank {
   T z_share() const { return z_loss_.value; }
   // Real assignments per expert after dropping (padded tokens and slots excluded), this rank's tokens.
   const std::vector<std::int64_t>& assignments() const { return routing_.assignments; }
+  // This rank's routing of the last forward: probabilities and map after capacity, its rows.
+  const LocalRouting<T>& routing() const { return routing_; }
 
  private:
   void route_through_dispatcher();

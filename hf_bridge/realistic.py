@@ -1,0 +1,254 @@
+"""The realistic set: transformers 5.25 MoE blocks at real widths in the dtypes training uses, each correct run and
+each seeded bug captured by moe_capture and judged by `moe-oracle compare`.
+
+    python realistic.py --oracle PATH/moe-oracle [--seeds N] [--families qwen3_moe,deepseek_v3,deepseek_v4]
+                        [--dtypes float32,bfloat16,bf16-fp32-router] [--bugs all|none|NAME,...] [--work DIR]
+                        [--hidden 1024] [--experts 64] [--topk 8] [--ffn 256] [--tokens 1024]
+
+A correct run must pass, whatever its routing flips at near ties and its rounding; a seeded bug must fail first in the
+tensor the bug names (a refused dump, exit 2, never counts either way). The closing line reads
+"realistic: N of N correct runs pass, M of M seeded bugs caught" and the exit status is 0 only when both are whole.
+
+dtypes: float32 — the block and its router in float32; bfloat16 — the block in bf16 as shipped (Qwen3's and V4's
+routers compute their logits in bf16, V3's casts to float32); bf16-fp32-router — the block in bf16 with the router's
+weight kept in float32 and its logits computed in float32 (as a checkpoint loads DeepSeek-V3's gate).
+"""
+import argparse
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "python"))
+
+import driver  # noqa: E402
+import matrix  # noqa: E402
+import moe_capture  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16-fp32-router": torch.bfloat16}
+
+
+def family_config(family, hidden, experts, topk, ffn):
+    """The family's released proportions (matrix.py) at the given width."""
+    if family == "qwen3_moe":
+        return {**matrix.QWEN3, "hidden_size": hidden, "num_experts": experts, "num_experts_per_tok": topk,
+                "moe_intermediate_size": ffn}
+    if family == "deepseek_v3":  # 8 groups keep 4, one shared expert
+        return {**matrix.V3, "hidden_size": hidden, "n_routed_experts": experts, "num_experts_per_tok": topk,
+                "moe_intermediate_size": ffn, "n_group": 8, "topk_group": 4}
+    if family == "deepseek_v4":  # a routed layer (not hash), one shared expert, SwiGLU clamp 10
+        return {**matrix.V4, "hidden_size": hidden, "n_routed_experts": experts, "num_experts_per_tok": topk,
+                "moe_intermediate_size": ffn, "mlp_layer_types": ["moe"] * 4}
+    raise SystemExit(f"unknown family {family}")
+
+
+# Seeded bugs: name -> (families it applies to, dtypes, the tensor compare must name first, what it does). Each is
+# applied by a function below while the block runs; the capture records the parameters as they were.
+BUGS = {
+    "renorm_dropped": (("qwen3_moe", "deepseek_v3", "deepseek_v4"), "router.probs",
+                       "the top-k renormalisation dropped"),
+    "bias_ignored": (("deepseek_v3", "deepseek_v4"), "router.probs", "the expert bias left out of the selection"),
+    "shared_output_1pct": (("deepseek_v3", "deepseek_v4"), "output", "the shared expert's output × 1.01"),
+    "expert_output_1pct": (("qwen3_moe", "deepseek_v3", "deepseek_v4"), "output", "expert 3's output × 1.01"),
+    "expert_grad_2x": (("qwen3_moe", "deepseek_v3", "deepseek_v4"), "experts.local_experts.3.linear_fc2.weight.grad",
+                       "expert 3's down_proj gradient × 2"),
+    "router_detached": (("qwen3_moe", "deepseek_v3", "deepseek_v4"), "hidden_states.grad",
+                        "the router computed without gradient (its weight gets none)"),
+    "stray_bf16_cast": (("qwen3_moe", "deepseek_v3", "deepseek_v4"), "output",
+                        "a float32 block's expert activations rounded to bf16"),
+}
+
+
+def apply_bug(name, block, dtype_name):
+    """Patches the block; returns the undo callables."""
+    gate, experts = block.gate, block.experts
+    if name == "renorm_dropped":
+        before = gate.norm_topk_prob
+        gate.norm_topk_prob = False
+        return [lambda: setattr(gate, "norm_topk_prob", before)]
+    if name == "bias_ignored":
+        from seeded_bugs import inject
+        return inject("bias_ignored", block)
+    if name == "shared_output_1pct":
+        shared = block.shared_experts
+        handle = shared.register_forward_hook(lambda m, args, out: out * 1.01)
+        return [handle.remove]
+    if name == "expert_output_1pct":  # out + 0.01 · (expert 3's part of out): its output and gradients × 1.01
+        inner = experts.forward
+
+        def scaled(hidden, top_k_index, top_k_weights):
+            own = (top_k_index == 3).to(top_k_weights.dtype)
+            return inner(hidden, top_k_index, top_k_weights) + 0.01 * inner(hidden, top_k_index, top_k_weights * own)
+        experts.forward = scaled
+        return [lambda: delattr(experts, "forward")]
+    if name == "expert_grad_2x":
+        def doubled(g):
+            g = g.clone()
+            g[3] *= 2
+            return g
+        handle = experts.down_proj.register_hook(doubled)
+        return [handle.remove]
+    if name == "router_detached":
+        inner = gate.forward
+
+        def detached(*args, **kw):
+            with torch.no_grad():
+                return inner(*args, **kw)
+        gate.forward = detached
+        return [lambda: delattr(gate, "forward")]
+    if name == "stray_bf16_cast":
+        act = experts.act_fn
+        experts.act_fn = lambda t: act(t).to(torch.bfloat16).to(t.dtype)
+        return [lambda: setattr(experts, "act_fn", act)]
+    raise SystemExit(f"unknown bug {name}")
+
+
+def run_block(family, dtype_name, seed, bug, out, sizes):
+    hidden, experts, topk, ffn, tokens = sizes
+    case = matrix.case(f"{family}-{dtype_name}-{seed}", family, family_config(family, hidden, experts, topk, ffn),
+                       seed=seed, layer_idx=0 if family == "deepseek_v4" else 3)
+    block, config, g, h = driver.build_block(case)
+    batch = 4
+    seq = tokens // batch
+    x = torch.randn(batch, seq, h, generator=g, dtype=torch.float64)
+    dy = torch.randn(batch, seq, h, generator=g, dtype=torch.float64) / tokens  # a mean-reduced loss's size
+    dtype = DTYPES[dtype_name]
+    block = block.to(dtype)
+    if dtype_name == "bf16-fp32-router":
+        gate = block.gate
+        gate.weight.data = gate.weight.data.float()
+        if family != "deepseek_v3":  # V3's gate casts to float32 itself; the others compute in the weight's dtype
+            inner = gate.forward
+            gate.forward = lambda hs, *a, **k: tuple(
+                t.to(dtype) if torch.is_floating_point(t) and i == 1 else t
+                for i, t in enumerate(inner(hs.float(), *a, **k)))
+    x, dy = x.to(dtype).requires_grad_(True), dy.to(dtype)
+    undo = apply_bug(bug, block, dtype_name) if bug else []
+    try:
+        with moe_capture.capture(block, out, semantics=matrix.HF, extra_meta={"notes": {"case": case["name"]}}):
+            y = block(x)
+            (y * dy).sum().backward()
+    finally:
+        for u in undo:
+            u()
+
+
+def compare(oracle, dump):
+    result = subprocess.run([oracle, "compare", str(dump), "--json", "--no-explain"], capture_output=True, text=True)
+    report = None
+    if result.returncode in (0, 1):
+        try:
+            report = json.loads(result.stdout)
+        except json.JSONDecodeError:
+            pass
+    lines = (result.stderr or result.stdout).strip().splitlines()
+    return result.returncode, report, lines[-1] if lines else ""
+
+
+def first_failing(report):
+    if "first_mismatch" in report:
+        return report["first_mismatch"]["tensor"]
+    if "systematic_error" in report:
+        return report["systematic_error"]["tensor"]
+    failing = [t["tensor"] for t in report.get("tensors", []) if not t["pass"]]
+    return failing[0] if failing else None
+
+
+def worst(report):
+    """The largest element ratio and the largest |scale − 1| in standard errors over the compared tensors."""
+    ratios = [t["max_ratio"] for t in report["tensors"] if t.get("max_ratio") is not None]
+    sigmas = [t["scale"]["sigmas"] for t in report["tensors"] if "scale" in t and t["scale"]["sigmas"] != "inf"]
+    return max(ratios, default=0.0), max(sigmas, default=0.0)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--oracle", required=True)
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=1)
+    p.add_argument("--families", default="qwen3_moe,deepseek_v3,deepseek_v4")
+    p.add_argument("--dtypes", default="float32,bfloat16,bf16-fp32-router")
+    p.add_argument("--bugs", default="all", help="all, none, or names (seeded on the first seed)")
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--experts", type=int, default=64)
+    p.add_argument("--topk", type=int, default=8)
+    p.add_argument("--ffn", type=int, default=256)
+    p.add_argument("--tokens", type=int, default=1024)
+    p.add_argument("--work", help="where dumps go (default: a temporary folder; each dump is removed once judged)")
+    p.add_argument("--keep", action="store_true", help="keep every dump")
+    a = p.parse_args()
+    for name, value in (("seeds", a.seeds), ("hidden", a.hidden), ("experts", a.experts), ("topk", a.topk),
+                        ("ffn", a.ffn), ("tokens", a.tokens)):
+        if value < 1:
+            p.error(f"--{name} must be at least 1")
+    if a.tokens % 4:
+        p.error("--tokens must divide by 4 (4 sequences)")
+    families, dtypes = a.families.split(","), a.dtypes.split(",")
+    for d in dtypes:
+        if d not in DTYPES:
+            p.error(f"unknown dtype {d} (known: {', '.join(DTYPES)})")
+    bugs = [] if a.bugs == "none" else list(BUGS) if a.bugs == "all" else a.bugs.split(",")
+    for b in bugs:
+        if b not in BUGS:
+            p.error(f"unknown bug {b} (known: {', '.join(BUGS)})")
+    sizes = (a.hidden, a.experts, a.topk, a.ffn, a.tokens)
+    work = pathlib.Path(a.work) if a.work else pathlib.Path(tempfile.mkdtemp(prefix="moe-realistic-"))
+    work.mkdir(parents=True, exist_ok=True)
+    runs = [(f, d, s, None) for f in families for d in dtypes for s in range(a.first_seed, a.first_seed + a.seeds)]
+    for b in bugs:
+        fams, _, _ = BUGS[b]
+        for f in families:
+            if f not in fams:
+                continue
+            for d in dtypes:
+                if b == "stray_bf16_cast" and d != "float32":
+                    continue
+                runs.append((f, d, a.first_seed, b))
+    correct = passed = seeded = caught = 0
+    print(f"{'case':48} {'result':10} {'worst ratio':>11} {'worst σ':>8} {'replayed':>8}  first failing", flush=True)
+    for f, d, s, b in runs:
+        name = f"{f}-{d}-s{s}" + (f"-{b}" if b else "")
+        dump = work / name
+        start = time.time()
+        try:
+            run_block(f, d, s, b, dump, sizes)
+            rc, report, said = compare(a.oracle, dump)
+        except Exception as e:  # a case that raised is never as expected
+            rc, report, said = -1, None, f"{type(e).__name__}: {e}"
+        if report is None:
+            result, ratio, sigma, replayed, first = f"exit {rc}", 0.0, 0.0, 0, said
+        else:
+            ratio, sigma = worst(report)
+            replayed = report["routing_replay"]["replayed"]
+            first = first_failing(report) or ""
+            result = "pass" if report["pass"] else "FAIL"
+        if b is None:
+            correct += 1
+            ok = report is not None and report["pass"]
+            passed += ok
+        else:
+            seeded += 1
+            want = BUGS[b][1]
+            ok = report is not None and not report["pass"] and first == want
+            caught += ok
+            first = f"{first} (want {want})"
+        mark = "" if ok else "  <-- not as expected"
+        print(f"{name:48} {result:10} {ratio:11.3g} {sigma:8.1f} {replayed:8d}  {first}{mark}"
+              f"  [{time.time() - start:.0f} s]", flush=True)
+        if not a.keep:
+            shutil.rmtree(dump, ignore_errors=True)
+    if not a.work and not a.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"realistic: {passed} of {correct} correct runs pass, {caught} of {seeded} seeded bugs caught")
+    return 0 if passed == correct and caught == seeded else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
