@@ -103,7 +103,7 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
       }
     }
     if (!e.exact) {
-      const ScaleFit fit = fit_scale(got, e.values, precision);
+      const ScaleFit fit = fit_scale(got, e.values, precision, e.rows);
       if (t.fit_rank < 0 || fit.sigmas() > t.fit.sigmas()) {
         t.fit = fit;
         t.fit_rank = e.rank;

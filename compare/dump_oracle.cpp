@@ -236,6 +236,7 @@ struct Model {
   std::vector<Matrix<T>> grad_y;             // per replica
   std::vector<ReplicaCall<T>> calls;         // per replica
   std::vector<std::vector<Matrix<T>>> grad;  // the visited expert's [group] gradient: fc1, then fc2
+  std::vector<std::int64_t> rows;            // the visited expert's rows per group
 };
 
 // The streamed oracle of one dump: route every replica (replaying the dump's selection where it differs only
@@ -466,6 +467,7 @@ class StreamedOracle {
   template <typename T>
   void visit_expert_in(Model<T>& m, int e, const Matrix<T>& fc1, const Matrix<T>& fc2) {
     m.grad.assign(2, {});
+    m.rows.assign(static_cast<size_t>(groups_), 0);
     for (int g = 0; g < groups_; ++g) {
       std::vector<std::pair<int, Eigen::Index>> rows;  // (replica, row)
       for (int d = 0; d < dp_; ++d) {
@@ -474,6 +476,7 @@ class StreamedOracle {
           if (map(t, e) && row_group_[static_cast<size_t>(d)][static_cast<size_t>(t)] == g) rows.emplace_back(d, t);
       }
       const auto n = static_cast<Eigen::Index>(rows.size());
+      m.rows[static_cast<size_t>(g)] = n;
       Matrix<T> u(n, fc1.cols()), grad_out(backward_ ? n : 0, fc1.cols());
       Vector<T> probs(n);
       for (Eigen::Index i = 0; i < n; ++i) {
@@ -528,19 +531,21 @@ class StreamedOracle {
       auto exact = shards(exact_);
       std::optional<std::pair<std::vector<double>, std::vector<double>>> rounded;
       if (rounding_) rounded = shards(*rounding_);
+      const std::int64_t n = exact_.rows[g];
       give(a_.expert_name(e % nle, "linear_fc1", r) + ".grad", r, {2 * dd / etp, h}, std::move(exact.first),
-           rounded ? &rounded->first : nullptr, false, true);
+           rounded ? &rounded->first : nullptr, false, true, n);
       give(a_.expert_name(e % nle, "linear_fc2", r) + ".grad", r, {h, dd / etp}, std::move(exact.second),
-           rounded ? &rounded->second : nullptr, false, true);
+           rounded ? &rounded->second : nullptr, false, true, n);
     }
   }
 
   // Hands one expected tensor (and the rounding oracle's, when run) to the sink.
   void give(std::string tensor, int rank, Shape shape, std::vector<double> values, std::vector<double>* rounded,
-            bool exact, bool is_backward, std::vector<int> summed = {}) {
-    Expected e{std::move(tensor), rank, std::move(summed), std::move(shape), std::move(values), exact, is_backward};
+            bool exact, bool is_backward, std::int64_t rows, std::vector<int> summed = {}) {
+    Expected e{std::move(tensor), rank, std::move(summed), std::move(shape), std::move(values), exact, is_backward,
+               rows};
     if (!rounded) return sink_(e, nullptr);
-    const Expected s{e.tensor, rank, e.summed_ranks, e.shape, std::move(*rounded), exact, is_backward};
+    const Expected s{e.tensor, rank, e.summed_ranks, e.shape, std::move(*rounded), exact, is_backward, rows};
     sink_(e, &s);
   }
 
@@ -577,11 +582,14 @@ class StreamedOracle {
       }
       // Each oracle's tensor for rank r (`of` takes the forward and the gradients of one oracle), and the sink's call
       // with both.
+      // Rank-local tensors are made of the rank's rows, the replica's sums of all of its rows.
       const auto each = [&](const std::string& tensor, int rank, const Shape& shape, bool exact, bool is_backward,
                             const auto& of, std::vector<int> summed = {}) {
         std::vector<double> rounded;
         if (fr) rounded = of(fr->first, fr->second);
-        give(tensor, rank, shape, of(f, g), fr ? &rounded : nullptr, exact, is_backward, std::move(summed));
+        const std::int64_t rows = summed.empty() && !tensor.starts_with("shared_experts.") ? local_rows_
+                                                                                            : local_rows_ * tp_;
+        give(tensor, rank, shape, of(f, g), fr ? &rounded : nullptr, exact, is_backward, rows, std::move(summed));
       };
       std::vector<int> replica;
       for (int j = 0; j < tp_; ++j) replica.push_back(a_.find(j, d, -1, -1));
@@ -631,7 +639,8 @@ class StreamedOracle {
     std::iota(all.begin(), all.end(), 0);
     std::vector<double> rounded;
     if (rounding_) rounded = flat_of(router_rounded);
-    give("router.weight.grad", 0, {E, h}, flat(router), rounding_ ? &rounded : nullptr, false, true, all);
+    give("router.weight.grad", 0, {E, h}, flat(router), rounding_ ? &rounded : nullptr, false, true,
+         local_rows_ * tp_ * dp_, all);
   }
 
   // Rank j's expert-bias counts: its rows' real assignments after dropping, padded tokens excluded.

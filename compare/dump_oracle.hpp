@@ -35,6 +35,8 @@ struct Expected {
   std::vector<double> values;
   bool exact = false;              // booleans and counts: compared bit for bit
   bool backward = false;           // needs output.grad
+  std::int64_t rows = 0;           // the token rows it is made of (an expert's: those routed to it), which bound
+                                   // how well a scale can be fitted to it (error_model.hpp: fit_scale)
 };
 
 // The oracle's answer is streamed: each expected tensor is handed over as soon as it is known and then dropped, so

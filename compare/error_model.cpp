@@ -36,6 +36,10 @@ double clipped_rms(const std::vector<double>& d) {
   return rms;
 }
 
+double extreme_of(std::size_t n) {
+  return std::max(2.0, std::sqrt(2.0 * std::log(static_cast<double>(std::max<std::size_t>(n, 1)))));
+}
+
 std::vector<double> element_allowance(const std::vector<double>& want, const std::vector<double>& rounded,
                                       Precision precision) {
   const size_t n = want.size();
@@ -48,18 +52,20 @@ std::vector<double> element_allowance(const std::vector<double>& want, const std
   }
   const double spread = clipped_rms(d);
   const double scale_floor = n == 0 ? 0.0 : u * std::sqrt(want_sq / static_cast<double>(n));
-  for (size_t i = 0; i < n; ++i)
-    d[i] = kRoundingFactor * (std::abs(d[i]) + spread) + 2 * u * std::abs(want[i]) + scale_floor;
+  const double factor = kRoundingFactor * extreme_of(n);
+  for (size_t i = 0; i < n; ++i) d[i] = factor * (std::abs(d[i]) + spread) + 2 * u * std::abs(want[i]) + scale_floor;
   return d;
 }
 
-double scale_floor(Precision precision) {
+double scale_floor(Precision precision, std::int64_t rows) {
+  double own = 0;
   switch (precision) {
-    case Precision::float64: return 1e-9;
-    case Precision::float32: return std::ldexp(1.0, -20);
-    case Precision::bfloat16: return std::ldexp(1.0, -8);
+    case Precision::float64: own = 1e-9; break;
+    case Precision::float32: own = std::ldexp(1.0, -20); break;
+    case Precision::bfloat16: own = std::ldexp(1.0, -8); break;
   }
-  return 0;
+  const double per_row = kSigmas * unit_roundoff(precision) / std::sqrt(static_cast<double>(std::max<std::int64_t>(rows, 1)));
+  return std::max(own, per_row);
 }
 
 double ScaleFit::sigmas() const {
@@ -72,10 +78,11 @@ bool ScaleFit::systematic() const { return blocks > 0 && std::abs(beta) > floor 
 // β = Σ_b N_b / Σ_b D_b with N_b = ⟨got − want, want⟩ and D_b = ⟨want, want⟩ over block b; its variance is that of
 // a ratio estimator, B/(B−1)·Σ_b (N_b − β·D_b)² / (Σ_b D_b)²: each block's share of the residual that β does not
 // explain. Blocks are contiguous runs of the flattened tensor (C order), so they are whole rows or runs of rows.
-ScaleFit fit_scale(const std::vector<double>& got, const std::vector<double>& want, Precision precision) {
+ScaleFit fit_scale(const std::vector<double>& got, const std::vector<double>& want, Precision precision,
+                   std::int64_t rows) {
   constexpr size_t kMaxBlocks = 64, kMinBlocks = 8, kMinPerBlock = 16;
   ScaleFit fit;
-  fit.floor = scale_floor(precision);
+  fit.floor = scale_floor(precision, rows);
   const size_t n = want.size();
   const size_t blocks = std::min(kMaxBlocks, n / kMinPerBlock);
   if (blocks < kMinBlocks) return fit;

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
+#include <limits>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -60,11 +61,13 @@ std::string tolerance_text(const compare::Dump& dump, const compare::Comparison&
            "·|oracle|; maps and counts exact";
   const bool bf16 = dump.precision == to_string(Precision::bfloat16);
   std::ostringstream s;
-  s << "|dump − oracle| ≤ " << compare::kRoundingFactor << "·(|d| + spread(d)) + 2u·|oracle| + u·rms(oracle), u = "
+  s << "|dump − oracle| ≤ " << compare::kRoundingFactor << "·z(n)·(|d| + spread(d)) + 2u·|oracle| + u·rms(oracle), z(n) = "
+    << "max(2, sqrt(2 ln n)) for a tensor of n elements, u = "
     << sci(compare::unit_roundoff(parse_precision(dump.precision))) << ", d = the oracle in float"
     << (bf16 ? " with bf16 storage" : "") << (dump.router_precision == Precision::bfloat16 ? " and bf16 logits" : "")
     << " − the oracle in double; and no tensor " << compare::kSigmas << " standard errors off scale beyond "
-    << sci(compare::scale_floor(parse_precision(dump.precision))) << "; maps and counts exact";
+    << sci(compare::scale_floor(parse_precision(dump.precision), std::numeric_limits<std::int64_t>::max()))
+    << " (more for a tensor of few rows: " << compare::kSigmas << "·u/sqrt(rows)); maps and counts exact";
   return s.str();
 }
 
@@ -150,7 +153,7 @@ void run(const CompareOptions& a) {
                          {"exact", t.exact}, {"backward", t.backward}, {"pass", t.pass()}};
       if (t.rows_differing > 0) row["rows_differing"] = t.rows_differing;
       if (t.fit.blocks > 0)
-        row["scale"] = {{"rank", t.fit_rank}, {"value", t.fit.scale()}, {"sigma", t.fit.sigma},
+        row["scale"] = {{"rank", t.fit_rank}, {"value", t.fit.scale()}, {"sigma", t.fit.sigma}, {"floor", t.fit.floor},
                         {"sigmas", std::isinf(t.fit.sigmas()) ? nlohmann::json("inf") : nlohmann::json(t.fit.sigmas())},
                         {"systematic", t.systematic}};
       out["tensors"].push_back(row);

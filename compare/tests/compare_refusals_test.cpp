@@ -35,8 +35,8 @@ TEST_F(Refusal, OutputGradOnSomeRanksOnly) {
 void name_experts_grouped(const fs::path& rank, bool grads_too) {
   for (int i = 0; i < 2; ++i)
     for (const char* which : {"linear_fc1", "linear_fc2"})
-      for (const std::string suffix : {std::string(""), std::string(".grad")}) {
-        if (!grads_too && !suffix.empty()) continue;
+      for (const char* suffix : {"", ".grad"}) {
+        if (!grads_too && *suffix) continue;
         const std::string from = "experts.local_experts." + std::to_string(i) + "." + which + ".weight" + suffix;
         const std::string to = std::string("experts.") + which + ".weight" + std::to_string(i) + suffix;
         fs::rename(rank / (from + ".npy"), rank / (to + ".npy"));
