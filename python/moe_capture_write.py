@@ -8,7 +8,8 @@ leaves at `out` either the complete earlier dump or the complete new one, never 
      recovered, the leftovers of dead writers swept, and rank 0 creates the staging folder <out>.tmp-<pid>-<n> beside
      the target, flock-ed while the capture lives; every rank learns its name.
   2. When the block ends, every rank writes rank<r>/ into it, each file fsynced. Once every rank has succeeded, rank 0
-     writes dump.json last and puts the folder in place (StagedDump.commit): a target that does not exist is created
+     writes dump.json last, checks the target again (the step ran in between: what appeared there is judged by the
+     same rule) and puts the folder in place (StagedDump.commit): a target that does not exist is created
      by one rename; an existing one is swapped with the staging folder by one renameat2(RENAME_EXCHANGE) where the
      system has it, else the old dump is renamed aside to <out>.old-<pid>-<n>, the new one renamed in, and only then
      the old one removed.
@@ -217,23 +218,28 @@ def _dump_entry(path):
     return False
 
 
+def check_replaceable(target, replace):
+    """`target` absent, an empty folder, or (with replace) a folder holding a dump's entries and nothing else."""
+    if not os.path.lexists(target):
+        return
+    if _kind(target) != "a folder":
+        raise CaptureError(f"{target} is {_kind(target)}, not a dump folder: name a folder (new or empty)")
+    entries = sorted(os.listdir(target))
+    if entries and not replace:
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise CaptureError(f"{target} is not empty (it holds {shown}): a capture does not write into an earlier "
+                           "one's folder; pass replace=True to replace the dump there, or name a new or empty folder")
+    for name in entries:
+        if not _dump_entry(target / name):
+            raise CaptureError(f"refusing to replace {target}: it holds '{name}' ({_kind(target / name)}), which is "
+                               "not part of a dump (dump.json, rank<N>/ folders of files)")
+
+
 def check_target(out, replace):
     """The folder a capture may write (see the module's doc), checked before the step runs; returns it resolved."""
     target = resolve_target(out)
     recover_interrupted_write(target)
-    if os.path.lexists(target):
-        if _kind(target) != "a folder":
-            raise CaptureError(f"{target} is {_kind(target)}, not a dump folder: name a folder (new or empty)")
-        entries = sorted(os.listdir(target))
-        if entries and not replace:
-            shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-            raise CaptureError(f"{target} is not empty (it holds {shown}): a capture does not write into an earlier "
-                               "one's folder; pass replace=True to replace the dump there, or name a new or empty "
-                               "folder")
-        for name in entries:
-            if not _dump_entry(target / name):
-                raise CaptureError(f"refusing to replace {target}: it holds '{name}' ({_kind(target / name)}), which "
-                                   "is not part of a dump (dump.json, rank<N>/ folders of files)")
+    check_replaceable(target, replace)
     ancestor = target.parent
     while not os.path.lexists(ancestor):
         ancestor = ancestor.parent
@@ -278,10 +284,11 @@ def _pause_for_kill_tests():
 
 
 class StagedDump:
-    """Rank 0's staging folder for `target` (as check_target returned it), created and locked here."""
+    """Rank 0's staging folder for `target` (as check_target returned it), created and locked here; `replace` as
+    check_target was given it, checked again when the folder is swapped in."""
 
-    def __init__(self, target):
-        self.target = target
+    def __init__(self, target, replace):
+        self.target, self.replace = target, replace
         parent = target.parent
         parent.mkdir(parents=True, exist_ok=True)
         sweep_leftovers(target)
@@ -318,6 +325,8 @@ class StagedDump:
             sync_directory(parent)
             self._lock.release()
             return
+        # What is there now, not only what was there when the block started (the step ran in between).
+        check_replaceable(target, self.replace)
         # The old version stays locked until it is removed, wherever it is renamed: a sweep leaves it alone, and a
         # reader finding the target missing waits for the second rename rather than restoring it.
         with _Lock(target, wait=LOCK_WAIT_S) as old_version:
@@ -390,20 +399,32 @@ class DumpWriter:
     def __init__(self, out, replace, ranks):
         self.ranks = ranks
         self._staged = None
+        self._local_error = None
         answer = None
         if ranks.rank == 0:
             try:
-                self._staged = StagedDump(check_target(out, replace))
-                answer = (str(self._staged.path), str(self._staged.target), None)
+                self._staged = StagedDump(check_target(out, replace), replace)
+                answer = (self._staged.path.name, None)
             except (CaptureError, OSError) as e:
                 if isinstance(e, OSError):
                     e = CaptureError(f"cannot write a dump to {os.fspath(out)}: {e}")
-                ranks.broadcast((None, None, str(e)))  # the other ranks raise it too
+                ranks.broadcast((None, str(e)))  # the other ranks raise it too
                 raise e from None
-        answer = ranks.broadcast(answer)
-        if answer[2] is not None:
-            raise CaptureError(f"rank 0 refused the target: {answer[2]}")
-        self.path, self.target = pathlib.Path(answer[0]), pathlib.Path(answer[1])
+        name, refused = ranks.broadcast(answer)
+        if refused is not None:
+            raise CaptureError(f"rank 0 refused the target: {refused}")
+        if self._staged is not None:
+            self.path, self.target = self._staged.path, self._staged.target
+            return
+        # Every other rank finds the staging folder beside `out` as it sees it (its mounts may name it otherwise); a
+        # rank that cannot says so when it writes, through finish(), so that no rank is left waiting for it.
+        self.target = pathlib.Path(os.path.abspath(out))
+        self.path = self.target.parent / name
+        try:
+            self.target = resolve_target(out)
+            self.path = self.target.parent / name
+        except CaptureError as e:
+            self._local_error = e
 
     def abandon(self):
         """The block raised: rank 0 removes the staging folder (no collective: the other ranks may not get here)."""
@@ -416,6 +437,11 @@ class DumpWriter:
         failed (nothing then changes at the target)."""
         own, info = None, None
         try:
+            if self._local_error is not None:
+                raise self._local_error
+            if not self.path.is_dir():
+                raise CaptureError(f"rank 0's staging folder {self.path} is not there on rank {self.ranks.rank}: "
+                                   "`out` must be on a file system every rank shares")
             info = write_rank(self.path)
         except Exception as e:  # noqa: BLE001 - reported to every rank first, raised below
             own = e

@@ -34,7 +34,7 @@ def beside(target):
 
 
 def commit(target, text, replace=True):
-    staged = w.StagedDump(w.check_target(target, replace))
+    staged = w.StagedDump(w.check_target(target, replace), replace)
     write_dump(staged.path, text)
     staged.commit()
 
@@ -112,11 +112,22 @@ def test_commit_creates_and_replaces(tmp_path, monkeypatch, exchange):
 def test_abandon_leaves_the_target(tmp_path):
     target = tmp_path / "d"
     write_dump(target, "old")
-    staged = w.StagedDump(w.check_target(target, True))
+    staged = w.StagedDump(w.check_target(target, True), True)
     assert staged.path.name.startswith("d.tmp-") and staged.path.parent == tmp_path
     write_dump(staged.path, "new")
     staged.abandon()
     assert marker(target) == "old" and beside(target) == []
+
+
+def test_what_appears_during_the_step_is_checked_again(tmp_path):
+    target = tmp_path / "d"
+    staged = w.StagedDump(w.check_target(target, False), False)  # absent when the block started
+    write_dump(staged.path, "new")
+    write_dump(target, "someone else's")  # made while the step ran
+    with pytest.raises(CaptureError, match="is not empty"):
+        staged.commit()
+    staged.abandon()
+    assert marker(target) == "someone else's" and beside(target) == []
 
 
 def test_dump_writer_of_one_rank(tmp_path):
@@ -166,7 +177,7 @@ WRITER = textwrap.dedent("""
     sys.path.insert(0, {python!r})
     import moe_capture_write as w
     target = pathlib.Path(sys.argv[1])
-    staged = w.StagedDump(w.check_target(target, True))
+    staged = w.StagedDump(w.check_target(target, True), True)
     (staged.path / "rank0").mkdir()
     (staged.path / "dump.json").write_text("new")
     (staged.path / "rank0" / "output.npy").write_text("new")
