@@ -3,7 +3,7 @@
     from moe_capture import capture
     with capture(model.decoder.layers[3].mlp, "dump/step100", semantics="megatron-core-0.19"):
         loss = forward_backward(model, batch)     # one forward and one backward through that layer
-    # every rank wrote dump/step100/rank<r>/; rank 0 wrote dump.json: run `moe-oracle compare dump/step100`
+    # each rank wrote its rank<r>/, rank 0 dump.json; dump/step100 appeared whole: `moe-oracle compare dump/step100`
 
 What is recorded (compare/README.md gives the format): the layer's input and dL/dinput, its output and the dL/doutput
 the backward brought back, the padding mask it was given, the router's probabilities and routing map, the aux and z

@@ -17,8 +17,9 @@ leaves at `out` either the complete earlier dump or the complete new one, never 
 
 The names and the locks are the C++ writers', so a capture's leftovers are swept by the next capture or by the next
 C++ write of the same folder, and StagedDirectory::recover puts an old dump set aside back. Every wait for a lock is
-bounded (LOCK_WAIT_S) and ends in a CaptureError that says who holds what. MOE_ORACLE_NO_RENAME_EXCHANGE forces the
-fallback and MOE_ORACLE_COMMIT_PAUSE_US=N sleeps N µs in each window of the commit, as in the C++ (the kill tests).
+bounded (LOCK_WAIT_S) and ends in a CaptureError naming the folder that stays locked. MOE_ORACLE_NO_RENAME_EXCHANGE
+forces the fallback and MOE_ORACLE_COMMIT_PAUSE_US=N sleeps N µs in each window of the commit, as in the C++ (the
+kill tests).
 """
 import ctypes
 import errno

@@ -350,7 +350,7 @@ def test_one_rank_failing_to_write_leaves_the_old_dump(megatron, tmp_path):
     assert not [n for n in beside(out) if ".tmp-" in n or ".old-" in n]
 
 
-# --- the oracle binary --------------------------------------------------------------------------------------------------
+# --- the oracle binary -----------------------------------------------------------------------------------------------
 def fake_binary(folder):
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "moe-oracle"

@@ -171,7 +171,7 @@ def test_sweep_removes_dead_writers_only(tmp_path):
     live.release()
 
 
-# --- a killed writer ---------------------------------------------------------------------------------------------------
+# --- a killed writer -------------------------------------------------------------------------------------------------
 WRITER = textwrap.dedent("""
     import pathlib, sys
     sys.path.insert(0, {python!r})
@@ -190,7 +190,7 @@ WRITER = textwrap.dedent("""
 def kill_when(target, appears, tmp_path):
     """Runs a writer of `target` that pauses in every window of its commit (MOE_ORACLE_COMMIT_PAUSE_US) and kills it
     once an entry for which appears(name) holds shows beside the target."""
-    env = dict(os.environ, MOE_ORACLE_NO_RENAME_EXCHANGE="1", MOE_ORACLE_COMMIT_PAUSE_US="3000000")
+    env = dict(os.environ, MOE_ORACLE_NO_RENAME_EXCHANGE="1", MOE_ORACLE_COMMIT_PAUSE_US="2000000")
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(python=str(HERE.parent)))
     proc = subprocess.Popen([sys.executable, str(script), str(target)], env=env, stdout=subprocess.PIPE, text=True)
