@@ -60,7 +60,7 @@ def build_block(case):
 
     module, block_name, config_name = BLOCK_CLASSES[case["family"]]
     config = getattr(transformers, config_name)(**case["hf"])
-    config._experts_implementation = "eager"
+    config._experts_implementation = case.get("experts", "eager")  # transformers 5.25's default is grouped_mm
     block_class = getattr(importlib.import_module(module), block_name)
     block = block_class(config, case["layer_idx"]) if case["family"] == "deepseek_v4" else block_class(config)
     block = block.to(torch.float64)
@@ -101,6 +101,8 @@ def run_case(case, out, oracle):
     dtype = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[case.get("dtype",
                                                                                                       "float64")]
     block, x, dy = block.to(dtype), x.to(dtype).requires_grad_(True), dy.to(dtype)
+    for name in case.get("float32_modules", ()):  # kept in float32 as from_pretrained keeps them (V3's gate)
+        block.get_submodule(name).float()
     kwargs = {}
     if getattr(block, "is_hash", False):
         kwargs["input_ids"] = torch.randint(0, config.vocab_size, (B, S), generator=g)

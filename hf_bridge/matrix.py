@@ -68,6 +68,14 @@ def cases():
         # model's bf16 oracle keeps the router in double, so it has no allowance for that yet.
         case("qwen3_moe_bfloat16", "qwen3_moe", QWEN3, router="as-shipped", dtype="bfloat16"),
         case("deepseek_v3_bfloat16", "deepseek_v3", V3, router="as-shipped", dtype="bfloat16"),
+        # As a checkpoint loads them: transformers 5.25's default experts (grouped_mm; torch has no float64 kernel),
+        # and a bf16 V3 whose gate (weight and correction bias) from_pretrained keeps in float32.
+        case("qwen3_moe_float32_grouped_mm", "qwen3_moe", QWEN3, router="as-shipped", dtype="float32",
+             experts="grouped_mm"),
+        case("qwen3_moe_bfloat16_grouped_mm", "qwen3_moe", QWEN3, router="as-shipped", dtype="bfloat16",
+             experts="grouped_mm"),
+        case("deepseek_v3_bfloat16_float32_gate", "deepseek_v3", V3, router="as-shipped", dtype="bfloat16",
+             experts="grouped_mm", float32_modules=["gate"]),
         case("deepseek_v2_lite", "deepseek_v2", V2_LITE),
         case("deepseek_v2_groups", "deepseek_v2", V2_GROUPS, router="as-shipped"),
         case("deepseek_v3_noaux_tc", "deepseek_v3", V3),
@@ -87,6 +95,7 @@ def cases():
         case("bug_qwen2_shared_gate_sigmoid", "qwen2_moe", QWEN2, expect="fail", bug="shared_gate_sigmoid_skipped"),
         case("bug_v4_hash_table_shifted", "deepseek_v4", V4, layer_idx=0, expect="fail", bug="hash_table_shifted"),
         case("bug_v3_bias_ignored", "deepseek_v3", V3, expect="fail", bug="bias_ignored"),
+        case("bug_qwen3_router_detached", "qwen3_moe", QWEN3, expect="fail", bug="router_detached"),
         # What the capture cannot describe faithfully: refused before the forward, naming the setting (the blocks
         # run in training mode, nn.Module's default, where Mixtral applies its jitter).
         case("refuse_v3_softmax_config", "deepseek_v3", {**V3, "scoring_func": "softmax"},

@@ -16,6 +16,8 @@ BUGS = {
                                     "output"),
     "hash_table_shifted": ("V4's hash layer looks up tid2eid one token id too far (input_ids + 1)", "router.probs"),
     "bias_ignored": ("V3's selection made without e_score_correction_bias", "router.probs"),
+    "router_detached": ("the router's weight cut out of the graph (its gradient never computed; the capture writes "
+                        "the zero the framework applied)", "router.weight.grad"),
 }
 
 
@@ -62,6 +64,18 @@ def inject(name, block):
             with torch.no_grad():
                 module.e_score_correction_bias.copy_(saved["bias"])
         return [gate.register_forward_pre_hook(zero).remove, gate.register_forward_hook(restore).remove]
+    if name == "router_detached":
+        inner = gate.forward
+
+        def detached(*args, **kwargs):  # the same weight, without its gradient: .grad stays None
+            real = gate._parameters["weight"]
+            gate._parameters["weight"] = real.detach()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                gate._parameters["weight"] = real
+        gate.forward = detached
+        return [lambda: delattr(gate, "forward")]
     return []
 
 

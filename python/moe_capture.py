@@ -3,7 +3,7 @@
     from moe_capture import capture
     with capture(model.decoder.layers[3].mlp, "dump/step100", semantics="megatron-core-0.19"):
         loss = forward_backward(model, batch)     # one forward and one backward through that layer
-    # every rank wrote dump/step100/rank<r>/; rank 0 wrote dump.json: run `moe-oracle compare dump/step100`
+    # each rank wrote its rank<r>/, rank 0 dump.json; dump/step100 appeared whole: `moe-oracle compare dump/step100`
 
 What is recorded (compare/README.md gives the format): the layer's input and dL/dinput, its output and the dL/doutput
 the backward brought back, the padding mask it was given, the router's probabilities and routing map, the aux and z
@@ -16,23 +16,33 @@ patch is removed when the block ends, whatever happened in it. The semantics cla
 limit itself (torch 2.11 does, 2.15 does not; it shows in bf16, where pre-activations land on the limit).
 
 Layers: Megatron-Core's MoELayer (0.19: SequentialMLP or TEGroupedMLP experts, any token dispatcher); a Hugging
-Face transformers 5.25 MoE block is handed to moe_capture_hf.py (pass its semantics, e.g. "hf-transformers-5.25"). Pipeline and
-context parallelism must be 1 (the layer and its tokens on this stage's ranks only); say so is refused.
+Face transformers 5.25 MoE block is handed to moe_capture_hf.py (pass its semantics, e.g. "hf-transformers-5.25").
+Anything else is refused with its class named when the block starts. Pipeline and context parallelism must be 1 (the
+layer and its tokens on this stage's ranks only); a run with either is refused.
+
+The write (moe_capture_write.py): `out` is checked when the block starts, before the step runs — not a file, a parent
+this process can write, empty or new unless replace=True (then it may hold a dump only) — and the dump is written
+into a staging folder beside it and swapped in whole once every rank has written its part, the way the project's
+golden cases and checkpoints are written: a capture that raises or is killed leaves the earlier dump, or nothing, at
+`out`, never a mix.
+
+Arrays keep their own dtypes (a bf16 layer's float32 router weight, its float32 probabilities); dump.json's `dtype`
+is the activations' (the narrower of the input's and the output's), and an array narrower than that is widened to it,
+which is exact. A parameter that requires a gradient and has none after the backward (a detached router) is written
+as the zero gradient the framework applied, so that compare judges it, and is named in notes; a frozen one
+(requires_grad False) is left out and named there too.
 """
 import contextlib
-import json
 import pathlib
 
 import numpy as np
+
+from moe_capture_write import CaptureError, DumpWriter, Ranks, save_json, save_npy, sync_directory
 
 FORMAT = "moe-dump/1"
 LOSS = "sum(output.grad * output) + aux_loss + z_loss"
 # Megatron's moe_router_load_balancing_type -> the golden config's aux_loss_type
 LOAD_BALANCING = {"none": None, "aux_loss": "aux", "seq_aux_loss": "seq_aux", "global_aux_loss": "global_aux"}
-
-
-class CaptureError(RuntimeError):
-    """The layer or the run is one capture cannot describe faithfully; the message says which setting."""
 
 
 def megatron_config(cfg):
@@ -88,14 +98,73 @@ def megatron_layout():
             "ep": ps.get_expert_model_parallel_world_size(), "etp": ps.get_expert_tensor_parallel_world_size()}
 
 
-def _numpy(t):
-    """A tensor as numpy, on the CPU; bfloat16 as its 16-bit words (numpy has no bfloat16; compare reads '<u2')."""
+# dump dtype name -> how wide it is (a file may hold the dump's dtype or a wider one, never a narrower: compare/README)
+WIDTH = {"bfloat16": 0, "float32": 1, "float64": 2}
+
+
+def dtype_name(t):
+    """'float64', 'float32', 'bfloat16' or None (another dtype) of a tensor."""
+    return {"torch.float64": "float64", "torch.float32": "float32", "torch.bfloat16": "bfloat16"}.get(str(t.dtype))
+
+
+def activation_dtype(tensors):
+    """dump.json's dtype: the narrower of the layer's input and output (`tensors` as a capture holds them)."""
+    names = [dtype_name(tensors[k]) for k in ("hidden_states", "output") if k in tensors]
+    if None in names or not names:
+        shown = ", ".join(f"{k} {tensors[k].dtype}" for k in ("hidden_states", "output") if k in tensors)
+        raise CaptureError(f"activations of dtype {shown}: float64, float32 or bfloat16 are compared")
+    return min(names, key=WIDTH.get)
+
+
+def _numpy(t, floor=None):
+    """A tensor as numpy, on the CPU, in its own dtype; a floating one narrower than `floor` (a dtype name: the dump's)
+    widened to it, and float16 to float32 (both exact); bfloat16 as its 16-bit words (numpy has no bfloat16; compare
+    reads '<u2')."""
     import torch
 
     t = t.detach().cpu().contiguous()  # C order: a transposed view would be saved Fortran-ordered
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
+    if t.is_floating_point():
+        if dtype_name(t) is None:
+            t = t.float()
+        if floor is not None and WIDTH[dtype_name(t)] < WIDTH[floor]:
+            t = t.to({"float32": torch.float32, "float64": torch.float64}[floor])
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np.uint16)
     return t.numpy()
+
+
+def check_backward_seen(tensors):
+    """A dump with output.grad holds hidden_states.grad too, and the other way round (compare refuses one alone)."""
+    if ("output.grad" in tensors) != ("hidden_states.grad" in tensors):
+        raise CaptureError("a backward needs the layer's input to require grad (hidden_states.grad with output.grad), "
+                           "or neither (a forward-only dump)")
+
+
+def gradient_or_missing(p, before, missing, frozen, name):
+    """The gradient this backward added to `p` (main_grad where Megatron's DDP keeps one, minus what was there
+    before); zeros, with `name` added to `missing`, when it requires a gradient and has none: what the framework
+    applied to it is zero, and compare must judge that, not list it as not compared. None, with `name` added to
+    `frozen`, for a parameter that requires no gradient."""
+    import torch
+
+    if not p.requires_grad:
+        frozen.append(name)
+        return None
+    grad = getattr(p, "main_grad", None)
+    grad = p.grad if grad is None else grad
+    if grad is None:
+        missing.append(name)
+        return torch.zeros_like(p)
+    return grad.detach() - before if before is not None else grad.detach()
+
+
+def merged_meta(meta, extra_meta):
+    """dump.json: the capture's keys, then the caller's (a caller's `notes` dict joins the capture's)."""
+    extra = dict(extra_meta or {})
+    if isinstance(extra.get("notes"), dict) and isinstance(meta.get("notes"), dict):
+        meta["notes"].update(extra.pop("notes"))
+    meta.update(extra)
+    return meta
 
 
 class _Tap:
@@ -200,37 +269,44 @@ class Capture:
             self._tap.close()
 
     # --- writing ----------------------------------------------------------------------------------------------
-    def _gradients(self):
-        for name, p in self.layer.named_parameters():
-            grad = getattr(p, "main_grad", None)
-            grad = p.grad if grad is None else grad
-            if grad is None:
-                continue
-            before = self._grads_before.get(name)
-            yield name, grad.detach() - before if before is not None else grad.detach()
-
-    def write(self, rank):
+    def check_seen(self):
         if self.forwards != 1:
             raise CaptureError(f"the layer ran {self.forwards} forward(s) inside the block: capture one forward and "
                                "its backward (a microbatch), not a whole step of several")
         if "output" not in self.tensors:
             raise CaptureError("the layer's forward was not seen")
+        check_backward_seen(self.tensors)
+
+    def dtype(self):
+        """dump.json's dtype: store_dtype's, else the activations'."""
+        if self.store_dtype is not None:
+            return np.dtype(self.store_dtype).name
+        return activation_dtype(self.tensors)
+
+    def write(self, folder, rank):
+        """rank<rank>/ in `folder` (the staging folder); returns what dump.json's notes say of this rank."""
+        self.check_seen()
         layer = self.layer
-        d = self.out / f"rank{rank}"
-        d.mkdir(parents=True, exist_ok=True)
+        d = folder / f"rank{rank}"
+        d.mkdir()
+        floor = self.dtype()
 
         def save(name, t):
-            a = _numpy(t)
+            a = _numpy(t, floor)
             if self.store_dtype is not None and a.dtype.kind == "f":
                 a = a.astype(self.store_dtype)
-            np.save(d / f"{name}.npy", a)
+            save_npy(d / f"{name}.npy", a)
 
         for name, t in self.tensors.items():
             save(name, t)
         for name, p in self._params_before.items():
             save(name, p)
-        for name, g in self._gradients():
-            save(name + ".grad", g)
+        missing, frozen = [], []
+        if "output.grad" in self.tensors:  # a forward-only dump holds no gradient
+            for name, p in layer.named_parameters():
+                grad = gradient_or_missing(p, self._grads_before.get(name), missing, frozen, name)
+                if grad is not None:
+                    save(name + ".grad", grad)
         if self._tap.router_out is not None:
             probs, routing_map = self._tap.router_out[:2]
             save("router.probs", probs)
@@ -243,20 +319,32 @@ class Capture:
             save("router.local_tokens_per_expert", counts.long())
         for tag, value in self._tap.attached.items():
             if tag is not None:
-                np.save(d / f"{tag}.npy", np.float64(value))
+                save_npy(d / f"{tag}.npy", np.float64(value))
+        sync_directory(d)
+        return {"missing": missing, "frozen": frozen}
 
     def meta(self, layout, config):
         x = self.tensors["hidden_states"]
-        dtype = {"torch.float64": "float64", "torch.float32": "float32", "torch.bfloat16": "bfloat16"}.get(str(x.dtype))
-        if self.store_dtype is not None:
-            dtype = np.dtype(self.store_dtype).name
-        if dtype is None:
-            raise CaptureError(f"hidden states of dtype {x.dtype}: float64, float32 or bfloat16 are compared")
         seq_local, batch = x.shape[0], x.shape[1]
         return {"format": FORMAT, "producer": self.producer, "config": config,
                 "semantics": self.semantics, "layout": layout,
-                "shape": {"seq": seq_local * layout["tp"], "batch": batch}, "dtype": dtype,
+                "shape": {"seq": seq_local * layout["tp"], "batch": batch}, "dtype": self.dtype(),
                 "dispatcher": self.dispatcher, "loss": LOSS}
+
+
+def gradient_notes(per_rank):
+    """dump.json notes naming the parameters written as zero gradients and those left out, per rank."""
+    notes = {}
+    for key, what in (("missing", "gradients_missing"), ("frozen", "gradients_frozen")):
+        named = {f"rank{r}": info[key] for r, info in enumerate(per_rank) if info and info.get(key)}
+        if named:
+            notes[what] = named
+    if "gradients_missing" in notes:
+        notes["gradients_missing_written_as"] = ("zeros: these parameters require a gradient and had none after the "
+                                                 "backward (the framework applied none), so compare judges zero")
+    if "gradients_frozen" in notes:
+        notes["gradients_frozen_written_as"] = "nothing: requires_grad is False, so no gradient is compared"
+    return notes
 
 
 CLAMP_AT_LIMIT = "clamp-limit-passes-gradient"
@@ -290,47 +378,73 @@ def _hf_block(layer):
                                     "DeepseekV2Moe", "DeepseekV3MoE", "DeepseekV4SparseMoeBlock")
 
 
+def module_kind(layer):
+    """'hf' or 'megatron', told by class names (nothing imported); CaptureError naming the class otherwise."""
+    if _hf_block(layer):
+        return "hf"
+    if any(c.__name__ == "MoELayer" for c in type(layer).__mro__):
+        return "megatron"
+    cls = type(layer)
+    raise CaptureError(f"{cls.__module__}.{cls.__qualname__} is not a layer capture knows: pass Megatron-Core's "
+                       "MoELayer (e.g. model.decoder.layers[i].mlp) or a transformers 5.25 MoE block "
+                       "(Qwen3MoeSparseMoeBlock, MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, DeepseekV2Moe, "
+                       "DeepseekV3MoE, DeepseekV4SparseMoeBlock; e.g. model.model.layers[i].mlp)")
+
+
 @contextlib.contextmanager
-def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dtype=None):
+def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dtype=None, replace=False):
     """Records `layer` over the block (one forward and its backward) and writes `out` as moe-dump/1 at its end.
 
     semantics: what the framework claims to compute (`moe-oracle semantics`; default megatron-core-0.19 for a
     MoELayer, hf-transformers-5.25 for a transformers block); extra_meta: dump.json keys to add or
-    override (for example "notes"); store_dtype: a numpy dtype every floating tensor is stored in (default: each in
-    its own; a mixed-precision layer stored as np.float32 keeps every bf16 value exactly, and `moe-oracle compare
-    --precision bfloat16` then states its arithmetic). Hooks and patches are removed however the block ends; the
-    dump is written only when it ends normally."""
-    if _hf_block(layer):  # a Hugging Face transformers block: single rank, its config mapped by `moe-oracle config`
+    override (a "notes" dict joins the capture's notes); store_dtype: a numpy dtype every floating tensor is stored in
+    (default: each in its own; a mixed-precision layer stored as np.float32 keeps every bf16 value exactly, and
+    `moe-oracle compare --precision bfloat16` then states its arithmetic); replace: replace the dump `out` already
+    holds (without it, a non-empty `out` is refused).
+
+    Checked when the block starts, before anything runs in it: the layer's kind, its configuration and `out`. Hooks
+    and patches are removed however the block ends; the dump is put in place only when it ends normally and every
+    rank wrote its part, and `out` is otherwise left as it was (moe_capture_write.py)."""
+    if module_kind(layer) == "hf":  # a Hugging Face transformers block: single rank, its config mapped by moe-oracle
         import moe_capture_hf
 
         if store_dtype is not None:
-            raise CaptureError("store_dtype: a transformers block is stored in its parameters' dtype")
+            raise CaptureError("store_dtype: a transformers block is stored in its arrays' own dtypes")
 
         with moe_capture_hf.capture_hf(layer, out, semantics=semantics or "hf-transformers-5.25", producer=producer,
-                                       extra_meta=extra_meta) as cap:
+                                       extra_meta=extra_meta, replace=replace) as cap:
             yield cap
         return
-    import torch.distributed as dist
-    import megatron.core.package_info as info
+    if store_dtype is not None and np.dtype(store_dtype).name not in ("float64", "float32"):
+        raise CaptureError(f"store_dtype {np.dtype(store_dtype).name}: float64 or float32 (a dump's floating files "
+                           "hold float64, float32 or bfloat16)")
+    try:
+        import megatron.core.package_info as info
+    except ImportError as e:
+        raise CaptureError(f"{type(layer).__qualname__} is named like Megatron-Core's MoELayer, but megatron.core "
+                           f"cannot be imported here ({e})") from e
 
     layout = megatron_layout()
     # Read when the block starts: the configuration the run was given (and a refusal before it runs, not after).
     config = megatron_config(layer.config)
     semantics = clamp_semantics(semantics or "megatron-core-0.19", "swiglu_clamp" in config,
                                 next(layer.parameters()))
-    cap = Capture(layer, out, semantics, producer or f"megatron-core {info.__version__} (moe_capture)",
+    ranks = Ranks()
+    writer = DumpWriter(out, replace, ranks)  # the target checked and staged on rank 0, its name sent to every rank
+    cap = Capture(layer, writer.target, semantics, producer or f"megatron-core {info.__version__} (moe_capture)",
                   layer.config.moe_token_dispatcher_type, store_dtype)
-    cap.install()
     try:
+        cap.install()
         yield cap
-    finally:
+    except BaseException:
         cap.remove()
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    cap.write(rank)
-    if rank == 0:
+        writer.abandon()
+        raise
+    cap.remove()
+
+    def write_meta(folder, per_rank):
         meta = cap.meta(layout, config)
-        meta.update(extra_meta or {})
-        cap.out.mkdir(parents=True, exist_ok=True)
-        (cap.out / "dump.json").write_text(json.dumps(meta, indent=2) + "\n")
-    if dist.is_initialized():
-        dist.barrier()
+        meta["notes"] = gradient_notes(per_rank)
+        save_json(folder / "dump.json", merged_meta(meta, extra_meta))
+
+    writer.finish(lambda folder: cap.write(folder, ranks.rank), write_meta)

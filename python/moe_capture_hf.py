@@ -12,6 +12,13 @@ written to a config.json and `moe-oracle config --model FILE --semantics S --jso
 that the capture and `moe-oracle --model config.json` can never disagree on what a config means. What the block
 computes that the mapping cannot see (the router a class hard-codes, the shared expert's width, the experts' weight
 layout) is checked against the config, and a block that differs is refused with the setting named.
+
+The moe-oracle binary is looked for in $MOE_ORACLE_BIN, then as `moe-oracle` on PATH, then in this repository's build
+(build/tools/moe-oracle beside python/, or $MOE_BUILD_DIR/tools/moe-oracle). The experts may run any implementation
+transformers dispatches (eager, and 5.25's default grouped_mm or batched_mm): the capture reads the block's input and
+output, the gate's selection and the fused weights' gradients, none of which depends on it; dump.json's dispatcher
+names the one that ran. Parameters may differ in dtype as checkpoints load them (a bf16 DeepSeek-V3 keeps gate.weight
+and its correction bias in float32): each array is written in its own dtype, dump.json's dtype is the activations'.
 """
 import contextlib
 import json
@@ -20,8 +27,6 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
-
-import numpy as np
 
 FORMAT = "moe-dump/1"
 LOSS = "sum(output.grad * output) + aux_loss + z_loss"
@@ -52,12 +57,30 @@ def is_hf_block(layer):
     return type(layer).__name__ in BLOCKS
 
 
-def _oracle_bin(oracle):
-    found = oracle or os.environ.get("MOE_ORACLE_BIN") or shutil.which("moe-oracle")
-    if not found:
-        raise CaptureError("no moe-oracle binary: pass oracle=PATH or set MOE_ORACLE_BIN (the dump's config is mapped "
-                           "by `moe-oracle config`)")
-    return found
+def _executable(path):
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def find_oracle(oracle=None):
+    """The moe-oracle binary that maps the block's config: `oracle` when given, else $MOE_ORACLE_BIN, `moe-oracle` on
+    PATH, this repository's build ($MOE_BUILD_DIR or build/ beside python/, then tools/moe-oracle), in that order. A
+    named binary that is not there is an error, not a reason to look elsewhere."""
+    for given, what in ((oracle, "oracle"), (os.environ.get("MOE_ORACLE_BIN"), "MOE_ORACLE_BIN")):
+        if given:
+            if not _executable(given):
+                raise CaptureError(f"{what}={given}: not an executable file (it should name a built moe-oracle)")
+            return given
+    on_path = shutil.which("moe-oracle")
+    if on_path:
+        return on_path
+    build = pathlib.Path(os.environ.get("MOE_BUILD_DIR") or pathlib.Path(__file__).resolve().parent.parent / "build")
+    built = build / "tools" / "moe-oracle"
+    if _executable(built):
+        return str(built)
+    raise CaptureError("no moe-oracle binary (the dump's config is mapped by `moe-oracle config`): MOE_ORACLE_BIN is "
+                       f"not set, no moe-oracle is on PATH, and this repository's build has none at {built} "
+                       "(`tools/setup.sh moe-oracle` builds it there). Set MOE_ORACLE_BIN=/path/to/moe-oracle, or put "
+                       "its folder on PATH")
 
 
 def hf_config_dict(layer):
@@ -103,7 +126,7 @@ def oracle_config(layer, semantics, oracle=None):
     with tempfile.TemporaryDirectory(prefix="moe-hf-config-") as tmp:
         path = pathlib.Path(tmp) / "config.json"
         path.write_text(json.dumps(d, indent=2) + "\n")
-        command = [_oracle_bin(oracle), "config", "--model", str(path), "--semantics", semantics, "--json"]
+        command = [find_oracle(oracle), "config", "--model", str(path), "--semantics", semantics, "--json"]
         result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines()
@@ -131,10 +154,6 @@ def _check_layout(layer, config):
         if getattr(experts, flag, want) != want:
             raise CaptureError(f"experts.{flag} is {not want}: only [gate; up] stacked, untransposed, bias-free "
                                "SwiGLU experts are described")
-    impl = getattr(experts.config, "_experts_implementation", None)
-    if impl not in (None, "eager"):
-        # The grouped kernels compute the same product; the capture is checked against the eager loop only.
-        raise CaptureError(f"_experts_implementation {impl!r}: capture the eager experts (set it to 'eager')")
     E, h, d = config["num_experts"], config["hidden"], config["ffn_hidden"]
     if tuple(experts.gate_up_proj.shape) != (E, 2 * d, h) or tuple(experts.down_proj.shape) != (E, h, d):
         raise CaptureError(f"experts gate_up_proj {tuple(experts.gate_up_proj.shape)}, down_proj "
@@ -154,22 +173,16 @@ def _check_layout(layer, config):
         raise CaptureError("the config maps a shared expert the block does not have")
 
 
-def _numpy(t, dtype):
-    import torch
-
-    t = t.detach().cpu().contiguous()
-    if t.is_floating_point():
-        if dtype == "bfloat16":
-            return t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-        return t.to({"float64": torch.float64, "float32": torch.float32}[dtype]).numpy()
-    return t.numpy()
+def experts_implementation(layer):
+    """The experts' implementation transformers dispatches to (None, its unset value, runs the eager loop)."""
+    return getattr(layer.experts.config, "_experts_implementation", None) or "eager"
 
 
 class HfCapture:
     """What one forward and backward of the block left, written by write()."""
 
     def __init__(self, layer, out):
-        self.layer, self.out = layer, pathlib.Path(out)
+        self.layer, self.out = layer, pathlib.Path(out)  # the target (the dump is written beside it, then swapped in)
         self.tensors = {}
         self.forwards = 0
         self.params_before, self.grads_before = {}, {}
@@ -220,29 +233,30 @@ class HfCapture:
             h.remove()
         self._handles = []
 
-    def _grad(self, name):
-        p = dict(self.layer.named_parameters())[name]
-        if p.grad is None:
-            return None
-        before = self.grads_before.get(name)
-        return p.grad.detach() - before if before is not None else p.grad.detach()
-
-    def write(self, config, dtype):
+    def write(self, folder, config):
+        """rank0/ in `folder` (the staging folder); returns what dump.json's notes say of it."""
         import torch
+        from moe_capture import _numpy, activation_dtype, check_backward_seen, gradient_or_missing
+        from moe_capture_write import save_npy, sync_directory
 
         if self.forwards != 1:
             raise CaptureError(f"the block ran {self.forwards} forward(s) inside the capture: capture one")
         if "output" not in self.tensors:
             raise CaptureError("the block's forward was not seen")
-        if ("output.grad" in self.tensors) != ("hidden_states.grad" in self.tensors):
-            raise CaptureError("a backward needs the block's input to require grad (hidden_states.grad with "
-                               "output.grad), or neither")
-        d = self.out / "rank0"
-        d.mkdir(parents=True, exist_ok=True)
-        save = lambda name, t: np.save(d / f"{name}.npy", _numpy(t, dtype))  # noqa: E731
+        check_backward_seen(self.tensors)
+        floor = activation_dtype(self.tensors)
+        d = folder / "rank0"
+        d.mkdir()
+        save = lambda name, t: save_npy(d / f"{name}.npy", _numpy(t, floor))  # noqa: E731
         for name, t in self.tensors.items():
             save(name, t)
         backward = "output.grad" in self.tensors
+        params = dict(self.layer.named_parameters())
+        missing, frozen = [], []
+
+        def grad(hf):  # what the backward added to parameter `hf`; zeros when it got none (gradient_or_missing)
+            return gradient_or_missing(params[hf], self.grads_before.get(hf), missing, frozen, hf)
+
         family_shared = BLOCKS[type(self.layer).__name__][1:]
         names = {"gate.weight": "router.weight"}
         if config.get("expert_bias"):
@@ -256,87 +270,104 @@ class HfCapture:
             names[f"{shared_gate}.weight"] = "shared_experts.gate_weight"
         for hf, ours in names.items():
             save(ours, self.params_before[hf])
-            grad = self._grad(hf) if backward and hf in dict(self.layer.named_parameters()) else None
-            if grad is not None:
-                save(ours + ".grad", grad)
+            g = grad(hf) if backward and hf in params else None  # buffers (the bias, the table) have none
+            if g is not None:
+                save(ours + ".grad", g)
         if shared:  # the oracle's fc1 is [gate; up]: HF keeps the two Linear layers apart
-            cat = lambda a, b: torch.cat([a, b], dim=0)  # noqa: E731
-            save("shared_experts.linear_fc1.weight", cat(self.params_before[f"{shared}.gate_proj.weight"],
-                                                         self.params_before[f"{shared}.up_proj.weight"]))
-            gg, gu = self._grad(f"{shared}.gate_proj.weight"), self._grad(f"{shared}.up_proj.weight")
-            if backward and gg is not None and gu is not None:
-                save("shared_experts.linear_fc1.weight.grad", cat(gg, gu))
+            gate, up = f"{shared}.gate_proj.weight", f"{shared}.up_proj.weight"
+            save("shared_experts.linear_fc1.weight", torch.cat([self.params_before[gate], self.params_before[up]]))
+            if backward:
+                gg, gu = grad(gate), grad(up)
+                if gg is not None and gu is not None:
+                    save("shared_experts.linear_fc1.weight.grad", torch.cat([gg, gu]))
         fc1, fc2 = self.params_before["experts.gate_up_proj"], self.params_before["experts.down_proj"]
-        g1 = self._grad("experts.gate_up_proj") if backward else None
-        g2 = self._grad("experts.down_proj") if backward else None
+        # None for both fused tensors when no token reached any expert or the experts were detached: zeros, named
+        g1 = grad("experts.gate_up_proj") if backward else None
+        g2 = grad("experts.down_proj") if backward else None
         for i in range(fc1.shape[0]):
             stem = f"experts.local_experts.{i}."
             save(stem + "linear_fc1.weight", fc1[i])
             save(stem + "linear_fc2.weight", fc2[i])
-            # An expert no token reached has no gradient in torch's eyes (None for a never-used fused tensor); the
-            # oracle's is zero.
-            save(stem + "linear_fc1.weight.grad", g1[i] if g1 is not None else torch.zeros_like(fc1[i])) if backward \
-                else None
-            save(stem + "linear_fc2.weight.grad", g2[i] if g2 is not None else torch.zeros_like(fc2[i])) if backward \
-                else None
+            if g1 is not None:
+                save(stem + "linear_fc1.weight.grad", g1[i])
+            if g2 is not None:
+                save(stem + "linear_fc2.weight.grad", g2[i])
         if self.routing is not None:
-            weights, indices = self.routing
+            weights, indices = self.routing  # the gate's top-k weights, in the dtype it computed them in
             tokens = self.tensors["hidden_states"].shape[0] * self.tensors["hidden_states"].shape[1]
             # HF's rows are b·S + s; the dump's s·B + b.
             B, S = self.tensors["hidden_states"].shape[1], self.tensors["hidden_states"].shape[0]
             reorder = lambda t: t.reshape(B, S, -1).transpose(0, 1).reshape(tokens, -1)  # noqa: E731
-            weights, indices = reorder(weights.double()), reorder(indices.long())
-            probs = torch.zeros(tokens, config["num_experts"], dtype=torch.float64).scatter(1, indices, weights)
+            weights, indices = reorder(weights), reorder(indices.long())
+            probs = torch.zeros(tokens, config["num_experts"], dtype=weights.dtype).scatter(1, indices, weights)
             routing_map = torch.zeros(tokens, config["num_experts"], dtype=torch.bool).scatter(1, indices, True)
             save("router.probs", probs)
-            np.save(d / "router.routing_map.npy", routing_map.numpy())
+            save_npy(d / "router.routing_map.npy", routing_map.numpy())
             if config.get("expert_bias"):
-                np.save(d / "router.local_tokens_per_expert.npy", routing_map.sum(0).long().numpy())
+                save_npy(d / "router.local_tokens_per_expert.npy", routing_map.sum(0).long().numpy())
+        sync_directory(d)
+        return {"missing": missing, "frozen": frozen}
+
+
+def check_dtypes(layer):
+    """Every floating parameter and buffer in float64, float32 or bfloat16 (they may differ: each is written in its
+    own dtype)."""
+    import torch
+
+    allowed = (torch.float64, torch.float32, torch.bfloat16)
+    for name, t in list(layer.named_parameters()) + list(layer.named_buffers()):
+        if t.is_floating_point() and t.dtype not in allowed:
+            raise CaptureError(f"{name} is {t.dtype}: parameters are compared in float64, float32 or bfloat16")
 
 
 @contextlib.contextmanager
-def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extra_meta=None, oracle=None):
+def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extra_meta=None, oracle=None,
+               replace=False):
     """Records the Hugging Face MoE block `layer` over the block (one forward and its backward) and writes `out` as
     a single-rank moe-dump/1 at its end. semantics: what transformers is claimed to compute (`moe-oracle
-    semantics`); it also selects how `moe-oracle config` maps the config. Hooks are removed however the block ends;
-    the dump is written only when it ends normally."""
-    import torch
+    semantics`); it also selects how `moe-oracle config` maps the config; replace: replace a dump `out` holds. The
+    block, its config and `out` are checked before the block runs; hooks are removed however it ends; the dump is put
+    in place whole only when it ends normally (moe_capture_write.py), `out` otherwise left as it was. Single rank:
+    in a job of several processes, capture on one of them, or give each its own `out`."""
     import transformers
+    # here, not at the top: moe_capture imports this module
+    from moe_capture import activation_dtype, clamp_semantics, gradient_notes, merged_meta
+    from moe_capture_write import DumpWriter, Ranks, save_json
 
     if type(layer).__name__ not in BLOCKS:
         raise CaptureError(f"{type(layer).__name__}: not a Hugging Face MoE block this capture knows "
                            f"({', '.join(BLOCKS)})")
-    dtypes = {p.dtype for p in layer.parameters()}
-    names = {torch.float64: "float64", torch.float32: "float32", torch.bfloat16: "bfloat16"}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in names:
-        raise CaptureError(f"parameters of dtypes {sorted(map(str, dtypes))}: one of float64, float32, bfloat16")
-    dtype = names[next(iter(dtypes))]
+    check_dtypes(layer)
     if getattr(layer, "training", False) and getattr(layer, "jitter_noise", 0.0):
         raise CaptureError(f"router_jitter_noise {layer.jitter_noise} in training mode: noise on the router input "
                            "is not modelled")
     config, semantics, assumptions = oracle_config(layer, semantics, oracle)
-    from moe_capture import clamp_semantics  # here: moe_capture imports this module
-
     semantics = clamp_semantics(semantics, "swiglu_clamp" in config, next(layer.parameters()))
     _check_layout(layer, config)
-    cap = HfCapture(layer, out)
-    cap.install()
+    implementation = experts_implementation(layer)
+    writer = DumpWriter(out, replace, Ranks(distributed=False))
+    cap = HfCapture(layer, writer.target)
     try:
+        cap.install()
         yield cap
-    finally:
+    except BaseException:
         cap.remove()
-    cap.write(config, dtype)
-    x = cap.tensors["hidden_states"]
-    meta = {"format": FORMAT, "producer": producer or f"transformers {transformers.__version__} "
-            f"{type(layer).__name__} (moe_capture_hf)", "config": config, "semantics": semantics,
-            "layout": {"world": 1, "tp": 1, "ep": 1, "etp": 1},
-            "shape": {"seq": x.shape[0], "batch": x.shape[1]}, "dtype": dtype, "dispatcher": "hf-eager",
-            "loss": LOSS, "notes": {"moe_oracle_config": assumptions,
-                                    "aux_loss": "none: transformers computes its balance loss over all layers in "
-                                                "the model, not in the block"}}
-    extra = dict(extra_meta or {})
-    if isinstance(extra.get("notes"), dict):  # the caller's notes join the capture's
-        meta["notes"].update(extra.pop("notes"))
-    meta.update(extra)
-    cap.out.mkdir(parents=True, exist_ok=True)
-    (cap.out / "dump.json").write_text(json.dumps(meta, indent=2) + "\n")
+        writer.abandon()
+        raise
+    cap.remove()
+
+    def write_meta(folder, per_rank):
+        x = cap.tensors["hidden_states"]
+        notes = {"moe_oracle_config": assumptions,
+                 "aux_loss": "none: transformers computes its balance loss over all layers in the model, not in the "
+                             "block",
+                 "experts_implementation": implementation}
+        notes.update(gradient_notes(per_rank))
+        meta = {"format": FORMAT, "producer": producer or f"transformers {transformers.__version__} "
+                f"{type(layer).__name__} (moe_capture_hf)", "config": config, "semantics": semantics,
+                "layout": {"world": 1, "tp": 1, "ep": 1, "etp": 1},
+                "shape": {"seq": x.shape[0], "batch": x.shape[1]}, "dtype": activation_dtype(cap.tensors),
+                "dispatcher": f"hf-{implementation}", "loss": LOSS, "notes": notes}
+        save_json(folder / "dump.json", merged_meta(meta, extra_meta))
+
+    writer.finish(lambda folder: cap.write(folder, config), write_meta)

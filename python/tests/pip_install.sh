@@ -18,3 +18,6 @@ where="$(env -u PYTHONPATH "$work/venv/bin/python" -c "import moe_oracle; print(
 echo "imported moe_oracle $version from $where"
 [[ "$where" == "$work/venv/"* ]] || { echo "FAIL: moe_oracle was not imported from the venv" >&2; exit 1; }
 [[ "$version" == "$expected" ]] || { echo "FAIL: version $version, expected $expected" >&2; exit 1; }
+# the pure-Python captures installed beside it (moe_capture imports the other two)
+env -u PYTHONPATH "$work/venv/bin/python" -c "import moe_capture, moe_capture_hf, moe_capture_write" ||
+  { echo "FAIL: the capture modules (moe_capture*.py) were not installed beside moe_oracle" >&2; exit 1; }
