@@ -48,8 +48,8 @@ struct MoeConfig {
   bool apply_probs_on_input = false; // k = 1 only (moe_apply_probs_on_input)
   bool fp8_dispatch = false;         // the routed experts' input rows fake-quantised to FP8 (reference/fp8_quant.hpp)
   bool bf16_storage = false;         // activations rounded to bf16 at the model's storage points (reference/bf16.hpp)
-  bool bf16_router = false;          // the router's logits and scores stored in bf16 (a router whose weight is bf16
-                                     // computes x·W_gᵀ in bf16); storage points of compare's rounding oracle only
+  bool bf16_router = false;          // the router's logits, scores and weights stored in bf16 (a router whose weight
+                                     // is bf16 computes in bf16); storage points of compare's rounding oracle only
 
   // Capacity (moe_expert_capacity_factor, moe_token_drop_policy, moe_pad_expert_input_to_capacity).
   std::optional<double> capacity_factor;  // unset = dropless

@@ -184,7 +184,7 @@ Routing<T> route(const MoeConfig& config, const MoeParams<T>& params, const MoeI
     const std::vector<int> selected = config.hash_routing ? hash_selection(params, inputs, t)
                                       : inputs.selection  ? replayed_selection(*inputs.selection, t)
                                                           : select_experts(config, logits, scores, params.expert_bias);
-    const RowVector<T> weights = topk_weights(config, logits, scores, selected);
+    const RowVector<T> weights = stored(config.bf16_router, topk_weights(config, logits, scores, selected));
     for (int j = 0; j < config.topk; ++j) {
       r.selected(t, j) = selected[static_cast<size_t>(j)];
       r.topk_weights(t, j) = weights(j);
