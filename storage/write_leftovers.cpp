@@ -72,6 +72,15 @@ LeftoverKind leftover_kind(const std::string& target_name, const std::string& na
   return kind;
 }
 
+std::string leftover_target(const std::string& name) {
+  for (const char* tag : {".tmp-", ".old-"}) {
+    const auto at = name.rfind(tag);
+    if (at != std::string::npos && at > 0 && leftover_kind(name.substr(0, at), name) != LeftoverKind::none)
+      return name.substr(0, at);
+  }
+  return {};
+}
+
 void recover_interrupted_write(const fs::path& target) {
   std::error_code ec;
   if (target.filename().empty() || fs::exists(fs::symlink_status(target, ec))) return;

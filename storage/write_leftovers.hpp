@@ -48,6 +48,10 @@ enum class LeftoverKind { none, staging, aside };
 // `target_name`.
 LeftoverKind leftover_kind(const std::string& target_name, const std::string& name);
 
+// The target name whose leftover `name` is ("case" for "case.tmp-12-3" and "case.old-12-0"); empty when `name` is
+// no leftover's. For readers of a folder of targets, which must not take a leftover for a target of its own.
+std::string leftover_target(const std::string& name);
+
 // When `target` is missing because a writer without RENAME_EXCHANGE was stopped between its two renames, puts the
 // complete old version (its .old- folder) back at `target`, the most recently set aside one when there are several.
 // A writer still between its renames (its lock held) is waited for, as its new version is about to appear. Does
