@@ -3,9 +3,11 @@
 #include "storage/durable_files.hpp"
 #include "storage/json_file.hpp"
 #include "storage/staged_directory.hpp"
+#include "storage/write_leftovers.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 namespace moe::golden {
@@ -21,7 +23,32 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
+void recover_case_directory(const std::filesystem::path& directory) {
+  try {
+    storage::StagedDirectory::recover(directory);
+  } catch (const storage::StorageError& e) {
+    throw CaseFormatError(e.what());  // names the folder and where the previous case is
+  }
+}
+
+std::vector<std::filesystem::path> case_directories_in(const std::filesystem::path& folder) {
+  std::set<std::string> written;  // the cases whose writes left something beside them
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    if (std::string target = storage::leftover_target(entry.path().filename().string()); !target.empty())
+      written.insert(std::move(target));
+  for (const std::string& name : written) recover_case_directory(folder / name);
+  std::vector<std::filesystem::path> cases;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    if (storage::leftover_target(name).empty() && std::filesystem::is_regular_file(entry.path() / kCaseJson))
+      cases.push_back(entry.path());
+  }
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
+
 nlohmann::json read_case_json(const std::filesystem::path& directory) {
+  recover_case_directory(directory);
   const auto json_path = directory / kCaseJson;
   if (!std::filesystem::is_regular_file(json_path)) {
     throw CaseFormatError(directory.string() + ": not a golden case (no " + kCaseJson + ")");

@@ -22,7 +22,18 @@ inline constexpr const char* kCaseJson = "case.json";
 // In a shape: any size > 0 in this dimension (tid2eid's vocabulary rows).
 inline constexpr std::int64_t kAnyRows = -1;
 
-// The parsed case.json of a case directory (CaseFormatError: no case.json, invalid JSON).
+// Puts back a case folder that a write without RENAME_EXCHANGE, stopped between its two renames, left missing with
+// the previous case complete beside it (storage/staged_directory.hpp), as the checkpoint loader does: every
+// reader of a case folder calls this first. CaseFormatError when it cannot (the message says where the case is).
+void recover_case_directory(const std::filesystem::path& directory);
+
+// The case folders (holding case.json) in `folder`, in name order, after putting back those an interrupted write
+// left missing. The staging and set-aside folders of writes (<case>.tmp-<pid>-<n>, <case>.old-<pid>-<n>) are not
+// cases, though they may hold a case.json: a kill leaves them, and they are the next write's to remove.
+std::vector<std::filesystem::path> case_directories_in(const std::filesystem::path& folder);
+
+// The parsed case.json of a case directory (CaseFormatError: no case.json, invalid JSON), after
+// recover_case_directory.
 nlohmann::json read_case_json(const std::filesystem::path& directory);
 
 // Reads exactly the tensors named in `expected` (file stems); `check` runs on each one read, then check_finite (a

@@ -92,6 +92,7 @@ void check_tensor(const CaseHeader& header, const std::string& name, const NpyAr
 }
 
 bool is_case_directory(const std::filesystem::path& directory) {
+  recover_case_directory(directory);
   return std::filesystem::is_regular_file(directory / kCaseJson);
 }
 

@@ -34,7 +34,8 @@ GoldenCase read_case(const std::filesystem::path& directory);
 // refuses one that holds anything but a previous case's files, and a case with a NaN or ±inf anywhere.
 void write_case(const std::filesystem::path& directory, const GoldenCase& golden_case);
 
-// True when the directory holds a case.json (for `verify` given a folder of cases).
+// True when the directory holds a case.json (for `verify` given a folder of cases), once an interrupted write of it
+// is recovered (recover_case_directory).
 bool is_case_directory(const std::filesystem::path& directory);
 
 }  // namespace moe::golden

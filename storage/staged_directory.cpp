@@ -147,14 +147,14 @@ void StagedDirectory::commit() {
   lock_.reset();
 }
 
-void StagedDirectory::recover(const fs::path& target) {
+void StagedDirectory::recover(const fs::path& target, std::chrono::milliseconds wait_limit) {
   fs::path resolved;
   try {
     resolved = resolve_target(target);
   } catch (const std::exception&) {
     return;  // not a folder that can be written (".", a dangling link): no write of it to recover
   }
-  recover_interrupted_write(resolved);
+  recover_interrupted_write(resolved, wait_limit);
 }
 
 }  // namespace moe::storage

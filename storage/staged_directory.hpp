@@ -28,6 +28,7 @@
 
 #include "storage/write_leftovers.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -68,8 +69,9 @@ class StagedDirectory {
   // The target as it is replaced: lexically normal, without a trailing '/', a symbolic link resolved.
   static std::filesystem::path resolve_target(const std::filesystem::path& target);
   // For readers: puts the old version of `target` back where a write without RENAME_EXCHANGE was stopped between
-  // its two renames (recover_interrupted_write on the resolved target).
-  static void recover(const std::filesystem::path& target);
+  // its two renames (recover_interrupted_write on the resolved target, waiting at most `wait_limit` for a writer
+  // still between them). Every reader of a staged folder (checkpoint, golden case) calls this one.
+  static void recover(const std::filesystem::path& target, std::chrono::milliseconds wait_limit = kLockWaitLimit);
   // The staging folder of write `id` for `target` (as resolve_target gives it).
   static std::filesystem::path staging_path(const std::filesystem::path& target, Id id);
 

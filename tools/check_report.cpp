@@ -3,9 +3,9 @@
 #include "golden/case_json.hpp"
 #include "tools/check_coverage.hpp"
 #include "tools/layout_options.hpp"
+#include "tools/report_output.hpp"
 
 #include <cstdio>
-#include <fstream>
 #include <iomanip>
 #include <memory>
 #include <set>
@@ -223,9 +223,7 @@ void write_junit(const std::vector<CheckRun>& runs, const std::string& path) {
     x << ">\n    <failure message=\"" << escape(why.str()) << "\"/>\n  </testcase>\n";
   }
   x << "</testsuite>\n";
-  std::ofstream file(path);
-  file << x.str();
-  if (!file) throw std::invalid_argument("--junit: cannot write " + path);
+  write_report_file("--junit", path, x.str());
 }
 
 }  // namespace moe::cli

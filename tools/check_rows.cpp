@@ -1,6 +1,7 @@
 #include "tools/check_rows.hpp"
 
 #include "tools/choice_option.hpp"
+#include "tools/cli_checks.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -127,21 +128,21 @@ void add_row_flags(CLI::App& cmd, CheckOptions& o) {
   sets(o, cmd.add_option("--clip-grad", row.clip_grad,
                          "with --steps: clip the global gradient norm to this before each update, as Megatron's "
                          "--clip-grad (each parameter counted once over every parallel axis)")
-              ->check(CLI::PositiveNumber),
+              ->check(real_above_zero(false)),
        &RowSettings::clip_grad);
   sets(o, cmd.add_option("--hot-expert-replicas", row.hot_expert_slots,
                          "replicated hot experts (HybridEP's virtual experts): up to N replica slots per layer, "
                          "planned from the batch's expert counts; a replica computes a share of a hot expert's rows "
                          "with a copy of its weights and returns its wgrad to the owner (ETP 1, no FP8 dispatch; with "
                          "--steps each step plans from the previous step's counts, the first runs unreplicated)")
-              ->check(CLI::PositiveNumber),
+              ->check(whole_at_least(1)),
        &RowSettings::hot_expert_slots);
   sets(o, cmd.add_option("--expert-waves", row.expert_waves,
                          "wave-scheduled EP (DeepSeek-V4's MegaMoE): the routed experts of each layer in N waves, "
                          "each wave's compute on a worker thread while the next is dispatched and the previous "
                          "combined; bitwise the unwaved run (AlltoAll dispatcher, N ≤ local experts per rank, no FP8 "
                          "dispatch or replicas)")
-              ->check(CLI::PositiveNumber),
+              ->check(whole_at_least(1)),
        &RowSettings::expert_waves);
   sets(o, cmd.add_flag("--distributed-optimizer", row.distributed_optimizer,
                        "shard optimizer state; reduce-scatter gradients, all-gather parameters"),

@@ -226,6 +226,7 @@ nlohmann::ordered_json model_file_json(const LayerPreset& m) {
 void write_model_file(const fs::path& path, const LayerPreset& m) {
   std::ofstream out(path, std::ios::binary);
   out << model_file_json(m).dump(2) << "\n";
+  out.close();  // a full disk shows at the flush
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 

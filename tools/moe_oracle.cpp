@@ -1,5 +1,6 @@
 // moe-oracle: does a parallel MoE system compute exactly what the single-device model computes?
 #include "tools/commands.hpp"
+#include "tools/report_output.hpp"
 
 #include <malloc.h>
 
@@ -47,6 +48,28 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
 }
 
+// Parses the command line and runs the command; the exit status (0 pass, 1 a mismatch, 2 refused input or an
+// error), every error said in one line on stderr.
+int run_command(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // 0 help, 1 a mismatch (a command's CLI::RuntimeError(1)); every usage error is 2, as for bad input below.
+    const int code = app.exit(e);
+    return code <= 1 ? code : 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path that cannot be walked (a symlink loop, no permission): the path and the reason, not the library's
+    // "filesystem error: status: …" with the path in brackets at the end.
+    std::cerr << "moe-oracle: error: " + (e.path1().empty() ? std::string("a path") : e.path1().string()) + ": " +
+                     e.code().message() + "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << std::string("moe-oracle: error: ") + e.what() + "\n";  // one write: ranks of a job interleave
+    return 2;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,21 +92,13 @@ int main(int argc, char** argv) {
   moe::cli::add_step_command(app);
   moe::cli::add_volume_command(app);
   refuse_empty_and_non_finite(app);
+  const int status = run_command(app, argc, argv);
+  // Whatever the verdict, a report that did not reach standard output makes it 2 (tools/report_output.hpp).
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // 0 help, 1 a mismatch (a command's CLI::RuntimeError(1)); every usage error is 2, as for bad input below.
-    const int code = app.exit(e);
-    return code <= 1 ? code : 2;
-  } catch (const std::filesystem::filesystem_error& e) {
-    // A path that cannot be walked (a symlink loop, no permission): the path and the reason, not the library's
-    // "filesystem error: status: …" with the path in brackets at the end.
-    std::cerr << "moe-oracle: error: " + (e.path1().empty() ? std::string("a path") : e.path1().string()) + ": " +
-                     e.code().message() + "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << std::string("moe-oracle: error: ") + e.what() + "\n";  // one write: ranks of a job interleave
+    moe::cli::finish_standard_output();
+  } catch (const moe::cli::ReportLost& e) {
+    std::cerr << std::string("moe-oracle: error: ") + e.what() + "\n";
     return 2;
   }
-  return 0;
+  return status;
 }

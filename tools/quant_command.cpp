@@ -108,9 +108,15 @@ int weights(const QuantOptions& o) {
   const Matrix<double> w = read_weights(o.weights);
   const Matrix<double> fp4 = mxfp4_dequantise(mxfp4_quantise(w));
   const double max_error = (fp4 - w).cwiseAbs().maxCoeff();
-  // stableNorm: weights near the double range (MXFP4 saturates at 6·2^127) would overflow a plain sum of squares.
-  const double norm = w.stableNorm();
-  const double relative = norm > 0 ? (fp4 - w).stableNorm() / norm : 0;
+  // Both norms of the ratio taken of the matrices scaled by one power of two (exact, and cancelled by the ratio)
+  // that brings the largest |w| to [1, 2): near the double range the norm of w itself passes DBL_MAX, even
+  // computed stably, and the ratio was inf / inf = -nan (MXFP4 saturates at 6·2^127, so the error is about |w|).
+  // (ldexp per element: the factor 2^-e alone would overflow for subnormal weights.)
+  const double largest = w.cwiseAbs().maxCoeff();
+  const int e = largest > 0 ? std::ilogb(largest) : 0;
+  const auto scaled = [e](const Matrix<double>& m) { return m.unaryExpr([e](double x) { return std::ldexp(x, -e); }); };
+  const double norm = scaled(w).stableNorm();
+  const double relative = norm > 0 ? scaled(fp4 - w).stableNorm() / norm : 0;
   const Eigen::Index tile = kFp8WeightBlock;
   int tiles = 0, lossy = 0;
   std::optional<std::pair<Eigen::Index, Eigen::Index>> first_lossy;

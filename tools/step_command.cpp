@@ -9,16 +9,17 @@
 #include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
+#include "tools/report_output.hpp"
 #include "tools/step/html_view.hpp"
 #include "tools/step/json_view.hpp"
 #include "tools/step/stepper.hpp"
 #include "tools/step/text_view.hpp"
 #include "tools/step/wave_walk.hpp"
 
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -89,10 +90,9 @@ void run(const StepCommandOptions& o) {
   }
 
   if (!o.html.empty()) {
-    std::ofstream file(o.html);
-    if (!file) throw std::runtime_error("cannot write " + o.html);
-    step::write_html(trace, stages, o.rank, file);
-    if (!file) throw std::runtime_error("writing " + o.html + " failed");
+    std::ostringstream page;
+    step::write_html(trace, stages, o.rank, page);
+    write_report_file("--html", o.html, page.str());
     if (!o.json) std::cout << "wrote " << o.html << " (" << stages.size() << " stages)\n";
   }
   if (o.json) {

@@ -8,9 +8,10 @@
 //   new at the target, the complete old beside it   after the rename, before the old version was removed
 //   new at the target, a partial folder beside it   while the old version was being removed
 //   new at the target, nothing beside it            after the writer finished (or was killed at its very end)
-//   nothing at the target, the complete old beside  between the two renames of the rename-aside fallback
+//   nothing at the target, the complete old beside  between the two renames of the rename-aside fallback: the
+//                                                   reader (identify) must put the old version back and read it
 // Anything else — the target neither version, or missing (except, with the fallback, while the complete old
-// version is beside it) — is damage.
+// version is beside it and the reader restores it) — is damage.
 // The delays count from the moment the child starts. 40 % of them are drawn uniformly over 1.3 times the duration
 // of an uninterrupted write (the median of five, measured first). The windows around the rename last microseconds,
 // so the other 60 % follow a staircase on the rename moment: starting from the delay that best separates the kills
@@ -198,8 +199,16 @@ inline bool classify(const KillTarget& t, bool exited, bool rename_aside, KillRe
   else if (at == "new" && has("partial")) label = "new at the target: while the old version was being removed";
   else if (at == "new" && beside.empty())
     label = exited ? "new at the target: the writer had finished" : "new at the target: killed at the very end";
-  else if (at == "missing" && has("old") && rename_aside)
-    label = "none at the target: between the two renames (rename-aside), old complete beside it";
+  else if (at == "missing" && has("old") && rename_aside) {
+    // The reader puts the old version back (StagedDirectory::recover): what it reads at the target is the old one.
+    try {
+      if (t.identify(t.target) == Version::old_version)
+        label = "none at the target: between the two renames (rename-aside), old put back by the reader";
+    } catch (const std::exception& e) {
+      report.damage.push_back(std::string("the target is missing and the reader did not put it back: ") + e.what());
+      return false;
+    }
+  }
   if (label.empty()) {
     std::string what = "target " + at + ", beside it:";
     for (const auto& b : beside) what += " " + b;

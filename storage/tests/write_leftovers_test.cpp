@@ -62,6 +62,15 @@ TEST(WriteLeftovers, NamesAreRecognisedExactly) {
     EXPECT_EQ(leftover_kind("out", other), LeftoverKind::none) << other;
 }
 
+// For readers of a folder of targets (golden verify FOLDER): which target a leftover belongs to.
+TEST(WriteLeftovers, TheTargetOfALeftoverIsItsNameBeforeTheTag) {
+  EXPECT_EQ(leftover_target("case.tmp-12-3"), "case");
+  EXPECT_EQ(leftover_target("case.old-12-0"), "case");
+  EXPECT_EQ(leftover_target("a.old-1-2.tmp-3-4"), "a.old-1-2");
+  for (const char* other : {"case", ".tmp-1-2", "case.tmp-1", "case.old-1-2x", "case.new-1-2", "case.tmp-a-2"})
+    EXPECT_EQ(leftover_target(other), "") << other;
+}
+
 // Before: every killed write left its staging folder for good (147 after 200 kills); now the next write removes
 // them. The writers here are killed (SIGKILL) while their staging folder holds a partial version.
 TEST(WriteLeftovers, TheNextWriteSweepsTheStagingFoldersOfKilledWriters) {

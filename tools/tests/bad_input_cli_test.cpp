@@ -89,6 +89,17 @@ TEST(BadInput, EmptyNanAndNegativeValuesAreRefused) {
   expect_refused("check --filter ''", "empty");
 }
 
+// Before: "--clip-grad: Value 0 not in range 0.000000 to 179769313486231570814527423731704356798…" (CLI11's
+// PositiveNumber: a range over doubles, its bound in 309 digits, and 0 inside it).
+TEST(BadInput, ZeroWhereAPositiveValueIsNeededSaysTheRuleInWords) {
+  for (const std::string args : {"check --steps 1 --clip-grad 0", "check --hot-expert-replicas 0",
+                                 "check --expert-waves 0"}) {
+    const std::string option = args.substr(args.rfind(" --") + 1, args.rfind(' ') - args.rfind(" --") - 1);
+    expect_refused(args, option + ": must be a ");
+    EXPECT_EQ(run(args).output.find("not in range"), std::string::npos) << args;
+  }
+}
+
 TEST(BadInput, ExplicitZeroToleranceIsUsedNotReplacedByTheDefault) {
   // --atol 0 --rtol 0 is a request, not "unset": float rounding then fails it.
   const Result r = run("check --dtype float --world 2 --ep 2 --dispatcher flex --atol 0 --rtol 0");

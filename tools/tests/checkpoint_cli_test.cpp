@@ -1,11 +1,14 @@
 // `moe-oracle checkpoint verify DIR` on a checkpoint that `check --steps 2 --resume-as` wrote: exit 0 with a
 // summary; a piece cut short, a NaN under a matching checksum, a missing piece, an unlisted file, a folder that is
-// not a checkpoint: exit 2 with one line naming the file and the rule.
+// not a checkpoint: exit 2 with one line naming the file and the rule; a locked set-aside version beside a missing
+// checkpoint: exit 2 after a bounded wait, naming who holds it.
 #include "tools/tests/cli_run.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -118,6 +121,33 @@ TEST(CheckpointVerify, EachBrokenPieceIsNamed) {
   dir = copy_of("not_a_checkpoint");
   fs::remove(dir / "checkpoint.json");
   expect_refused(dir, "checkpoint.json");
+}
+
+// A checkpoint missing, its previous version set aside at .old- and locked: a writer stopped between its two renames,
+// or any process holding that folder. Before: verify waited for the lock forever, printing nothing. Now it gives up
+// after a few seconds, naming the folder and the process that holds it, and touches nothing; once the lock is gone
+// the next verify puts the checkpoint back, as the loader does.
+TEST(CheckpointVerify, ALockedOldVersionBesideAMissingCheckpointIsNamedNotWaitedFor) {
+  const fs::path dir = copy_of("locked");
+  fs::path aside = dir;
+  aside += ".old-4242-0";
+  fs::rename(dir, aside);
+  const int fd = ::open(aside.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const Result r = run("checkpoint verify " + dir.string(), "timeout 60");
+  ::close(fd);
+  EXPECT_EQ(r.status, 2) << "(124: it waited past the test's own limit)\n" << r.output;
+  const std::string holder = "process " + std::to_string(::getpid());
+  for (const std::string& fragment :
+       {dir.string() + " is missing", aside.string(), holder, std::string("still holds locked after 5 s")})
+    EXPECT_NE(r.output.find(fragment), std::string::npos) << fragment << "\n" << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+  EXPECT_FALSE(fs::exists(dir)) << "nothing restored under another's lock";
+
+  const Result after = run("checkpoint verify " + dir.string());
+  EXPECT_EQ(after.status, 0) << after.output;
+  EXPECT_FALSE(fs::exists(aside));
 }
 
 }  // namespace

@@ -18,8 +18,9 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-inline Result run(const std::string& args) {
-  const std::string command = std::string(MOE_ORACLE_BIN) + " " + args + " 2>&1";
+// `launcher` goes before the binary: "timeout 60" bounds a run that must not hang (its status is then 124).
+inline Result run(const std::string& args, const std::string& launcher = "") {
+  const std::string command = (launcher.empty() ? "" : launcher + " ") + MOE_ORACLE_BIN + " " + args + " 2>&1";
   Result result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;

@@ -77,5 +77,20 @@ TEST(QuantCli, WeightsWithATileSpreadBeyondFp8AreLossy) {
   fs::remove_all(dir);
 }
 
+// Two elements near the largest double: the matrix's norm itself is past it. Before: "relative (Frobenius) -nan"
+// (inf / inf) and null in the JSON. MXFP4 holds at most 6·2^127, so nearly all of each element is lost: ~1.
+TEST(QuantCli, TheRelativeErrorIsANumberWhenTheNormPassesTheDoubleRange) {
+  const fs::path dir = fs::temp_directory_path() / ("moe-quant-cli-range-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  write_f8(dir / "edge.npy", 1, 2, {1.5e308, -1.5e308});
+  const auto text = run("quant --weights " + (dir / "edge.npy").string());
+  EXPECT_EQ(text.output.find("nan"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("relative (Frobenius) 1\n"), std::string::npos) << text.output;
+  const auto j = run_json("quant --weights " + (dir / "edge.npy").string());
+  ASSERT_TRUE(j["mxfp4_relative_error"].is_number()) << j.dump();
+  EXPECT_NEAR(j["mxfp4_relative_error"].get<double>(), 1.0, 1e-12);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace moe::test
