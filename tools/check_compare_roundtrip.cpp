@@ -43,6 +43,9 @@ enum class Control {
   expert_grad_1pct,  // one expert's fc2 gradient × 1.01 on every rank holding it: fails as a systematic error
 };
 
+// The dump's name of the routing map (compare/README.md's table).
+constexpr const char* kRoutingMap = "router.routing_map";
+
 struct Case {
   std::string name;
   MoeConfig config;
@@ -135,7 +138,7 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
     put("hidden_states.grad", of(dx, rows));
     put("router.weight", of(shard.router_weight));
     put("router.probs", of(layer.routing().probs));
-    put("router.routing_map", golden::NpyArray::of_booleans(
+    put(kRoutingMap, golden::NpyArray::of_booleans(
                                   {n, E}, std::vector<std::uint8_t>(layer.routing().routing_map.data(),
                                                                    layer.routing().routing_map.data() + n * E)));
     put("router.weight.grad", of(grads.router_weight));
@@ -205,6 +208,13 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
     }
     golden::write_npy(rank / "router.routing_map.npy", map);
     golden::write_npy(rank / "router.probs.npy", probs);
+    // This rank's rows' counts: a row that took expert 0 alone now takes 1, so the two counts trade places (0 kept
+    // the rows that took both, 1 gains the rest).
+    if (fs::exists(rank / "router.local_tokens_per_expert.npy")) {
+      golden::NpyArray counts = golden::read_npy_widened(rank / "router.local_tokens_per_expert.npy");
+      std::swap(counts.integers[0], counts.integers[1]);
+      golden::write_npy(rank / "router.local_tokens_per_expert.npy", counts);
+    }
     if (groups.rank_in(GroupKind::ep, r) != 0) continue;  // experts 0 and 1 are local 0 and 1 of EP rank 0
     for (const char* which : {"linear_fc1", "linear_fc2"}) {
       const auto name = [&](std::int64_t i) {
@@ -213,11 +223,6 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
       const golden::NpyArray g0 = golden::read_npy_widened(name(0)), g1 = golden::read_npy_widened(name(1));
       golden::write_npy(name(0), g1);
       golden::write_npy(name(1), g0);
-    }
-    if (fs::exists(rank / "router.local_tokens_per_expert.npy")) {
-      golden::NpyArray counts = golden::read_npy_widened(rank / "router.local_tokens_per_expert.npy");
-      std::swap(counts.integers[0], counts.integers[1]);
-      golden::write_npy(rank / "router.local_tokens_per_expert.npy", counts);
     }
   }
   return swapped;
@@ -291,7 +296,7 @@ RoundTrip round_trip(const Case& k, const ParallelLayout& layout, const fs::path
                           " replayed (every swapped row must be, and at least one swapped)";
       break;
     case Control::row_beyond_ties:
-      t.pass = !c.pass() && f->tensor == "router.routing_map" && c.replay.beyond_rounding.size() == 1;
+      t.pass = !c.pass() && f->tensor == kRoutingMap && c.replay.beyond_rounding.size() == 1;
       if (!t.pass) t.first_failure = "a row moved far from any tie was not failed as beyond rounding";
       break;
     case Control::expert_grad_1pct:
