@@ -23,7 +23,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 constexpr const char* kFormat = "moe-checkpoint/1";
 
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("checkpoint: " + what); }
+// Every refusal quotes what checkpoint.json and the folder hold (tensor and file names, strings): control characters
+// in them are written as \xNN (storage::one_line), so that a file cannot break or forge the line it is quoted in.
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("checkpoint: " + storage::one_line(what)); }
 
 std::uint64_t fnv1a(const double* data, Eigen::Index n) {
   std::uint64_t h = 1469598103934665603ULL;
