@@ -2,8 +2,9 @@
 // moe-checkpoint/1, distributed/train/checkpoint.hpp) checked as a whole without running anything. The model is
 // read from checkpoint.json itself; then the loader checks every piece (a plain regular file of the folder, its
 // size for its shape, its checksum, its place inside its tensor, finite values, second moments >= 0, tid2eid ids
-// < E) and that every tensor of the model is covered exactly once. A file in the folder that checkpoint.json does
-// not list is a problem too. Exit 0 with a summary of what was verified; 2 with one line naming the first problem.
+// < E, no tid2eid row naming an expert twice) and that every tensor of the model is covered exactly once. A file in
+// the folder that checkpoint.json does not list is a problem too. Exit 0 with a summary of what was verified; 2 with
+// one line naming the first problem.
 #include "distributed/train/checkpoint.hpp"
 #include "golden/case_json.hpp"
 #include "storage/durable_files.hpp"
