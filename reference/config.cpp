@@ -46,7 +46,9 @@ void MoeConfig::validate() const {
     require(topk <= group_topk * (num_experts / num_groups), "topk must not exceed the experts in the kept groups");
   }
 
-  if (swiglu_clamp) require(std::isfinite(*swiglu_clamp) && *swiglu_clamp > 0, "swiglu_clamp must be finite and > 0");
+  // 0 is a clamp, not "none": gate ≤ 0 and up = 0, so the expert outputs 0 (transformers 5.25 and Megatron apply
+  // the clamp whatever L is; DeepSeek-V4's swiglu_limit: 0 reaches here).
+  if (swiglu_clamp) require(std::isfinite(*swiglu_clamp) && *swiglu_clamp >= 0, "swiglu_clamp must be finite and >= 0");
   require(shared_expert_ffn_hidden >= 0, "shared_expert_ffn_hidden must be >= 0");
   require(!(shared_expert_gate && !has_shared_expert()), "shared_expert_gate requires a shared expert");
   require(!(shared_expert_clamp && !has_shared_expert()), "shared_expert_clamp requires a shared expert");

@@ -39,7 +39,7 @@ struct MoeConfig {
   int group_topk = 0;        // groups kept per token (moe_router_group_topk)
   bool hash_routing = false; // I_t = tid2eid[input_id_t] (DeepSeek-V4 hash layers)
 
-  // Experts. swiglu_clamp L: gate ≤ L, up ∈ [−L, L]; unset = no clamp (activation_func_clamp_value).
+  // Experts. swiglu_clamp L ≥ 0: gate ≤ L, up ∈ [−L, L] (L = 0: up = 0); unset: no clamp (activation_func_clamp_value).
   std::optional<double> swiglu_clamp;
   int shared_expert_ffn_hidden = 0;  // 0 = no shared expert (moe_shared_expert_intermediate_size)
   bool shared_expert_gate = false;

@@ -137,9 +137,11 @@ std::vector<dist::DispatcherKind> kinds_of(const CheckRow& row, const std::vecto
   return {dist::DispatcherKind::alltoall};
 }
 
-// Runs every (row, layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr).
-std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dist::KernelBackend& kernels,
-                         Communicator* world) {
+// Runs every (row, layout, dispatcher) on `world` (MPI) or on in-process ranks (world == nullptr) into `runs`. When
+// a run throws, `runs` still holds every run that finished before the exception propagates, so that the caller
+// can report them: a failure found before a hard error is not lost to it.
+void run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dist::KernelBackend& kernels,
+             Communicator* world, std::vector<CheckRun>& runs) {
   const std::vector<dist::DispatcherKind> kinds =
       o.dispatcher ? std::vector{*o.dispatcher} : all_values<dist::DispatcherKind>();
 
@@ -198,79 +200,106 @@ std::vector<CheckRun> run_all(const CheckOptions& o, const std::vector<CheckRow>
       tasks[t].checkpoint_dir = (std::filesystem::path(o.checkpoint_dir) / ("run-" + std::to_string(t + 1))).string();
 
   std::vector<std::vector<CheckRun>> done(tasks.size());
+  // In task order (the order a serial loop finishes them); run_side_by_side has joined every worker when it
+  // returns or throws, so `done` is whole here either way.
+  const auto collect = [&] {
+    for (auto& task_runs : done) runs.insert(runs.end(), task_runs.begin(), task_runs.end());
+  };
   std::mutex progress;
   int finished = 0;
-  run_side_by_side(int(tasks.size()), world ? 1 : o.jobs, [&](int t) {
-    const CheckRow& row = *tasks[std::size_t(t)].row;
-    const ParallelLayout& layout = *tasks[std::size_t(t)].layout;
-    const std::size_t r = tasks[std::size_t(t)].row_index;
-    // The job's ranks, or (nccl, a layout wider than the job) in-process ranks of rank 0 while the others go on.
-    Communicator* ranks = world && layout.world <= world->size() ? world : nullptr;
-    const bool in_process = world && ranks == nullptr;
-    if (in_process && world->rank() != 0) return;
-    dist::CheckProblem problem{row.run.model(), params[r], batches[r], layout, {}, {o.atol, o.rtol}};
-    LayoutOracle oracle;
-    for (auto kind : kinds_of(row, kinds)) {
-      if (!selected(o, run_name(row, layout, kind))) continue;
-      problem.options = {kind, row.run.mode(), row.run.micro_batch};
-      problem.options.kernels = &kernels;
-      // A bf16 row runs in float or in double (bf16_in_double), with its own tolerance unless one was given.
-      const bool in_double = bf16_in_double(row);
-      problem.options.precision = row.run.bf16_storage ? in_double ? Precision::float64 : Precision::float32
-                                                       : arithmetic_of(o.dtype);
-      if (row.run.bf16_storage && !o.tolerance_given) problem.tolerance = bf16_row_tolerance(row);
-      problem.options.kv_exchange = row.cp_comm_type;
-      problem.options.expert_waves = row.expert_waves;
-      const auto start = std::chrono::steady_clock::now();
-      dist::RankComparison result;
-      std::vector<dist::RankComparison> steps;
-      Tolerance applied = problem.tolerance;
-      int replica_slots = 0;
-      if (row.steps > 0) {
-        dist::RunProblem run = run_problem(o, row, problem);
-        applied = run.tolerance;
-        if (!row.resume_as.empty()) run.checkpoint_dir = tasks[std::size_t(t)].checkpoint_dir;
-        if (!oracle.trajectory) oracle.trajectory = dist::oracle_trajectory(run);
-        steps = ranks ? dist::check_run_on_world(*ranks, run, *oracle.trajectory)
-                      : dist::check_run_inproc(run, *oracle.trajectory);
-        for (const auto& s : steps) result.merge(s);
-        replica_slots = planned_slots(row, run, *oracle.trajectory);
-      } else {
-        if (!oracle.step) oracle.step = dist::oracle_step(problem);
-        // Replicated hot experts, planned from the batch's expert counts as a run plans from its previous step's.
-        problem.options.replication.clear();
-        if (row.hot_expert_slots > 0)
-          for (const auto& counts : oracle.step->bias_counts) {
-            problem.options.replication.push_back(dist::plan_replicas(counts, layout.ep, row.hot_expert_slots));
-            replica_slots += problem.options.replication.back().slots();
-          }
-        if (ranks) {
-          // The first layout.world ranks run it; the rest sit it out in their own color.
-          auto sub = ranks->split(ranks->rank() < layout.world ? 0 : 1, ranks->rank());
-          if (ranks->rank() < layout.world) result = dist::check_on_world(*sub, problem, *oracle.step);
+  try {
+    run_side_by_side(int(tasks.size()), world ? 1 : o.jobs, [&](int t) {
+      const CheckRow& row = *tasks[std::size_t(t)].row;
+      const ParallelLayout& layout = *tasks[std::size_t(t)].layout;
+      const std::size_t r = tasks[std::size_t(t)].row_index;
+      // The job's ranks, or (nccl, a layout wider than the job) in-process ranks of rank 0 while the others go on.
+      Communicator* ranks = world && layout.world <= world->size() ? world : nullptr;
+      const bool in_process = world && ranks == nullptr;
+      if (in_process && world->rank() != 0) return;
+      dist::CheckProblem problem{row.run.model(), params[r], batches[r], layout, {}, {o.atol, o.rtol}};
+      LayoutOracle oracle;
+      for (auto kind : kinds_of(row, kinds)) {
+        if (!selected(o, run_name(row, layout, kind))) continue;
+        problem.options = {kind, row.run.mode(), row.run.micro_batch};
+        problem.options.kernels = &kernels;
+        // A bf16 row runs in float or in double (bf16_in_double), with its own tolerance unless one was given.
+        const bool in_double = bf16_in_double(row);
+        problem.options.precision = row.run.bf16_storage ? in_double ? Precision::float64 : Precision::float32
+                                                         : arithmetic_of(o.dtype);
+        if (row.run.bf16_storage && !o.tolerance_given) problem.tolerance = bf16_row_tolerance(row);
+        problem.options.kv_exchange = row.cp_comm_type;
+        problem.options.expert_waves = row.expert_waves;
+        const auto start = std::chrono::steady_clock::now();
+        dist::RankComparison result;
+        std::vector<dist::RankComparison> steps;
+        Tolerance applied = problem.tolerance;
+        int replica_slots = 0;
+        if (row.steps > 0) {
+          dist::RunProblem run = run_problem(o, row, problem);
+          applied = run.tolerance;
+          if (!row.resume_as.empty()) run.checkpoint_dir = tasks[std::size_t(t)].checkpoint_dir;
+          if (!oracle.trajectory) oracle.trajectory = dist::oracle_trajectory(run);
+          steps = ranks ? dist::check_run_on_world(*ranks, run, *oracle.trajectory)
+                        : dist::check_run_inproc(run, *oracle.trajectory);
+          for (const auto& s : steps) result.merge(s);
+          replica_slots = planned_slots(row, run, *oracle.trajectory);
         } else {
-          result = dist::check_inproc(problem, *oracle.step);
+          if (!oracle.step) oracle.step = dist::oracle_step(problem);
+          // Replicated hot experts, planned from the batch's expert counts as a run plans from its previous step's.
+          problem.options.replication.clear();
+          if (row.hot_expert_slots > 0)
+            for (const auto& counts : oracle.step->bias_counts) {
+              problem.options.replication.push_back(dist::plan_replicas(counts, layout.ep, row.hot_expert_slots));
+              replica_slots += problem.options.replication.back().slots();
+            }
+          if (ranks) {
+            // The first layout.world ranks run it; the rest sit it out in their own color.
+            auto sub = ranks->split(ranks->rank() < layout.world ? 0 : 1, ranks->rank());
+            if (ranks->rank() < layout.world) result = dist::check_on_world(*sub, problem, *oracle.step);
+          } else {
+            result = dist::check_inproc(problem, *oracle.step);
+          }
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        done[std::size_t(t)].push_back(
+            {&row, layout, kind, result, seconds, steps, applied, replica_slots, in_process});
+        if (!o.json && (!world || world->rank() == 0)) {
+          std::lock_guard lock(progress);
+          std::cerr << "  [" << ++finished << "/" << chosen << "] " << run_name(row, layout, kind) << ": "
+                    << (result.pass() ? "pass" : "FAIL") << "\n";
         }
       }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      done[std::size_t(t)].push_back({&row, layout, kind, result, seconds, steps, applied, replica_slots, in_process});
-      if (!o.json && (!world || world->rank() == 0)) {
-        std::lock_guard lock(progress);
-        std::cerr << "  [" << ++finished << "/" << chosen << "] " << run_name(row, layout, kind) << ": "
-                  << (result.pass() ? "pass" : "FAIL") << "\n";
+      // In process, a resumed task's run-N folder of the check's own scratch folder goes as the task ends, beside
+      // the other worker's runs rather than in the serial tail (the scratch folder itself is removed at the end).
+      const std::string& own = tasks[std::size_t(t)].checkpoint_dir;
+      if (!world && o.own_checkpoint_dir && !row.resume_as.empty() && own != o.checkpoint_dir) {
+        std::error_code ignored;  // what is left is removed with the scratch folder
+        std::filesystem::remove_all(own, ignored);
       }
-    }
-    // In process, a resumed task's run-N folder of the check's own scratch folder goes as the task ends, beside
-    // the other worker's runs rather than in the serial tail (the scratch folder itself is removed at the end).
-    const std::string& own = tasks[std::size_t(t)].checkpoint_dir;
-    if (!world && o.own_checkpoint_dir && !row.resume_as.empty() && own != o.checkpoint_dir) {
-      std::error_code ignored;  // what is left is removed with the scratch folder
-      std::filesystem::remove_all(own, ignored);
-    }
-  });
-  std::vector<CheckRun> runs;
-  for (auto& task_runs : done) runs.insert(runs.end(), task_runs.begin(), task_runs.end());
-  return runs;
+    });
+  } catch (...) {
+    collect();
+    throw;
+  }
+  collect();
+}
+
+// What check prints when a hard error stops it partway (exit 2): the table of the runs that finished, with their
+// failures, then a line saying the check is incomplete; the error itself follows on stderr as one line (main()).
+// Before, stdout was empty and a failure found before the error showed only in stderr's progress lines. The
+// coverage line is left out: a partial set covers less by construction.
+void print_unfinished(const std::vector<CheckRun>& runs, ReportSettings settings, bool json, const std::string& error) {
+  settings.default_set = false;
+  if (json) {
+    nlohmann::json report = report_json(runs, settings);
+    report["complete"] = false;
+    report["error"] = error;
+    std::cout << report.dump(2) << "\n";
+    return;
+  }
+  print_report(runs, settings, std::cout);
+  std::cout << "incomplete: the check stopped with an error after these " << runs.size()
+            << " runs (the error is on standard error); the others did not run or did not finish\n";
 }
 
 // A build without MPI cannot join the processes of an mpirun job: refuse rather than run N separate jobs.
@@ -400,6 +429,13 @@ void add_check_command(CLI::App& app) {
     bool pass = true;
     std::unique_ptr<Communicator> alone;  // --backend nccl without MPI: the bootstrap of a job of one process
     DeviceRanks devices;                  // --backend nccl: the job's ranks on their GPUs
+    const ReportSettings settings{backend_label(o->backend, world.get()),
+                                  std::string(name_of(o->kernels)),
+                                  std::string(name_of(o->dtype, std::span<const Named<Precision>>(kDtypeNames))),
+                                  o->atol, o->rtol, o->tolerance_given, o->notes,
+                                  !o->custom_model && o->layout.world == 0 && o->filters.empty()};
+    std::vector<CheckRun> runs;  // what finished, also when an error stops the check partway
+    bool reported = false;       // the report was (being) printed: an error after that does not print it again
     try {
       if (world) require_same_options(*world, given_options(*cmd));  // before any work: ranks must run one problem
       if (o->backend == Backend::nccl) {
@@ -411,24 +447,20 @@ void add_check_command(CLI::App& app) {
       }
       const KernelChoice kernels(o->kernels, devices.device);
       Communicator* ranks = devices.world ? devices.world.get() : world.get();
-      const std::vector<CheckRun> runs = run_all(*o, rows, kernels.backend(), ranks);
+      run_all(*o, rows, kernels.backend(), ranks, runs);
       remove_own();
       for (const CheckRun& r : runs) pass = pass && r.result.pass();
       // On the GPU, also the device layer against the oracle (rank 0: the others would repeat it).
       std::vector<DeviceLayerRun> device_layers;
       if (o->kernels != Kernels::cpu && print) device_layers = run_device_layers(runs, o->dtype, o->kernels);
       for (const DeviceLayerRun& r : device_layers) pass = pass && r.pass;
-      const ReportSettings settings{backend_label(o->backend, world.get()),
-                                    std::string(name_of(o->kernels)),
-                                    std::string(name_of(o->dtype, std::span<const Named<Precision>>(kDtypeNames))),
-                                    o->atol, o->rtol, o->tolerance_given, o->notes,
-                                    !o->custom_model && o->layout.world == 0 && o->filters.empty()};
       // The default set also judges compare itself (check_compare_roundtrip.hpp), in process, in double.
       std::vector<RoundTrip> round_trips;
       if (settings.default_set && !world && o->dtype == Precision::float64 && o->kernels == Kernels::cpu &&
           o->row.steps == 0)
         round_trips = compare_round_trips(scratch_directory() / ("moe-oracle-compare-" + std::to_string(::getpid())));
       for (const RoundTrip& t : round_trips) pass = pass && t.pass;
+      reported = true;
       if (print) {
         if (o->json) {
           nlohmann::json report = report_json(runs, settings);
@@ -449,6 +481,7 @@ void add_check_command(CLI::App& app) {
       }
     } catch (const std::exception& e) {
       remove_own();
+      if (print && !reported && !runs.empty()) print_unfinished(runs, settings, o->json, e.what());
       if (!world) throw;
       end_job_on_error(*mpi, *world, e.what());
       devices.world.reset();

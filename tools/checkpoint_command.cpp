@@ -2,10 +2,12 @@
 // moe-checkpoint/1, distributed/train/checkpoint.hpp) checked as a whole without running anything. The model is
 // read from checkpoint.json itself; then the loader checks every piece (a plain regular file of the folder, its
 // size for its shape, its checksum, its place inside its tensor, finite values, second moments >= 0, tid2eid ids
-// < E) and that every tensor of the model is covered exactly once. A file in the folder that checkpoint.json does
-// not list is a problem too. Exit 0 with a summary of what was verified; 2 with one line naming the first problem.
+// < E, no tid2eid row naming an expert twice) and that every tensor of the model is covered exactly once. A file in
+// the folder that checkpoint.json does not list is a problem too. Exit 0 with a summary of what was verified; 2 with
+// one line naming the first problem.
 #include "distributed/train/checkpoint.hpp"
 #include "golden/case_json.hpp"
+#include "storage/durable_files.hpp"
 #include "storage/json_file.hpp"
 #include "storage/staged_directory.hpp"
 #include "tools/commands.hpp"
@@ -30,8 +32,10 @@ using json = nlohmann::json;
 const std::set<std::string> kModelKeys{"num_layers", "n_hash_layers", "vocab", "rms_eps", "mtp_depth",
                                        "mtp_loss_scale", "attention"};
 
+// Rules quote checkpoint.json's strings and the folder's names: control characters in them are written as \xNN, so
+// that a file cannot break or forge the line (or move the terminal's cursor).
 [[noreturn]] void refuse(const fs::path& meta, const std::string& rule) {
-  throw std::invalid_argument("checkpoint: " + meta.string() + ": " + rule);
+  throw std::invalid_argument("checkpoint: " + storage::one_line(meta.string() + ": " + rule));
 }
 
 int whole(const fs::path& meta, const json& object, const std::string& key) {
@@ -104,7 +108,8 @@ void verify(const std::string& dir, bool as_json) {
   for (const json& p : meta.at("pieces")) listed.insert(p.at("file").get<std::string>());
   for (const auto& e : fs::directory_iterator(folder))
     if (!listed.count(e.path().filename().string()))
-      throw std::invalid_argument("checkpoint: " + e.path().string() + ": not a piece listed in checkpoint.json");
+      throw std::invalid_argument("checkpoint: " + storage::one_line(e.path().string()) +
+                                  ": not a piece listed in checkpoint.json");
 
   std::set<std::string> tensors;
   std::uintmax_t bytes = 0;
@@ -122,7 +127,7 @@ void verify(const std::string& dir, bool as_json) {
               << "\n";
     return;
   }
-  std::cout << "checkpoint " << dir << ": verified\n"
+  std::cout << "checkpoint " << storage::one_line(dir) << ": verified\n"
             << "  " << meta.at("pieces").size() << " pieces (" << bytes << " bytes) covering " << tensors.size()
             << " tensors exactly once: sizes, shapes, checksums, finite values\n"
             << "  model: " << model.num_layers << " layers (" << model.n_hash_layers << " hash), h "

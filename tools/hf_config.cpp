@@ -317,11 +317,15 @@ void map_deepseek_v4(HfKeys& k, ModelFile& out) {
 
   const double limit = k.number_or("swiglu_limit", 10.0, kClassDefault);
   if (limit < 0) throw std::invalid_argument("'swiglu_limit' must be >= 0, got " + show(json(limit)));
-  if (limit > 0) c.swiglu_clamp = limit;
+  // transformers 5.25 clamps whatever the limit is (DeepseekV4Experts._apply_gate has no "if limit"), so 0 is a clamp
+  // at 0, gate ≤ 0 and up = 0: the routed experts output 0. Mapping it to "no clamp" made a captured block fail.
+  c.swiglu_clamp = limit;
   c.shared_expert_clamp = false;
-  if (limit > 0)
-    out.assumptions.push_back("swiglu_limit clamps the routed experts only (up to ±limit, gate ≤ limit), as "
-                              "DeepSeek's inference code; transformers 5.25 clamps the shared expert too");
+  out.assumptions.push_back("swiglu_limit clamps the routed experts only (up to ±limit, gate ≤ limit), as "
+                            "DeepSeek's inference code; transformers 5.25 clamps the shared expert too");
+  if (limit == 0)
+    out.assumptions.push_back("swiglu_limit 0 -> a clamp at 0, as transformers 5.25 applies it: up is 0, so every "
+                              "routed expert outputs 0");
 
   const int n_shared = k.integer_or("n_shared_experts", 1, kClassDefault);
   const std::int64_t shared = static_cast<std::int64_t>(n_shared) * c.ffn_hidden;

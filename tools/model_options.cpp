@@ -173,8 +173,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--moe-z-loss-coeff", f.z_loss_coeff, "coefficient of the z-loss");
   cmd.add_option("--moe-expert-capacity-factor", f.capacity_factor, "capacity factor (unset: dropless)");
   cmd.add_option("--activation-func-clamp-value", f.swiglu_clamp,
-                 "the SwiGLU clamp L: gate ≤ L, |up| ≤ L (DeepSeek-V4's swiglu_limit; default: the model's)")
-      ->check(real_above_zero(false));
+                 "the SwiGLU clamp L: gate ≤ L, |up| ≤ L (DeepSeek-V4's swiglu_limit; 0 clamps at 0, as Megatron "
+                 "and transformers do; default: the model's)")
+      ->check(real_above_zero(true));
   cmd.add_option("--moe-token-drop-policy", f.drop_policy, "probs or position")
       ->check(CLI::IsMember({"probs", "position"}));
   cmd.add_flag("--moe-pad-expert-input-to-capacity", f.pad_to_capacity, "pad every expert to its capacity");

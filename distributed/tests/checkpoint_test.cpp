@@ -233,6 +233,19 @@ TEST(Checkpoint, ValuesMustBeFiniteAndInRange) {
   EXPECT_NO_THROW(w.load());
 }
 
+// Before: a tid2eid row naming one expert twice (each id in range) was loaded, and `checkpoint verify` called it
+// verified; the layer itself refuses such a table. The refusal names the tensor and the row.
+TEST(Checkpoint, ATableRowNamesDistinctExperts) {
+  const Written w("tid2eid_repeat");
+  const std::size_t i = w.piece("layer0.tid2eid");
+  ASSERT_EQ(w.meta()["pieces"][i]["shape"], json::array({16, 2}));  // row-major: row 3 is elements 6 and 7
+  double first = 0;
+  std::memcpy(&first, read_bytes(w.file(i)).data() + 6 * 8, 8);
+  w.set_value(i, 7, first);
+  expect_refused(w, "tensor layer0.tid2eid: row 3 (token id 3) names expert " +
+                        std::to_string(static_cast<int>(first)) + " twice");
+}
+
 // Before: 3.7 was truncated to 3, -7 was taken, 1e12 and 2^31 wrapped to some int.
 TEST(Checkpoint, StepsMustBeIntegersInRange) {
   const Written w("steps");

@@ -23,7 +23,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 constexpr const char* kFormat = "moe-checkpoint/1";
 
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("checkpoint: " + what); }
+// Every refusal quotes what checkpoint.json and the folder hold (tensor and file names, strings): control characters
+// in them are written as \xNN (storage::one_line), so that a file cannot break or forge the line it is quoted in.
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("checkpoint: " + storage::one_line(what)); }
 
 std::uint64_t fnv1a(const double* data, Eigen::Index n) {
   std::uint64_t h = 1469598103934665603ULL;
@@ -319,9 +321,27 @@ class MetaReader {
   std::string origin_;
 };
 
+bool is_id_table(const std::string& tensor) {
+  return tensor.size() >= 8 && tensor.compare(tensor.size() - 8, 8, ".tid2eid") == 0;
+}
+
+// A tid2eid row sends its token to k distinct experts: a row naming one twice would route the token to that
+// expert twice, which no model's table does and the layer refuses (reference/layer_validation.cpp). Checked on the
+// assembled table, as a row could in principle arrive in several pieces. "" when every row is distinct, else the
+// first offending row, named. The entries are expert ids already (check_values): small integers.
+std::string repeated_expert(const Matrix<double>& table) {
+  for (Eigen::Index v = 0; v < table.rows(); ++v)
+    for (Eigen::Index j = 1; j < table.cols(); ++j)
+      for (Eigen::Index i = 0; i < j; ++i)
+        if (table(v, i) == table(v, j))
+          return "row " + std::to_string(v) + " (token id " + std::to_string(v) + ") names expert " +
+                 number(table(v, j)) + " twice (columns " + std::to_string(i) + " and " + std::to_string(j) + ")";
+  return "";
+}
+
 // The values of one piece of `tensor`, read from `file`: finite, second moments >= 0, tid2eid entries expert ids.
 void check_values(const Matrix<double>& data, const std::string& tensor, const fs::path& file, int num_experts) {
-  const bool ids = tensor.size() >= 8 && tensor.compare(tensor.size() - 8, 8, ".tid2eid") == 0;
+  const bool ids = is_id_table(tensor);
   const bool second_moment = tensor.size() >= 7 && tensor.compare(tensor.size() - 7, 7, ".adam_v") == 0;
   // The message is built only for a bad element: building it for every element was 17% of a resumed run.
   const auto element = [&](Eigen::Index k, double v) {
@@ -499,6 +519,9 @@ TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config)
     for (auto& [name, vc] : assembled) {
       if (vc.second.minCoeff() < 1) read.refuse("tensor " + name + " is not fully covered by its pieces");
       if (vc.second.maxCoeff() > 1) read.refuse("tensor " + name + " has overlapping pieces");
+      if (is_id_table(name))
+        if (const std::string repeat = repeated_expert(vc.first); !repeat.empty())
+          read.refuse("tensor " + name + ": " + repeat);
       expected.at(name).set(state, vc.first);
     }
     return state;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 namespace moe::python {
@@ -88,6 +89,18 @@ golden::NpyArray npy_from_numpy(py::handle value, golden::NpyDtype dtype, const 
       return golden::NpyArray::of_reals(shape, values_of<double>(a));
     case golden::NpyDtype::i8:
       if (kind != 'i' && kind != 'u') throw std::invalid_argument(name + ": expected an integer array, got " + dtype_text(a));
+      if (kind == 'u' && a.dtype().itemsize() == 8) {
+        // uint64 past 2^63 − 1 has no <i8: the cast wrapped it (2^64 − 1 was written as −1).
+        const auto wide = values_of<std::uint64_t>(a);
+        std::vector<std::int64_t> narrow(wide.size());
+        for (std::size_t i = 0; i < wide.size(); ++i) {
+          if (wide[i] > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+            throw std::invalid_argument(name + ": value " + std::to_string(wide[i]) + " at flat index " +
+                                        std::to_string(i) + " is past 2^63 - 1 (golden integers are int64)");
+          narrow[i] = static_cast<std::int64_t>(wide[i]);
+        }
+        return golden::NpyArray::of_integers(shape, std::move(narrow));
+      }
       return golden::NpyArray::of_integers(shape, values_of<std::int64_t>(a));
     case golden::NpyDtype::b1: {
       if (kind != 'b') throw std::invalid_argument(name + ": expected a bool array, got " + dtype_text(a));
@@ -203,6 +216,58 @@ void require_finite(const golden::NpyArray& array, const std::string& name) {
     if (!std::isfinite(array.reals[i]))
       throw std::invalid_argument(name + ": value " + std::to_string(array.reals[i]) + " at flat index " +
                                   std::to_string(i) + " is not finite (NaN and inf are refused)");
+}
+
+namespace {
+
+// `value` as an exact Python int, or a ValueError naming `name`: bools and non-integers (floats, strings) refused.
+py::int_ exact_integer(py::handle value, const std::string& name) {
+  const py::module_ numpy = py::module_::import("numpy");
+  const bool boolean = PyBool_Check(value.ptr()) || py::isinstance(value, numpy.attr("bool_"));
+  const bool integer = PyLong_Check(value.ptr()) || py::isinstance(value, numpy.attr("integer"));
+  if (boolean || !integer)
+    throw std::invalid_argument(name + " must be an int, got " + py::repr(value).cast<std::string>() +
+                                (boolean ? " (a bool)" : ""));
+  auto i = py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
+  if (!i) throw py::error_already_set();
+  return i;
+}
+
+[[noreturn]] void out_of_range(const std::string& name, const std::string& lo, const std::string& hi,
+                               const py::int_& got) {
+  throw std::invalid_argument(name + " must be in [" + lo + ", " + hi + "], got " + py::str(py::handle(got)).cast<std::string>());
+}
+
+}  // namespace
+
+std::int64_t int_argument(py::handle value, const std::string& name, std::int64_t lo, std::int64_t hi) {
+  const py::int_ i = exact_integer(value, name);
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow != 0 || v < lo || v > hi) out_of_range(name, std::to_string(lo), std::to_string(hi), i);
+  return static_cast<std::int64_t>(v);
+}
+
+int int_argument(py::handle value, const std::string& name, int lo) {
+  return static_cast<int>(int_argument(value, name, lo, std::numeric_limits<int>::max()));
+}
+
+std::uint64_t seed_argument(py::handle value, const std::string& name) {
+  const py::int_ i = exact_integer(value, name);
+  const unsigned long long v = PyLong_AsUnsignedLongLong(i.ptr());  // refuses negatives and 2^64 and above
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    out_of_range(name, "0", std::to_string(std::numeric_limits<std::uint64_t>::max()), i);
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
+std::vector<int> int_list_argument(py::handle value, const std::string& name, int lo) {
+  if (!py::isinstance<py::list>(value) && !py::isinstance<py::tuple>(value))
+    throw std::invalid_argument(name + " must be a list of ints, got " + py::repr(value).cast<std::string>());
+  std::vector<int> out;
+  for (const auto item : value) out.push_back(int_argument(item, name + "[" + std::to_string(out.size()) + "]", lo));
+  return out;
 }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {

@@ -46,6 +46,18 @@ T cast_argument(py::handle value, const std::string& name, const std::string& ex
   }
 }
 
+// An integer argument of a binding: a Python int or a numpy integer in [lo, hi], returned as int64. A bool is refused
+// although Python counts it an int (batch=True ran as batch 1), and so is every value outside the range (a negative
+// size reached std::vector as 2^64 − 1: "cannot create std::vector larger than max_size()", bad_alloc). Each
+// refusal is a ValueError naming `name`, as the other argument errors are.
+std::int64_t int_argument(py::handle value, const std::string& name, std::int64_t lo, std::int64_t hi);
+// A size or an index the C++ side holds in an int: int_argument in [lo, 2^31 − 1].
+int int_argument(py::handle value, const std::string& name, int lo);
+// A seed: every integer in [0, 2^64 − 1] (int_argument's rules; -1 was pybind11's "incompatible function arguments").
+std::uint64_t seed_argument(py::handle value, const std::string& name);
+// A list (or tuple) of int arguments, `name`[i] in messages.
+std::vector<int> int_list_argument(py::handle value, const std::string& name, int lo);
+
 // A new numpy array (C order): reals as float64, or float32 under Precision::float32 (the values came from a float
 // computation, so the narrowing is exact).
 py::array numpy_from_npy(const golden::NpyArray& array, Precision precision = Precision::float64);

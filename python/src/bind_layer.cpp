@@ -11,6 +11,8 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -66,13 +68,12 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
   }
   // Rows are t = s·batch + b; batch matters to seq_aux (one sequence per b) and to input_ids' shape.
   if (!batch.is_none()) {
-    c.batch = cast_argument<int>(batch, "batch", "an int");
+    c.batch = int_argument(batch, "batch", 1);
   } else if (c.tensors.count("input_ids") && c.tensors.at("input_ids").shape.size() == 2) {
     c.batch = static_cast<int>(c.tensors.at("input_ids").shape[0]);
   } else {
     c.batch = 1;
   }
-  if (c.batch < 1) throw std::invalid_argument("batch must be >= 1");
   if (x_shape[0] % c.batch != 0)
     throw std::invalid_argument("x has " + std::to_string(x_shape[0]) + " rows, not a multiple of batch = " +
                                 std::to_string(c.batch));
@@ -111,11 +112,12 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
     c.padding_mask.assign(mask.booleans.begin(), mask.booleans.end());
   }
   if (!partition.is_none()) {
-    try {
-      c.partition = partition.cast<std::vector<std::vector<int>>>();
-    } catch (const py::cast_error&) {
+    // Rows strictly as ints (a bool was row 0 or 1); their range is the layer's rule (layer_validation.cpp).
+    if (!py::isinstance<py::list>(partition) && !py::isinstance<py::tuple>(partition))
       throw std::invalid_argument("partition must be a list of lists of row indices");
-    }
+    for (const auto part : partition)
+      c.partition.push_back(int_list_argument(part, "partition[" + std::to_string(c.partition.size()) + "]",
+                                              std::numeric_limits<int>::min()));
   }
   return c;
 }
@@ -218,7 +220,14 @@ expert bias (updated by counts) and tid2eid (a table) have no gradient.)doc");
 
   m.def(
       "random_layer_inputs",
-      [](const py::dict& config, int seq, int batch, std::uint64_t seed, int vocab) {
+      [](const py::dict& config, const py::object& seq_arg, const py::object& batch_arg, const py::object& seed_arg,
+         const py::object& vocab_arg) {
+        const int seq = int_argument(seq_arg, "seq", 1), batch = int_argument(batch_arg, "batch", 1);
+        const std::uint64_t seed = seed_argument(seed_arg, "seed");
+        const int vocab = int_argument(vocab_arg, "vocab", 0);  // 0 serves a layer without hash routing
+        if (static_cast<std::int64_t>(seq) * batch > std::numeric_limits<int>::max())
+          throw std::invalid_argument("seq × batch = " + std::to_string(static_cast<std::int64_t>(seq) * batch) +
+                                      " tokens, more than 2^31 - 1");
         const MoeConfig c = layer_config_from_dict(config);
         // Twice: the C++ tensors and their numpy copies live together until the copies are made.
         require_memory(2 * std::min(layer_inputs_bytes(c, vocab, seq, batch), UINT64_MAX / 2), "random_layer_inputs");

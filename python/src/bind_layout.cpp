@@ -9,6 +9,8 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -107,7 +109,10 @@ divisibility rule raises ValueError naming it.)doc");
 
   m.def(
       "process_groups",
-      [](const py::dict& layout, int rank, std::optional<int> num_experts) {
+      [](const py::dict& layout, const py::object& rank_arg, const py::object& num_experts_arg) {
+        const int rank = int_argument(rank_arg, "rank", 0);
+        std::optional<int> num_experts;
+        if (!num_experts_arg.is_none()) num_experts = int_argument(num_experts_arg, "num_experts", 1);
         const ProcessGroups groups(layout_from_dict(layout));
         if (rank < 0 || rank >= groups.layout().world)
           throw std::invalid_argument("rank " + std::to_string(rank) + " is outside the world of " +
@@ -161,12 +166,20 @@ or a Semantics (the Megatron profiles drop the GTP correction).)doc");
 
   m.def(
       "loss_scale_table",
-      [](const std::string& mode, const py::dict& layout, int micro_batch, std::optional<int> global_batch,
-         const Semantics& semantics) {
+      [](const std::string& mode, const py::dict& layout, const py::object& micro_batch_arg,
+         const py::object& global_batch_arg, const Semantics& semantics) {
+        const int micro_batch = int_argument(micro_batch_arg, "micro_batch", 1);
         const ParallelLayout l = layout_from_dict(layout);
         const ProcessGroups groups(l);
         const LossMode loss_mode = parse_loss_mode(mode);
-        const int m_count = num_microbatches(l, global_batch.value_or(micro_batch * l.dp()), micro_batch);
+        // The default micro_batch · dp in 64 bits: in int it could wrap to a small positive count.
+        const std::int64_t global_batch = global_batch_arg.is_none()
+                                              ? static_cast<std::int64_t>(micro_batch) * l.dp()
+                                              : int_argument(global_batch_arg, "global_batch", 1);
+        if (global_batch > std::numeric_limits<int>::max())
+          throw std::invalid_argument("global_batch = micro_batch · dp = " + std::to_string(global_batch) +
+                                      ", more than 2^31 - 1");
+        const int m_count = num_microbatches(l, static_cast<int>(global_batch), micro_batch);
         py::list out;
         for (const auto& r : loss_scale_table(loss_mode, group_sizes(groups), m_count, semantics))
           out.append(loss_scale_dict(r, loss_mode));

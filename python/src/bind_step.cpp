@@ -10,6 +10,8 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdint>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -161,7 +163,8 @@ py::dict step_to_dict(const ModelConfig& config, GlobalStep s) {
 void bind_step(py::module_& m) {
   m.def(
       "random_model_params",
-      [](const py::dict& model_config, std::uint64_t seed) {
+      [](const py::dict& model_config, const py::object& seed_arg) {
+        const std::uint64_t seed = seed_argument(seed_arg, "seed");
         const ModelConfig c = model_config_from_dict(model_config);
         // Twice the parameters: the C++ model and its numpy copy live together until the copy is done.
         require_memory(2 * std::min(model_param_bytes(c), UINT64_MAX / 2), "random_model_params");
@@ -176,14 +179,22 @@ config selects, "layerL.expert_bias" [E] (bias-balanced layers), "layerL.tid2eid
 
   m.def(
       "random_global_batch",
-      [](const py::dict& model_config, int seq, int size, std::uint64_t seed, const std::vector<int>& padded) {
+      [](const py::dict& model_config, const py::object& seq_arg, const py::object& size_arg, const py::object& seed_arg,
+         const py::object& padded_arg) {
+        const int seq = int_argument(seq_arg, "seq", 1), size = int_argument(size_arg, "size", 1);
+        const std::uint64_t seed = seed_argument(seed_arg, "seed");
+        // Entries as ints (no bools); their range against seq is check_padding's.
+        const std::vector<int> padded = int_list_argument(padded_arg, "padded", std::numeric_limits<int>::min());
+        if (static_cast<std::int64_t>(seq) * size > std::numeric_limits<int>::max())
+          throw std::invalid_argument("seq × size = " + std::to_string(static_cast<std::int64_t>(seq) * size) +
+                                      " tokens, more than 2^31 - 1");
         const ModelConfig c = model_config_from_dict(model_config);
         check_padding(seq, size, padded);
         require_memory(2 * std::min(global_batch_bytes(seq, size), UINT64_MAX / 2), "random_global_batch");  // C++ and numpy
         return batch_to_dict(random_global_batch(c, seq, size, seed, padded));
       },
       py::arg("model_config"), py::arg("seq"), py::arg("size"), py::arg("seed") = 1,
-      py::arg("padded") = std::vector<int>{},
+      py::arg("padded") = py::list(),
       R"doc(A seeded global batch: {"input_ids": [B, S] int, "labels": [B, S] int, "loss_mask": [B, S] bool}, ids
 and labels uniform in [0, vocab). ``padded[b]`` (one entry per sequence, or empty) pads the last positions of
 sequence b (loss_mask False).)doc");
@@ -191,7 +202,8 @@ sequence b (loss_mask False).)doc");
   m.def(
       "global_step",
       [](const py::dict& model_config, const py::dict& params, const py::dict& batch, const py::dict& layout,
-         int micro_batch, const std::string& mode) {
+         const py::object& micro_batch_arg, const std::string& mode) {
+        const int micro_batch = int_argument(micro_batch_arg, "micro_batch", 1);
         const ModelConfig c = model_config_from_dict(model_config);
         const GlobalBatch b = batch_from_dict(batch);
         // Before the parameters are read (model_params_from_dict allocates a model of this config).

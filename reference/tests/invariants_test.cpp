@@ -60,6 +60,32 @@ TEST(LayerInvariants, IdentityExpertsCombineToWeightedInput) {
   }
 }
 
+// A clamp at L = 0 is a clamp (DeepSeek-V4's swiglu_limit: 0, as transformers 5.25 applies it): up is clipped to 0,
+// so every routed expert outputs 0 and passes no gradient; the layer is its shared expert alone. The config refused
+// 0 before, and the Hugging Face mapping read it as "no clamp".
+TEST(LayerInvariants, ClampAtZeroSilencesTheRoutedExperts) {
+  MoeConfig cfg = small_config();
+  cfg.swiglu_clamp = 0.0;
+  cfg.shared_expert_ffn_hidden = 4;
+  cfg.validate();
+  LayerCase c = make_case(cfg, 5, 2, 17);
+  const auto f = moe_forward(c.config, c.params, c.inputs);
+  const auto g = moe_backward(c.config, c.params, c.inputs, f, c.grad_y);
+
+  MoeConfig shared_only = cfg;  // the same layer with the routed experts' fc2 zero and no clamp
+  shared_only.swiglu_clamp.reset();
+  LayerCase z = c;
+  z.config = shared_only;
+  for (auto& fc2 : z.params.expert_fc2) fc2.setZero();
+  const auto fz = moe_forward(z.config, z.params, z.inputs);
+  EXPECT_EQ((f.y - fz.y).cwiseAbs().maxCoeff(), 0.0);
+  EXPECT_GT(f.y.cwiseAbs().maxCoeff(), 0.0) << "the shared expert still contributes";
+  for (size_t e = 0; e < g.params.expert_fc1.size(); ++e) {
+    EXPECT_EQ(g.params.expert_fc1[e].cwiseAbs().maxCoeff(), 0.0) << "expert " << e;
+    EXPECT_EQ(g.params.expert_fc2[e].cwiseAbs().maxCoeff(), 0.0) << "expert " << e;
+  }
+}
+
 // With W_g = 0 every token sees equal scores, so P_e = T/E and aux = coeff·E/(kT²)·(T/E)·Σc = coeff·E/(kT²)·(T/E)·Tk
 // = coeff, whatever the counts.
 TEST(LayerInvariants, AuxLossEqualsCoefficientAtUniformLoad) {

@@ -123,6 +123,33 @@ TEST(CheckpointVerify, EachBrokenPieceIsNamed) {
   expect_refused(dir, "checkpoint.json");
 }
 
+// Strings of checkpoint.json quoted in a refusal (the format, a tensor's name, a key of the model) carry their control
+// characters escaped as \xNN. Before: printed raw, so that an escape sequence reached the terminal and a newline
+// forged a second line of output.
+TEST(CheckpointVerify, ControlCharactersFromTheFileArePrintedEscaped) {
+  const std::string hostile = "x\x1b[2J\nmoe-oracle: verified\r";
+  const json meta = meta_of(written());
+  const auto expect_escaped = [&](const std::string& name, json m) {
+    const fs::path dir = copy_of(name);
+    std::ofstream(dir / "checkpoint.json") << m.dump();
+    const Result r = run("checkpoint verify " + dir.string());
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("x\\x1b[2J\\x0amoe-oracle: verified\\x0d"), std::string::npos) << name << ": " << r.output;
+    EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << name << ": " << r.output;
+    EXPECT_EQ(r.output.find('\r'), std::string::npos) << name << ": " << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << name << ": one line: " << r.output;
+  };
+  json m = meta;
+  m["format"] = hostile;
+  expect_escaped("control_format", m);
+  m = meta;
+  m["pieces"][0]["tensor"] = hostile;
+  expect_escaped("control_tensor", m);
+  m = meta;
+  m["model"][hostile] = 1;
+  expect_escaped("control_model_key", m);
+}
+
 // A checkpoint missing, its previous version set aside at .old- and locked: a writer stopped between its two renames,
 // or any process holding that folder. Before: verify waited for the lock forever, printing nothing. Now it gives up
 // after a few seconds, naming the folder and the process that holds it, and touches nothing; once the lock is gone

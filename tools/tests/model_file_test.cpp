@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -225,6 +226,19 @@ TEST(ModelFile, DeepSeekV4RefusesWhatItDoesNotModel) {
   types = json::array();
   for (int l = 0; l < 43; ++l) types.push_back(l < 2 ? "hash_moe" : "moe");
   EXPECT_EQ(read_model_file(variant("deepseek-v4-flash.json", "mlp_layer_types", types)).model.n_hash_layers, 2);
+}
+
+// swiglu_limit 0 is a clamp at 0, as transformers 5.25 applies it (no "if limit" in DeepseekV4Experts): it was read
+// as "no clamp", and a block captured with it failed against the oracle.
+TEST(ModelFile, DeepSeekV4SwigluLimitZeroClampsAtZero) {
+  const ModelFile m = read_model_file(variant("deepseek-v4-flash.json", "swiglu_limit", 0));
+  ASSERT_TRUE(m.model.config.swiglu_clamp.has_value()) << "swiglu_limit 0 read as no clamp";
+  EXPECT_EQ(*m.model.config.swiglu_clamp, 0.0);
+  EXPECT_EQ(m.model.config.routed_clamp(), std::optional<double>(0.0));
+  EXPECT_FALSE(m.model.config.shared_clamp().has_value());
+  EXPECT_TRUE(has_entry(m.assumptions, "swiglu_limit 0 -> a clamp at 0"));
+  m.model.config.validate();
+  expect_refused(variant("deepseek-v4-flash.json", "swiglu_limit", -1), "'swiglu_limit' must be >= 0");
 }
 
 TEST(ModelFile, Mixtral8x7B) {
