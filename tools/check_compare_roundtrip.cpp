@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -80,7 +81,12 @@ std::vector<Case> controls() {
   const MoeConfig v4 = layer_preset("tiny-v4").config;
   MoeConfig bf16 = v4;
   bf16.bf16_storage = true;
-  return {{"tiny-v4 tie replayed", v4, "", Control::tie_swapped, true},
+  // Without a balance loss: its own top-k breaks the tie the same way in both runs, so its share of the router's
+  // gradient would not trade places with the selection's (swap_tied_experts).
+  MoeConfig no_aux = v4;
+  no_aux.aux_loss_type = AuxLossType::none;
+  no_aux.aux_loss_coeff = 0;
+  return {{"tiny-v4 tie replayed", no_aux, "", Control::tie_swapped, true},
           {"tiny-v4 row beyond ties (must fail)", v4, "", Control::row_beyond_ties},
           {"tiny-v4 bf16 expert grad 1% (must fail)", bf16, "bfloat16", Control::expert_grad_1pct}};
 }
@@ -188,9 +194,10 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
 }
 
 // Swaps what experts 0 and 1 are given in a written dump wherever a row selected one of them alone: the routing map
-// and probabilities of those rows, the two experts' gradients and counts on the ranks holding them. Experts 0 and 1
-// being the same expert (identical_experts_01), that is the run whose ties went the other way. Returns the rows
-// swapped.
+// and probabilities of those rows, every rank's counts and rows 0 and 1 of its router gradient, and the two experts'
+// gradients on the ranks holding them. Experts 0 and 1 being the same expert (identical_experts_01), that is the run
+// whose ties went the other way: a row's share of the router gradient moves from row 0 to row 1 unchanged, and the
+// rows that took both put the same share in each. Returns the rows swapped.
 std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir) {
   const ProcessGroups groups(layout);
   std::int64_t swapped = 0;
@@ -215,6 +222,11 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
       std::swap(counts.integers[0], counts.integers[1]);
       golden::write_npy(rank / "router.local_tokens_per_expert.npy", counts);
     }
+    golden::NpyArray router = golden::read_npy_widened(rank / "router.weight.grad.npy");  // [E, h]
+    const auto h = static_cast<size_t>(router.shape[1]);
+    std::swap_ranges(router.reals.begin(), router.reals.begin() + static_cast<std::ptrdiff_t>(h),
+                     router.reals.begin() + static_cast<std::ptrdiff_t>(h));
+    golden::write_npy(rank / "router.weight.grad.npy", router);
     if (groups.rank_in(GroupKind::ep, r) != 0) continue;  // experts 0 and 1 are local 0 and 1 of EP rank 0
     for (const char* which : {"linear_fc1", "linear_fc2"}) {
       const auto name = [&](std::int64_t i) {

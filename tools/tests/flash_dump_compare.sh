@@ -2,8 +2,9 @@
 # tools/make-v4-flash-dump at a small shape, judged by compare: the generator (an independent numpy layer in float32
 # with bf16 storage) and the streamed oracle must agree on a correct layer with ep 4 of world 8 (two expert-gradient
 # groups); an expert gradient's largest element changed by a quarter must fail naming tensor and rank, and so must
-# a typical (median) element changed by a fifth where the SwiGLU clamp is active (the bf16 error model's spread is
-# clipped: with the plain rms of d, clamp-boundary flips made it pass up to ~40%).
+# a typical (median) element changed by half where the SwiGLU clamp is active. The allowance is 6·z(n) of the
+# rounding oracle's noise (z = 5.6 for these 8M elements): a fifth is 0.48 of it, a half 1.19. The spread of that
+# noise is clipped: with its plain rms, clamp-boundary flips loosened the whole tensor several times over.
 #   flash_dump_compare.sh REPO MOE_ORACLE
 set -euo pipefail
 repo=$1 oracle=$2
@@ -39,4 +40,4 @@ PY
   [[ $rc == 1 ]] && grep -q "first mismatch in $2 on rank $1 " "$dir/fail.txt"
 }
 changed 5 experts.local_experts.0.linear_fc2.weight.grad largest 1.25
-changed 0 experts.local_experts.0.linear_fc1.weight.grad median 1.2
+changed 0 experts.local_experts.0.linear_fc1.weight.grad median 1.5
