@@ -24,9 +24,9 @@ import matrix  # noqa: E402
 import seeded_bugs  # noqa: E402
 
 
-def compare(oracle, dump_dir, precision):
-    """(exit code, report or None, the last line of what it said)."""
-    command = [oracle, "compare", str(dump_dir), "--json"] + (["--precision", precision] if precision else [])
+def compare(oracle, dump_dir, precision, extra=()):
+    """(exit code, report or None, the last line of what it said); `extra`: more options for compare."""
+    command = [oracle, "compare", str(dump_dir), "--json", *extra] + (["--precision", precision] if precision else [])
     result = subprocess.run(command, capture_output=True, text=True)
     report = None
     if result.returncode in (0, 1):

@@ -15,11 +15,9 @@ routers compute their logits in bf16, V3's casts to float32); bf16-fp32-router â
 weight kept in float32 and its logits computed in float32 (as a checkpoint loads DeepSeek-V3's gate).
 """
 import argparse
-import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 
 import driver  # noqa: E402
+import hf_check  # noqa: E402
 import matrix  # noqa: E402
 import moe_capture  # noqa: E402
 
@@ -152,18 +151,6 @@ def run_block(family, dtype_name, seed, bug, out, sizes):
             u()
 
 
-def compare(oracle, dump):
-    result = subprocess.run([oracle, "compare", str(dump), "--json", "--no-explain"], capture_output=True, text=True)
-    report = None
-    if result.returncode in (0, 1):
-        try:
-            report = json.loads(result.stdout)
-        except json.JSONDecodeError:
-            pass
-    lines = (result.stderr or result.stdout).strip().splitlines()
-    return result.returncode, report, lines[-1] if lines else ""
-
-
 def first_failing(report):
     if "first_mismatch" in report:
         return report["first_mismatch"]["tensor"]
@@ -240,7 +227,7 @@ def main():
         try:
             run_block(f, d, s, b, dump, sizes)
             middle = time.time()
-            rc, report, said = compare(a.oracle, dump)
+            rc, report, said = hf_check.compare(a.oracle, dump, None, ["--no-explain"])
         except Exception as e:  # a case that raised is never as expected
             rc, report, said = -1, None, f"{type(e).__name__}: {e}"
         if report is None:
