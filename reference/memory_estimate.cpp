@@ -93,6 +93,19 @@ std::uint64_t global_step_bytes(const ModelConfig& c, int seq, int size) {
   return bytes;
 }
 
+std::uint64_t checkpoint_load_bytes(const ModelConfig& c, bool moments) {
+  const std::uint64_t sets = moments ? 3 : 1, params = model_param_bytes(c);
+  const std::uint64_t values = mul(params, sets);
+  std::uint64_t bytes = add(values, add(values, values == kSaturated ? kSaturated : values / 2));  // + coverage
+  bytes = add(bytes, params);                                                                    // one piece
+  // Tensors: per block 3 per expert (fc1's gate and up halves, fc2) and at most 16 others; embedding, head, final
+  // norm; an MTP depth's 4 own. Each costs about 768 bytes of tables (its name twice, a setter, two map nodes, the
+  // Eigen headers and their heap blocks): ~650 measured, 16 layers of 8192 experts of width 1 with moments.
+  const std::uint64_t blocks = add(n(c.num_layers), n(c.mtp_depth));
+  const std::uint64_t tensors = add(mul(blocks, add(mul(3, n(c.layer.num_experts)), 16)), add(3, mul(4, n(c.mtp_depth))));
+  return add(bytes, mul(tensors, sets, 768));
+}
+
 std::uint64_t memory_budget() {
   if (const char* text = std::getenv("MOE_ORACLE_MEMORY_BUDGET")) {
     const std::string s = text;
@@ -109,9 +122,10 @@ void require_memory(std::uint64_t bytes, const std::string& what) {
   const std::uint64_t budget = memory_budget();
   if (bytes <= budget) return;
   const bool from_env = std::getenv("MOE_ORACLE_MEMORY_BUDGET") != nullptr;
-  throw std::invalid_argument(what + ": needs about " +
-                              (bytes == kSaturated ? std::string("more than 2^64") : std::to_string(bytes)) +
-                              " bytes (" + gib(bytes) + "), more than the memory budget of " + std::to_string(budget) +
+  throw std::invalid_argument(what + (bytes == kSaturated ? ": needs more than 2^64 bytes"
+                                                           : ": needs about " + std::to_string(bytes) + " bytes (" +
+                                                                 gib(bytes) + ")") +
+                              ", more than the memory budget of " + std::to_string(budget) +
                               " bytes (" + gib(budget) + (from_env ? ", MOE_ORACLE_MEMORY_BUDGET" : ", physical memory") +
                               ")");
 }

@@ -33,6 +33,11 @@ std::uint64_t global_batch_bytes(int seq, int size);
 // A global step of a model on a [size, seq] batch: parameters, their gradient and its running sum, every block's
 // activations on the whole batch and the head's logits [tokens, vocab] with their gradient.
 std::uint64_t global_step_bytes(const ModelConfig& config, int seq, int size);
+// Loading a checkpoint of `config` (distributed/train/checkpoint.cpp, load_checkpoint), whose config comes from an
+// untrusted checkpoint.json: the parameters, and with `moments` Adam's two moment sets; while the pieces are
+// assembled, each tensor's value (double) and coverage count (int); one piece's buffer (at most the parameters);
+// and per tensor its entries in the loader's tables, which outweigh the values when experts are many and tiny.
+std::uint64_t checkpoint_load_bytes(const ModelConfig& config, bool moments);
 
 // The memory one call may take: MOE_ORACLE_MEMORY_BUDGET (bytes, a decimal integer) when set, else the machine's
 // physical memory (sysconf). A malformed variable is refused (std::invalid_argument), never ignored.

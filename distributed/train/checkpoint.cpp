@@ -1,6 +1,7 @@
 #include "distributed/train/checkpoint.hpp"
 
 #include "reference/config_fields.hpp"
+#include "reference/memory_estimate.hpp"
 #include "reference/process_groups.hpp"
 #include "storage/durable_files.hpp"
 #include "storage/staged_directory.hpp"
@@ -459,8 +460,16 @@ TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config)
                   json::diff(model_json(config), meta.at("model")).dump());
 
     TrainingState state;
-    state.params = random_model_params<double>(config, 0);  // the shapes; every value is overwritten below
     state.has_moments = read.boolean(meta, "has_moments");
+    // Everything allocated below is sized by the model, which `checkpoint verify` takes from this untrusted file:
+    // estimated first and held to the one memory budget, so that a declared 2^62 elements is a refusal, not an
+    // allocation (reference/memory_estimate.hpp).
+    try {
+      require_memory(checkpoint_load_bytes(config, state.has_moments), "loading its model");
+    } catch (const std::invalid_argument& e) {
+      read.refuse(e.what());
+    }
+    state.params = random_model_params<double>(config, 0);  // the shapes; every value is overwritten below
     if (meta.contains("moments")) {
       const std::string of = read.string(meta, "moments");
       if (of != "adam" && of != "muon") read.refuse("'moments' must be \"adam\" or \"muon\", not '" + of + "'");

@@ -50,7 +50,8 @@ void save_checkpoint(const std::string& dir, Communicator& world, const ModelCon
 // piece file that is not a plain name in the folder (no '/', no '..'), not a regular file (FIFOs and devices are
 // never opened), or a symlink leading out of the folder; an offset or shape that is not two integers >= 0 or does
 // not fit its tensor (checked without sums that could overflow); a size or checksum mismatch; a NaN or ±inf value,
-// a negative second moment, a tid2eid entry that is not an expert id in [0, E); a tensor not covered exactly once.
+// a negative second moment, a tid2eid entry that is not an expert id in [0, E); a tensor not covered exactly once;
+// a model whose load would need more than the memory budget (checkpoint_load_bytes, refused before allocating).
 TrainingState load_checkpoint(const std::string& dir, const ModelConfig& config);
 
 }  // namespace moe::dist

@@ -79,5 +79,25 @@ TEST(MemoryEstimate, RefusesAboveTheBudgetWithBothFigures) {
   test::expect_error("physical memory", [&] { require_memory(model_param_bytes(m), "model"); });
 }
 
+// Issue 55: `checkpoint verify` allocated whatever checkpoint.json declared. The load's estimate holds at least the
+// parameters with their coverage counts (three sets with moments), saturates for a declared 2^62 elements, and a
+// saturated estimate is refused as "more than 2^64 bytes" rather than as a number.
+TEST(MemoryEstimate, ACheckpointLoadCountsItsSetsAndSaturates) {
+  const ModelConfig m = model_with_everything();
+  const std::uint64_t params = model_param_bytes(m);
+  EXPECT_GE(checkpoint_load_bytes(m, false), params * 5 / 2);
+  EXPECT_GE(checkpoint_load_bytes(m, true), 3 * params * 5 / 2);
+  EXPECT_GT(checkpoint_load_bytes(m, true), checkpoint_load_bytes(m, false));
+  ModelConfig huge = m;  // 2^20 · 2^20 · 2^14 · 3 · 256 layers: 3 · 2^62 expert elements
+  huge.layer.hidden = huge.layer.ffn_hidden = 1 << 20;
+  huge.layer.num_experts = 1 << 14;
+  huge.num_layers = 256;
+  EXPECT_EQ(checkpoint_load_bytes(huge, true), std::numeric_limits<std::uint64_t>::max());
+  ::setenv("MOE_ORACLE_MEMORY_BUDGET", "1000000", 1);
+  test::expect_error("loading: needs more than 2^64 bytes, more than the memory budget of 1000000 bytes",
+                     [&] { require_memory(checkpoint_load_bytes(huge, true), "loading"); });
+  ::unsetenv("MOE_ORACLE_MEMORY_BUDGET");
+}
+
 }  // namespace
 }  // namespace moe

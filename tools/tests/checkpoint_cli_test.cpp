@@ -1,7 +1,8 @@
 // `moe-oracle checkpoint verify DIR` on a checkpoint that `check --steps 2 --resume-as` wrote: exit 0 with a
 // summary; a piece cut short, a NaN under a matching checksum, a missing piece, an unlisted file, a folder that is
 // not a checkpoint: exit 2 with one line naming the file and the rule; a locked set-aside version beside a missing
-// checkpoint: exit 2 after a bounded wait, naming who holds it.
+// checkpoint: exit 2 after a bounded wait, naming who holds it; a declared model beyond the memory budget: exit 2
+// before anything is allocated.
 #include "tools/tests/cli_run.hpp"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -175,6 +177,42 @@ TEST(CheckpointVerify, ALockedOldVersionBesideAMissingCheckpointIsNamedNotWaited
   const Result after = run("checkpoint verify " + dir.string());
   EXPECT_EQ(after.status, 0) << after.output;
   EXPECT_FALSE(fs::exists(aside));
+}
+
+// Issue 55: verify allocated whatever model checkpoint.json declared (std::bad_alloc for 2^62 elements, or all
+// memory for a model just below what the allocator refuses). The load is estimated from the declared model first
+// and refused under the one budget, in one line naming the estimate and the budget, before anything is allocated.
+TEST(CheckpointVerify, ADeclaredModelBeyondTheMemoryBudgetIsRefusedBeforeAllocating) {
+  const fs::path& good = written();  // written without the budget below
+  ::setenv("MOE_ORACLE_MEMORY_BUDGET", "100000000", 1);
+  const auto refused = [](const fs::path& dir, const std::string& estimate) {
+    const Result r = run("checkpoint verify " + dir.string(), "timeout 60");
+    EXPECT_EQ(r.status, 2) << r.output;
+    for (const std::string& fragment : {(dir / "checkpoint.json").string() + ": loading its model: " + estimate,
+                                        std::string("more than the memory budget of 100000000 bytes"),
+                                        std::string("MOE_ORACLE_MEMORY_BUDGET")})
+      EXPECT_NE(r.output.find(fragment), std::string::npos) << fragment << "\n" << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+  };
+  // 2^20 · 2^20 · 2^14 experts · 3 · 256 layers: 3 · 2^62 elements, past any count of bytes.
+  fs::path dir = copy_of("huge");
+  json meta = meta_of(dir);
+  meta["model"]["hidden"] = meta["model"]["ffn_hidden"] = 1 << 20;
+  meta["model"]["shared_expert_ffn_hidden"] = 0;
+  meta["model"]["num_experts"] = 1 << 14;
+  meta["model"]["num_layers"] = 256;
+  std::ofstream(dir / "checkpoint.json") << meta.dump();
+  refused(dir, "needs more than 2^64 bytes");
+  // A vocabulary of 2^16: about 0.3 GB with the moments, which the allocator would have given.
+  dir = copy_of("large");
+  meta = meta_of(dir);
+  meta["model"]["vocab"] = 1 << 16;
+  std::ofstream(dir / "checkpoint.json") << meta.dump();
+  refused(dir, "needs about ");
+  // The written checkpoint (~8 MB to load) fits the same budget.
+  const Result fits = run("checkpoint verify " + good.string());
+  ::unsetenv("MOE_ORACLE_MEMORY_BUDGET");
+  EXPECT_EQ(fits.status, 0) << fits.output;
 }
 
 }  // namespace
