@@ -10,6 +10,7 @@
 #include "golden/npy.hpp"
 #include "reference/block_quant.hpp"
 #include "reference/fp4_to_fp8.hpp"
+#include "reference/memory_estimate.hpp"
 #include "tools/commands.hpp"
 #include "tools/layout_options.hpp"
 
@@ -36,14 +37,34 @@ struct QuantOptions {
   bool json = false;
 };
 
-Matrix<double> read_weights(const std::string& path) {
-  const NpyArray a = golden::read_npy_widened(path);
-  if (a.shape.size() != 2 || a.size() == 0)
+// Bytes per element `quant --weights` holds at its peak: while judging, the matrix, its MXFP4 codes (1 + 1/32),
+// the dequantised copy and two temporaries of the error's norms (33); while reading, the file's bytes, their raw
+// copy and the widened values (2·item + 8 <= 24). Measured: 25 an element at peak, 2048 × 2048 float64 or float32.
+constexpr std::uint64_t kQuantBytesPerElement = 40;
+
+// The header first (its dtype, shape and the file's size for them), and the memory the shape needs under the one
+// budget, before a byte of data is read: a header declaring 2^40 elements is refused, not allocated.
+golden::NpyHeader check_weights_header(const std::string& path) {
+  const golden::NpyHeader h = golden::read_npy_header_widened(path);
+  const NpyArray shape{h.dtype, h.shape, {}, {}, {}};
+  if (h.shape.size() != 2 || shape.size() == 0)
     throw std::invalid_argument(path + ": a weight matrix is 2-d with at least one element, got shape " +
-                                a.shape_string());
-  if (a.dtype != NpyDtype::f8 && a.dtype != NpyDtype::f4 && a.dtype != NpyDtype::u2)
+                                shape.shape_string());
+  if (h.dtype != NpyDtype::f8 && h.dtype != NpyDtype::f4 && h.dtype != NpyDtype::u2)
     throw std::invalid_argument(path + ": weights are float64, float32 or bfloat16 (uint16 bits), got " +
-                                std::string(golden::npy_descr(a.dtype)));
+                                std::string(golden::npy_descr(h.dtype)));
+  // At most 2^40 elements (the reader's bound), so the product cannot overflow.
+  require_memory(static_cast<std::uint64_t>(shape.size()) * kQuantBytesPerElement,
+                 path + ": quantising a " + shape.shape_string() + " matrix");
+  return h;
+}
+
+Matrix<double> read_weights(const std::string& path) {
+  const golden::NpyHeader h = check_weights_header(path);
+  const NpyArray a = golden::read_npy_widened(path);
+  if (a.dtype != h.dtype || a.shape != h.shape)  // the file was replaced between the two reads
+    throw std::invalid_argument(path + ": changed while it was read (header " +
+                                NpyArray{h.dtype, h.shape, {}, {}, {}}.shape_string() + ", data " + a.shape_string() + ")");
   Matrix<double> w(a.shape[0], a.shape[1]);
   for (Eigen::Index i = 0; i < w.size(); ++i) {
     const auto at = static_cast<std::size_t>(i);

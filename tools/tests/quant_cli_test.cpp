@@ -1,11 +1,13 @@
 // `moe-oracle quant`: the census says the figures derived by hand in reference/tests/fp4_to_fp8_test.cpp, and a
 // weight matrix is judged tile by tile: one whose MXFP4 sub-block exponents spread by 20 inside a tile is refused
-// as lossy (exit 1), the same tile without the spread passes; an empty matrix is refused (exit 2).
+// as lossy (exit 1), the same tile without the spread passes; an empty matrix is refused (exit 2), and so is one
+// whose header declares more than the memory budget (exit 2, before its data is read).
 #include "tools/tests/cli_run.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -89,6 +91,38 @@ TEST(QuantCli, TheRelativeErrorIsANumberWhenTheNormPassesTheDoubleRange) {
   const auto j = run_json("quant --weights " + (dir / "edge.npy").string());
   ASSERT_TRUE(j["mxfp4_relative_error"].is_number()) << j.dump();
   EXPECT_NEAR(j["mxfp4_relative_error"].get<double>(), 1.0, 1e-12);
+  fs::remove_all(dir);
+}
+
+// Issue 55: `quant --weights` ignored MOE_ORACLE_MEMORY_BUDGET and read the whole file before looking at its
+// shape. The header is read first and the matrix's memory held to the one budget: exit 2, one line naming the
+// estimate and the budget, before a byte of data is read (the 128 GiB file below is sparse: nothing is on disk).
+TEST(QuantCli, WeightsBeyondTheMemoryBudgetAreRefusedFromTheHeader) {
+  const fs::path dir = fs::temp_directory_path() / ("moe-quant-cli-budget-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto expect_refused = [&](const fs::path& file, const std::string& budget, const std::string& estimate) {
+    ::setenv("MOE_ORACLE_MEMORY_BUDGET", budget.c_str(), 1);
+    const auto r = run("quant --weights " + file.string(), "timeout 60");
+    ::unsetenv("MOE_ORACLE_MEMORY_BUDGET");
+    EXPECT_EQ(r.status, 2) << r.output;
+    for (const std::string& fragment : {file.string() + ": quantising a " + estimate,
+                                        "more than the memory budget of " + budget + " bytes",
+                                        std::string("MOE_ORACLE_MEMORY_BUDGET")})
+      EXPECT_NE(r.output.find(fragment), std::string::npos) << fragment << "\n" << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+  };
+  // 256 × 256 float64 (0.5 MB of data, ~2.6 MB to judge): under a budget of 1 MB it was judged anyway.
+  write_f8(dir / "small.npy", 256, 256, std::vector<double>(256 * 256, 1.0));
+  expect_refused(dir / "small.npy", "1000000", "[256, 256] matrix: needs about 2621440 bytes");
+  // A header declaring [2^17, 2^17] float64, with the 128 GiB its shape needs (a sparse file).
+  write_f8(dir / "huge.npy", 1 << 17, 1 << 17, {});
+  fs::resize_file(dir / "huge.npy", fs::file_size(dir / "huge.npy") + (std::uintmax_t(1) << 37));
+  expect_refused(dir / "huge.npy", "1000000000", "[131072, 131072] matrix: needs about ");
+  // The small matrix fits a budget of 10 MB.
+  ::setenv("MOE_ORACLE_MEMORY_BUDGET", "10000000", 1);
+  const auto fits = run("quant --weights " + (dir / "small.npy").string());
+  ::unsetenv("MOE_ORACLE_MEMORY_BUDGET");
+  EXPECT_EQ(fits.status, 0) << fits.output;
   fs::remove_all(dir);
 }
 
