@@ -348,6 +348,11 @@ void add_bench_command(CLI::App& app) {
     const double routed = 1.0 * token_counts.back() * o->topk, ranks = o->backend == Backend::inproc ? o->world : 1;
     memory.activations = 8.0 * ranks * routed * (8.0 * o->hidden + (o->experts_gemm ? 6.0 * o->ffn : 0));
     if (o->experts_gemm) memory.parameters = 8.0 * 2 * 3.0 * o->experts * o->hidden * o->ffn;
+    if (o->backend == Backend::inproc && !o->experts_gemm && !o->permute) {  // bench_rank's in-process world, EP only
+      ParallelLayout layout;
+      layout.world = layout.ep = o->world;
+      memory.ranks = static_cast<double>(dist::inproc_world_bytes(ProcessGroups(layout)));
+    }
     require_fits(memory, "this benchmark", "give smaller --tokens / --hidden / --world");
     if (o->experts_gemm) {
       run_expert_bench({o->tokens, o->topk, o->experts, o->hidden, o->ffn, o->repetitions, o->json,

@@ -34,6 +34,7 @@
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/comm/mpi_communicator.hpp"
 #include "distributed/comm/mpi_runtime.hpp"
+#include "distributed/train/rank_groups.hpp"
 #include "golden/case_json.hpp"
 #include "reference/memory_estimate.hpp"
 #include "tools/check_compare_roundtrip.hpp"
@@ -52,17 +53,38 @@ namespace moe::cli {
 namespace {
 
 
-// What a check of `row` on `layout` holds at once: the oracle's parameters and gradients, every in-process rank's
-// shards (at worst a full copy each) and, with steps, Adam's moments; and the activations of a step's microbatches.
-MemoryEstimate check_memory(const ModelConfig& m, const RunOptions& run, const ParallelLayout& layout, int steps) {
+// What a check of `row` on `layout` (resumed under `resume`, if any) holds at once in this process: the oracle's
+// parameters and gradients, each of its ranks' shards (at worst a full copy each) and, with steps, Adam's moments;
+// the activations of a step's microbatches; and when the ranks are in process (`in_process`), the ranks themselves,
+// of which building their groups grows as world³ (dist::inproc_world_bytes: 8 GiB at 1024 ranks). Under mpirun a
+// process holds one rank.
+MemoryEstimate check_memory(const ModelConfig& m, const RunOptions& run, const ParallelLayout& layout, int steps,
+                            const std::optional<ParallelLayout>& resume, bool in_process) {
+  const int world = resume ? std::max(layout.world, resume->world) : layout.world;
   // The model's parameters by the library's count (reference/memory_estimate.hpp), times the copies a check holds.
-  const double copies = 3 + layout.world + (steps > 0 ? 3 : 0);
+  const double copies = 3 + (in_process ? world : 1) + (steps > 0 ? 3 : 0);
   const double tokens = static_cast<double>(run.global_batch) * run.seq;
   const double h = m.layer.hidden, E = m.layer.num_experts, d = m.layer.ffn_hidden, k = m.layer.topk, V = m.vocab;
   MemoryEstimate e;
   e.parameters = static_cast<double>(model_param_bytes(m)) * copies;
   e.activations = 8 * 2 * tokens * (m.num_layers * (10 * h + 4 * E + 6 * k * d) + 2 * V);
+  if (in_process) {  // the two phases of a resumed run build their groups one after the other
+    e.ranks = static_cast<double>(dist::inproc_world_bytes(ProcessGroups(layout)));
+    if (resume) e.ranks = std::max(e.ranks, static_cast<double>(dist::inproc_world_bytes(ProcessGroups(*resume))));
+  }
   return e;
+}
+
+// The runs that go side by side (--jobs) each hold their own world: the `jobs` largest estimates together.
+MemoryEstimate side_by_side(std::vector<MemoryEstimate> runs, int jobs) {
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.total() > b.total(); });
+  MemoryEstimate sum;
+  for (std::size_t i = 0; i < runs.size() && i < static_cast<std::size_t>(std::max(jobs, 1)); ++i) {
+    sum.parameters += runs[i].parameters;
+    sum.activations += runs[i].activations;
+    sum.ranks += runs[i].ranks;
+  }
+  return sum;
 }
 
 bool selected(const CheckOptions& o, const std::string& name) {
@@ -147,28 +169,42 @@ void run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dis
 
   // Every error before any work: models, layouts, batch splits, runs that would not fit in memory.
   int chosen = 0;
+  std::vector<MemoryEstimate> memory;  // of each (row, layout) that runs
   for (const CheckRow& row : rows) {
     const ModelConfig model = row.run.model();
+    std::optional<ParallelLayout> resume;
+    if (!row.resume_as.empty()) resume = parse_layout(row.resume_as, "--resume-as");
     for (const ParallelLayout& layout : row.layouts) {
       layout.validate();
       num_microbatches(layout, row.run.global_batch, row.run.micro_batch);
       if (model.mtp_depth > 0 && layout.pp > 1)
         throw std::invalid_argument("layout " + layout_name(layout) + ": multi-token prediction runs with pp = 1 "
                                     "here (its depths need the embedding, which lives on the first stage)");
-      require_fits(check_memory(model, row.run, layout, row.steps),
-                   "checking " + row.run.source.source() + " on " + layout_name(layout),
-                   "check its structure at test size with --shrink, or give a smaller --seq / --global-batch");
-      for (auto kind : kinds_of(row, kinds)) chosen += selected(o, run_name(row, layout, kind));
       if (world && layout.world > world->size() && o.backend != Backend::nccl)
         throw std::invalid_argument("layout " + layout_name(layout) + " needs " + std::to_string(layout.world) +
                                     " ranks; mpirun started " + std::to_string(world->size()));
+      // In process: no mpirun, or (nccl) a layout wider than the job, run by rank 0 (run_all's tasks below).
+      const bool in_process = world == nullptr || layout.world > world->size();
+      const MemoryEstimate e = check_memory(model, row.run, layout, row.steps, resume, in_process);
+      require_fits(e, "checking " + row.run.source.source() + " on " + layout_name(layout),
+                   "check its structure at test size with --shrink, or give a smaller --seq / --global-batch" +
+                       std::string(in_process ? "; or fewer ranks (--world), or --backend mpi (a process per rank)"
+                                              : ""));
+      int selected_here = 0;
+      for (auto kind : kinds_of(row, kinds)) selected_here += selected(o, run_name(row, layout, kind));
+      chosen += selected_here;
+      if (selected_here > 0) memory.push_back(e);
     }
-    if (!row.resume_as.empty()) parse_layout(row.resume_as, "--resume-as");
     row.run.padded(row.run.global_batch);
   }
   if (chosen == 0)
     throw std::invalid_argument("--filter matches no run (names look like \"" +
                                 run_name(rows.front(), rows.front().layouts.front(), kinds.front()) + "\")");
+  const int jobs = world ? 1 : std::min<int>(o.jobs, static_cast<int>(memory.size()));
+  if (jobs > 1)
+    require_fits(side_by_side(memory, jobs),
+                 "checking " + std::to_string(jobs) + " worlds side by side (--jobs " + std::to_string(o.jobs) + ")",
+                 "give a smaller --jobs (1 runs them one after another), fewer ranks, or --backend mpi");
   // One task per (row, layout): the oracle of a layout is computed once and shared by its dispatchers.
   struct Task {
     const CheckRow* row;

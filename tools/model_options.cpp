@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -255,10 +256,15 @@ void require_fits(const MemoryEstimate& e, const std::string& what, const std::s
     std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / (1024.0 * 1024 * 1024));
     return std::string(buf);
   };
+  // The budget is named by where it comes from, so that a refusal under a small MOE_ORACLE_MEMORY_BUDGET says so.
+  const bool from_env = std::getenv("MOE_ORACLE_MEMORY_BUDGET") != nullptr;
   throw std::invalid_argument(what + " needs about " + gib(e.total()) + " (parameters and their copies " +
-                              gib(e.parameters) + ", activations " + gib(e.activations) + "), more than the " +
-                              gib(budget) + " it may take (the memory budget, at most 80% of the " +
-                              gib(available) + " available); " + remedy);
+                              gib(e.parameters) + ", activations " + gib(e.activations) +
+                              (e.ranks > 0 ? ", the in-process ranks themselves " + gib(e.ranks) : std::string()) +
+                              "), more than the " + gib(budget) + " it may take (the memory budget: " +
+                              (from_env ? "MOE_ORACLE_MEMORY_BUDGET " + std::to_string(memory_budget()) + " bytes"
+                                        : std::string("physical memory")) +
+                              ", at most 80% of the " + gib(available) + " available); " + remedy);
 }
 
 MemoryEstimate layer_memory(const MoeConfig& c, double tokens) {

@@ -66,7 +66,8 @@ void finish_layout(const CLI::App& cmd, ParallelLayout& layout);
 struct MemoryEstimate {
   double parameters = 0;   // bytes: the model's parameters and their copies (gradients, shards, optimizer)
   double activations = 0;  // bytes: what a microbatch's forward keeps for its backward
-  double total() const { return parameters + activations; }
+  double ranks = 0;        // bytes: in-process ranks themselves (dist::inproc_world_bytes: stacks, group building)
+  double total() const { return parameters + activations + ranks; }
 };
 // The machine's available memory in bytes (/proc/meminfo MemAvailable; 0 when unknown).
 double available_memory();

@@ -5,6 +5,7 @@
 // --expert-waves, when the waved run is not the unwaved one bit for bit).
 //
 // Default: seed 000's 4-token EP2 example. --preset tiny-v4 (with --world/--ep/--etp/--tokens) steps a preset layer.
+#include "distributed/train/rank_groups.hpp"
 #include "tools/choice_option.hpp"
 #include "tools/cli_checks.hpp"
 #include "tools/commands.hpp"
@@ -70,8 +71,16 @@ void run(const StepCommandOptions& o) {
     MemoryEstimate e;
     e.parameters = 8.0 * c.num_experts * 3 * c.expert_width() * c.ffn_hidden * (o.world + 3);
     e.activations = 8.0 * o.tokens * o.world * (20.0 * c.hidden + 4.0 * c.num_experts + 6.0 * c.topk * c.ffn_hidden);
+    // The ranks themselves, whose groups grow as world³ while they are built (dist::inproc_world_bytes); the
+    // layout is preset_example's (ProcessGroups refuses it as that would).
+    ParallelLayout layout;
+    layout.world = o.world;
+    layout.ep = o.ep;
+    layout.etp = o.etp;
+    e.ranks = static_cast<double>(dist::inproc_world_bytes(ProcessGroups(layout)));
     require_fits(e, "stepping " + o.model.source(), "step a test-size model (tiny-v4, or --model with smaller "
-                                                     "--hidden-size / --num-experts / --moe-ffn-hidden-size)");
+                                                     "--hidden-size / --num-experts / --moe-ffn-hidden-size) on "
+                                                     "fewer ranks (--world)");
     problem = step::preset_example(m, o.world, o.ep, o.etp, o.tokens, o.seed);
   } else {
     problem = step::seed_example(o.seed, kind);

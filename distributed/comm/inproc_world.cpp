@@ -35,6 +35,10 @@ RankExecution default_rank_execution() {
 }
 
 InprocWorld::InprocWorld(int size, RankExecution execution) : size_(size), execution_(execution) {
+  require_size(size);
+}
+
+void InprocWorld::require_size(int size) {
   if (size < 1) {
     throw std::invalid_argument("InprocWorld: size " + std::to_string(size) + " (a world has at least one rank)");
   }

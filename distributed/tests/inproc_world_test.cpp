@@ -1,13 +1,16 @@
 // What in-process ranks promise beyond the conformance body, as fibers and as threads: failures and deadlocks end
 // the world instead of hanging it, barriers really separate phases, and reductions do not depend on timing. And
-// what fibers must carry across a switch: each rank's own exception being handled and floating-point modes.
+// what fibers must carry across a switch: each rank's own exception being handled and floating-point modes; and
+// what a world's memory estimate counts.
 #include "distributed/comm/inproc_world.hpp"
 
 #include "distributed/comm/inproc_state.hpp"
+#include "distributed/train/rank_groups.hpp"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <functional>
@@ -54,6 +57,24 @@ TEST(InprocWorld, RejectsAnEmptyWorld) { EXPECT_THROW(InprocWorld(0), std::inval
 TEST(InprocWorld, RejectsMoreRanksThanItCanRun) {
   EXPECT_NO_THROW(InprocWorld(InprocWorld::kMaxRanks));
   EXPECT_THROW(InprocWorld(InprocWorld::kMaxRanks + 1), std::invalid_argument);
+}
+
+// Issue 55: a world's memory estimate counts its ranks: building their groups, every rank gathers every member
+// list of a group (8 bytes × world × group), 8 · world³ bytes when a group spans the world, 8 GiB at 1024 ranks
+// (check --world 1024 took 8.3 GiB); a world past kMaxRanks is refused as making it would be.
+TEST(InprocWorld, AWorldsEstimateCountsTheGroupGathers) {
+  ParallelLayout layout;
+  layout.world = InprocWorld::kMaxRanks;  // dp = world: the dp and tp_dp_cp groups span it
+  const std::uint64_t gathers = dist::rank_groups_bytes(ProcessGroups(layout));
+  EXPECT_GE(gathers, std::uint64_t(8) << 30);
+  EXPECT_EQ(dist::inproc_world_bytes(ProcessGroups(layout)), gathers + InprocWorld::kMaxRanks * InprocWorld::kRankBytes);
+  layout.world = 8;
+  EXPECT_EQ(dist::rank_groups_bytes(ProcessGroups(layout)), 8u * (8 * 8 * 8 + 8 * 48));
+  layout.pp = 8;  // every group but pp is one rank; pp spans the world
+  EXPECT_EQ(dist::rank_groups_bytes(ProcessGroups(layout)), 8u * (8 * 8 * 8 + 8 * 48));
+  layout = ParallelLayout{};
+  layout.world = InprocWorld::kMaxRanks + 1;
+  EXPECT_THROW(dist::inproc_world_bytes(ProcessGroups(layout)), std::invalid_argument);
 }
 
 class InprocRanks : public ::testing::TestWithParam<RankExecution> {};

@@ -1,5 +1,7 @@
 #include "distributed/train/rank_groups.hpp"
 
+#include "distributed/comm/inproc_world.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -36,6 +38,31 @@ std::vector<int> expt_tp_dp_members(const ProcessGroups& groups, int rank) {
     for (int member : groups.group(GroupKind::expt_tp, replica)) members.push_back(member);
   std::sort(members.begin(), members.end());
   return members;
+}
+
+std::uint64_t rank_groups_bytes(const ProcessGroups& groups) {
+  // The groups RankGroups builds, each the same size on every rank (rank 0's stand for all).
+  std::uint64_t largest = expt_tp_dp_members(groups, 0).size();
+  for (GroupKind kind : {GroupKind::tp, GroupKind::cp, GroupKind::dp, GroupKind::dp_cp, GroupKind::tp_cp,
+                         GroupKind::tp_dp_cp, GroupKind::pp, GroupKind::ep, GroupKind::expt_tp, GroupKind::tp_ep,
+                         GroupKind::expt_dp, GroupKind::gtp, GroupKind::expt_gtp})
+    largest = std::max<std::uint64_t>(largest, groups.group(kind, 0).size());
+  // Per rank: every member list (8 bytes an entry), and per rank of the world its length, offset, span and the
+  // split's color and key (48 bytes); saturated at 2^64 − 1 for a layout no process could hold.
+  const auto world = static_cast<std::uint64_t>(groups.layout().world);
+  std::uint64_t per_rank = 0, bytes = 0;
+  if (__builtin_mul_overflow(world, 8 * largest + 48, &per_rank) || __builtin_mul_overflow(world, per_rank, &bytes))
+    return UINT64_MAX;
+  return bytes;
+}
+
+std::uint64_t inproc_world_bytes(const ProcessGroups& groups) {
+  // A world too large to be made in process is refused as the world itself would refuse it (run it under mpirun),
+  // not as an estimate of memory it could never take.
+  InprocWorld::require_size(groups.layout().world);
+  const std::uint64_t own = static_cast<std::uint64_t>(groups.layout().world) * InprocWorld::kRankBytes;
+  const std::uint64_t gathers = rank_groups_bytes(groups);
+  return gathers > UINT64_MAX - own ? UINT64_MAX : gathers + own;
 }
 
 }  // namespace moe::dist

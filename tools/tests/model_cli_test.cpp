@@ -43,6 +43,32 @@ TEST(CliModel, OneMemoryBudgetForEveryCommand) {
   EXPECT_EQ(run("layer").status, 0);
 }
 
+// Issue 55: `check --world 1024` took 8.5 GB and ran on, its estimate (1.8 GiB) counting each rank's tensors but not
+// the ranks themselves: building their groups, every rank gathers every member list of a group spanning the world
+// (8 · 1024³ bytes). Now counted, it is refused at once under a 4 GB budget, in one line with the estimate, the
+// budget and what to do; so is `step` on 1024 ranks, and worlds that fit alone but not side by side (--jobs).
+TEST(CliModel, InProcessWorldsCountTheirRanksAndRunsSideBySide) {
+  ::setenv("MOE_ORACLE_MEMORY_BUDGET", "4000000000", 1);
+  for (const char* command : {"check --world 1024", "step --preset tiny-v4 --world 1024 --ep 1"}) {
+    const auto r = run(command, "timeout 60");
+    EXPECT_EQ(r.status, 2) << command << "\n" << r.output;
+    for (const char* fragment : {"needs about", "the in-process ranks themselves", "fewer ranks (--world)",
+                                 "MOE_ORACLE_MEMORY_BUDGET 4000000000 bytes"})
+      EXPECT_NE(r.output.find(fragment), std::string::npos) << command << ": " << fragment << "\n" << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+    if (std::string(command).starts_with("check")) {
+      EXPECT_NE(r.output.find("or --backend mpi (a process per rank)"), std::string::npos) << r.output;
+    }
+  }
+  // The default set's 8-rank layouts need at most ~27 MB each, about twice that two at a time.
+  ::setenv("MOE_ORACLE_MEMORY_BUDGET", "35000000", 1);
+  const auto pair = run("check --jobs 2 --filter w8", "timeout 60");
+  ::unsetenv("MOE_ORACLE_MEMORY_BUDGET");
+  EXPECT_EQ(pair.status, 2) << pair.output;
+  EXPECT_NE(pair.output.find("checking 2 worlds side by side (--jobs 2) needs about"), std::string::npos) << pair.output;
+  EXPECT_NE(pair.output.find("give a smaller --jobs"), std::string::npos) << pair.output;
+}
+
 TEST(CliModel, ShrinkChecksTheStructureOfAFullSizeModel) {
   const auto j = run_json("check --preset v3 --shrink --world 8 --tp 2 --ep 4");
   ASSERT_EQ(j["runs"].size(), 3u);
