@@ -7,6 +7,7 @@
 #include "reference/global_step.hpp"
 #include "reference/memory_estimate.hpp"
 #include "reference/moe_layer.hpp"
+#include "reference/param_cast.hpp"
 #include "reference/process_groups.hpp"
 #include "reference/router.hpp"
 #include "reference/router_losses.hpp"
@@ -186,20 +187,6 @@ std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
 
 template <typename T>
 std::vector<double> flat_of(const Matrix<T>& m) { return {m.data(), m.data() + m.size()}; }  // row-major, widened
-
-template <typename T>
-MoeParams<T> cast_params(const MoeParams<double>& p) {
-  MoeParams<T> q;
-  q.router_weight = p.router_weight.cast<T>();
-  q.expert_bias = p.expert_bias.cast<T>();
-  q.tid2eid = p.tid2eid;
-  q.shared_fc1 = p.shared_fc1.cast<T>();
-  q.shared_fc2 = p.shared_fc2.cast<T>();
-  q.shared_gate = p.shared_gate.cast<T>();
-  q.latent_down = p.latent_down.cast<T>();
-  q.latent_up = p.latent_up.cast<T>();
-  return q;
-}
 
 template <typename T>
 MoeInputs<T> cast_inputs(const MoeInputs<double>& in) {

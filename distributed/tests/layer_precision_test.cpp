@@ -6,6 +6,7 @@
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/comm/row_collectives.hpp"
 #include "distributed/train/moe_layer_rank.hpp"
+#include "reference/param_cast.hpp"
 #include "reference/random_init.hpp"
 #include "reference/tolerance.hpp"
 
@@ -44,24 +45,6 @@ double worst_ratio(const M& got, const Matrix<double>& want, const Tolerance& to
   for (Eigen::Index i = 0; i < want.size(); ++i)
     worst = std::max(worst, tol.ratio(static_cast<double>(got.data()[i]), want.data()[i]));
   return worst;
-}
-
-template <typename T, typename S>
-Matrix<T> cast(const Matrix<S>& m) {
-  return m.template cast<T>();
-}
-
-template <typename T, typename S>
-MoeParams<T> cast_params(const MoeParams<S>& p) {
-  MoeParams<T> q;
-  q.router_weight = cast<T>(p.router_weight);
-  q.expert_bias = p.expert_bias.template cast<T>();
-  for (const auto& m : p.expert_fc1) q.expert_fc1.push_back(cast<T>(m));
-  for (const auto& m : p.expert_fc2) q.expert_fc2.push_back(cast<T>(m));
-  q.shared_fc1 = cast<T>(p.shared_fc1);
-  q.shared_fc2 = cast<T>(p.shared_fc2);
-  q.shared_gate = cast<T>(p.shared_gate);
-  return q;
 }
 
 template <typename T>
