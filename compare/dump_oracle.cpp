@@ -46,9 +46,11 @@ Matrix<double> glu_shard(const Matrix<double>& fc1, int j, int parts) {
 class Assembler {
  public:
   explicit Assembler(const Dump& dump) : d_(dump), groups_(dump.layout) {
-    for (int r = 0; r < dump.layout.world; ++r)
+    for (int r = 0; r < dump.layout.world; ++r) {
       coords_.push_back({groups_.rank_in(GroupKind::tp, r), groups_.rank_in(GroupKind::dp, r),
                          groups_.rank_in(GroupKind::ep, r), groups_.rank_in(GroupKind::expt_tp, r)});
+      naming_.push_back(expert_naming(dump.ranks[static_cast<size_t>(r)]));
+    }
   }
 
   const Coordinates& at(int rank) const { return coords_[static_cast<size_t>(rank)]; }
@@ -95,7 +97,7 @@ class Assembler {
 
   // Local expert i's weight on `rank`, under the dump's naming (dump_tensors.hpp).
   std::string expert_name(int local, const std::string& which, int rank) const {
-    return expert_weight_name(expert_naming(d_.ranks[static_cast<size_t>(rank)]), local, which);
+    return expert_weight_name(naming_[static_cast<size_t>(rank)], local, which);
   }
 
   // Everything but the routed experts, which expert() reads one at a time.
@@ -173,6 +175,7 @@ class Assembler {
   const Dump& d_;
   ProcessGroups groups_;
   std::vector<Coordinates> coords_;
+  std::vector<ExpertNaming> naming_;  // per rank, read off its files once
 };
 
 
