@@ -69,10 +69,12 @@ double bfloat16_value(std::int64_t bits) {
 
 }  // namespace
 
-Tolerance tolerance_of(const std::string& precision) {
-  for (Precision p : {Precision::float64, Precision::float32, Precision::bfloat16})
-    if (precision == to_string(p)) return tolerance(Compared::foreign_dump, p);
-  throw DumpError("dump.json: 'precision' must be float64, float32 or bfloat16, not '" + precision + "'");
+Precision precision_named(const std::string& precision) {
+  try {
+    return parse_precision(precision);
+  } catch (const std::invalid_argument&) {
+    throw DumpError("dump.json: 'precision' must be float64, float32 or bfloat16, not '" + precision + "'");
+  }
 }
 
 std::vector<double> RankDump::values(const std::string& name, const std::vector<std::int64_t>& shape) const {
@@ -166,6 +168,40 @@ std::string list_ranks(Dump& d) {
   return narrowest;
 }
 
+// dump.json's aux_pool: the aux-loss statistics of rows outside the dump that its framework pooled with the dump's
+// own (transformers pools every MoE layer's router logits into one balance loss). Counts are per expert, over valid
+// rows, as the aux map counts them; statistics, so no gradient flows to those rows.
+GlobalAuxGroup read_aux_pool(const json& pool, const MoeConfig& config, const std::filesystem::path& meta_path) {
+  if (config.aux_loss_type != AuxLossType::global_aux)
+    fail(meta_path, "aux_pool pools statistics into a global_aux loss; config.aux_loss_type is " +
+                        std::string(to_string(config.aux_loss_type)));
+  if (!pool.is_object()) fail(meta_path, "'aux_pool' must be an object with counts and tokens");
+  for (const auto& [key, value] : pool.items())
+    if (key != "counts" && key != "tokens" && key != "from")
+      fail(meta_path, "unknown key 'aux_pool." + key + "' (aux_pool has counts, tokens and from)");
+  const json& counts = member(pool, "counts", meta_path);
+  if (!counts.is_array() || counts.size() != static_cast<size_t>(config.num_experts))
+    fail(meta_path, "aux_pool.counts must be an array of num_experts (" + std::to_string(config.num_experts) +
+                        ") counts");
+  const json& tokens = member(pool, "tokens", meta_path);
+  if (!tokens.is_number_integer() || tokens.get<std::int64_t>() < 1)
+    fail(meta_path, "aux_pool.tokens must be a positive integer (the rows outside the dump)");
+  GlobalAuxGroup out;
+  out.tokens = static_cast<double>(tokens.get<std::int64_t>());
+  double assigned = 0;
+  for (const json& c : counts) {
+    if (!c.is_number_integer() || c.get<std::int64_t>() < 0)
+      fail(meta_path, "aux_pool.counts must be non-negative integers, not " + c.dump());
+    out.counts.push_back(static_cast<double>(c.get<std::int64_t>()));
+    assigned += out.counts.back();
+  }
+  // Each valid row assigns topk experts: counts that do not sum to topk·tokens are not an aux map's.
+  if (assigned != static_cast<double>(config.topk) * out.tokens)
+    fail(meta_path, "aux_pool.counts sum to " + std::to_string(static_cast<std::int64_t>(assigned)) + ", not topk × tokens = " +
+                        std::to_string(config.topk) + " × " + tokens.dump());
+  return out;
+}
+
 }  // namespace
 
 Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
@@ -179,8 +215,9 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
     throw DumpError(e.what());
   }
   if (!meta.is_object()) fail(meta_path, "must be a JSON object");
-  static const std::set<std::string> known{"format",    "producer", "config",   "semantics",       "layout", "shape",
-                                           "dtype",     "precision", "dispatcher", "replay_capacity", "loss", "notes"};
+  static const std::set<std::string> known{"format",     "producer",        "config",   "semantics", "layout",
+                                           "shape",      "dtype",           "precision", "dispatcher",
+                                           "replay_capacity", "aux_pool",  "loss",      "notes"};
   for (const auto& [key, value] : meta.items())
     if (!known.count(key)) fail(meta_path, "unknown key '" + key + "' (free-form facts go under \"notes\")");
   const json& format = member(meta, "format", meta_path);
@@ -235,7 +272,7 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
   if (d.dtype != "float64" && d.dtype != "float32" && d.dtype != "bfloat16")
     fail(meta_path, "'dtype' must be float64, float32 or bfloat16");
   const std::string stated = optional_text(meta, "precision", d.dtype, meta_path);
-  tolerance_of(stated);  // refuses an unknown name
+  precision_named(stated);  // refuses an unknown name
   d.dispatcher = optional_text(meta, "dispatcher", "unknown", meta_path);
   d.producer = optional_text(meta, "producer", "unknown", meta_path);
   if (meta.contains("replay_capacity")) {
@@ -243,6 +280,7 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
     d.replay_capacity = meta["replay_capacity"].get<bool>();
   }
   if (d.replay_capacity && !d.config.capacity_factor) fail(meta_path, "replay_capacity without a capacity_factor");
+  if (meta.contains("aux_pool")) d.aux_pool = read_aux_pool(meta["aux_pool"], d.config, meta_path);
 
   std::string narrowest;
   try {
@@ -268,7 +306,8 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
     d.precision = stated;
     d.precision_from = meta.contains("precision") ? "dump.json" : "the arrays' dtype";
   }
-  d.tolerance = tolerance_of(d.precision);
+  if (precision_named(d.precision) == Precision::float64)
+    d.tolerance = tolerance(Compared::foreign_dump, Precision::float64);
   // The router's arithmetic: its weight's dtype (a bf16 weight makes bf16 logits), and float32 at least wherever the
   // layer is not computed in float64 (frameworks route in float32).
   const auto router = d.ranks.front().files.find("router.weight");

@@ -11,6 +11,7 @@
 
 #include "golden/npy.hpp"
 #include "reference/config.hpp"
+#include "reference/moe_layer.hpp"
 #include "reference/parallel_layout.hpp"
 #include "reference/tolerance.hpp"
 #include "storage/durable_files.hpp"
@@ -30,9 +31,8 @@ class DumpError : public std::runtime_error {
   explicit DumpError(const std::string& what) : std::runtime_error(storage::one_line(what)) {}
 };
 
-// How exactly the dump's numbers can match the double oracle, from the precision its framework computed in
-// ("float64", "float32", "bfloat16"): the foreign-dump row of reference/tolerance.hpp.
-Tolerance tolerance_of(const std::string& precision);
+// The precision a framework computed in, by name ("float64", "float32", "bfloat16"); DumpError for another name.
+Precision precision_named(const std::string& precision);
 
 struct TensorFile {
   std::filesystem::path path;
@@ -65,8 +65,13 @@ struct Dump {
   std::string dispatcher;      // informational
   std::string producer;
   bool replay_capacity = false;  // take the capacity decisions from router.routing_map
+  // global_aux statistics of rows outside the dump, pooled with the dump's own (dump.json's aux_pool: transformers'
+  // balance loss pools every MoE layer of the model). Unset: the dump's rows are the whole pool.
+  std::optional<GlobalAuxGroup> aux_pool;
   std::vector<RankDump> ranks;   // one per rank, rank order
-  Tolerance tolerance;
+  // A float64 dump's fixed tolerance (reference/tolerance.hpp's foreign-dump row); a float32 or bf16 dump is judged
+  // by the error model instead (error_model.hpp), and this is unset.
+  std::optional<Tolerance> tolerance;
 };
 
 struct ReadOptions {

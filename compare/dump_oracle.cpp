@@ -396,10 +396,11 @@ class StreamedOracle {
     run_.replay.possible = selection_replayable();
     if (run_.replay.possible)
       for (int d = 0; d < dp_; ++d) replay_selection(d);
-    // global_aux: the step's group is every replica (Megatron's tp_dp_cp), its counts the sum of theirs.
+    // global_aux: the step's group is every replica (Megatron's tp_dp_cp), its counts the sum of theirs, plus the
+    // rows outside the dump its framework pooled with them (aux_pool).
     if (c.aux_loss_type == AuxLossType::global_aux) {
-      GlobalAuxGroup group;
-      group.counts.assign(static_cast<size_t>(c.num_experts), 0.0);
+      GlobalAuxGroup group = d_.aux_pool.value_or(GlobalAuxGroup{});
+      group.counts.resize(static_cast<size_t>(c.num_experts), 0.0);
       for (const auto& in : exact_.inputs) {
         const auto counts = aux_loss(c, route(c, exact_.params, in), in).counts;
         for (size_t e = 0; e < counts.size(); ++e) group.counts[e] += static_cast<double>(counts[e]);

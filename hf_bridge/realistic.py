@@ -1,7 +1,7 @@
 """The realistic set: transformers 5.25 MoE blocks at real widths in the dtypes training uses, each correct run and
 each seeded bug captured by moe_capture and judged by `moe-oracle compare`.
 
-    python realistic.py --oracle PATH/moe-oracle [--seeds N] [--families qwen3_moe,deepseek_v3,deepseek_v4]
+    python realistic.py --oracle PATH/moe-oracle [--seeds N] [--families qwen3_moe,deepseek_v3,deepseek_v4,qwen3_moe_lm]
                         [--dtypes float32,bfloat16,bf16-fp32-router] [--bugs all|none|NAME,...] [--bug-dtypes D,...]
                         [--work DIR] [--keep]
                         [--hidden 1024] [--experts 64] [--topk 8] [--ffn 256] [--tokens 1024]
@@ -9,6 +9,10 @@ each seeded bug captured by moe_capture and judged by `moe-oracle compare`.
 A correct run must pass, whatever its routing flips at near ties and its rounding; a seeded bug must fail first in the
 tensor the bug names (a refused dump, exit 2, never counts either way). The closing line reads
 "realistic: N of N correct runs pass, M of M seeded bugs caught" and the exit status is 0 only when both are whole.
+
+qwen3_moe_lm: the block inside a whole Qwen3MoeForCausalLM of two MoE layers trained as transformers trains it: the
+loss is the model's own (mean cross-entropy plus router_aux_loss_coef times the balance loss pooled over both layers,
+output_router_logits on), the capture given the model; the second layer's block is captured.
 
 dtypes: float32 — the block and its router in float32; bfloat16 — the block in bf16 as shipped (Qwen3's and V4's
 routers compute their logits in bf16, V3's casts to float32); bf16-fp32-router — the block in bf16 with the router's
@@ -47,6 +51,10 @@ def family_config(family, hidden, experts, topk, ffn):
     if family == "deepseek_v4":  # a routed layer (not hash), one shared expert, SwiGLU clamp 10
         return {**matrix.V4, "hidden_size": hidden, "n_routed_experts": experts, "num_experts_per_tok": topk,
                 "moe_intermediate_size": ffn, "mlp_layer_types": ["moe"] * 4}
+    if family == "qwen3_moe_lm":  # two MoE layers, GQA attention, a small vocabulary; the released aux coefficient
+        return {**family_config("qwen3_moe", hidden, experts, topk, ffn), "num_hidden_layers": 2, "vocab_size": 512,
+                "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": hidden // 8,
+                "intermediate_size": 4 * ffn, "output_router_logits": True, "router_aux_loss_coef": 0.001}
     raise SystemExit(f"unknown family {family}")
 
 
@@ -67,12 +75,19 @@ BUGS = {
                         "the router computed without gradient (its weight gets none)"),
     "stray_bf16_cast": (("qwen3_moe", "deepseek_v3", "deepseek_v4"), "output",
                         "a float32 block's expert activations rounded to bf16"),
+    # The aux gradient reaches the router's weight and, through the logits, the block's input.
+    "aux_coef_2x": (("qwen3_moe_lm",), ("router.weight.grad", "hidden_states.grad"),
+                    "the balance loss added at twice the config's router_aux_loss_coef"),
 }
 
 
-def apply_bug(name, block, dtype_name):
-    """Patches the block; returns the undo callables."""
+def apply_bug(name, block, dtype_name, model=None):
+    """Patches the block (or the model); returns the undo callables."""
     gate, experts = block.gate, block.experts
+    if name == "aux_coef_2x":  # the CausalLM's own copy of the coefficient, not the config the capture reads
+        before = model.router_aux_loss_coef
+        model.router_aux_loss_coef = 2 * before
+        return [lambda: setattr(model, "router_aux_loss_coef", before)]
     if name == "renorm_dropped":
         if hasattr(gate, "norm_topk_prob"):
             before = gate.norm_topk_prob
@@ -121,7 +136,47 @@ def apply_bug(name, block, dtype_name):
     raise SystemExit(f"unknown bug {name}")
 
 
+def float32_router(block, family, dtype):
+    """bf16-fp32-router: the gate's weight kept in float32 and its logits computed in float32."""
+    gate = block.gate
+    gate.weight.data = gate.weight.data.float()
+    if family != "deepseek_v3":  # V3's gate casts to float32 itself; the others compute in the weight's dtype
+        inner = gate.forward
+        gate.forward = lambda hs, *a, **k: tuple(
+            t.to(dtype) if torch.is_floating_point(t) and i == 1 else t
+            for i, t in enumerate(inner(hs.float(), *a, **k)))
+
+
+def run_lm(dtype_name, seed, bug, out, sizes):
+    """qwen3_moe_lm: the model's own loss, its second MoE block captured with the model."""
+    import transformers
+
+    hidden, experts, topk, ffn, tokens = sizes
+    config = transformers.Qwen3MoeConfig(**family_config("qwen3_moe_lm", hidden, experts, topk, ffn))
+    config._experts_implementation = "eager"
+    torch.manual_seed(seed)  # transformers' own initialisation (normal, std initializer_range)
+    model = transformers.Qwen3MoeForCausalLM(config)
+    dtype = DTYPES[dtype_name]
+    model = model.to(dtype)
+    block = model.model.layers[1].mlp
+    if dtype_name == "bf16-fp32-router":
+        for layer in model.model.layers:
+            float32_router(layer.mlp, "qwen3_moe", dtype)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, config.vocab_size, (4, tokens // 4), generator=g)
+    undo = apply_bug(bug, block, dtype_name, model) if bug else []
+    try:
+        with moe_capture.capture(block, out, semantics=matrix.HF, model=model,
+                                 extra_meta={"notes": {"case": f"qwen3_moe_lm-{dtype_name}-{seed}"}}):
+            model(input_ids=ids, labels=ids).loss.backward()
+    finally:
+        for u in undo:
+            u()
+
+
 def run_block(family, dtype_name, seed, bug, out, sizes):
+    if family == "qwen3_moe_lm":
+        return run_lm(dtype_name, seed, bug, out, sizes)
     hidden, experts, topk, ffn, tokens = sizes
     case = matrix.case(f"{family}-{dtype_name}-{seed}", family, family_config(family, hidden, experts, topk, ffn),
                        seed=seed, layer_idx=0 if family == "deepseek_v4" else 3)
@@ -133,13 +188,7 @@ def run_block(family, dtype_name, seed, bug, out, sizes):
     dtype = DTYPES[dtype_name]
     block = block.to(dtype)
     if dtype_name == "bf16-fp32-router":
-        gate = block.gate
-        gate.weight.data = gate.weight.data.float()
-        if family != "deepseek_v3":  # V3's gate casts to float32 itself; the others compute in the weight's dtype
-            inner = gate.forward
-            gate.forward = lambda hs, *a, **k: tuple(
-                t.to(dtype) if torch.is_floating_point(t) and i == 1 else t
-                for i, t in enumerate(inner(hs.float(), *a, **k)))
+        float32_router(block, family, dtype)
     x, dy = x.to(dtype).requires_grad_(True), dy.to(dtype)
     undo = apply_bug(bug, block, dtype_name) if bug else []
     try:

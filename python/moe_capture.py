@@ -392,7 +392,8 @@ def module_kind(layer):
 
 
 @contextlib.contextmanager
-def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dtype=None, replace=False):
+def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dtype=None, replace=False, model=None,
+            aux_loss_coef=None):
     """Records `layer` over the block (one forward and its backward) and writes `out` as moe-dump/1 at its end.
 
     semantics: what the framework claims to compute (`moe-oracle semantics`; default megatron-core-0.19 for a
@@ -400,7 +401,9 @@ def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dt
     override (a "notes" dict joins the capture's notes); store_dtype: a numpy dtype every floating tensor is stored in
     (default: each in its own; a mixed-precision layer stored as np.float32 keeps every bf16 value exactly, and
     `moe-oracle compare --precision bfloat16` then states its arithmetic); replace: replace the dump `out` already
-    holds (without it, a non-empty `out` is refused).
+    holds (without it, a non-empty `out` is refused); model, aux_loss_coef: a transformers block's balance loss
+    (moe_capture_hf.AuxPool: the model whose forward runs inside the capture, and what its loss adds times it when
+    not transformers' own rule); a MoELayer's aux loss is read from its config.
 
     Checked when the block starts, before anything runs in it: the layer's kind, its configuration and `out`. Hooks
     and patches are removed however the block ends; the dump is put in place only when it ends normally and every
@@ -412,9 +415,13 @@ def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dt
             raise CaptureError("store_dtype: a transformers block is stored in its arrays' own dtypes")
 
         with moe_capture_hf.capture_hf(layer, out, semantics=semantics or "hf-transformers-5.25", producer=producer,
-                                       extra_meta=extra_meta, replace=replace) as cap:
+                                       extra_meta=extra_meta, replace=replace, model=model,
+                                       aux_loss_coef=aux_loss_coef) as cap:
             yield cap
         return
+    if model is not None or aux_loss_coef is not None:
+        raise CaptureError("model= and aux_loss_coef= describe a transformers block's balance loss; a MoELayer's aux "
+                           "loss is read from its config")
     if store_dtype is not None and np.dtype(store_dtype).name not in ("float64", "float32"):
         raise CaptureError(f"store_dtype {np.dtype(store_dtype).name}: float64 or float32 (a dump's floating files "
                            "hold float64, float32 or bfloat16)")

@@ -6,6 +6,11 @@ single-rank moe-dump/1 folder (world 1, tp = ep = etp = 1) that `moe-oracle comp
         out = block(x)                      # x: [B, S, h]; a V4 hash block also takes input_ids=[B, S]
         (out * dy).sum().backward()
 
+In a whole model trained with transformers' balance loss (output_router_logits, router_aux_loss_coef), give the
+capture the model, so that it records what that loss pools from the other layers:
+    with capture(model.model.layers[3].mlp, "dump/hf", model=model):
+        model(input_ids, labels=labels).loss.backward()
+
 Blocks: Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock, DeepseekV2Moe, DeepseekV3MoE and
 DeepseekV4SparseMoeBlock (its hash layers included). The dump's config is not derived here: the block's HF config is
 written to a config.json and `moe-oracle config --model FILE --semantics S --json` maps it (tools/hf_config.cpp), so
@@ -178,6 +183,108 @@ def experts_implementation(layer):
     return getattr(layer.experts.config, "_experts_implementation", None) or "eager"
 
 
+# Families whose 5.25 CausalLM adds load_balancing_loss_func to its loss (the DeepSeek ones compute none).
+AUX_FAMILIES = ("qwen3_moe", "qwen2_moe", "mixtral")
+
+
+class AuxPool:
+    """transformers' balance loss as training adds it. load_balancing_loss_func pools the router logits of every MoE
+    layer of the model: per row softmax (in the logits' dtype) and top-k; then E·Σ_e (C_e/N)·(P_e/N) with C_e the
+    assignments to e and P_e the summed probabilities over all N rows of all layers; the CausalLM adds
+    router_aux_loss_coef times it when given labels. For one layer's rows that is the oracle's global_aux over the
+    pool, coefficient coef·k (Megatron's statistic divides by k, HF's does not), with the other layers' counts as
+    data (dump.json's aux_pool): they are statistics, no gradient flows through them."""
+
+    def __init__(self, model, block, coef):
+        self.model, self.block, self.coef_given = model, block, coef
+        self.gates = [m.gate for m in model.modules() if type(m).__name__ in BLOCKS]
+        if not any(g is block.gate for g in self.gates):
+            raise CaptureError("model= does not hold the captured block among its MoE layers")
+        self.counts = {}  # id(gate) -> (counts [E], rows) of its first forward
+        self.labels = self.aux_loss = self.mask = None
+        self.model_forwards = 0
+        self._handles = []
+
+    def install(self, topk, experts):
+        import torch
+
+        def gate_hook(module, args, out):
+            if id(module) in self.counts:  # a recomputation (activation checkpointing) adds nothing to the pool
+                return
+            probs = torch.softmax(out[0].detach(), dim=-1)  # as load_balancing_loss_func: in the logits' dtype
+            chosen = torch.topk(probs, topk, dim=-1).indices
+            self.counts[id(module)] = (torch.bincount(chosen.reshape(-1), minlength=experts), probs.shape[0])
+
+        def model_pre(module, args, kwargs):
+            self.model_forwards += 1
+            self.labels, self.mask = kwargs.get("labels"), kwargs.get("attention_mask")
+
+        def model_post(module, args, kwargs, out):
+            self.aux_loss = getattr(out, "aux_loss", None)
+
+        self._handles = [g.register_forward_hook(gate_hook) for g in self.gates]
+        self._handles.append(self.model.register_forward_pre_hook(model_pre, with_kwargs=True))
+        self._handles.append(self.model.register_forward_hook(model_post, with_kwargs=True))
+
+    def remove(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def coefficient(self):
+        """What the run's loss added times the balance loss: aux_loss_coef when given, else transformers' rule (the
+        config's router_aux_loss_coef when the model computed the loss and was given labels, else none)."""
+        if self.model_forwards != 1:
+            raise CaptureError(f"model= ran {self.model_forwards} forward(s) inside the capture: capture one")
+        computed = self.aux_loss is not None
+        if self.coef_given is not None:
+            if self.coef_given and not computed:
+                raise CaptureError(f"aux_loss_coef={self.coef_given}, but the model computed no balance loss "
+                                   "(output_router_logits is off)")
+            return float(self.coef_given)
+        if not computed:
+            return 0.0
+        if self.labels is None:
+            raise CaptureError("the model computed its balance loss (output_router_logits) but was given no labels, "
+                               "so transformers added it to no loss: say what your loss adds with aux_loss_coef= "
+                               "(0 if nothing)")
+        return float(self.model.config.router_aux_loss_coef)
+
+    def apply(self, config, family):
+        """Sets config's aux loss and returns (dump.json's aux_pool or None, the note), or (None, None) for none."""
+        coef = self.coefficient()
+        if coef == 0:
+            return None, None
+        if coef < 0:
+            raise CaptureError(f"aux loss coefficient {coef}: must be >= 0")
+        if family not in AUX_FAMILIES:
+            raise CaptureError(f"{family}: transformers 5.25 computes no balance loss for this family; a loss that "
+                               "adds one is not described")
+        if self.mask is not None and not bool(self.mask.bool().all()):
+            raise CaptureError("an attention_mask with padding: transformers leaves padded rows out of its balance "
+                               "statistic, which this capture does not describe")
+        own = self.counts.get(id(self.block.gate))
+        if own is None:
+            raise CaptureError("the captured block's router did not run inside the model's forward")
+        others = [c for key, c in self.counts.items() if key != id(self.block.gate)]
+        if len(self.counts) != len(self.gates):
+            raise CaptureError(f"{len(self.gates) - len(self.counts)} of the model's {len(self.gates)} MoE layers did "
+                               "not run: their statistics are missing from the pool")
+        config["aux_loss_type"] = "global_aux"
+        config["aux_loss_coeff"] = coef * config["topk"]
+        rows = own[1] + sum(r for _, r in others)
+        note = (f"transformers' load_balancing_loss_func x {coef} pooled over {len(self.counts)} MoE layers ({rows} "
+                f"rows): this layer's share is global_aux with coefficient {coef} x topk {config['topk']}, the other "
+                f"{len(others)} layers' counts in aux_pool")
+        if not others:
+            return None, note
+        counts = sum(c for c, _ in others)
+        pool = {"counts": [int(v) for v in counts.tolist()], "tokens": int(sum(r for _, r in others)),
+                "from": f"the model's other {len(others)} MoE layers (transformers' load_balancing_loss_func)"}
+        return pool, note
+
+
+
 class HfCapture:
     """What one forward and backward of the block left, written by write()."""
 
@@ -322,13 +429,16 @@ def check_dtypes(layer):
 
 @contextlib.contextmanager
 def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extra_meta=None, oracle=None,
-               replace=False):
+               replace=False, model=None, aux_loss_coef=None):
     """Records the Hugging Face MoE block `layer` over the block (one forward and its backward) and writes `out` as
     a single-rank moe-dump/1 at its end. semantics: what transformers is claimed to compute (`moe-oracle
     semantics`); it also selects how `moe-oracle config` maps the config; replace: replace a dump `out` holds. The
     block, its config and `out` are checked before the block runs; hooks are removed however it ends; the dump is put
     in place whole only when it ends normally (moe_capture_write.py), `out` otherwise left as it was. Single rank:
-    in a job of several processes, capture on one of them, or give each its own `out`."""
+    in a job of several processes, capture on one of them, or give each its own `out`.
+    model: the transformers model whose forward runs inside the capture, when its loss adds the balance loss
+    (AuxPool); aux_loss_coef: what the loss adds times that balance loss, when not transformers' own rule (0: none).
+    A block whose config sets output_router_logits is refused without either: its loss would not be described."""
     import transformers
     # here, not at the top: moe_capture imports this module
     from moe_capture import activation_dtype, clamp_semantics, gradient_notes, merged_meta
@@ -341,6 +451,17 @@ def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extr
     if getattr(layer, "training", False) and getattr(layer, "jitter_noise", 0.0):
         raise CaptureError(f"router_jitter_noise {layer.jitter_noise} in training mode: noise on the router input "
                            "is not modelled")
+    if model is not None:
+        aux = AuxPool(model, layer, aux_loss_coef)
+    elif aux_loss_coef:
+        raise CaptureError("aux_loss_coef: transformers' balance loss pools every MoE layer of the model, so the "
+                           "capture needs the model too (model=...)")
+    elif aux_loss_coef is None and getattr(layer.experts.config, "output_router_logits", False):
+        raise CaptureError("output_router_logits is set, so the model's loss adds transformers' balance loss pooled "
+                           "over every MoE layer: give the capture the model (model=...) to record it, or "
+                           "aux_loss_coef=0 if your loss leaves it out")
+    else:
+        aux = None
     config, semantics, assumptions = oracle_config(layer, semantics, oracle)
     semantics = clamp_semantics(semantics, "swiglu_clamp" in config, next(layer.parameters()))
     _check_layout(layer, config)
@@ -349,18 +470,26 @@ def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extr
     cap = HfCapture(layer, writer.target)
     try:
         cap.install()
+        if aux:
+            aux.install(config["topk"], config["num_experts"])
         yield cap
+        cap.remove()
+        if aux:
+            aux.remove()
+        pool, aux_note = aux.apply(config, BLOCKS[type(layer).__name__][0]) if aux else (None, None)
     except BaseException:
         cap.remove()
+        if aux:
+            aux.remove()
         writer.abandon()
         raise
-    cap.remove()
 
     def write_meta(folder, per_rank):
         x = cap.tensors["hidden_states"]
         notes = {"moe_oracle_config": assumptions,
-                 "aux_loss": "none: transformers computes its balance loss over all layers in the model, not in the "
-                             "block",
+                 "aux_loss": aux_note or ("none: the run's loss adds no balance loss" if aux or aux_loss_coef == 0
+                                          else "none: transformers computes its balance loss in the model, not in "
+                                               "the block, and no model was given"),
                  "experts_implementation": implementation}
         notes.update(gradient_notes(per_rank))
         meta = {"format": FORMAT, "producer": producer or f"transformers {transformers.__version__} "
@@ -368,6 +497,8 @@ def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extr
                 "layout": {"world": 1, "tp": 1, "ep": 1, "etp": 1},
                 "shape": {"seq": x.shape[0], "batch": x.shape[1]}, "dtype": activation_dtype(cap.tensors),
                 "dispatcher": f"hf-{implementation}", "loss": LOSS, "notes": notes}
+        if pool:
+            meta["aux_pool"] = pool
         save_json(folder / "dump.json", merged_meta(meta, extra_meta))
 
     writer.finish(lambda folder: cap.write(folder, config), write_meta)

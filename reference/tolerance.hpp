@@ -22,7 +22,7 @@ enum class Compared {
                       // (one step or a run) vs the global-step oracle: check, the properties, differential tests
   layer,              // one rank's MoE layer (its share of the tokens) vs the oracle's layer on the same tokens
   golden_case,        // a stored golden case vs the oracle (what `golden write` records in a new case)
-  foreign_dump,       // another system's dump (Megatron-Core's) vs the oracle, at the dump's precision
+  foreign_dump,       // another system's float64 dump vs the oracle (float32 and bf16: compare/error_model.hpp)
   device_kernel,      // a CUDA kernel vs the CPU kernel in the same type (bfloat16: CPU in double on rounded inputs)
   token_movement,     // dispatch → identity experts → combine vs Σ p·x: only the combine's sum reassociates
   finite_difference,  // an analytic derivative vs central differences with step 1e-6 (truncation error ~1e-8)
@@ -47,19 +47,8 @@ struct Tolerance {
   }
 };
 
-// Throws std::invalid_argument for a pair the table has no row for (e.g. a float golden case).
+// Throws std::invalid_argument for a pair the table has no row for (e.g. a float golden case, or a float32
+// foreign dump: compare's error model judges those).
 Tolerance tolerance(Compared what, Precision precision);
-
-// A bf16 dump (Compared::foreign_dump, Precision::bfloat16) is judged against what bf16 storage does to each tensor
-// on the dump's own inputs (docs/numerics.md, "bf16 dumps"): with d the oracle under bf16 storage minus the oracle
-// in double, element i passes when
-//   |got − want| ≤ factor·(|d_i| + spread(d)) + atol + rtol·|want|,   factor = kBf16StorageFactor, atol and rtol
-// from the table's row, spread(d) the rms of d clipped at 6 times itself (compare/dump_compare.cpp).
-// The factor allows a framework up to that many times the oracle's rounding error at its storage points: a
-// framework rounds at more points than the oracle's (plain PyTorch in bf16 rounds silu(gate) and h apart, each
-// p·out, and the output after every expert it adds: about twice the oracle's roundings on the way to y).
-// Measured with megatron_bridge/torch_example.py --bfloat16: the correct layer at 0.55 of the allowance, its two
-// seeded bugs at 46 and more (docs/numerics.md).
-inline constexpr double kBf16StorageFactor = 8.0;
 
 }  // namespace moe

@@ -298,7 +298,8 @@ void run_all(const CheckOptions& o, const std::vector<CheckRow>& rows, const dis
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         done[std::size_t(t)].push_back(
-            {&row, layout, kind, result, seconds, steps, applied, replica_slots, in_process});
+            {&row, layout, kind, result, seconds, steps, applied, replica_slots, in_process, problem.config,
+             problem.options.precision, problem.options.mode});
         if (!o.json && (!world || world->rank() == 0)) {
           std::lock_guard lock(progress);
           std::cerr << "  [" << ++finished << "/" << chosen << "] " << run_name(row, layout, kind) << ": "

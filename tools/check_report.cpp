@@ -143,7 +143,7 @@ nlohmann::json report_json(const std::vector<CheckRun>& runs, const ReportSettin
                      {"chosen", o.notes}};
   nlohmann::json j = nlohmann::json::array();
   for (const CheckRun& r : runs) {
-    const ModelConfig m = r.row->run.model();
+    const ModelConfig& m = r.model;
     nlohmann::json e{{"name", run_name(*r.row, r.layout, r.dispatcher)},
                      {"row", row_label(*r.row)},
                      {"model", {{"source", r.row->run.source.source()},
@@ -155,8 +155,9 @@ nlohmann::json report_json(const std::vector<CheckRun>& runs, const ReportSettin
                                 {"global_batch", r.row->run.global_batch},
                                 {"micro_batch", r.row->run.micro_batch},
                                 {"padding", r.row->run.padding},
-                                {"scaling", to_string(r.row->run.scaling)}}},
+                                {"scaling", to_string(r.mode)}}},
                      {"semantics", m.semantics().spec()},
+                     {"precision", to_string(r.precision)},
                      {"layout", layout_json(r.layout)},
                      {"dispatcher", to_string(r.dispatcher)},
                      {"tolerance", {{"atol", r.tolerance.atol}, {"rtol", r.tolerance.rtol}}},

@@ -25,6 +25,11 @@ struct CheckRun {
   Tolerance tolerance{};                      // what the run passed or failed by (a bf16 or Muon row's own)
   int replica_slots = 0;                      // replicated hot experts: the slots the plans used, over the layers
   bool in_process = false;  // --backend nccl, a layout wider than the job: ran on in-process ranks of rank 0
+  // What the run was given, taken from the problem the parallel system and the oracle ran (not from the row), so
+  // that the report, and the tests reading it, see a row whose settings were lost on the way.
+  ModelConfig model{};
+  Precision precision = Precision::float64;
+  LossMode mode = LossMode::sum;
 };
 
 // What the report says about how the runs were made.

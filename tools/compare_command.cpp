@@ -57,7 +57,7 @@ std::string ranks_text(const compare::TensorResult& t) {
 // What "pass" means for this dump, in one line.
 std::string tolerance_text(const compare::Dump& dump, const compare::Comparison& c) {
   if (!c.error_model)
-    return "|dump − oracle| ≤ " + sci(dump.tolerance.atol) + " + " + sci(dump.tolerance.rtol) +
+    return "|dump − oracle| ≤ " + sci(dump.tolerance->atol) + " + " + sci(dump.tolerance->rtol) +
            "·|oracle|; maps and counts exact";
   const bool bf16 = dump.precision == to_string(Precision::bfloat16);
   std::ostringstream s;
@@ -137,8 +137,8 @@ void run(const CompareOptions& a) {
                        {"compared", {{"forward_tensors", c.forward_tensors()}, {"backward_tensors", c.backward_tensors()},
                                      {"ranks", dump.layout.world}, {"backward", c.backward}}},
                        {"tolerance", c.error_model ? nlohmann::json(tolerance_text(dump, c))
-                                                   : nlohmann::json{{"atol", dump.tolerance.atol},
-                                                                    {"rtol", dump.tolerance.rtol}}},
+                                                   : nlohmann::json{{"atol", dump.tolerance->atol},
+                                                                    {"rtol", dump.tolerance->rtol}}},
                        {"pass", c.pass()},
                        {"absent", c.absent},
                        {"ignored", c.ignored},
@@ -147,6 +147,7 @@ void run(const CompareOptions& a) {
     out["error_model"] = c.error_model;
     if (c.replay_differences >= 0) out["replayed_capacity_slots_differing"] = c.replay_differences;
     out["routing_replay"] = replay_json(c.replay);
+    if (dump.aux_pool) out["aux_pool_tokens"] = dump.aux_pool->tokens;
     for (const auto& t : c.tensors) {
       nlohmann::json row{{"tensor", t.tensor}, {"where", ranks_text(t)}, {"elements", t.elements},
                          {"max_abs", t.max_abs}, {"max_ratio", t.exact ? nlohmann::json(nullptr) : nlohmann::json(t.max_ratio)},
@@ -170,7 +171,11 @@ void run(const CompareOptions& a) {
               << "layout " << layout_name(dump.layout) << ", S " << dump.seq << " × B " << dump.batch
               << " per replica, dispatcher " << dump.dispatcher << ", semantics " << dump.config.semantics.spec()
               << ", precision " << dump.precision << " (from " << dump.precision_from << "), router "
-              << to_string(dump.router_precision) << "\npass: " << tolerance_text(dump, c) << "\n\n";
+              << to_string(dump.router_precision) << "\n";
+    if (dump.aux_pool)
+      std::cout << "global_aux statistics pooled with " << std::fixed << std::setprecision(0) << dump.aux_pool->tokens
+                << std::defaultfloat << " rows outside the dump (aux_pool)\n";
+    std::cout << "pass: " << tolerance_text(dump, c) << "\n\n";
     TextTable table({"tensor", "where", "elements", "max |dump − oracle|", "of tolerance", "scale", "result"});
     for (const auto& t : c.tensors)
       table.add_row({t.tensor, ranks_text(t), std::to_string(t.elements), sci(t.max_abs),

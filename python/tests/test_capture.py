@@ -1,8 +1,8 @@
 """moe_capture.capture under pytest, on a small torch module named and shaped as Megatron-Core's MoELayer
 (fake_megatron.py; no megatron, no transformers): what a dump holds, the write that replaces a folder whole or leaves
 it untouched, the refusals made before the step runs, gradients that are missing or frozen, mixed dtypes, several
-ranks. The transformers cases at the end need transformers (skipped without it), and the comparisons a moe-oracle
-binary (skipped when none is found). Needs torch: skipped where there is none (the Debian python of ctest's
+ranks (transformers blocks: test_capture_hf.py). The comparisons need a moe-oracle binary (skipped when none is
+found). Needs torch: skipped where there is none (the Debian python of ctest's
 python.pytest); tools/hf-check runs it in the transformers venv.
 """
 import hashlib
@@ -397,72 +397,3 @@ def test_default_build_folder_is_beside_python():
     said = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           cwd=HERE.parent).stdout
     assert str(build) in said
-
-
-# --- transformers blocks (transformers 5.25) -------------------------------------------------------------------------
-def hf_block(family, dtype, implementation, **config):
-    transformers = pytest.importorskip("transformers")
-    import importlib
-
-    module, block_name, config_name = {
-        "qwen3_moe": ("transformers.models.qwen3_moe.modeling_qwen3_moe", "Qwen3MoeSparseMoeBlock", "Qwen3MoeConfig"),
-        "deepseek_v3": ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3MoE", "DeepseekV3Config"),
-    }[family]
-    cfg = getattr(transformers, config_name)(**config)
-    cfg._experts_implementation = implementation
-    block = getattr(importlib.import_module(module), block_name)(cfg)
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in block.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / p.shape[-1] ** 0.5)
-    return block.to(dtype), cfg
-
-
-QWEN3 = {"hidden_size": 32, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
-         "norm_topk_prob": True, "num_hidden_layers": 2, "vocab_size": 64}
-V3 = {"hidden_size": 32, "n_routed_experts": 8, "num_experts_per_tok": 4, "moe_intermediate_size": 16,
-      "n_shared_experts": 1, "n_group": 4, "topk_group": 2, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
-      "first_k_dense_replace": 0, "num_hidden_layers": 2, "vocab_size": 64}
-
-
-def hf_capture(block, out, dtype):
-    g = torch.Generator().manual_seed(4)
-    x = torch.randn(2, 6, block.gate.weight.shape[1], generator=g).to(dtype).requires_grad_(True)
-    dy = torch.randn(2, 6, x.shape[-1], generator=g).to(dtype)
-    with capture(block, out, semantics="hf-transformers-5.25"):
-        (block(x) * dy).sum().backward()
-
-
-def test_hf_grouped_mm_is_captured(tmp_path):
-    oracle_or_skip()  # the block's config is mapped by moe-oracle
-    block, _ = hf_block("qwen3_moe", torch.float32, "grouped_mm", **QWEN3)
-    out = tmp_path / "dump"
-    hf_capture(block, out, torch.float32)
-    meta = json.loads((out / "dump.json").read_text())
-    assert meta["dispatcher"] == "hf-grouped_mm" and meta["notes"]["experts_implementation"] == "grouped_mm"
-    rc, said = compare(out, "--precision", "float32")
-    assert rc == 0, said
-
-
-def test_hf_bf16_with_float32_gate_is_captured(tmp_path):
-    oracle_or_skip()
-    block, _ = hf_block("deepseek_v3", torch.bfloat16, "grouped_mm", **V3)
-    block.gate.float()  # as from_pretrained(dtype=bfloat16) loads it: _keep_in_fp32_modules_strict
-    out = tmp_path / "dump"
-    hf_capture(block, out, torch.bfloat16)
-    meta = json.loads((out / "dump.json").read_text())
-    assert meta["dtype"] == "bfloat16"
-    assert np.load(out / "rank0" / "router.weight.npy").dtype == np.float32
-    assert np.load(out / "rank0" / "router.expert_bias.npy").dtype == np.float32
-    assert np.load(out / "rank0" / "output.npy").dtype == np.uint16
-    rc, said = compare(out)
-    assert rc == 0, said
-
-
-def test_hf_unknown_dtype_refused_before_the_step(tmp_path):
-    block, _ = hf_block("qwen3_moe", torch.float16, "eager", **QWEN3)
-    ran = []
-    with pytest.raises(CaptureError, match="torch.float16"):
-        with capture(block, tmp_path / "dump"):
-            ran.append(True)
-    assert not ran and not (tmp_path / "dump").exists()
