@@ -223,7 +223,7 @@ def main():
     p.add_argument("--oracle", required=True)
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--first-seed", type=int, default=1)
-    p.add_argument("--families", default="qwen3_moe,deepseek_v3,deepseek_v4")
+    p.add_argument("--families", default="qwen3_moe,deepseek_v3,deepseek_v4,qwen3_moe_lm")
     p.add_argument("--dtypes", default="float32,bfloat16,bf16-fp32-router")
     p.add_argument("--bugs", default="all", help="all, none, or names (seeded on the first seed)")
     p.add_argument("--bug-dtypes", help="the dtypes the bugs are seeded in (default: --dtypes)")

@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "tools/tests/cli_run.hpp"
 
@@ -126,6 +128,42 @@ TEST(CliCheck, DefaultSetCoversEveryFeatureAndPasses) {
   }
   EXPECT_TRUE(semantics.count("intended"));
   EXPECT_TRUE(semantics.count("megatron-core-0.19"));
+  // What each row ran with, as the report takes it from the problem the system and the oracle were given: the
+  // semantics, loss mode and arithmetic that tools/check_suite.cpp declares for it, no more and no fewer (a row whose
+  // deviation, loss mode or precision is lost on the way fails here, however its runs compare).
+  using Ran = std::tuple<std::string, std::string, std::string, std::string>;  // row, semantics, scaling, precision
+  const std::set<Ran> declared{
+      {"tiny-v4 sum b1", "intended", "sum", "float64"},
+      {"tiny-v4 sum b1", "megatron-core-0.19", "sum", "float64"},
+      {"tiny-v4 sum b2", "megatron-core-0.19", "sum", "float64"},
+      {"tiny-capacity avg b2", "intended", "avg", "float64"},
+      {"tiny-capacity sum b1", "megatron-core-0.19", "sum", "float64"},
+      {"tiny-capacity sum b1", "megatron-core-0.19,+fused-swiglu-ignores-clamp", "sum", "float64"},
+      {"tiny-softmax per-token b2", "intended", "per-token", "float64"},
+      {"tiny-softmax per-token b2", "megatron-main,-router-counts-padding", "per-token", "float64"},
+      {"tiny-top1 sum b2", "intended", "sum", "float64"},
+      {"tiny-top1 sum b2", "megatron-main,-router-counts-padding", "sum", "float64"},
+      {"tiny-v4 fp8 sum b1", "intended", "sum", "float64"},
+      {"tiny-v4 sum b1 2 steps clip 0.5", "intended", "sum", "float64"},
+      {"tiny-v4 sum b1 2 steps clip 0.5 resume world=4,ep=2,etp=2", "intended", "sum", "float64"},
+      {"tiny-v4 sum b1 2 steps dist-opt clip 0.5 resume world=4,ep=2,etp=2", "intended", "sum", "float64"},
+      {"tiny-attention sum b1 2 steps muon clip 0.5 resume world=4,cp=2,ep=4", "intended", "sum", "float64"},
+      {"tiny-attention sum b2", "intended", "sum", "float64"},
+      {"tiny-attention p2p per-token b1", "intended", "per-token", "float64"},
+      {"tiny-mtp sum b2", "intended", "sum", "float64"},
+      {"tiny-mtp D2 per-token b1", "intended", "per-token", "float64"},
+      {"tiny-mtp D2 per-token b1", "megatron-core-0.19", "per-token", "float64"},
+      {"tiny-v4 bf16 sum b1", "intended", "sum", "float32"},
+      {"tiny-v4 bf16 clamp 1 sum b1", "intended", "sum", "float32"},
+      {"tiny-v4 bf16 clamp 1 sum b1", "intended,+clamp-limit-passes-gradient", "sum", "float32"},
+      {"tiny-v4 bf16 sum b1 2 steps dist-opt", "intended", "sum", "float64"},  // whole steps: in double
+      {"tiny-v4 per-token b2 replicas 4", "intended", "per-token", "float64"},
+      {"tiny-v4 sum b1 2 steps replicas 4", "intended", "sum", "float64"},
+      {"tiny-v4 sum b2 waves 3", "intended", "sum", "float64"}};
+  std::set<Ran> ran;
+  for (const auto& r : j["runs"])
+    ran.insert({r["row"], r["semantics"], r["model"]["scaling"], r["precision"]});
+  EXPECT_EQ(ran, declared);
   // A cell that was not measured is null, not 0.
   EXPECT_TRUE(j["runs"][0]["max_abs"]["parameters"].is_null());
 }
