@@ -61,7 +61,6 @@ class DeviceContext {
   cublasHandle_t cublas_handle() const { return cublas_; }
   GemmMode mode() const { return mode_; }
   GroupedGemm grouped() const { return grouped_; }
-  void set_grouped(GroupedGemm grouped) { grouped_ = grouped; }
   // The side lanes of GroupedGemm::lanes, created on first use and kept.
   const std::vector<GemmLane>& lanes() const;
   // An event recorded on stream() that the lanes wait for before their GEMMs (the fork of a grouped GEMM).

@@ -139,11 +139,6 @@ class HfKeys {
     if (!v) assume(key, fallback ? "true" : "false", why);
     return v ? as_boolean(key, *v) : fallback;
   }
-  std::string string_or(const std::string& key, const std::string& fallback, const std::string& why) {
-    const json* v = find(key);
-    if (!v) assume(key, quoted(fallback), why);
-    return v ? as_string(key, *v) : fallback;
-  }
   double number(const std::string& key, const json& v) { return as_number(key, v); }
 
   // A string key whose value must be one of `table`'s names; an absent key takes `fallback` (choice_or).

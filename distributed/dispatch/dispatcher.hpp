@@ -30,8 +30,6 @@ inline constexpr Named<DispatcherKind> kDispatcherNames[] = {
     {DispatcherKind::alltoall, "alltoall"}, {DispatcherKind::allgather, "allgather"}, {DispatcherKind::flex, "flex"}};
 constexpr std::span<const Named<DispatcherKind>> names_of(DispatcherKind) { return kDispatcherNames; }
 inline std::string_view to_string(DispatcherKind kind) { return name_of(kind); }
-// Throws std::invalid_argument listing the names.
-inline DispatcherKind parse_dispatcher(std::string_view name) { return parse_named<DispatcherKind>(name, "dispatcher"); }
 
 template <typename T>
 struct ExpertRows {

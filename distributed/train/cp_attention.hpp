@@ -28,8 +28,6 @@ inline constexpr Named<KvExchange> kKvExchangeNames[] = {{KvExchange::all_gather
                                                          {KvExchange::p2p, "p2p"}};
 constexpr std::span<const Named<KvExchange>> names_of(KvExchange) { return kKvExchangeNames; }
 inline std::string_view to_string(KvExchange exchange) { return name_of(exchange); }
-// Throws std::invalid_argument naming the choices.
-inline KvExchange parse_kv_exchange(std::string_view name) { return parse_named<KvExchange>(name, "cp comm type"); }
 
 // The positions CP rank `rank` holds, in local order (the parallel system's own copy of the data split).
 std::vector<int> cp_positions(int seq, int cp, int rank);

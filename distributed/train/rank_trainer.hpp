@@ -25,7 +25,6 @@ class RankTrainer {
   ModelShard<double>& params() { return shard_; }
   ShardMoments moments() const { return optimizer_.moments(); }  // collective when distributed
   double grad_norm() const { return optimizer_.last_grad_norm(); }  // of the last step, before clipping
-  int steps_done() const { return steps_; }
 
   // Collective over the world that owns this trainer's groups.
   void save(const std::string& dir, Communicator& world);
