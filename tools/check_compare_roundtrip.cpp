@@ -11,6 +11,7 @@
 #include "reference/process_groups.hpp"
 #include "reference/random_init.hpp"
 #include "storage/durable_files.hpp"
+#include "storage/json_file.hpp"
 #include "tools/run_options.hpp"
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,8 @@ enum class Control {
   tie_swapped,       // experts 0 and 1 identical; every row that selected one of them selects the other: replayed
   row_beyond_ties,   // one row of rank 0's routing map moved to an expert far below the k-th: fails the map
   expert_grad_1pct,  // one expert's fc2 gradient × 1.01 on every rank holding it: fails as a systematic error
+  replica_as_pool,   // a dp-2 global_aux dump cut to replica 0, replica 1's counts given as its aux_pool: passes
+  pool_left_out,     // the same cut without the aux_pool: fails (the pool's rows are in the statistic)
 };
 
 // The dump's name of the routing map (compare/README.md's table).
@@ -86,9 +89,23 @@ std::vector<Case> controls() {
   MoeConfig no_aux = v4;
   no_aux.aux_loss_type = AuxLossType::none;
   no_aux.aux_loss_coeff = 0;
+  // global_aux pooled with rows outside the dump (transformers pools every layer; here the other replica), its aux
+  // map the routing's own selection (softmax, no bias, no groups, no capacity) so that the map gives the counts.
+  MoeConfig pooled = layer_preset("tiny-top1").config;
+  pooled.aux_loss_type = AuxLossType::global_aux;
+  pooled.aux_loss_coeff = 0.1;
   return {{"tiny-v4 tie replayed", no_aux, "", Control::tie_swapped, true},
           {"tiny-v4 row beyond ties (must fail)", v4, "", Control::row_beyond_ties},
-          {"tiny-v4 bf16 expert grad 1% (must fail)", bf16, "bfloat16", Control::expert_grad_1pct}};
+          {"tiny-v4 bf16 expert grad 1% (must fail)", bf16, "bfloat16", Control::expert_grad_1pct},
+          {"tiny-top1 global_aux, replica 1 as aux_pool", pooled, "", Control::replica_as_pool},
+          {"tiny-top1 global_aux, aux_pool left out (must fail)", pooled, "", Control::pool_left_out}};
+}
+
+// The layout of each control: the tie on the widest, the pool on two replicas of one rank each.
+ParallelLayout control_layout(Control control) {
+  if (control == Control::tie_swapped) return ParallelLayout{.world = 8, .tp = 2, .ep = 2, .etp = 2};
+  if (control == Control::replica_as_pool || control == Control::pool_left_out) return ParallelLayout{.world = 2};
+  return ParallelLayout{.world = 4, .ep = 2, .etp = 2};
 }
 
 // Every cut compare makes: experts over ep with ETP halves, the shared expert over tp, replicas over dp.
@@ -266,6 +283,21 @@ void scale_expert_grad(const ParallelLayout& layout, const fs::path& dir) {
   }
 }
 
+// A world-2, dp-2 dump cut to replica 0 (rank 0, a world of 1). With `pool`, replica 1's aux-map counts (its routing
+// map's columns: the controls' layer selects by its aux map) and rows become dump.json's aux_pool, which is what
+// global_aux pooled over both replicas: the cut dump is the same run, described as transformers' pooled layers are.
+void cut_to_replica_0(const fs::path& dir, bool pool) {
+  const golden::NpyArray map = golden::read_npy_widened(dir / "rank1" / (std::string(kRoutingMap) + ".npy"));
+  const auto E = static_cast<size_t>(map.shape[1]);
+  std::vector<std::int64_t> counts(E, 0);
+  for (size_t i = 0; i < map.booleans.size(); ++i) counts[i % E] += map.booleans[i] ? 1 : 0;
+  fs::remove_all(dir / "rank1");
+  nlohmann::json meta = storage::read_json_file(dir / "dump.json");
+  meta["layout"]["world"] = 1;
+  if (pool) meta["aux_pool"] = {{"counts", counts}, {"tokens", map.shape[0]}, {"from", "replica 1 of the run"}};
+  storage::write_file_synced(dir / "dump.json", meta.dump(2));
+}
+
 // What a comparison said, for the report: the first failing tensor and where, or why a pass was not whole.
 std::string first_failure_text(const compare::Comparison& c) {
   const compare::TensorResult* f = c.first_failure();
@@ -290,6 +322,8 @@ RoundTrip round_trip(const Case& k, const ParallelLayout& layout, const fs::path
   if (k.control == Control::tie_swapped) swapped = swap_tied_experts(layout, dir);
   if (k.control == Control::row_beyond_ties) move_a_row(dir);
   if (k.control == Control::expert_grad_1pct) scale_expert_grad(layout, dir);
+  if (k.control == Control::replica_as_pool || k.control == Control::pool_left_out)
+    cut_to_replica_0(dir, k.control == Control::replica_as_pool);
   RoundTrip t{k.name, layout, false, 0, ""};
   compare::ReadOptions options;
   options.precision = k.precision;
@@ -315,6 +349,13 @@ RoundTrip round_trip(const Case& k, const ParallelLayout& layout, const fs::path
       t.pass = !c.pass() && f->tensor == fc2 && f->systematic;
       if (!t.pass) t.first_failure = "a 1% scale on " + fc2 + " was not failed as a systematic error";
       break;
+    case Control::replica_as_pool: t.pass = c.pass() && whole; break;
+    case Control::pool_left_out:
+      t.pass = !c.pass() && std::any_of(c.tensors.begin(), c.tensors.end(), [](const compare::TensorResult& r) {
+                 return r.tensor == "router.weight.grad" && !r.pass();
+               });
+      if (!t.pass) t.first_failure = "a global_aux dump whose pooled rows were left out did not fail router.weight.grad";
+      break;
   }
   if (t.first_failure.empty() && !t.pass) {
     t.first_failure = first_failure_text(c);
@@ -339,8 +380,7 @@ std::vector<RoundTrip> compare_round_trips(const fs::path& scratch) {
   std::vector<RoundTrip> out;
   for (const Case& k : cases())
     for (const ParallelLayout& layout : layouts()) out.push_back(round_trip(k, layout, scratch));
-  for (const Case& k : controls())
-    out.push_back(round_trip(k, k.control == Control::tie_swapped ? layouts()[2] : layouts()[0], scratch));
+  for (const Case& k : controls()) out.push_back(round_trip(k, control_layout(k.control), scratch));
   return out;
 }
 
@@ -356,7 +396,7 @@ void print_round_trips(const std::vector<RoundTrip>& trips, std::ostream& out) {
   }
   out << "compare round trip: the parallel layer dumped as moe-dump/1 and judged by compare on " << trips.size()
       << " (layer, layout) pairs, " << tensors << " tensors, " << controls().size()
-      << " of them controls (a tie replayed, a flip beyond ties and a 1% scale failed): " << (failed ? "FAIL" : "PASS")
+      << " of them controls (a tie replayed, a flip beyond ties and a 1% scale failed, a replica pooled as aux_pool and left out): " << (failed ? "FAIL" : "PASS")
       << "\n";
 }
 

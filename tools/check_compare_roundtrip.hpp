@@ -3,10 +3,11 @@
 // them) and judged by compare. Its parameters are sharded by the parallel system (shard_layer) and reassembled by
 // compare (its own code), so a fault in either — a GLU half taken from the wrong block, an expert index off by an EP
 // rank, a gradient summed over the wrong group — fails `check`. Without it, compare's reassembly ran only in its
-// unit tests and tools/megatron-check. Three controls follow on one layout each: experts 0 and 1 made identical and
+// unit tests and tools/megatron-check. Five controls follow on one layout each: experts 0 and 1 made identical and
 // every row that took one of them alone given the other (the run whose ties broke the other way: compare must replay
-// those rows and pass), a row of the routing map moved far from any tie (must fail beyond rounding), and a 1% scale
-// on one expert's gradient in bf16 (must fail as a systematic error).
+// those rows and pass), a row of the routing map moved far from any tie (must fail beyond rounding), a 1% scale on
+// one expert's gradient in bf16 (must fail as a systematic error), and a two-replica global_aux run cut to one
+// replica with the other's counts as its aux_pool (must pass; without the pool it must fail).
 #pragma once
 
 #include "reference/parallel_layout.hpp"
