@@ -302,5 +302,31 @@ TEST_F(Refusal, TheSharedExpertGateIsKnown) {
   EXPECT_TRUE(gate_grad);
 }
 
+// aux_pool (statistics of rows outside the dump pooled into a global_aux loss) must describe an aux map: one
+// count per expert, whole and non-negative, topk per valid row, and only where the loss is global_aux. Each would
+// otherwise move the router's expected gradient by a claim no file backs.
+TEST_F(Refusal, AnAuxPoolThatIsNotAnAuxMapsStatistic) {
+  auto j = meta();
+  j["aux_pool"] = {{"counts", {3, 1, 0, 0}}, {"tokens", 2}};
+  write_meta(j);
+  expect_refused("aux_pool pools statistics into a global_aux loss; config.aux_loss_type is aux");
+  j["config"]["aux_loss_type"] = "global_aux";
+  j["aux_pool"] = {{"counts", {3, 1, 0}}, {"tokens", 2}};
+  write_meta(j);
+  expect_refused("aux_pool.counts must be an array of num_experts (4) counts");
+  j["aux_pool"] = {{"counts", {3, 1, 0, 1}}, {"tokens", 2}};
+  write_meta(j);
+  expect_refused("aux_pool.counts sum to 5, not topk × tokens = 2 × 2");
+  j["aux_pool"] = {{"counts", {3, 2, -1, 0}}, {"tokens", 2}};
+  write_meta(j);
+  expect_refused("aux_pool.counts must be non-negative integers, not -1");
+  j["aux_pool"] = {{"counts", {3, 1, 0, 0}}, {"tokens", 0}};
+  write_meta(j);
+  expect_refused("aux_pool.tokens must be a positive integer");
+  j["aux_pool"] = {{"counts", {3, 1, 0, 0}}, {"tokens", 2}, {"layers", 2}};
+  write_meta(j);
+  expect_refused("unknown key 'aux_pool.layers'");
+}
+
 }  // namespace
 }  // namespace moe::compare
