@@ -162,7 +162,8 @@ TEST(CliCheck, DefaultSetCoversEveryFeatureAndPasses) {
       {"tiny-v4 sum b2 waves 3", "intended", "sum", "float64"}};
   std::set<Ran> ran;
   for (const auto& r : j["runs"])
-    ran.insert({r["row"], r["semantics"], r["model"]["scaling"], r["precision"]});
+    ran.insert({r["row"].get<std::string>(), r["semantics"].get<std::string>(),
+                r["model"]["scaling"].get<std::string>(), r["precision"].get<std::string>()});
   EXPECT_EQ(ran, declared);
   // A cell that was not measured is null, not 0.
   EXPECT_TRUE(j["runs"][0]["max_abs"]["parameters"].is_null());
