@@ -25,6 +25,7 @@ import fake_megatron  # noqa: E402
 import moe_capture  # noqa: E402
 import moe_capture_hf  # noqa: E402
 from moe_capture import CaptureError, capture  # noqa: E402
+from oracle_binary import compare  # noqa: E402
 
 
 @pytest.fixture
@@ -53,18 +54,6 @@ def captured(out, seed=0, replace=False, **layer_kwargs):
     with capture(layer, out, replace=replace):
         y = fake_megatron.step(layer, x, dy)
     return layer, y
-
-
-def oracle_or_skip():
-    try:
-        return moe_capture_hf.find_oracle()
-    except CaptureError as e:
-        pytest.skip(f"no moe-oracle binary: {e}")
-
-
-def compare(out, *extra):
-    result = subprocess.run([oracle_or_skip(), "compare", str(out), "--json", *extra], capture_output=True, text=True)
-    return result.returncode, result.stdout + result.stderr
 
 
 # --- what a dump holds -------------------------------------------------------------------------------------------

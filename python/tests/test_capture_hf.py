@@ -6,7 +6,6 @@ binary (skipped when none is found).
 """
 import json
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
@@ -17,21 +16,10 @@ transformers = pytest.importorskip("transformers")
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
-import moe_capture_hf  # noqa: E402
 from moe_capture import CaptureError, capture  # noqa: E402
-
-
-def oracle_or_skip():
-    try:
-        return moe_capture_hf.find_oracle()
-    except CaptureError as e:
-        pytest.skip(f"no moe-oracle binary: {e}")
-
-
-def compare(out, *extra):
-    result = subprocess.run([oracle_or_skip(), "compare", str(out), "--json", *extra], capture_output=True, text=True)
-    return result.returncode, result.stdout + result.stderr
+from oracle_binary import compare, oracle_or_skip  # noqa: E402
 
 
 # --- transformers blocks (transformers 5.25) -------------------------------------------------------------------------
