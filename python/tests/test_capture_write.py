@@ -221,3 +221,85 @@ def test_killed_while_staging_the_target_is_untouched(tmp_path):
     assert marker(target) == "old"
     commit(target, "next")  # sweeps the dead writer's staging folder
     assert marker(target) == "next" and beside(target) == ["writer.py"]
+
+
+# --- kills at random instants ----------------------------------------------------------------------------------------
+SWEEP_WRITER = textwrap.dedent("""
+    import pathlib, sys, time
+    sys.path.insert(0, {python!r})
+    import moe_capture_write as w
+    target, text, files = pathlib.Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    print("go", flush=True)
+    start = time.monotonic()
+    staged = w.StagedDump(w.check_target(target, True), True)
+    (staged.path / "rank0").mkdir()
+    (staged.path / "dump.json").write_text(text)
+    for i in range(files):
+        (staged.path / "rank0" / f"t{{i}}.npy").write_text(text)
+    print("commit", time.monotonic() - start, flush=True)
+    start = time.monotonic()
+    staged.commit()
+    print(time.monotonic() - start, flush=True)
+""")
+
+
+def whole_dump(folder, files):
+    """The marker every file of the dump holds, or None when the folder is not one whole dump."""
+    names = [folder / "dump.json"] + [folder / "rank0" / f"t{i}.npy" for i in range(files)]
+    if not all(p.is_file() for p in names) or len(os.listdir(folder / "rank0")) != files:
+        return None
+    texts = {p.read_text() for p in names}
+    return texts.pop() if len(texts) == 1 else None
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["rename-exchange", "fallback"])
+def test_killed_at_random_instants_a_whole_dump_remains(tmp_path, exchange):
+    """A capture's write killed at a random instant of its run, again and again: each time the target (after the
+    next writer's recovery) is the last whole dump or the new one, never a mixture; the next whole write leaves
+    nothing beside it.
+    MOE_KILL_SWEEP sets the number of kills (default 24, as ctest runs it; docs/reliability.md has a longer run)."""
+    kills, files = int(os.environ.get("MOE_KILL_SWEEP", "24")), 40
+    env = dict(os.environ)
+    env.pop("MOE_ORACLE_COMMIT_PAUSE_US", None)
+    if not exchange:
+        env["MOE_ORACLE_NO_RENAME_EXCHANGE"] = "1"
+    script = tmp_path / "writer.py"
+    script.write_text(SWEEP_WRITER.format(python=str(HERE.parent)))
+    target = tmp_path / "d"
+
+    def run(text, kill=None):
+        """One writer; kill = (at the commit?, seconds after "go" or after the commit begins) kills it then."""
+        proc = subprocess.Popen([sys.executable, str(script), str(target), text, str(files)], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "go"
+        if kill is None:
+            staging = float(proc.stdout.readline().split()[1])
+            committing = float(proc.stdout.readline())
+            assert proc.wait() == 0
+            return staging, committing
+        at_commit, delay = kill
+        if at_commit:
+            assert proc.stdout.readline().startswith("commit")
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return None
+
+    staging, committing = run("first")  # one whole write: the windows the kills are spread over
+    rng = __import__("random").Random(7)
+    landed = {"old": 0, "new": 0}
+    last = "first"
+    for k in range(kills):
+        text = f"write-{k}"
+        # Half anywhere in the write, half inside the commit (its renames are the only instants that matter).
+        at_commit = k % 2 == 1
+        run(text, kill=(at_commit, rng.uniform(0, 2 * committing if at_commit else 1.2 * (staging + committing))))
+        w.check_target(target, True)  # what the next capture does first: put back, sweep
+        got = whole_dump(target, files)
+        assert got in (last, text), f"kill {k}: the target holds {got!r}, neither {last!r} nor {text!r}"
+        landed["old" if got == last else "new"] += 1
+        last = got
+    run("last")  # the next whole write sweeps what the killed ones left
+    assert whole_dump(target, files) == "last" and beside(target) == ["writer.py"], beside(target)
+    print(f"{kills} kills ({'rename-exchange' if exchange else 'fallback'}): {landed['old']} left the old dump, "
+          f"{landed['new']} the new one, 0 damaged")
