@@ -153,12 +153,12 @@ def float32_router(block, family, dtype):
 
 
 def run_lm(dtype_name, seed, bug, out, sizes):
-    """qwen3_moe_lm: the model's own loss, its second MoE block captured with the model."""
+    """qwen3_moe_lm: the model's own loss, its second MoE block captured with the model; the experts run
+    transformers' default implementation (grouped_mm), as a user's model does."""
     import transformers
 
     hidden, experts, topk, ffn, tokens = sizes
     config = transformers.Qwen3MoeConfig(**family_config("qwen3_moe_lm", hidden, experts, topk, ffn))
-    config._experts_implementation = "eager"
     torch.manual_seed(seed)  # transformers' own initialisation (normal, std initializer_range)
     model = transformers.Qwen3MoeForCausalLM(config)
     dtype = DTYPES[dtype_name]
