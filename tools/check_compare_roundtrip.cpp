@@ -47,8 +47,9 @@ enum class Control {
   pool_left_out,     // the same cut without the aux_pool: fails (the pool's rows are in the statistic)
 };
 
-// The dump's name of the routing map (compare/README.md's table).
+// The dump's names of the routing map and the router's gradient (compare/README.md's table).
 constexpr const char* kRoutingMap = "router.routing_map";
+constexpr const char* kRouterGrad = "router.weight.grad";
 
 struct Case {
   std::string name;
@@ -352,7 +353,7 @@ RoundTrip round_trip(const Case& k, const ParallelLayout& layout, const fs::path
     case Control::replica_as_pool: t.pass = c.pass() && whole; break;
     case Control::pool_left_out:
       t.pass = !c.pass() && std::any_of(c.tensors.begin(), c.tensors.end(), [](const compare::TensorResult& r) {
-                 return r.tensor == "router.weight.grad" && !r.pass();
+                 return r.tensor == kRouterGrad && !r.pass();
                });
       if (!t.pass) t.first_failure = "a global_aux dump whose pooled rows were left out did not fail router.weight.grad";
       break;
