@@ -16,16 +16,20 @@ double unit_roundoff(Precision precision) {
   return 0;
 }
 
-double clipped_rms(const std::vector<double>& d) {
+namespace {
+
+// clipped_rms over the elements i for which counted(i) holds.
+template <typename Counted>
+double clipped_rms_of(const std::vector<double>& d, Counted counted) {
   constexpr double kClip = 6.0;
   constexpr int kRounds = 4;
   double limit = std::numeric_limits<double>::infinity(), rms = 0;
   for (int round = 0; round < kRounds; ++round) {
     double sum_sq = 0;
     size_t kept = 0;
-    for (const double v : d)
-      if (std::abs(v) <= limit) {
-        sum_sq += v * v;
+    for (size_t i = 0; i < d.size(); ++i)
+      if (counted(i) && std::abs(d[i]) <= limit) {
+        sum_sq += d[i] * d[i];
         ++kept;
       }
     const double next = kept == 0 ? 0.0 : std::sqrt(sum_sq / static_cast<double>(kept));
@@ -36,6 +40,12 @@ double clipped_rms(const std::vector<double>& d) {
   return rms;
 }
 
+}  // namespace
+
+double clipped_rms(const std::vector<double>& d) {
+  return clipped_rms_of(d, [](size_t) { return true; });
+}
+
 double extreme_of(std::size_t n) {
   return std::max(2.0, std::sqrt(2.0 * std::log(static_cast<double>(std::max<std::size_t>(n, 1)))));
 }
@@ -44,15 +54,21 @@ std::vector<double> element_allowance(const std::vector<double>& want, const std
                                       Precision precision) {
   const size_t n = want.size();
   const double u = unit_roundoff(precision);
+  // The elements that carry rounding: an element exactly zero in both oracles is a structural zero (an expert a token
+  // did not select has probability 0 in any arithmetic), and counting it would shrink the tensor's spread and rms by
+  // the square root of its sparsity (router.probs: E/k).
+  const auto live = [&](size_t i) { return want[i] != 0 || rounded[i] != 0; };
   std::vector<double> d(n);
   double want_sq = 0;
+  size_t carrying = 0;
   for (size_t i = 0; i < n; ++i) {
     d[i] = rounded[i] - want[i];
     want_sq += want[i] * want[i];
+    carrying += live(i) ? 1 : 0;
   }
-  const double spread = clipped_rms(d);
-  const double scale_floor = n == 0 ? 0.0 : u * std::sqrt(want_sq / static_cast<double>(n));
-  const double factor = kRoundingFactor * extreme_of(n);
+  const double spread = clipped_rms_of(d, live);
+  const double scale_floor = carrying == 0 ? 0.0 : u * std::sqrt(want_sq / static_cast<double>(carrying));
+  const double factor = kRoundingFactor * extreme_of(carrying);
   for (size_t i = 0; i < n; ++i) d[i] = factor * (std::abs(d[i]) + spread) + 2 * u * std::abs(want[i]) + scale_floor;
   return d;
 }

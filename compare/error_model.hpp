@@ -11,7 +11,9 @@
 //     |got_i − want_i| ≤ F·z(n)·(|d_i| + spread(d)) + 2u·|want_i| + u·rms(want)
 // with u the unit roundoff of the dump's precision (2^-24 float32, 2^-8 bfloat16), F = kRoundingFactor, z(n) the
 // size of the largest of the tensor's n elements' noise in standard deviations, and spread the rms of d clipped at 6
-// times itself. Every term scales with the tensor: no floor is tied to the size of dL/dy.
+// times itself. n, spread and rms count only the elements that carry rounding: a structural zero (0 in both oracles,
+// as the probabilities of the experts a token did not select) would dilute them. Every term scales with the tensor:
+// no floor is tied to the size of dL/dy.
 //
 // A tensor also fails when it is systematically off: got − want ≈ β·want fitted by least squares, its standard error
 // from the scatter of the fit over contiguous blocks of elements (so correlated rounding along a row counts), and
