@@ -53,7 +53,8 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
     if (model && (rounded == nullptr || rounded->tensor != e.tensor || rounded->values.size() != e.values.size()))
       throw DumpError(dump.dir.string() + ": the rounding oracle expects other tensors than the double one");
     const std::vector<double> allowance =
-        model && !e.exact ? element_allowance(e.values, rounded->values, precision) : std::vector<double>{};
+        model && !e.exact ? element_allowance(e.values, rounded->values, precision, e.shape, e.rows)
+                          : std::vector<double>{};
     const std::vector<int> ranks = e.summed_ranks.empty() ? std::vector<int>{e.rank} : e.summed_ranks;
     bool present = true;
     for (int r : ranks) present = present && dump.ranks[static_cast<size_t>(r)].has(e.tensor);

@@ -50,8 +50,16 @@ double extreme_of(std::size_t n) {
   return std::max(2.0, std::sqrt(2.0 * std::log(static_cast<double>(std::max<std::size_t>(n, 1)))));
 }
 
+double extreme_of_sum(std::size_t n, const std::vector<std::int64_t>& shape, std::int64_t rows) {
+  const double z = extreme_of(n);
+  if (shape.size() != 2 || rows <= 0) return z;
+  const double outer = extreme_of(static_cast<std::size_t>(shape[0])) * extreme_of(static_cast<std::size_t>(shape[1]));
+  return std::max(z, outer / std::sqrt(static_cast<double>(rows)));
+}
+
 std::vector<double> element_allowance(const std::vector<double>& want, const std::vector<double>& rounded,
-                                      Precision precision) {
+                                      Precision precision, const std::vector<std::int64_t>& shape,
+                                      std::int64_t rows) {
   const size_t n = want.size();
   const double u = unit_roundoff(precision);
   // The elements that carry rounding: an element exactly zero in both oracles is a structural zero (an expert a token
@@ -68,7 +76,7 @@ std::vector<double> element_allowance(const std::vector<double>& want, const std
   }
   const double spread = clipped_rms_of(d, live);
   const double scale_floor = carrying == 0 ? 0.0 : u * std::sqrt(want_sq / static_cast<double>(carrying));
-  const double factor = kRoundingFactor * extreme_of(carrying);
+  const double factor = kRoundingFactor * extreme_of_sum(carrying, shape, rows);
   for (size_t i = 0; i < n; ++i) d[i] = factor * (std::abs(d[i]) + spread) + 2 * u * std::abs(want[i]) + scale_floor;
   return d;
 }

@@ -40,6 +40,11 @@ inline constexpr double kRoundingFactor = 6.0;
 // the largest of n draws of a standard normal, so a tensor of a million elements, whose largest rounding error is
 // some 5 standard deviations out, is not failed for being large.
 double extreme_of(std::size_t n);
+// The same for a 2-D tensor that sums `rows` outer products g_t ⊗ u_t over token rows (a weight's gradient: an
+// expert's is made of the rows routed to it). With few rows it is nearly rank one, and its largest element is the
+// product of two maxima, about z(a)·z(b) standard deviations for an [a, b] tensor of one row (11.6 for [128, 1024],
+// against z(n) = 4.9), which the rows' sum brings down as 1/sqrt(rows); never below z(n).
+double extreme_of_sum(std::size_t n, const std::vector<std::int64_t>& shape, std::int64_t rows);
 // How many standard errors a fitted scale must be away from 1 to be a systematic error.
 inline constexpr double kSigmas = 6.0;
 
@@ -51,9 +56,11 @@ double unit_roundoff(Precision precision);
 // gradient) are covered by their own |d_i| without loosening the whole tensor.
 double clipped_rms(const std::vector<double>& d);
 
-// Each element's allowance |got − want| may reach, from the double oracle's values and the rounding oracle's.
+// Each element's allowance |got − want| may reach, from the double oracle's values and the rounding oracle's; shape
+// and rows (the token rows a weight gradient sums, 0 when unknown) choose z (extreme_of_sum).
 std::vector<double> element_allowance(const std::vector<double>& want, const std::vector<double>& rounded,
-                                      Precision precision);
+                                      Precision precision, const std::vector<std::int64_t>& shape = {},
+                                      std::int64_t rows = 0);
 
 // got − want ≈ β·want: the fitted β and its standard error from the scatter over blocks.
 struct ScaleFit {
