@@ -24,8 +24,10 @@ class DumpCopy : public ::testing::Test {
     dir_ = fs::temp_directory_path() /
            ("moe-compare-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
-    fs::copy(kMegatronDump, dir_, fs::copy_options::recursive);
+    fs::copy(source(), dir_, fs::copy_options::recursive);
   }
+  // The committed dump a fixture copies.
+  virtual fs::path source() const { return kMegatronDump; }
   void TearDown() override { fs::remove_all(dir_); }
 
   nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / "dump.json")); }
