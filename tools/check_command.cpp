@@ -56,7 +56,7 @@ namespace {
 // What a check of `row` on `layout` (resumed under `resume`, if any) holds at once in this process: the oracle's
 // parameters and gradients, each of its ranks' shards (at worst a full copy each) and, with steps, Adam's moments;
 // the activations of a step's microbatches; and when the ranks are in process (`in_process`), the ranks themselves,
-// of which building their groups grows as world³ (dist::inproc_world_bytes: 8 GiB at 1024 ranks). Under mpirun a
+// their stacks and groups (dist::inproc_world_bytes: 0.17 GiB at 1024 ranks). Under mpirun a
 // process holds one rank.
 MemoryEstimate check_memory(const ModelConfig& m, const RunOptions& run, const ParallelLayout& layout, int steps,
                             const std::optional<ParallelLayout>& resume, bool in_process) {

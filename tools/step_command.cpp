@@ -71,7 +71,12 @@ void run(const StepCommandOptions& o) {
     MemoryEstimate e;
     e.parameters = 8.0 * c.num_experts * 3 * c.expert_width() * c.ffn_hidden * (o.world + 3);
     e.activations = 8.0 * o.tokens * o.world * (20.0 * c.hidden + 4.0 * c.num_experts + 6.0 * c.topk * c.ffn_hidden);
-    // The ranks themselves, whose groups grow as world³ while they are built (dist::inproc_world_bytes); the
+    // The provenance walk pushes one-hot tag rows through the same ~20 recorded stages (step/provenance.hpp): each of
+    // the world·tokens·topk routed rows is TagLayout::width() = world·tokens·(1 + E) doubles wide, so this part grows
+    // as world² (tiny-v4, 3 tokens a rank: measured 1.5 GB at 128 ranks and 6.0 GB at 256; this says 2.4 and 9.6).
+    const double all_tokens = double(o.tokens) * o.world;
+    e.activations += 8.0 * 20 * (all_tokens * c.topk) * (all_tokens * (1.0 + c.num_experts));
+    // The ranks themselves, their stacks and groups (dist::inproc_world_bytes); the
     // layout is preset_example's (ProcessGroups refuses it as that would).
     ParallelLayout layout;
     layout.world = o.world;

@@ -2,6 +2,7 @@
 // names the rule, on every rank involved (so no rank is left waiting), and leave the communicator usable.
 #include "distributed/tests/conformance_support.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string_view>
 
@@ -160,6 +161,13 @@ void add_cross_rank_rules(std::vector<Case>& cases) {
   });
   add(cases, "error.args.subgroup_lists_disagree", "every member of a group passes the same list", [](Communicator& c) {
     c.subgroup(c.rank() == 0 ? std::vector<int>{0, 1} : std::vector<int>{c.rank()});
+  });
+  // The same members in another order on one rank: the order ranks the group, so it must agree too.
+  add(cases, "error.args.subgroup_orders_disagree", "every member of a group passes the same list", [](Communicator& c) {
+    std::vector<int> all(std::size_t(c.size()));
+    for (int r = 0; r < c.size(); ++r) all[std::size_t(r)] = r;
+    if (c.rank() == c.size() - 1) std::reverse(all.begin(), all.end());
+    c.subgroup(all);
   });
   // Only the receiver learns the length is wrong; the others just check the communicator afterwards.
   cases.push_back({"error.calls.recv_length", [](Communicator& c) {

@@ -47,12 +47,11 @@ std::uint64_t rank_groups_bytes(const ProcessGroups& groups) {
                          GroupKind::tp_dp_cp, GroupKind::pp, GroupKind::ep, GroupKind::expt_tp, GroupKind::tp_ep,
                          GroupKind::expt_dp, GroupKind::gtp, GroupKind::expt_gtp})
     largest = std::max<std::uint64_t>(largest, groups.group(kind, 0).size());
-  // Per rank: every member list (8 bytes an entry), and per rank of the world its length, offset, span and the
-  // split's color and key (48 bytes); saturated at 2^64 − 1 for a layout no process could hold.
+  // Per rank: its member list and the members the split gave it (8 bytes an entry each), its color, key and flags
+  // (48 bytes); saturated at 2^64 − 1 for a layout no process could hold.
   const auto world = static_cast<std::uint64_t>(groups.layout().world);
-  std::uint64_t per_rank = 0, bytes = 0;
-  if (__builtin_mul_overflow(world, 8 * largest + 48, &per_rank) || __builtin_mul_overflow(world, per_rank, &bytes))
-    return UINT64_MAX;
+  std::uint64_t bytes = 0;
+  if (__builtin_mul_overflow(world, 16 * largest + 48, &bytes)) return UINT64_MAX;
   return bytes;
 }
 

@@ -31,11 +31,10 @@ struct RankGroups {
 std::vector<int> expt_tp_dp_members(const ProcessGroups& groups, int rank);
 
 // Bytes a whole world of in-process ranks holds at once while its ranks build their RankGroups together. Each
-// Communicator::subgroup gathers every rank's member list on every rank (8 bytes × world × group, and a few words per
-// rank of counts and offsets), so the world holds world² × group of them: with a group spanning the world (tp_dp_cp
-// when pp = 1) that is 8 · world³ bytes, 8 GiB at 1024 ranks, the largest part of such a world (heaptrack of
-// `check --world 1024`: 8.6 GB, against 2 GB for everything else). An upper bound for what it counts: the largest
-// group's gather, the others being freed before the next.
+// Communicator::subgroup holds the rank's member list and the members the split gave it (16 bytes × group) and the
+// split's few words per rank, so the world holds world · group of them: 16 MiB at 1024 ranks in a group spanning the
+// world. (Gathering every list on every rank, as subgroup once did, was 8 · world³ bytes: 8.6 GB at 1024 ranks.) An
+// upper bound for what it counts: the largest group's, the others being freed before the next.
 std::uint64_t rank_groups_bytes(const ProcessGroups& groups);
 // What a world of groups.layout().world in-process ranks that build their RankGroups costs besides their tensors:
 // each rank's own (InprocWorld::kRankBytes) and rank_groups_bytes. Throws InprocWorld's refusal of a world past
