@@ -9,7 +9,8 @@ On a CPU every operation is synchronous, so streams and events have nothing to o
 Two more, only for tensor parallelism, where gloo lacks what NCCL has: reduce-scatter (sequence parallelism) is
 emulated by an all-reduce and the rank's slice (the same sum, in another order); an all-gather of blocks of
 different sizes (the AlltoAll dispatcher under ETP) by padding every block to the largest. apply() reports which
-patches are in place so every dump can say so.
+patches are in place so every dump can say so. apply_step() adds what a whole training step needs: the schedules
+allocate their token counter with device="cuda", which becomes the CPU in that module only.
 """
 import contextlib
 
@@ -113,3 +114,25 @@ def apply():
     dist.all_gather = _all_gather
     return ["cuda streams/events as no-ops", "current_device=cpu", "all_to_all_single list splits",
             "reduce_scatter_tensor as all_reduce + slice (gloo)", "all_gather of uneven blocks padded (gloo)"]
+
+
+class _TorchOnCpu:
+    """torch, with the factories' device="cuda" made the CPU: for one module's `torch` name."""
+
+    def __getattr__(self, name):
+        value = getattr(torch, name)
+        if name in ("zeros", "ones", "empty", "full", "tensor", "arange"):
+            def on_cpu(*args, _make=value, **kwargs):
+                if str(kwargs.get("device", "")).startswith("cuda"):
+                    kwargs["device"] = "cpu"
+                return _make(*args, **kwargs)
+            return on_cpu
+        return value
+
+
+def apply_step():
+    """apply(), and the schedules' CUDA allocations on the CPU; returns the patches' names."""
+    names = apply()
+    from megatron.core.pipeline_parallel import schedules
+    schedules.torch = _TorchOnCpu()
+    return names + ["schedules' device=\"cuda\" tensors on the CPU"]

@@ -25,6 +25,7 @@ import group_checks  # noqa: E402
 import loss_checks  # noqa: E402
 import matrix  # noqa: E402
 import seeded_bugs  # noqa: E402
+import step_checks  # noqa: E402
 
 
 def compare(oracle, dump_dir, precision=None):
@@ -133,13 +134,13 @@ def main():
     parser.add_argument("--oracle", required=True, help="the moe-oracle binary")
     parser.add_argument("--work", help="where the dumps go (default: a temporary folder, removed at the end)")
     parser.add_argument("--only", help="run the cases whose name contains this ('loss_checks', 'torch_example', "
-                                       "'process_groups': only those)")
+                                       "'process_groups', 'step': only those)")
     parser.add_argument("--keep", action="store_true", help="keep the dumps")
     parser.add_argument("--json", help="also write the results as JSON to this file")
     a = parser.parse_args()
     work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="megatron-check-"))
     cases = [c for c in matrix.cases() + matrix.bf16_cases() if not a.only or a.only in c["name"]]
-    if not cases and a.only not in ("loss_checks", "torch_example", "process_groups"):
+    if not cases and a.only not in ("loss_checks", "torch_example", "process_groups", "step"):
         raise SystemExit(f"megatron-check: no case matches '{a.only}'")
 
     rows, failures = [], 0
@@ -173,6 +174,16 @@ def main():
             failures += not ok
             rows.append({"case": name, "layout": "-", "dispatcher": "-", "semantics": "megatron-core-0.19",
                          "worst": 0.0, "seconds": 0.0, "ok": ok, "what": what})
+    step_rows = []
+    if not a.only or a.only == "step":
+        # Megatron's whole training step (step_checks.py): its own schedule, DDP and finalize_model_grads.
+        for case, ok, what, seconds in step_checks.run(a.oracle, work / "step"):
+            failures += not ok
+            layout = case["case"]["layout"]
+            step_rows.append({"case": case["name"], "layout": f"w{layout['world']} ep{layout['ep']} (step)",
+                              "dispatcher": "alltoall", "semantics": case.get("semantics", "megatron-core-0.19"),
+                              "worst": 0.0, "seconds": seconds, "ok": ok, "what": what})
+        rows += step_rows
     start_cases = time.time()
     for i, case in enumerate(cases):
         show_progress(i, len(cases), start_cases, case["name"])
@@ -182,6 +193,10 @@ def main():
 
     print_table("megatron-check: megatron-core's MoE layer (CPU, gloo) against the oracle", rows, failures, start_all,
                 "" if not failures or a.keep else f"; dumps of the bad ones kept in {work}")
+    if step_rows:
+        bugs = [r for r in step_rows if "_bug_" in r["case"]]
+        print(f"step: {sum(r['ok'] for r in step_rows)} of {len(step_rows)} cases as expected")
+        print(f"framework bugs: {sum(r['ok'] for r in bugs)} of {len(bugs)} caught")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(rows, indent=2) + "\n")
     if not a.work and not a.keep and not failures:

@@ -1,10 +1,12 @@
 // `moe-oracle compare DIR`: another framework's per-rank dump of one MoE layer's forward and backward (format
-// moe-dump/1, compare/README.md) against the oracle. Exit 0 when every tensor present passes, 1 naming the first
+// moe-dump/1, compare/README.md) against the oracle; a step dump (moe-step/1) goes to compare_step.cpp. Exit 0 when every tensor present passes, 1 naming the first
 // mismatching tensor, rank and index (and the Megatron deviation that would explain it, if one does), 2 when the
 // dump is refused (malformed, inconsistent, or beyond the machine's memory).
 #include "compare/dump_compare.hpp"
 #include "compare/dump_oracle.hpp"
+#include "compare/step_dump.hpp"
 #include "tools/commands.hpp"
+#include "tools/compare_step.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/model_options.hpp"
 #include "tools/progress.hpp"
@@ -104,6 +106,12 @@ void print_replay(const compare::SelectionReplay& r) {
 }
 
 void run(const CompareOptions& a) {
+  if (compare::is_step_dump(a.dir)) {  // a whole training step (moe-step/1): compare_step.cpp
+    if (!a.explain || a.explain_always)
+      throw std::invalid_argument("--explain and --no-explain are for layer dumps; " + a.dir + " is a step dump");
+    run_compare_step(a.dir, a.semantics, a.precision, a.json);
+    return;
+  }
   const compare::Dump dump = compare::read_dump(a.dir, {a.semantics, a.precision});
   Progress progress("compare", "experts", compare::compare_steps(dump), a.json);
   const auto start = std::chrono::steady_clock::now();
@@ -226,8 +234,9 @@ void add_compare_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "compare",
       "Compare another framework's per-rank dump of one MoE layer (format moe-dump/1, e.g. from megatron_bridge/) "
-      "with the oracle: every tensor present, per rank, with the dump's precision's tolerance");
-  cmd->add_option("dir", args->dir, "the dump folder (dump.json, rank0/, rank1/, …)")->required();
+      "with the oracle: every tensor present, per rank, with the dump's precision's tolerance; or of one training "
+      "step (moe-step/1): every rank's reduced gradients against the oracle's global step");
+  cmd->add_option("dir", args->dir, "the dump folder (dump.json or step.json, rank0/, rank1/, …)")->required();
   cmd->add_option("--semantics", args->semantics,
                   "compare under this semantics instead of the dump's claim (P,+deviation,-deviation)");
   cmd->add_option("--precision", args->precision,

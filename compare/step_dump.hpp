@@ -1,0 +1,102 @@
+// A per-rank dump of one whole training step from another framework (format `moe-step/1`, compare/README.md), and
+// its judgement by the oracle's global step (reference/global_step.hpp).
+//
+// A step dump is a golden model case's inputs plus what each rank's optimizer was handed:
+//   step.json        format, producer, config (the layer keys, semantics included), model {num_layers, vocab,
+//                    rms_eps}, layout {world, tp, cp, pp, ep, etp}, batch {seq, size, micro_batch}, loss_mode, and
+//                    free-form notes
+//   inputs/          input_ids, labels [B, S] int64, loss_mask [B, S] bool, and every parameter the step started
+//                    from, whole, under the golden model case's file stems (golden/model_case.hpp)
+//   rank<r>/         grad.<stem>.npy: the reduced gradient of every parameter rank r holds, as its optimizer sees it
+//                    (Megatron's main_grad after finalize_model_grads)
+// Which rank holds what follows the layout: every rank its replica of the dense parameters, the ranks of EP rank p
+// the experts p·E/ep … (p+1)·E/ep − 1. A rank missing a gradient it holds, a gradient it does not hold, a file of
+// another shape or a non-finite value is refused (DumpError), so nothing passes that was not compared.
+//
+// This first cut judges layouts whose parameters are whole on every rank that holds them (tp = etp = pp = 1, cp =
+// 1); sharded layouts are refused by name. It compares the gradients; the loss, the grad norm and the parameters
+// after the optimizer's step are not in the format yet.
+#pragma once
+
+#include "compare/dump.hpp"
+#include "reference/global_step.hpp"
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace moe::compare {
+
+inline constexpr const char* kStepDumpFormat = "moe-step/1";
+inline constexpr const char* kStepJson = "step.json";
+
+// Whether `dir` holds a step dump (step.json) rather than a layer dump (dump.json).
+bool is_step_dump(const std::filesystem::path& dir);
+
+struct StepDump {
+  std::filesystem::path dir;
+  std::string producer;
+  ModelConfig model;
+  ParallelLayout layout;
+  int seq = 0, global_batch = 0, micro_batch = 0;
+  LossMode loss_mode = LossMode::sum;
+  Precision precision = Precision::float64;  // the files' (float64 only), or what the user stated
+  bool precision_stated = false;
+  GlobalBatch batch;
+  ModelParams<double> params;
+  // Per rank: golden stem ("layer0.expert_fc1.3") -> the gradient that rank's optimizer was handed.
+  std::vector<std::map<std::string, golden::NpyArray>> grads;
+};
+
+struct StepReadOptions {
+  std::string semantics;                 // empty: step.json's claim
+  std::optional<Precision> precision;    // the arithmetic the framework computed in; none: the files' (float64)
+};
+
+StepDump read_step_dump(const std::filesystem::path& dir, const StepReadOptions& options = {});
+
+// Which parameters a step compares, by their role in the model.
+enum class ParameterClass { embedding, norms, router, experts, shared_expert, head };
+const char* to_string(ParameterClass c);
+ParameterClass parameter_class(const std::string& stem);
+
+struct StepTensorResult {
+  std::string stem;
+  ParameterClass cls = ParameterClass::embedding;
+  std::vector<int> ranks;     // the ranks holding it, each compared
+  std::int64_t elements = 0;  // per rank
+  double max_abs = 0;         // largest |dump − oracle| over its ranks
+  double worst = 0;           // largest |dump − oracle| / (atol + rtol·|oracle|)
+  double scale = 1;           // ⟨dump, oracle⟩ / ⟨oracle, oracle⟩ over its ranks' copies
+  double scatter = 0;         // rms(dump − scale·oracle) / rms(oracle): how well one factor explains the dump
+  int first_rank = -1;        // the first failing element's rank, index and values
+  std::int64_t first_index = -1;
+  double got = 0, want = 0;
+  bool pass() const { return worst <= 1.0; }
+};
+
+// A factor that explains a class's mismatch: every failing tensor of the class off by the same scale on its ranks.
+struct ScaleFinding {
+  ParameterClass cls;
+  double scale = 1;
+  std::vector<int> ranks;
+  int tensors = 0;
+};
+
+struct StepComparison {
+  Tolerance tolerance;
+  double objective = 0;
+  std::vector<StepTensorResult> tensors;
+  std::vector<ScaleFinding> scales;
+  bool pass() const;
+  const StepTensorResult* first_failure() const;
+  // The tensor furthest beyond its tolerance: where a bug that is no single factor (a loss term's scale that
+  // reaches some gradients through others) shows most.
+  const StepTensorResult* worst_failure() const;
+};
+
+StepComparison compare_step_dump(const StepDump& dump);
+
+}  // namespace moe::compare

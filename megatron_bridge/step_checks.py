@@ -1,0 +1,103 @@
+"""Megatron-Core's whole training step against the oracle's global step: each case runs step_driver.py (a GPTModel
+of MoE blocks trained one step through get_forward_backward_func, DDP and finalize_model_grads, on CPU over gloo),
+and `moe-oracle compare` judges the step dump. A plain case passes; a case whose Megatron deviation is turned off
+in the semantics fails (the deviation checked both ways); a seeded bug (step_bugs.py) fails naming the parameter
+class it hits, as a factor on those gradients or as the largest mismatch.
+
+Megatron computes the CE in float32 whatever the model's dtype (tensor_parallel.vocab_parallel_cross_entropy casts
+the logits), so the float64 step is judged with --precision float32.
+"""
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+LAYER = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_function": "softmax",
+         "aux_loss_type": "aux", "aux_loss_coeff": 0.01}
+RICH = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_function": "sigmoid", "expert_bias": True,
+        "bias_update_rate": 0.001, "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.01, "z_loss_coeff": 0.001,
+        "shared_expert_ffn_hidden": 4}
+
+
+def step_case(name, layer, world, ep, batch, micro, seed, **extra):
+    case = {"model": {"layer": layer, "vocab": 16, "num_layers": 2},
+            "layout": {"world": world, "tp": 1, "ep": ep, "etp": 1}, "seq": 8, "global_batch": batch,
+            "micro_batch": micro, "seed": seed}
+    case.update(extra)
+    return {"name": name, "case": case}
+
+
+def cases():
+    dp4_ep2 = dict(layer=LAYER, world=4, ep=2, batch=8, micro=1, seed=5)
+    no_bias = {k: v for k, v in RICH.items() if k not in ("expert_bias", "bias_update_rate")}
+    return [
+        step_case("step_dp2_m2", LAYER, world=2, ep=1, batch=8, micro=2, seed=3),
+        step_case("step_ep2_dp4", **dp4_ep2),
+        step_case("step_ep2_per_token_padded", RICH, world=2, ep=2, batch=4, micro=1, seed=9, per_token_loss=True,
+                  padding=[0, 3]),
+        step_case("step_ep2_padded", RICH, world=2, ep=2, batch=4, micro=1, seed=9, padding=[0, 3]),
+        # Megatron's router counts padded tokens (router-counts-padding): without the deviation the step must fail.
+        dict(step_case("step_padded_without_router_counts_padding", no_bias, world=2, ep=2, batch=4, micro=1,
+                       seed=9, per_token_loss=True, padding=[0, 3]),
+             semantics="megatron-core-0.19,-router-counts-padding", expect={"fails": True}),
+        dict(step_case("step_bug_dense_grads_summed_over_dp", **dp4_ep2), bug="dense_grads_summed_over_dp",
+             expect={"class": "embedding", "scale": 4.0}),
+        dict(step_case("step_bug_expert_grads_ep_times", **dp4_ep2), bug="expert_grads_ep_times",
+             expect={"class": "experts", "scale": 2.0}),
+        dict(step_case("step_bug_ce_not_per_microbatch", **dp4_ep2), bug="ce_not_per_microbatch",
+             expect={"class": "output layer", "scale": 2.0}),
+        dict(step_case("step_bug_aux_scale_not_per_microbatch", **dp4_ep2), bug="aux_scale_not_per_microbatch",
+             expect={"class": "router"}),
+    ]
+
+
+def verdict(case, report):
+    """(ok, what happened) for one step case's report."""
+    expect = case.get("expect", {})
+    if report["pass"]:
+        return not expect, "pass" if not expect else "passed, but it must fail"
+    worst = report.get("worst_mismatch", {})
+    found = {s["class"]: s["scale"] for s in report["scale_findings"]}
+    said = ", ".join(f"{c} {s:.3f}×" for c, s in found.items()) or f"largest mismatch in {worst.get('class')}"
+    if not expect:
+        return False, f"fails: {said}"
+    if expect.get("fails"):
+        return True, f"fails as it must: {said}"
+    want = expect["class"]
+    if "scale" in expect:
+        ok = want in found and abs(found[want] - expect["scale"]) <= 1e-3 * expect["scale"]
+    else:
+        ok = worst.get("class") == want
+    return ok, f"fails: {said}" + ("" if ok else f" (expected {want})")
+
+
+def run(oracle, work):
+    """Runs every case; yields (case, ok, what, seconds)."""
+    for c in cases():
+        start = time.time()
+        out = work / c["name"]
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        case_file = out.parent / (c["name"] + ".json")
+        case_file.write_text(json.dumps(c["case"]))
+        command = [sys.executable, "-W", "ignore", str(HERE / "step_driver.py"), str(case_file), str(out / "dump")]
+        if "bug" in c:
+            command += ["--bug", c["bug"]]
+        ran = subprocess.run(command, capture_output=True, text=True)
+        if ran.returncode != 0:
+            yield c, False, "step_driver failed: " + (ran.stderr.strip().splitlines() or ["?"])[-1], \
+                time.time() - start
+            continue
+        compare = [oracle, "compare", str(out / "dump"), "--json", "--precision", "float32"]
+        if "semantics" in c:
+            compare += ["--semantics", c["semantics"]]
+        judged = subprocess.run(compare, capture_output=True, text=True)
+        if judged.returncode not in (0, 1):
+            yield c, False, "compare refused: " + (judged.stdout + judged.stderr).strip(), time.time() - start
+            continue
+        ok, what = verdict(c, json.loads(judged.stdout))
+        yield c, ok, what, time.time() - start

@@ -1,0 +1,276 @@
+"""Run one training step of Megatron-Core's own GPTModel (on CPU over gloo) and write a step dump (moe-step/1) for
+the oracle's global step to judge.
+
+    python step_driver.py CASE.json OUT_DIR [--bug NAME]
+
+CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "num_layers"}, "layout": {"world",
+            "tp", "ep", "etp"}, "seq": S, "global_batch": B, "micro_batch": b, "seed": n, "per_token_loss": bool,
+            "dispatcher": "alltoall" | "allgather", "semantics" (what the dump claims Megatron computes)}
+
+The model is the oracle's without attention (reference/model.hpp, heads = 0): a word embedding, blocks
+h + MoE(RMSNorm(h)), a final RMSNorm, an untied output layer and the CE over a loss mask. Megatron builds it as a
+GPTModel whose TransformerLayer has no attention (IdentityOp, as its spec allows) and an RMSNorm before the MoE
+layer. The step goes through Megatron's own machinery: get_forward_backward_func over the microbatches of each
+replica (the oracle's sampler order: microbatch i of replica r holds sequences i·b·dp + r·b + [0, b)), the loss
+function of pretrain_gpt (sum of masked CE, token count), DistributedDataParallel with its gradient buffers, and
+finalize_model_grads. What the dump holds per rank: the parameters the step started from (under the oracle's names,
+whole, float64), each trained parameter's reduced gradient as the optimizer would see it (main_grad, this rank's
+shard), the microbatches' ids, labels and masks, and the loss the schedule reported.
+"""
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import cpu_patches  # noqa: E402
+
+import torch  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import driver  # noqa: E402  (the layer bridge: its TransformerConfig mapping and GLU sharding)
+import step_bugs  # noqa: E402
+
+FORMAT = "moe-step/1"
+
+
+def stem(name):
+    """The golden model case's file stem of a parameter: layer0.expert_fc1[3] -> layer0.expert_fc1.3."""
+    return name.replace("[", ".").replace("]", "")
+
+
+def oracle_params(case):
+    """The global parameters under the oracle's names (python/src/bind_step.cpp), float64, the same on every rank."""
+    m = case["model"]
+    c = m["layer"]
+    rng = np.random.default_rng(case["seed"])
+    h, E, d, V = c["hidden"], c["num_experts"], c["ffn_hidden"], m["vocab"]
+    p = {"embedding": rng.normal(0, 1, (V, h))}
+    for layer in range(m.get("num_layers", 1)):
+        pre = f"layer{layer}."
+        p[pre + "block_norm"] = 1 + 0.1 * rng.normal(0, 1, h)
+        p[pre + "router_weight"] = rng.normal(0, 1 / np.sqrt(h), (E, h))
+        for e in range(E):
+            p[pre + f"expert_fc1[{e}]"] = rng.normal(0, 1 / np.sqrt(h), (2 * d, h))
+            p[pre + f"expert_fc2[{e}]"] = rng.normal(0, 1 / np.sqrt(d), (h, d))
+        if c.get("expert_bias"):
+            p[pre + "expert_bias"] = rng.integers(-8, 9, E) / 64.0
+        ds = c.get("shared_expert_ffn_hidden") or 0
+        if ds:
+            p[pre + "shared_fc1"] = rng.normal(0, 1 / np.sqrt(h), (2 * ds, h))
+            p[pre + "shared_fc2"] = rng.normal(0, 1 / np.sqrt(ds), (h, ds))
+    p["final_norm"] = 1 + 0.1 * rng.normal(0, 1, h)
+    p["head"] = rng.normal(0, 1 / np.sqrt(h), (V, h))
+    return p
+
+
+def global_batch(case):
+    """ids and labels [B, S] uniform in [0, V); the last `padding[b % len]` positions of sequence b masked."""
+    rng = np.random.default_rng([case["seed"], 7])
+    B, S, V = case["global_batch"], case["seq"], case["model"]["vocab"]
+    ids = rng.integers(0, V, (B, S))
+    labels = rng.integers(0, V, (B, S))
+    mask = np.ones((B, S), dtype=bool)
+    pattern = case.get("padding") or [0]
+    for b in range(B):
+        n = pattern[b % len(pattern)]
+        if n:
+            mask[b, S - n:] = False
+    return ids, labels, mask
+
+
+def transformer_config(case):
+    """The layer bridge's TransformerConfig for the model: its MoE options, RMSNorm, no dropout, float64."""
+    m = case["model"]
+    layer_case = {"config": m["layer"], "layout": case["layout"], "dispatcher": case.get("dispatcher", "alltoall"),
+                  "dtype": "float64"}
+    config = driver.transformer_config(layer_case)
+    config.num_layers = m.get("num_layers", 1)
+    config.normalization = "RMSNorm"
+    config.layernorm_epsilon = m.get("rms_eps", 1e-6)
+    config.hidden_dropout = 0.0
+    config.attention_dropout = 0.0
+    config.calculate_per_token_loss = case.get("per_token_loss", False)
+    config.moe_per_layer_logging = False
+    return config
+
+
+def build_model(config, case):
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
+    from megatron.core.transformer.spec_utils import ModuleSpec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+    from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
+    from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+
+    moe = get_moe_module_spec(use_te=False, num_experts=config.num_moe_experts, moe_grouped_gemm=False)
+    spec = ModuleSpec(module=TransformerLayer,
+                      submodules=TransformerLayerSubmodules(pre_mlp_layernorm=WrappedTorchNorm, mlp=moe,
+                                                            mlp_bda=get_bias_dropout_add))
+    return GPTModel(config, spec, vocab_size=case["model"]["vocab"], max_sequence_length=case["seq"],
+                    share_embeddings_and_output_weights=False, position_embedding_type="none")
+
+
+def megatron_names(case, ps):
+    """This rank's trained parameters: Megatron's name -> (oracle name, function giving this rank's shard of the
+    oracle's whole array)."""
+    m = case["model"]
+    c = m["layer"]
+    E = c["num_experts"]
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
+    ep, ep_rank = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_rank()
+    nle = E // ep
+    rows = lambda a: np.split(a, tp)[tp_rank]  # noqa: E731 - vocab-parallel rows
+    whole = lambda a: a  # noqa: E731
+    names = {"embedding.word_embeddings.weight": ("embedding", rows),
+             "decoder.final_layernorm.weight": ("final_norm", whole),
+             "output_layer.weight": ("head", rows)}
+    for layer in range(m.get("num_layers", 1)):
+        meg, ora = f"decoder.layers.{layer}.", f"layer{layer}."
+        names[meg + "pre_mlp_layernorm.weight"] = (ora + "block_norm", whole)
+        names[meg + "mlp.router.weight"] = (ora + "router_weight", whole)
+        for i in range(nle):
+            e = ep_rank * nle + i
+            names[meg + f"mlp.experts.local_experts.{i}.linear_fc1.weight"] = (
+                ora + f"expert_fc1[{e}]", lambda a: driver.glu_shard(a, etp_rank, etp))
+            names[meg + f"mlp.experts.local_experts.{i}.linear_fc2.weight"] = (
+                ora + f"expert_fc2[{e}]", lambda a: np.split(a, etp, axis=1)[etp_rank])
+        if c.get("shared_expert_ffn_hidden"):
+            names[meg + "mlp.shared_experts.linear_fc1.weight"] = (
+                ora + "shared_fc1", lambda a: driver.glu_shard(a, tp_rank, tp))
+            names[meg + "mlp.shared_experts.linear_fc2.weight"] = (
+                ora + "shared_fc2", lambda a: np.split(a, tp, axis=1)[tp_rank])
+    return names
+
+
+def run_rank(rank, world, case, out, port, bug):
+    patches = cpu_patches.apply_step()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    layout = case["layout"]
+    ps.initialize_model_parallel(tensor_model_parallel_size=layout.get("tp", 1),
+                                 expert_model_parallel_size=layout.get("ep", 1),
+                                 expert_tensor_parallel_size=layout.get("etp", 1))
+    torch.manual_seed(0)
+    try:
+        model_parallel_cuda_manual_seed(0)
+    except Exception:  # noqa: BLE001 - the CUDA RNG tracker is optional on CPU; parameters are loaded below
+        pass
+    config = transformer_config(case)
+    gpt = build_model(config, case)
+    params = oracle_params(case)
+    names = megatron_names(case, ps)
+    trained = dict(gpt.named_parameters())
+    unknown = sorted(set(trained) - set(names))
+    if unknown:
+        raise SystemExit(f"step_driver: Megatron's model has parameters the oracle's has not: {unknown}")
+    with torch.no_grad():
+        for meg, (ora, shard) in names.items():
+            trained[meg].copy_(torch.from_numpy(np.ascontiguousarray(shard(params[ora]))))
+        for layer in range(case["model"].get("num_layers", 1)):
+            bias = params.get(f"layer{layer}.expert_bias")
+            if bias is not None:
+                gpt.decoder.layers[layer].mlp.router.expert_bias.copy_(torch.from_numpy(bias))
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=False, overlap_grad_reduce=False,
+                                               use_distributed_optimizer=False)
+    model = DistributedDataParallel(config, ddp_config, gpt)
+    config.finalize_model_grads_func = finalize_model_grads
+    model.train()
+    model.zero_grad_buffer()
+
+    dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    ids, labels, mask = global_batch(case)
+    b = case["micro_batch"]
+    m_micro = case["global_batch"] // (b * dp)
+    micro = [list(range(i * b * dp + dp_rank * b, i * b * dp + dp_rank * b + b)) for i in range(m_micro)]
+
+    def batches():
+        for seqs in micro:
+            yield {"tokens": torch.from_numpy(ids[seqs]), "labels": torch.from_numpy(labels[seqs]),
+                   "loss_mask": torch.from_numpy(mask[seqs].astype(np.float64))}
+
+    loss = {"num_microbatches": m_micro, "ce_factor": 1}  # what a seeded bug may change (step_bugs.py)
+
+    def loss_func(loss_mask, output):
+        """pretrain_gpt's: the masked CE's sum and the token count; the schedule divides by them (and by m)."""
+        losses = output.double().view(-1)
+        lm = loss_mask.view(-1)
+        total = (losses * lm).sum()
+        return total * loss["ce_factor"], lm.sum().to(torch.int), {"lm loss": total.detach()}
+
+    def forward_step(data_iterator, model_chunk):
+        batch = next(data_iterator)
+        S = batch["tokens"].shape[1]
+        position_ids = torch.arange(S).unsqueeze(0).expand_as(batch["tokens"])
+        output = model_chunk(batch["tokens"], position_ids, None, labels=batch["labels"])
+        return output, lambda o: loss_func(batch["loss_mask"], o)
+
+    bug_undo = step_bugs.inject(bug, config, model, ps, loss)
+    losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=batches(), model=[model],
+                                         num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
+                                         forward_only=False)
+    bug_undo()
+
+    rank_dir = pathlib.Path(out) / f"rank{rank}"
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    for meg, (ora, _) in names.items():
+        grad = getattr(trained[meg], "main_grad", None)
+        if grad is None:
+            raise SystemExit(f"step_driver: {meg} has no main_grad after the step")
+        np.save(rank_dir / f"grad.{stem(ora)}.npy", grad.detach().double().numpy())
+    # What each rank's schedule reported (the masked CE sum of each of its microbatches), for the notes.
+    reported = [None] * world
+    torch.distributed.all_gather_object(reported, [float(x["lm loss"]) for x in losses])
+    if rank == 0:
+        inputs = pathlib.Path(out) / "inputs"
+        inputs.mkdir(parents=True, exist_ok=True)
+        np.save(inputs / "input_ids.npy", ids.astype(np.int64))
+        np.save(inputs / "labels.npy", labels.astype(np.int64))
+        np.save(inputs / "loss_mask.npy", mask)
+        for name, a in params.items():
+            np.save(inputs / f"{stem(name)}.npy", a)
+        import megatron.core.package_info as info
+        m = case["model"]
+        layer = dict(m["layer"], semantics=case.get("semantics", "megatron-core-0.19"))
+        meta = {"format": FORMAT,
+                "producer": f"megatron-core {info.__version__} on CPU, gloo (megatron_bridge/step_driver.py)",
+                "config": layer,
+                "model": {"num_layers": m.get("num_layers", 1), "vocab": m["vocab"], "rms_eps": m.get("rms_eps", 1e-6)},
+                "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp")},
+                "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
+                "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
+                "notes": {"cpu_patches": patches, "num_microbatches": m_micro,
+                          "reported_lm_loss_sums": reported, **({"seeded_bug": bug} if bug else {})}}
+        (pathlib.Path(out) / "step.json").write_text(json.dumps(meta, indent=2) + "\n")
+    torch.distributed.barrier()
+    ps.destroy_model_parallel()
+    torch.distributed.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("case")
+    parser.add_argument("out")
+    parser.add_argument("--bug", default=None, help="a seeded step bug (step_bugs.py)")
+    args = parser.parse_args()
+    case = json.loads(pathlib.Path(args.case).read_text())
+    world = case["layout"]["world"]
+    mp.spawn(run_rank, args=(world, case, args.out, driver.free_port(), args.bug), nprocs=world, join=True)
+
+
+if __name__ == "__main__":
+    main()
