@@ -1,4 +1,5 @@
 #include "tools/check_compare_roundtrip.hpp"
+#include "tools/check_step_roundtrip.hpp"
 
 #include "compare/dump_compare.hpp"
 #include "compare/dump_tensors.hpp"
@@ -382,6 +383,7 @@ std::vector<RoundTrip> compare_round_trips(const fs::path& scratch) {
   for (const Case& k : cases())
     for (const ParallelLayout& layout : layouts()) out.push_back(round_trip(k, layout, scratch));
   for (const Case& k : controls()) out.push_back(round_trip(k, control_layout(k.control), scratch));
+  for (RoundTrip& t : step_round_trips(scratch)) out.push_back(std::move(t));
   return out;
 }
 
@@ -395,10 +397,11 @@ void print_round_trips(const std::vector<RoundTrip>& trips, std::ostream& out) {
       out << "compare round trip FAIL: " << t.preset << " on " << layout_name(t.layout) << ": " << t.first_failure << "\n";
     }
   }
-  out << "compare round trip: the parallel layer dumped as moe-dump/1 and judged by compare on " << trips.size()
-      << " (layer, layout) pairs, " << tensors << " tensors, " << controls().size()
-      << " of them controls (a tie replayed, a flip beyond ties and a 1% scale failed, a replica pooled as aux_pool and left out): " << (failed ? "FAIL" : "PASS")
-      << "\n";
+  out << "compare round trip: the parallel layer dumped as moe-dump/1 and its training step as moe-step/1, judged "
+      << "by compare on " << trips.size() << " (model, layout) pairs, " << tensors << " tensors, " << controls().size() + 2
+      << " of them controls (a tie replayed, a flip beyond ties and a 1% scale failed, a replica pooled as aux_pool "
+      << "and left out, a step's expert gradients ×2 named, a step gradient left out refused): "
+      << (failed ? "FAIL" : "PASS") << "\n";
 }
 
 }  // namespace moe::cli
