@@ -175,6 +175,23 @@ def load_parameters(layer, params, ps):
                 shared.gate_weight.copy_(torch.from_numpy(params["shared_gate"]))
 
 
+def initialize_parallel(layout):
+    """Megatron's process groups for the case's layout, and its seeds (the parameters are loaded afterwards, so the
+    seeds only have to exist); returns parallel_state."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    ps.initialize_model_parallel(tensor_model_parallel_size=layout.get("tp", 1),
+                                 expert_model_parallel_size=layout.get("ep", 1),
+                                 expert_tensor_parallel_size=layout.get("etp", 1))
+    torch.manual_seed(0)
+    try:
+        model_parallel_cuda_manual_seed(0)
+    except Exception:  # noqa: BLE001 - the CUDA RNG tracker is optional on CPU; parameters are loaded below
+        pass
+    return ps
+
+
 def run_rank(rank, world, case, out, port, bug):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if DEVICE == "cuda":
@@ -184,19 +201,9 @@ def run_rank(rank, world, case, out, port, bug):
     else:
         device = torch.device("cpu")
         torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
-    from megatron.core import parallel_state as ps
     from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
-    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-    layout = case["layout"]
-    ps.initialize_model_parallel(tensor_model_parallel_size=layout.get("tp", 1),
-                                 expert_model_parallel_size=layout.get("ep", 1),
-                                 expert_tensor_parallel_size=layout.get("etp", 1))
-    torch.manual_seed(0)
-    try:
-        model_parallel_cuda_manual_seed(0)
-    except Exception:  # noqa: BLE001 - the CUDA RNG tracker is optional on CPU; parameters are loaded below
-        pass
+    ps = initialize_parallel(case["layout"])
     config = transformer_config(case)
     spec = get_moe_module_spec(use_te=False, num_experts=config.num_moe_experts, moe_grouped_gemm=False)
     layer = spec(config=config, layer_number=1).to(device)

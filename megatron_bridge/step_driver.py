@@ -154,21 +154,12 @@ def run_rank(rank, world, case, out, port, bug):
     patches = cpu_patches.apply_step()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
-    from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
     from megatron.core.distributed.finalize_model_grads import finalize_model_grads
     from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     layout = case["layout"]
-    ps.initialize_model_parallel(tensor_model_parallel_size=layout.get("tp", 1),
-                                 expert_model_parallel_size=layout.get("ep", 1),
-                                 expert_tensor_parallel_size=layout.get("etp", 1))
-    torch.manual_seed(0)
-    try:
-        model_parallel_cuda_manual_seed(0)
-    except Exception:  # noqa: BLE001 - the CUDA RNG tracker is optional on CPU; parameters are loaded below
-        pass
+    ps = driver.initialize_parallel(layout)
     config = transformer_config(case)
     gpt = build_model(config, case)
     params = oracle_params(case)
