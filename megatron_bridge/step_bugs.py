@@ -11,6 +11,9 @@ Each is a kind of bug reported in MoE training frameworks (docs/checking-framewo
                                 CE's share of every gradient m×, the aux loss's not
   aux_scale_not_per_microbatch  the aux loss's backward scale left at 1 instead of 1/m (the aux-loss scale bugs of
                                 Megatron-LM PRs 2217 and 3769): the router gradient alone off
+  per_token_tokens_not_reduced  with calculate_per_token_loss, the gradients divided by this replica's valid tokens
+                                instead of the global batch's (the token count not all-reduced: Megatron-LM issue
+                                7213's and torchtitan issue 2972's kind): every gradient off by N / N_replica
 """
 
 
@@ -52,8 +55,31 @@ def aux_scale_not_per_microbatch(config, model, ps, loss):
     return lambda: setattr(scaler, "set_loss_scale", original)
 
 
+def per_token_tokens_not_reduced(config, model, ps, loss):
+    import importlib
+
+    import torch
+    module = importlib.import_module("megatron.core.distributed.finalize_model_grads")
+    original = config.finalize_model_grads_func
+    all_reduce = torch.distributed.all_reduce
+
+    def finalize(models, num_tokens=None, *args, **kwargs):
+        # finalize_model_grads all-reduces num_tokens over dp·cp before dividing; here that one reduction is skipped.
+        def skip_token_count(tensor, *a, **k):
+            if num_tokens is not None and tensor is num_tokens:
+                return None
+            return all_reduce(tensor, *a, **k)
+        module.torch.distributed.all_reduce = skip_token_count
+        try:
+            return original(models, num_tokens, *args, **kwargs)
+        finally:
+            module.torch.distributed.all_reduce = all_reduce
+    config.finalize_model_grads_func = finalize
+    return lambda: setattr(config, "finalize_model_grads_func", original)
+
+
 BUGS = {f.__name__: f for f in (dense_grads_summed_over_dp, expert_grads_ep_times, ce_not_per_microbatch,
-                                aux_scale_not_per_microbatch)}
+                                aux_scale_not_per_microbatch, per_token_tokens_not_reduced)}
 
 
 def inject(name, config, model, ps, loss):
