@@ -33,8 +33,6 @@ import shutil
 import subprocess
 import tempfile
 
-FORMAT = "moe-dump/1"
-LOSS = "sum(output.grad * output) + aux_loss + z_loss"
 
 # class name -> (family, attribute of the shared expert, attribute of its sigmoid gate)
 BLOCKS = {
@@ -55,7 +53,9 @@ BOOKKEEPING = ("chunk_size_feed_forward", "id2label", "label2id", "is_encoder_de
                "output_hidden_states", "problem_type", "return_dict")
 
 
-from moe_capture import CaptureError  # noqa: E402  (one error class for both captures; moe_capture imports us lazily)
+from moe_capture_tensors import (activation_dtype, check_backward_seen, clamp_semantics,  # noqa: E402
+                                 gradient_notes, gradient_or_missing, merged_meta, numpy_of)
+from moe_capture_write import FORMAT, LOSS, CaptureError  # noqa: E402
 
 
 def is_hf_block(layer):
@@ -343,7 +343,6 @@ class HfCapture:
     def write(self, folder, config):
         """rank0/ in `folder` (the staging folder); returns what dump.json's notes say of it."""
         import torch
-        from moe_capture import _numpy, activation_dtype, check_backward_seen, gradient_or_missing
         from moe_capture_write import save_npy, sync_directory
 
         if self.forwards != 1:
@@ -354,7 +353,7 @@ class HfCapture:
         floor = activation_dtype(self.tensors)
         d = folder / "rank0"
         d.mkdir()
-        save = lambda name, t: save_npy(d / f"{name}.npy", _numpy(t, floor))  # noqa: E731
+        save = lambda name, t: save_npy(d / f"{name}.npy", numpy_of(t, floor))  # noqa: E731
         for name, t in self.tensors.items():
             save(name, t)
         backward = "output.grad" in self.tensors
@@ -441,7 +440,6 @@ def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extr
     A block whose config sets output_router_logits is refused without either: its loss would not be described."""
     import transformers
     # here, not at the top: moe_capture imports this module
-    from moe_capture import activation_dtype, clamp_semantics, gradient_notes, merged_meta
     from moe_capture_write import DumpWriter, Ranks, save_json
 
     if type(layer).__name__ not in BLOCKS:

@@ -35,6 +35,9 @@ import time
 
 import numpy as np
 
+# The dump's format and the loss every capture's gradients are of (compare/README.md), for both captures.
+FORMAT = "moe-dump/1"
+LOSS = "sum(output.grad * output) + aux_loss + z_loss"
 LOCK_WAIT_S = 60.0  # how long a lock held by another writer of the same folder is waited for
 _serial = itertools.count()  # staging folders of this process (several captures may run in one process)
 _LEFTOVER = re.compile(r"\.(tmp|old)-\d{1,20}-\d{1,20}")
