@@ -125,6 +125,8 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
       golden::check_dtype_and_shape(name, a, dtype, s.shape);
     };
   };
+  if (!fs::is_directory(dir / "inputs"))
+    fail(dir / "inputs", "missing: a step dump holds the step's inputs (the batch and the parameters it started from)");
   try {
     inputs.tensors = golden::read_case_tensors(dir / "inputs", input_stems, checked(input_specs));
     const golden::ModelOracleInputs in = golden::model_oracle_inputs(inputs);
@@ -144,9 +146,10 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (name == kStepJson || name == "inputs") continue;
-    if (name.rfind("rank", 0) != 0 || name.size() == 4 ||
-        !std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-        std::stoll(name.substr(4, 9)) >= d.layout.world)
+    // Exactly rank0 … rank<world-1>: "rank00" or "rank4" of a world of 4 would be a folder nothing reads.
+    bool rank_folder = false;
+    for (int r = 0; r < d.layout.world && !rank_folder; ++r) rank_folder = name == "rank" + std::to_string(r);
+    if (!rank_folder)
       fail(entry.path(), "not part of a step dump of " + std::to_string(d.layout.world) + " ranks (step.json, "
                          "inputs/, rank0/ … rank" + std::to_string(d.layout.world - 1) + "/)");
   }

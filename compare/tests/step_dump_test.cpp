@@ -104,6 +104,17 @@ TEST_F(StepDumpCopy, AMissingRankIsRefused) {
   EXPECT_NE(refusal().find("rank3: missing"), std::string::npos);
 }
 
+// A folder nothing would read is not left unread: "rank00" beside rank0, or no inputs/ at all.
+TEST_F(StepDumpCopy, FoldersOutsideTheFormatAreRefused) {
+  fs::create_directory(dir_ / "rank00");
+  EXPECT_NE(refusal().find("rank00: not part of a step dump of 4 ranks"), std::string::npos);
+  fs::remove(dir_ / "rank00");
+  fs::rename(dir_ / "inputs", dir_ / "inputs.old");
+  EXPECT_NE(refusal().find("inputs: missing"), std::string::npos);
+  fs::copy(dir_ / "inputs.old", dir_ / "inputs");
+  EXPECT_NE(refusal().find("inputs.old: not part of a step dump"), std::string::npos);
+}
+
 TEST_F(StepDumpCopy, ShardedLayoutsAreRefusedByName) {
   auto j = meta();
   j["layout"]["tp"] = 2;
