@@ -1,0 +1,101 @@
+// Harness `step_dump`: compare::read_step_dump and compare::compare_step_dump on a real step dump (megatron-core
+// 0.19.2's training step on 4 ranks, EP 2: compare/tests/data/megatron_step_ep2_dp4) of which an input replaces
+// step.json and at most one tensor file. Framed input as compare_dump's: step.json's text, then optionally NUL, a
+// path ("inputs/head", "rank2/grad.layer0.expert_fc1.1"), NUL and the file's bytes (written as PATH.npy). Without a
+// NUL the whole input is step.json.
+//
+// Invariants: only compare::DumpError leaves the reader and the comparison (every refusal one line); a comparison
+// that was made compared every trained parameter of its model, each on at least one rank, with finite results.
+#include "compare/step_dump.hpp"
+#include "fuzz/fuzz_support.hpp"
+
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path& base_dump() {
+  static const fs::path dir = [] {
+    const fs::path d = moe::fuzz::scratch_dir() / "step";
+    fs::remove_all(d);
+    fs::copy(fs::path(MOE_STEP_DUMP_DIR), d, fs::copy_options::recursive);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct Restore {
+  fs::path path;
+  std::string bytes;
+  bool existed = false;
+  ~Restore() {
+    if (path.empty()) return;
+    if (existed) moe::fuzz::write_file(path, bytes);
+    else fs::remove(path);
+  }
+};
+
+// inputs/<name> or rank0/ … rank3/<name>, the name plain (letters, digits, '.', '_', '-'; at most 100 characters).
+bool plain_path(std::string_view name) {
+  std::size_t at = 0;
+  if (name.starts_with("inputs/")) at = 7;
+  else if (name.size() > 6 && name.starts_with("rank") && name[4] >= '0' && name[4] <= '3' && name[5] == '/') at = 6;
+  else return false;
+  if (name.size() <= at || name.size() > at + 100 || name.find("..") != std::string_view::npos) return false;
+  for (std::size_t i = at; i < name.size(); ++i)
+    if (!std::isalnum(static_cast<unsigned char>(name[i])) && name[i] != '.' && name[i] != '_' && name[i] != '-')
+      return false;
+  return true;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace moe;
+  const fs::path& dir = base_dump();
+  const std::string_view input = fuzz::as_text(data, size);
+  static const std::string original_meta = slurp(dir / compare::kStepJson);
+  Restore meta_back{dir / compare::kStepJson, original_meta, true};
+  Restore file_back;
+  const auto cut = input.find('\0');
+  fuzz::write_file(dir / compare::kStepJson, input.substr(0, cut));
+  if (cut != std::string_view::npos) {
+    const std::string_view rest = input.substr(cut + 1);
+    const auto cut2 = rest.find('\0');
+    const std::string_view name = rest.substr(0, cut2);
+    if (plain_path(name) && cut2 != std::string_view::npos) {
+      file_back.path = dir / (std::string(name) + ".npy");
+      file_back.existed = fs::exists(file_back.path);
+      if (file_back.existed) file_back.bytes = slurp(file_back.path);
+      fuzz::write_file(file_back.path, rest.substr(cut2 + 1));
+    }
+  }
+  compare::StepComparison c;
+  compare::StepDump dump;
+  try {
+    dump = compare::read_step_dump(dir, {"", Precision::float32});
+    c = compare::compare_step_dump(dump);
+  } catch (const compare::DumpError& e) {
+    if (std::string(e.what()).find('\n') != std::string::npos) fuzz::finding(std::string("a refusal of two lines: ") + e.what());
+    return 0;
+  }
+  ModelParams<double> params = dump.params;
+  if (c.tensors.size() != trained_tensors(dump.model, params).size())
+    fuzz::finding("a comparison that left out a trained parameter");
+  for (const auto& t : c.tensors) {
+    if (t.ranks.empty()) fuzz::finding("a parameter compared on no rank: " + t.stem);
+    if (!std::isfinite(t.max_abs) || !std::isfinite(t.worst)) fuzz::finding("a non-finite result for " + t.stem);
+  }
+  return 0;
+}
