@@ -7,73 +7,37 @@
 // a comparison that was made compared `output` on every rank, counted its tensors as forward + backward, and, without
 // output.grad, no gradient; a pass holds no non-finite input (a NaN parameter is refused, never judged).
 #include "compare/dump_compare.hpp"
-#include "fuzz/fuzz_support.hpp"
+#include "fuzz/framed_dump.hpp"
 
 #include <cctype>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 namespace {
 
 namespace fs = std::filesystem;
 
-// The committed dump copied once into the scratch folder; each input's replaced file restored after it.
+// The committed dump copied once into the scratch folder; each input's replaced files restored after it.
 const fs::path& base_dump() {
-  static const fs::path dir = [] {
-    const fs::path d = moe::fuzz::scratch_dir() / "dump";
-    fs::remove_all(d);
-    fs::copy(fs::path(MOE_COMPARE_DUMP_DIR), d, fs::copy_options::recursive);
-    return d;
-  }();
+  static const fs::path dir = moe::fuzz::scratch_copy(MOE_COMPARE_DUMP_DIR, "dump");
   return dir;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+// A file of rank0/ or rank1/ with a plain name (letters, digits, '.', '_', '-'; at most 100 characters).
+bool plain_path(std::string_view name) {
+  bool plain = (name.starts_with("rank0/") || name.starts_with("rank1/")) && name.size() > 6 && name.size() <= 106 &&
+               name.find("..") == std::string_view::npos;
+  for (size_t i = 6; plain && i < name.size(); ++i)
+    plain = std::isalnum(static_cast<unsigned char>(name[i])) || name[i] == '.' || name[i] == '_' || name[i] == '-';
+  return plain;
 }
-
-// Puts back what an input replaced.
-struct Restore {
-  fs::path path;
-  std::string bytes;
-  bool existed = false;
-  ~Restore() {
-    if (path.empty()) return;
-    if (existed) moe::fuzz::write_file(path, bytes);
-    else fs::remove(path);
-  }
-};
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace moe;
   const fs::path& dir = base_dump();
-  const std::string_view input = fuzz::as_text(data, size);
-  static const std::string original_meta = slurp(dir / "dump.json");
-  Restore meta_back{dir / "dump.json", original_meta, true};
-  Restore file_back;
-  const auto cut = input.find('\0');
-  fuzz::write_file(dir / "dump.json", input.substr(0, cut));
-  if (cut != std::string_view::npos) {
-    const std::string_view rest = input.substr(cut + 1);
-    const auto cut2 = rest.find('\0');
-    const std::string_view name = rest.substr(0, cut2);
-    // A file of rank0/ or rank1/ with a plain name (letters, digits, '.', '_', '-'; at most 100 characters).
-    bool plain = (name.starts_with("rank0/") || name.starts_with("rank1/")) && name.size() > 6 && name.size() <= 106 &&
-                 name.find("..") == std::string_view::npos;
-    for (size_t i = 6; plain && i < name.size(); ++i)
-      plain = std::isalnum(static_cast<unsigned char>(name[i])) || name[i] == '.' || name[i] == '_' || name[i] == '-';
-    if (plain && cut2 != std::string_view::npos) {
-      file_back.path = dir / (std::string(name) + ".npy");
-      file_back.existed = fs::exists(file_back.path);
-      if (file_back.existed) file_back.bytes = slurp(file_back.path);
-      fuzz::write_file(file_back.path, rest.substr(cut2 + 1));
-    }
-  }
+  const fuzz::FramedInput applied(dir, "dump.json", fuzz::as_text(data, size), plain_path);
   compare::Comparison c;
   compare::Dump dump;
   try {

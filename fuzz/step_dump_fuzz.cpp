@@ -7,13 +7,11 @@
 // Invariants: only compare::DumpError leaves the reader and the comparison (every refusal one line); a comparison
 // that was made compared every trained parameter of its model, each on at least one rank, with finite results.
 #include "compare/step_dump.hpp"
-#include "fuzz/fuzz_support.hpp"
+#include "fuzz/framed_dump.hpp"
 
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 namespace {
@@ -21,30 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path& base_dump() {
-  static const fs::path dir = [] {
-    const fs::path d = moe::fuzz::scratch_dir() / "step";
-    fs::remove_all(d);
-    fs::copy(fs::path(MOE_STEP_DUMP_DIR), d, fs::copy_options::recursive);
-    return d;
-  }();
+  static const fs::path dir = moe::fuzz::scratch_copy(MOE_STEP_DUMP_DIR, "step");
   return dir;
 }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-struct Restore {
-  fs::path path;
-  std::string bytes;
-  bool existed = false;
-  ~Restore() {
-    if (path.empty()) return;
-    if (existed) moe::fuzz::write_file(path, bytes);
-    else fs::remove(path);
-  }
-};
 
 // inputs/<name> or rank0/ … rank3/<name>, the name plain (letters, digits, '.', '_', '-'; at most 100 characters).
 bool plain_path(std::string_view name) {
@@ -64,23 +41,7 @@ bool plain_path(std::string_view name) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace moe;
   const fs::path& dir = base_dump();
-  const std::string_view input = fuzz::as_text(data, size);
-  static const std::string original_meta = slurp(dir / compare::kStepJson);
-  Restore meta_back{dir / compare::kStepJson, original_meta, true};
-  Restore file_back;
-  const auto cut = input.find('\0');
-  fuzz::write_file(dir / compare::kStepJson, input.substr(0, cut));
-  if (cut != std::string_view::npos) {
-    const std::string_view rest = input.substr(cut + 1);
-    const auto cut2 = rest.find('\0');
-    const std::string_view name = rest.substr(0, cut2);
-    if (plain_path(name) && cut2 != std::string_view::npos) {
-      file_back.path = dir / (std::string(name) + ".npy");
-      file_back.existed = fs::exists(file_back.path);
-      if (file_back.existed) file_back.bytes = slurp(file_back.path);
-      fuzz::write_file(file_back.path, rest.substr(cut2 + 1));
-    }
-  }
+  const fuzz::FramedInput applied(dir, compare::kStepJson, fuzz::as_text(data, size), plain_path);
   compare::StepComparison c;
   compare::StepDump dump;
   try {

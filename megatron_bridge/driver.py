@@ -263,14 +263,19 @@ def free_port():
         return s.getsockname()[1]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def case_arguments(doc, bug_help):
+    """CASE.json OUT_DIR [--bug NAME] of a driver's command line: (the case, the output folder, the bug or None)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("case")
     parser.add_argument("out")
-    parser.add_argument("--bug", default=None, help="a seeded bug injected by monkeypatch (seeded_bugs.py)")
+    parser.add_argument("--bug", default=None, help=bug_help)
     a = parser.parse_args()
-    case = json.loads(pathlib.Path(a.case).read_text())
-    run_case(case, pathlib.Path(a.out), a.bug)
+    return json.loads(pathlib.Path(a.case).read_text()), pathlib.Path(a.out), a.bug
+
+
+def main():
+    case, out, bug = case_arguments(__doc__, "a seeded bug injected by monkeypatch (seeded_bugs.py)")
+    run_case(case, out, bug)
 
 
 def run_case(case, out, bug=None):

@@ -17,7 +17,6 @@ finalize_model_grads. What the dump holds per rank: the parameters the step star
 whole, float64), each trained parameter's reduced gradient as the optimizer would see it (main_grad, this rank's
 shard), the microbatches' ids, labels and masks, and the loss the schedule reported.
 """
-import argparse
 import json
 import os
 import pathlib
@@ -253,14 +252,9 @@ def run_rank(rank, world, case, out, port, bug):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("case")
-    parser.add_argument("out")
-    parser.add_argument("--bug", default=None, help="a seeded step bug (step_bugs.py)")
-    args = parser.parse_args()
-    case = json.loads(pathlib.Path(args.case).read_text())
+    case, out, bug = driver.case_arguments(__doc__, "a seeded step bug (step_bugs.py)")
     world = case["layout"]["world"]
-    mp.spawn(run_rank, args=(world, case, args.out, driver.free_port(), args.bug), nprocs=world, join=True)
+    mp.spawn(run_rank, args=(world, case, str(out), driver.free_port(), bug), nprocs=world, join=True)
 
 
 if __name__ == "__main__":
