@@ -1,5 +1,7 @@
 #include "compare/step_dump.hpp"
 
+#include "compare/parameter_shard.hpp"
+
 #include "golden/case_files.hpp"
 #include "golden/model_case.hpp"
 #include "golden/model_case_oracle.hpp"
@@ -62,17 +64,16 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     d.layout.etp = layout.integer("etp", 1);
     layout.reject_unknown();
     d.layout.validate();
-    for (const auto& [name, size] : {std::pair{"tp", d.layout.tp}, {"cp", d.layout.cp}, {"pp", d.layout.pp},
-                                     {"etp", d.layout.etp}})
+    for (const auto& [name, size] : {std::pair{"cp", d.layout.cp}, {"pp", d.layout.pp}})
       if (size != 1)
         fail(meta_path, std::string("layout: ") + name + " " + std::to_string(size) + ": this build judges step "
-                        "dumps whose parameters are whole on every rank (tp, cp, pp and etp 1); sharded ones are "
-                        "not compared yet");
+                        "dumps of data, tensor (with sequence), expert and expert-tensor parallelism; " + name +
+                        " is not compared yet");
     // The rest is a golden model case's header: the model, the batch and the loss mode under the same rules.
     nlohmann::json as_case{{"format", golden::kModelCaseFormat},
                            {"config", top.required("config")},
                            {"model", top.required("model")},
-                           {"layout", {{"dp", d.layout.dp()}}},
+                           {"layout", {{"tp", d.layout.tp}, {"dp", d.layout.dp()}}},
                            {"batch", top.required("batch")},
                            {"loss_mode", top.required("loss_mode")}};
     const Tolerance golden_row = tolerance(Compared::golden_case, Precision::float64);
@@ -157,10 +158,11 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     if (!fs::is_directory(rank_dir)) fail(rank_dir, "missing: every rank's gradients are compared");
     std::map<std::string, golden::ModelTensorSpec> specs;
     std::set<std::string> stems;
-    for (const auto& s : grad_specs) {
+    for (auto s : grad_specs) {
       if (!holds(s.stem.substr(5), groups, r, d.model.layer.num_experts)) continue;
+      s.shape = shard_shape(s.shape, parameter_shard(s.stem.substr(5), groups, r));
       stems.insert(s.stem);
-      specs.emplace(s.stem, s);
+      specs.emplace(s.stem, std::move(s));
     }
     try {
       auto read = golden::read_case_tensors(rank_dir, stems, checked(specs));
@@ -218,6 +220,7 @@ const StepTensorResult* StepComparison::worst_failure() const {
 StepComparison compare_step_dump(const StepDump& d) {
   golden::ModelCaseHeader h;
   h.model = d.model;
+  h.tp = d.layout.tp;
   h.dp = d.layout.dp();
   h.seq = d.seq;
   h.global_batch = d.global_batch;
@@ -226,6 +229,7 @@ StepComparison compare_step_dump(const StepDump& d) {
   const golden::ModelOracleInputs in{d.params, d.batch};
   const std::map<std::string, golden::NpyArray> oracle = golden::model_oracle_outputs(h, in);
 
+  const ProcessGroups groups(d.layout);
   StepComparison c;
   c.tolerance = tolerance(Compared::training_step, d.precision);
   c.objective = oracle.at("objective").reals.at(0);
@@ -235,15 +239,19 @@ StepComparison compare_step_dump(const StepDump& d) {
     StepTensorResult t;
     t.stem = stem;
     t.cls = parameter_class(stem);
-    t.elements = static_cast<std::int64_t>(want_array.reals.size());
+    // Each rank's shard of the oracle's whole gradient, beside what that rank holds.
+    std::map<int, std::vector<double>> wants;
     double dot = 0, norm = 0;
     for (int r = 0; r < d.layout.world; ++r) {
       const auto it = d.grads[static_cast<size_t>(r)].find(stem);
       if (it == d.grads[static_cast<size_t>(r)].end()) continue;
       t.ranks.push_back(r);
       const std::vector<double>& got = it->second.reals;
+      const std::vector<double>& shard = wants[r] =
+          take_shard(want_array.reals, want_array.shape, parameter_shard(stem, groups, r));
+      t.elements = static_cast<std::int64_t>(shard.size());
       for (size_t i = 0; i < got.size(); ++i) {
-        const double want = want_array.reals[i], diff = std::abs(got[i] - want);
+        const double want = shard[i], diff = std::abs(got[i] - want);
         const double ratio = diff / (c.tolerance.atol + c.tolerance.rtol * std::abs(want));
         t.max_abs = std::max(t.max_abs, diff);
         if (ratio > 1 && t.first_rank < 0) {
@@ -262,7 +270,8 @@ StepComparison compare_step_dump(const StepDump& d) {
       double residual = 0;
       for (int r : t.ranks) {
         const std::vector<double>& got = d.grads[static_cast<size_t>(r)].at(stem).reals;
-        for (size_t i = 0; i < got.size(); ++i) residual += std::pow(got[i] - t.scale * want_array.reals[i], 2);
+        const std::vector<double>& want = wants.at(r);
+        for (size_t i = 0; i < got.size(); ++i) residual += std::pow(got[i] - t.scale * want[i], 2);
       }
       t.scatter = std::sqrt(residual / norm);
     }

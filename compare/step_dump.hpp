@@ -10,12 +10,13 @@
 //   rank<r>/         grad.<stem>.npy: the reduced gradient of every parameter rank r holds, as its optimizer sees it
 //                    (Megatron's main_grad after finalize_model_grads)
 // Which rank holds what follows the layout: every rank its replica of the dense parameters, the ranks of EP rank p
-// the experts p·E/ep … (p+1)·E/ep − 1. A rank missing a gradient it holds, a gradient it does not hold, a file of
-// another shape or a non-finite value is refused (DumpError), so nothing passes that was not compared.
+// the experts p·E/ep … (p+1)·E/ep − 1, each as its TP or ETP shard (compare/parameter_shard.hpp). A rank missing a
+// gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
+// (DumpError), so nothing passes that was not compared.
 //
-// This first cut judges layouts whose parameters are whole on every rank that holds them (tp = etp = pp = 1, cp =
-// 1); sharded layouts are refused by name. It compares the gradients; the loss, the grad norm and the parameters
-// after the optimizer's step are not in the format yet.
+// Layouts of data, tensor (with sequence), expert and expert-tensor parallelism are judged; cp and pp are refused
+// by name. It compares the gradients; the loss, the grad norm and the parameters after the optimizer's step are not
+// in the format yet.
 #pragma once
 
 #include "compare/dump.hpp"

@@ -135,4 +135,38 @@ def apply_step():
     names = apply()
     from megatron.core.pipeline_parallel import schedules
     schedules.torch = _TorchOnCpu()
-    return names + ["schedules' device=\"cuda\" tensors on the CPU"]
+    # Under sequence parallelism the embedding's dropout runs inside the CUDA RNG tracker's fork, whose states the CPU
+    # cannot seed. Every dropout of the step has p = 0 (no random number is drawn), so the fork is a no-op.
+    from megatron.core.tensor_parallel import random
+
+    @contextlib.contextmanager
+    def fork(self, name=random._MODEL_PARALLEL_RNG_TRACKER_NAME):
+        yield
+    random.CudaRNGStatesTracker.fork = fork
+    return names + ["schedules' device=\"cuda\" tensors on the CPU", "no CUDA RNG fork (every dropout p = 0)",
+                    _optimizer_on_cpu()]
+
+
+def _optimizer_on_cpu():
+    """The optimizer's CUDA scalars on the CPU; its norm's and clipping's local (non-Apex) kernels without their
+    CUDA tensors and CUDA-only assertion. The arithmetic is Megatron's: per-tensor L2 norms, their norm as a float32
+    scalar, the squares summed over the grad-stats group; coefficient max_norm / (norm + 1e-6), applied when < 1."""
+    from megatron.core.optimizer import clip_grads
+    from megatron.core.optimizer import optimizer as megatron_optimizer
+    megatron_optimizer.torch = _TorchOnCpu()
+    clip_grads.torch = _TorchOnCpu()
+
+    def l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
+        norms = torch.stack([torch.linalg.vector_norm(t) for tensors in tensor_lists for t in tensors])
+        return torch.tensor([float(torch.linalg.vector_norm(norms))], dtype=torch.float), None
+
+    def clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, use_decoupled_grad=False):
+        grads = [(p.decoupled_grad if use_decoupled_grad else p.grad) for p in parameters]
+        coefficient = max_norm / (total_norm + 1.0e-6)
+        if coefficient < 1.0:
+            for g in grads:
+                if g is not None:
+                    g.detach().mul_(coefficient)
+    clip_grads.l2_norm_impl = l2_norm
+    megatron_optimizer.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
+    return "the optimizer's scalars, grad norm and clipping on the CPU (Megatron's arithmetic)"

@@ -100,19 +100,32 @@ def transformer_config(case):
     return config
 
 
+class SequenceParallelRMSNorm:
+    """torch's RMSNorm in the model's dtype, its weight marked as TransformerEngine's norms mark theirs: under
+    sequence parallelism each TP rank sees a slice of the sequence, so finalize_model_grads sums the weight's gradient
+    over TP (Megatron's WrappedTorchNorm refuses sequence parallelism outright)."""
+
+    def __new__(cls, config, hidden_size, eps=1e-5, **_):
+        norm = torch.nn.RMSNorm(hidden_size, eps=eps, dtype=config.params_dtype)
+        setattr(norm.weight, "sequence_parallel", config.sequence_parallel)
+        return norm
+
+
 def build_model(config, case):
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
     from megatron.core.transformer.spec_utils import ModuleSpec
-    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
     from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
     from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 
     moe = get_moe_module_spec(use_te=False, num_experts=config.num_moe_experts, moe_grouped_gemm=False)
-    spec = ModuleSpec(module=TransformerLayer,
-                      submodules=TransformerLayerSubmodules(pre_mlp_layernorm=WrappedTorchNorm, mlp=moe,
-                                                            mlp_bda=get_bias_dropout_add))
-    return GPTModel(config, spec, vocab_size=case["model"]["vocab"], max_sequence_length=case["seq"],
+    layer = ModuleSpec(module=TransformerLayer,
+                       submodules=TransformerLayerSubmodules(pre_mlp_layernorm=SequenceParallelRMSNorm, mlp=moe,
+                                                             mlp_bda=get_bias_dropout_add))
+    block = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),
+                                       layer_norm=SequenceParallelRMSNorm)
+    return GPTModel(config, block, vocab_size=case["model"]["vocab"], max_sequence_length=case["seq"],
                     share_embeddings_and_output_weights=False, position_embedding_type="none")
 
 
@@ -147,6 +160,21 @@ def megatron_names(case, ps):
             names[meg + "mlp.shared_experts.linear_fc2.weight"] = (
                 ora + "shared_fc2", lambda a: np.split(a, tp, axis=1)[tp_rank])
     return names
+
+
+# Megatron's Adam (torch's AdamW where neither TransformerEngine nor Apex is installed), without weight decay (whose
+# exemptions for norms are Megatron's choice, not the oracle's), clipping at a norm the step's gradients exceed.
+OPTIMIZER = {"lr": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "clip_grad": 0.5}
+
+
+def megatron_optimizer(case, model):
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    o = OPTIMIZER
+    config = OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["lr"], adam_beta1=o["beta1"],
+                             adam_beta2=o["beta2"], adam_eps=o["eps"], weight_decay=o["weight_decay"],
+                             clip_grad=o["clip_grad"], bf16=False, fp16=False, params_dtype=torch.float64,
+                             use_distributed_optimizer=False)
+    return get_megatron_optimizer(config, [model], use_gloo_process_groups=False)
 
 
 def run_rank(rank, world, case, out, port, bug):
@@ -209,19 +237,32 @@ def run_rank(rank, world, case, out, port, bug):
         output = model_chunk(batch["tokens"], position_ids, None, labels=batch["labels"])
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
+    optimizer = megatron_optimizer(case, model)
     bug_undo = step_bugs.inject(bug, config, model, ps, loss)
     losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=batches(), model=[model],
                                          num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
                                          forward_only=False)
+    # The reduced gradients as the optimizer is handed them, before its step clips them.
+    grads = {meg: getattr(trained[meg], "main_grad", None) for meg in names}
+    grads = {meg: None if g is None else g.detach().double().clone() for meg, g in grads.items()}
+    updated, grad_norm, _ = optimizer.step()
     bug_undo()
+    if not updated:
+        raise SystemExit("step_driver: Megatron's optimizer skipped the step")
 
     rank_dir = pathlib.Path(out) / f"rank{rank}"
     rank_dir.mkdir(parents=True, exist_ok=True)
     for meg, (ora, _) in names.items():
-        grad = getattr(trained[meg], "main_grad", None)
-        if grad is None:
+        if grads[meg] is None:
             raise SystemExit(f"step_driver: {meg} has no main_grad after the step")
-        np.save(rank_dir / f"grad.{stem(ora)}.npy", grad.detach().double().numpy())
+        np.save(rank_dir / f"grad.{stem(ora)}.npy", grads[meg].numpy())
+        np.save(rank_dir / f"param.{stem(ora)}.npy", trained[meg].detach().double().numpy())
+    for layer in range(case["model"].get("num_layers", 1)):
+        bias = getattr(gpt.decoder.layers[layer].mlp.router, "expert_bias", None)
+        if bias is not None:
+            np.save(rank_dir / f"param.layer{layer}.expert_bias.npy", bias.detach().double().numpy())
+    norms = [None] * world
+    torch.distributed.all_gather_object(norms, float(grad_norm))
     # What each rank's schedule reported (the masked CE sum of each of its microbatches), for the notes.
     reported = [None] * world
     torch.distributed.all_gather_object(reported, [float(x["lm loss"]) for x in losses])
@@ -243,6 +284,8 @@ def run_rank(rank, world, case, out, port, bug):
                 "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp")},
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
+                "optimizer": dict(OPTIMIZER, kind="adam"),
+                "reported": {"grad_norm": norms},
                 "notes": {"cpu_patches": patches, "num_microbatches": m_micro,
                           "reported_lm_loss_sums": reported, **({"seeded_bug": bug} if bug else {})}}
         (pathlib.Path(out) / "step.json").write_text(json.dumps(meta, indent=2) + "\n")
