@@ -1,6 +1,7 @@
 #include "compare/step_dump.hpp"
 
 #include "compare/parameter_shard.hpp"
+#include "compare/step_update.hpp"
 
 #include "golden/case_files.hpp"
 #include "golden/model_case.hpp"
@@ -34,6 +35,25 @@ bool holds(const std::string& stem, const ProcessGroups& groups, int rank, int n
   return e >= mine.first && e < mine.first + mine.count;
 }
 
+StepOptimizer read_optimizer(const nlohmann::json& j, const fs::path& meta_path) {
+  golden::StrictObject o(j, meta_path.string() + ": optimizer");
+  const std::string kind = o.string("kind", o.required("kind"));
+  if (kind != "adam") fail(meta_path, "optimizer.kind '" + kind + "': this build judges Adam's step (\"adam\")");
+  StepOptimizer s;
+  s.adam.lr = o.number("lr", o.required("lr"));
+  s.adam.beta1 = o.number("beta1", o.required("beta1"));
+  s.adam.beta2 = o.number("beta2", o.required("beta2"));
+  s.adam.eps = o.number("eps", o.required("eps"));
+  s.adam.weight_decay = o.number("weight_decay", o.required("weight_decay"));
+  s.clip_grad = o.number("clip_grad", o.required("clip_grad"));
+  o.reject_unknown();
+  const auto in = [](double v, double lo, double hi) { return v >= lo && v < hi; };
+  if (!(s.adam.lr > 0) || !in(s.adam.beta1, 0, 1) || !in(s.adam.beta2, 0, 1) || !(s.adam.eps > 0) ||
+      s.adam.weight_decay < 0 || s.clip_grad < 0)
+    fail(meta_path, "optimizer: lr and eps must be > 0, beta1 and beta2 in [0, 1), weight_decay and clip_grad >= 0");
+  return s;
+}
+
 }  // namespace
 
 StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
@@ -64,6 +84,20 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     d.layout.etp = layout.integer("etp", 1);
     layout.reject_unknown();
     d.layout.validate();
+    if (const nlohmann::json* o = top.find("optimizer")) d.optimizer = read_optimizer(*o, meta_path);
+    if (const nlohmann::json* r = top.find("reported")) {
+      golden::StrictObject reported(*r, meta_path.string() + ": reported");
+      if (const nlohmann::json* norms = reported.find("grad_norm")) {
+        if (!norms->is_array() || static_cast<int>(norms->size()) != d.layout.world)
+          fail(meta_path, "reported.grad_norm: one norm per rank (" + std::to_string(d.layout.world) + ")");
+        for (const auto& n : *norms) {
+          if (!n.is_number() || !std::isfinite(n.get<double>()) || n.get<double>() < 0)
+            fail(meta_path, "reported.grad_norm: " + n.dump() + " is not a norm (a finite number >= 0)");
+          d.reported_grad_norm.push_back(n.get<double>());
+        }
+      }
+      reported.reject_unknown();
+    }
     for (const auto& [name, size] : {std::pair{"cp", d.layout.cp}, {"pp", d.layout.pp}})
       if (size != 1)
         fail(meta_path, std::string("layout: ") + name + " " + std::to_string(size) + ": this build judges step "
@@ -105,7 +139,9 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
   // Everything the oracle and the comparison hold at once, before any file is read: the global step, the inputs
   // and every rank's gradients (at most one model's worth each).
   const std::uint64_t params = model_param_bytes(d.model);
-  require_memory(global_step_bytes(d.model, d.seq, d.global_batch) + params * (2 + std::uint64_t(d.layout.world)),
+  // With an optimizer: the parameters after the step too, the initial ones kept, three updates per tensor at once.
+  const std::uint64_t copies = d.optimizer ? 6 + 2 * std::uint64_t(d.layout.world) : 2 + std::uint64_t(d.layout.world);
+  require_memory(global_step_bytes(d.model, d.seq, d.global_batch) + params * copies,
                  "comparing the step dump " + dir.string());
 
   golden::ModelCase inputs;
@@ -132,6 +168,7 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     const golden::ModelOracleInputs in = golden::model_oracle_inputs(inputs);
     d.batch = in.batch;
     d.params = in.params;
+    if (d.optimizer) d.initial = std::move(inputs.tensors);
   } catch (const golden::CaseFormatError& e) {
     throw DumpError(e.what());
   } catch (const golden::NpyError& e) {
@@ -161,14 +198,32 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     for (auto s : grad_specs) {
       if (!holds(s.stem.substr(5), groups, r, d.model.layer.num_experts)) continue;
       s.shape = shard_shape(s.shape, parameter_shard(s.stem.substr(5), groups, r));
+      if (d.optimizer) {  // the parameter after the step, beside its gradient
+        golden::ModelTensorSpec after = s;
+        after.stem = "param." + s.stem.substr(5);
+        stems.insert(after.stem);
+        specs.emplace(after.stem, std::move(after));
+      }
       stems.insert(s.stem);
       specs.emplace(s.stem, std::move(s));
     }
+    if (d.optimizer)
+      for (const auto& s : input_specs)
+        if (s.first.find(".expert_bias") != std::string::npos) {
+          golden::ModelTensorSpec after = s.second;
+          after.stem = "param." + s.first;
+          stems.insert(after.stem);
+          specs.emplace(after.stem, std::move(after));
+        }
     try {
       auto read = golden::read_case_tensors(rank_dir, stems, checked(specs));
-      std::map<std::string, golden::NpyArray> mine;
-      for (auto& [stem, a] : read) mine.emplace(stem.substr(5), std::move(a));
-      d.grads.push_back(std::move(mine));
+      std::map<std::string, golden::NpyArray> grads, after;
+      for (auto& [stem, a] : read) {
+        const bool is_grad = stem.rfind("grad.", 0) == 0;
+        (is_grad ? grads : after).emplace(stem.substr(is_grad ? 5 : 6), std::move(a));
+      }
+      d.grads.push_back(std::move(grads));
+      if (d.optimizer) d.params_after.push_back(std::move(after));
     } catch (const golden::CaseFormatError& e) {
       throw DumpError(e.what());
     } catch (const golden::NpyError& e) {
@@ -201,19 +256,23 @@ ParameterClass parameter_class(const std::string& stem) {
 }
 
 bool StepComparison::pass() const {
-  return std::all_of(tensors.begin(), tensors.end(), [](const StepTensorResult& t) { return t.pass(); });
+  const auto ok = [](const StepTensorResult& t) { return t.pass(); };
+  return std::all_of(tensors.begin(), tensors.end(), ok) && std::all_of(after.begin(), after.end(), ok) &&
+         (!grad_norm || grad_norm->pass());
 }
 
 const StepTensorResult* StepComparison::first_failure() const {
-  for (const auto& t : tensors)
-    if (!t.pass()) return &t;
+  for (const auto* list : {&tensors, &after})
+    for (const auto& t : *list)
+      if (!t.pass()) return &t;
   return nullptr;
 }
 
 const StepTensorResult* StepComparison::worst_failure() const {
   const StepTensorResult* worst = nullptr;
-  for (const auto& t : tensors)
-    if (!t.pass() && (!worst || t.worst > worst->worst)) worst = &t;
+  for (const auto* list : {&tensors, &after})
+    for (const auto& t : *list)
+      if (!t.pass() && (!worst || t.worst > worst->worst)) worst = &t;
   return worst;
 }
 
@@ -297,6 +356,7 @@ StepComparison compare_step_dump(const StepDump& d) {
     f.ranks.assign(ranks.begin(), ranks.end());
     c.scales.push_back(std::move(f));
   }
+  compare_step_end(d, oracle, c);
   return c;
 }
 

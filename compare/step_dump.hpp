@@ -8,19 +8,26 @@
 //   inputs/          input_ids, labels [B, S] int64, loss_mask [B, S] bool, and every parameter the step started
 //                    from, whole, under the golden model case's file stems (golden/model_case.hpp)
 //   rank<r>/         grad.<stem>.npy: the reduced gradient of every parameter rank r holds, as its optimizer sees it
-//                    (Megatron's main_grad after finalize_model_grads)
+//                    (Megatron's main_grad after finalize_model_grads, before clipping)
+// and, optionally, the end of the step:
+//   step.json        optimizer {kind "adam", lr, beta1, beta2, eps, weight_decay, clip_grad (0: none)}: the first
+//                    step of torch's AdamW from zero moments; reported {grad_norm: [one per rank]}: the norm each
+//                    rank's optimizer reported, before clipping
+//   rank<r>/         param.<stem>.npy (with an optimizer): each parameter it holds after the step, and
+//                    param.layer<l>.expert_bias.npy, the expert bias after its update, for every layer that has one
 // Which rank holds what follows the layout: every rank its replica of the dense parameters, the ranks of EP rank p
 // the experts p·E/ep … (p+1)·E/ep − 1, each as its TP or ETP shard (compare/parameter_shard.hpp). A rank missing a
 // gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
 // (DumpError), so nothing passes that was not compared.
 //
 // Layouts of data, tensor (with sequence), expert and expert-tensor parallelism are judged; cp and pp are refused
-// by name. It compares the gradients; the loss, the grad norm and the parameters after the optimizer's step are not
-// in the format yet.
+// by name. It compares the gradients and, where the dump holds them, the grad norm and the parameters after the
+// step; the loss is not in the format yet.
 #pragma once
 
 #include "compare/dump.hpp"
 #include "reference/global_step.hpp"
+#include "reference/optimizer.hpp"
 
 #include <filesystem>
 #include <map>
@@ -36,6 +43,12 @@ inline constexpr const char* kStepJson = "step.json";
 // Whether `dir` holds a step dump (step.json) rather than a layer dump (dump.json).
 bool is_step_dump(const std::filesystem::path& dir);
 
+// The optimizer a step dump ran: Adam (torch's AdamW) from zero moments, clipping at clip_grad when > 0.
+struct StepOptimizer {
+  AdamConfig adam;
+  double clip_grad = 0;
+};
+
 struct StepDump {
   std::filesystem::path dir;
   std::string producer;
@@ -49,6 +62,11 @@ struct StepDump {
   ModelParams<double> params;
   // Per rank: golden stem ("layer0.expert_fc1.3") -> the gradient that rank's optimizer was handed.
   std::vector<std::map<std::string, golden::NpyArray>> grads;
+  std::optional<StepOptimizer> optimizer;  // none: the dump ends at the gradients
+  std::map<std::string, golden::NpyArray> initial;  // with an optimizer: inputs/' parameters by stem, whole
+  std::vector<double> reported_grad_norm;  // one per rank; empty: none reported
+  // Per rank, with an optimizer: stem -> that rank's shard after the step ("layer0.expert_bias" for the bias).
+  std::vector<std::map<std::string, golden::NpyArray>> params_after;
 };
 
 struct StepReadOptions {
@@ -86,11 +104,23 @@ struct ScaleFinding {
   int tensors = 0;
 };
 
+// The grad norm the ranks reported against the norm of the oracle's whole gradient.
+struct NormResult {
+  double want = 0;
+  double allowance = 0;  // derived from the gradients' tolerance (step_update.hpp)
+  std::vector<double> got;  // per rank
+  int worst_rank = -1;
+  double worst = 0;  // largest |got − want| / allowance
+  bool pass() const { return worst <= 1.0; }
+};
+
 struct StepComparison {
   Tolerance tolerance;
   double objective = 0;
-  std::vector<StepTensorResult> tensors;
+  std::vector<StepTensorResult> tensors;  // the gradients
   std::vector<ScaleFinding> scales;
+  std::optional<NormResult> grad_norm;      // where the dump reports one
+  std::vector<StepTensorResult> after;      // the parameters after the step, where the dump holds them
   bool pass() const;
   const StepTensorResult* first_failure() const;
   // The tensor furthest beyond its tolerance: where a bug that is no single factor (a loss term's scale that

@@ -14,6 +14,22 @@ Each is a kind of bug reported in MoE training frameworks (docs/checking-framewo
   per_token_tokens_not_reduced  with calculate_per_token_loss, the gradients divided by this replica's valid tokens
                                 instead of the global batch's (the token count not all-reduced: Megatron-LM issue
                                 7213's and torchtitan issue 2972's kind): every gradient off by N / N_replica
+  router_grads_not_reduced_over_tp
+                                under sequence parallelism the router's weight gradient left as each TP rank's
+                                partial sum over its slice of the sequence (torchtitan PR 4054's kind: router gates
+                                under-reduced under TP while the loss curve looks normal)
+  aux_z_scale_without_tp        Megatron-LM PR 5047 reverted: with calculate_per_token_loss the aux and z losses'
+                                backward scale lacks the tp·cp factor, so their gradients depend on the TP size
+  grad_norm_without_experts     the grad norm over the dense parameters only, the expert optimizer's left out
+                                (Megatron-LM issue 785, ColossalAI issue 2192: experts missing from the clip norm,
+                                clipping too weak). Megatron-LM PR 5916's undercount (expert duplicates filtered over
+                                TP) needs expert weights not marked tensor-parallel, as TransformerEngine's grouped
+                                GEMM has them at ETP 1; the CPU's SequentialMLP marks them, so it cannot show here.
+  grad_norm_not_reduced         each rank's grad norm over its own shards only, never summed over the model-parallel
+                                group (the TP grad-clipping desync TrainCheck found in BLOOM-176B's training)
+  expert_bias_counts_not_reduced
+                                the expert-bias update from this rank's token counts, not the counts summed over
+                                tp·dp·cp (the all-reduce in get_updated_expert_bias dropped): the bias drifts per rank
 """
 
 
@@ -78,8 +94,79 @@ def per_token_tokens_not_reduced(config, model, ps, loss):
     return lambda: setattr(config, "finalize_model_grads_func", original)
 
 
+def _set(owner, name, value):
+    """owner.name = value; returns the function that puts back what was there (or removes what was not)."""
+    had = name in vars(owner)
+    before = vars(owner).get(name)
+    setattr(owner, name, value)
+
+    def undo():
+        if had:
+            setattr(owner, name, before)
+        else:
+            delattr(owner, name)
+    return undo
+
+
+def router_grads_not_reduced_over_tp(config, model, ps, loss):
+    routers = [p for name, p in model.named_parameters() if name.endswith("router.weight")]
+    for p in routers:
+        p.sequence_parallel = False  # finalize_model_grads sums over TP only the parameters marked so
+
+    def undo():
+        for p in routers:
+            p.sequence_parallel = config.sequence_parallel
+    return undo
+
+
+def aux_z_scale_without_tp(config, model, ps, loss):
+    from megatron.core.transformer.moe import moe_utils
+    scaler = moe_utils.MoEAuxLossAutoScaler
+    original = scaler.apply
+    tp_cp = ps.get_tensor_and_context_parallel_world_size()
+    # Under per-token loss both the aux and the z loss enter the scaler as loss · local tokens · tp·cp (the fix).
+    return _set(scaler, "apply", staticmethod(lambda activation, scaled: original(activation, scaled / tp_cp)))
+
+
+def grad_norm_without_experts(config, model, ps, loss):
+    from megatron.core.optimizer import optimizer as megatron_optimizer
+
+    def dense_only(self):
+        # The dense optimizer's own norm (a collective over its grad-stats group, the same on every rank).
+        dense = [o for o in self.chained_optimizers if all(getattr(p, "allreduce", True) for p in o.get_parameters())]
+        return dense[0].get_grad_norm()
+    return _set(megatron_optimizer.ChainedOptimizer, "get_grad_norm", dense_only)
+
+
+def grad_norm_not_reduced(config, model, ps, loss):
+    import torch
+    from megatron.core.optimizer import optimizer as megatron_optimizer
+
+    def local_norm(grads_for_norm, norm_type=2, grad_stats_parallel_group=None):
+        if not grads_for_norm:
+            return 0.0
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads_for_norm])))
+    return _set(megatron_optimizer, "get_grad_norm_fp32", local_norm)
+
+
+def expert_bias_counts_not_reduced(config, model, ps, loss):
+    import importlib
+
+    import torch
+    module = importlib.import_module("megatron.core.distributed.finalize_model_grads")
+
+    def local_update(tokens_per_expert, expert_bias, rate, tp_dp_cp_group=None):
+        with torch.no_grad():
+            mean = tokens_per_expert.sum(dim=-1, keepdim=True) / tokens_per_expert.shape[-1]
+            return expert_bias + torch.sign(mean - tokens_per_expert) * rate
+    return _set(module, "get_updated_expert_bias", local_update)
+
+
 BUGS = {f.__name__: f for f in (dense_grads_summed_over_dp, expert_grads_ep_times, ce_not_per_microbatch,
-                                aux_scale_not_per_microbatch, per_token_tokens_not_reduced)}
+                                aux_scale_not_per_microbatch, per_token_tokens_not_reduced,
+                                router_grads_not_reduced_over_tp, aux_z_scale_without_tp,
+                                grad_norm_without_experts, grad_norm_not_reduced,
+                                expert_bias_counts_not_reduced)}
 
 
 def inject(name, config, model, ps, loss):

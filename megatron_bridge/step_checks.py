@@ -24,9 +24,9 @@ RICH = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_functi
         "shared_expert_ffn_hidden": 4}
 
 
-def step_case(name, layer, world, ep, batch, micro, seed, **extra):
+def step_case(name, layer, world, ep, batch, micro, seed, tp=1, **extra):
     case = {"model": {"layer": layer, "vocab": 16, "num_layers": 2},
-            "layout": {"world": world, "tp": 1, "ep": ep, "etp": 1}, "seq": 8, "global_batch": batch,
+            "layout": {"world": world, "tp": tp, "ep": ep, "etp": 1}, "seq": 8, "global_batch": batch,
             "micro_batch": micro, "seed": seed}
     case.update(extra)
     return {"name": name, "case": case}
@@ -36,7 +36,21 @@ def cases():
     dp4_ep2 = dict(layer=LAYER, world=4, ep=2, batch=8, micro=1, seed=5)
     no_bias = {k: v for k, v in RICH.items() if k not in ("expert_bias", "bias_update_rate")}
     per_token = dict(world=2, ep=1, batch=4, micro=1, seed=11, per_token_loss=True, padding=[0, 3, 1, 0])
+    # TP 2 with sequence parallelism, EP 2, two replicas: every feature of RICH under per-token loss.
+    tp2_ep2 = dict(layer=RICH, world=4, tp=2, ep=2, batch=4, micro=1, seed=13, per_token_loss=True,
+                   padding=[0, 2])
     return [
+        step_case("step_tp2_ep2_per_token", **tp2_ep2),
+        dict(step_case("step_bug_router_grads_not_reduced_over_tp", **tp2_ep2),
+             bug="router_grads_not_reduced_over_tp", expect={"class": "router"}),
+        dict(step_case("step_bug_aux_z_scale_without_tp", **tp2_ep2), bug="aux_z_scale_without_tp",
+             expect={"class": "router"}),
+        dict(step_case("step_bug_grad_norm_without_experts", **tp2_ep2), bug="grad_norm_without_experts",
+             expect={"grad_norm": "low"}),
+        dict(step_case("step_bug_grad_norm_not_reduced", **tp2_ep2), bug="grad_norm_not_reduced",
+             expect={"grad_norm": "low"}),
+        dict(step_case("step_bug_expert_bias_counts_not_reduced", **tp2_ep2),
+             bug="expert_bias_counts_not_reduced", expect={"parameter": "expert_bias"}),
         step_case("step_dp2_m2", LAYER, world=2, ep=1, batch=8, micro=2, seed=3),
         step_case("step_ep2_dp4", **dp4_ep2),
         step_case("step_ep2_per_token_padded", RICH, world=2, ep=2, batch=4, micro=1, seed=9, per_token_loss=True,
@@ -72,12 +86,25 @@ def verdict(case, report):
     if report["pass"]:
         return not expect, "pass" if not expect else "passed, but it must fail"
     worst = report.get("worst_mismatch", {})
+    norm = report.get("grad_norm", {"pass": True})
     found = {s["class"]: s["scale"] for s in report["scale_findings"]}
-    said = ", ".join(f"{c} {s:.3f}×" for c, s in found.items()) or f"largest mismatch in {worst.get('class')}"
+    said = ", ".join(f"{c} {s:.3f}×" for c, s in found.items()) or \
+        (f"largest mismatch in {worst['class']} ({worst['parameter']})" if worst else "")
+    if not norm["pass"]:
+        low = min(norm["reported"]) < norm["oracle"]
+        said = "; ".join(x for x in [said, f"grad norm {'below' if low else 'above'} the oracle's "
+                                            f"({min(norm['reported']):.6g} vs {norm['oracle']:.6g})"] if x)
     if not expect:
         return False, f"fails: {said}"
     if expect.get("fails"):
         return True, f"fails as it must: {said}"
+    if "grad_norm" in expect:  # the norm alone: every gradient right, the reported norm too low
+        ok = not norm["pass"] and min(norm["reported"]) < norm["oracle"] and \
+            all(t["pass"] for t in report["tensors"])
+        return ok, f"fails: {said}"
+    if "parameter" in expect:  # the largest mismatch in that parameter (a state after the step)
+        ok = expect["parameter"] in worst.get("parameter", "")
+        return ok, f"fails: {said}" + ("" if ok else f" (expected {expect['parameter']})")
     if "classes" in expect:  # every class listed fails (a bug that reaches every gradient, each by its own factor)
         failing = {t["class"] for t in report["tensors"] if not t["pass"]}
         missing = [c for c in expect["classes"] if c not in failing]

@@ -41,15 +41,25 @@ void run_compare_step(const std::string& dir, const std::string& semantics, cons
   const compare::StepDump d = compare::read_step_dump(dir, options);
   const compare::StepComparison c = compare::compare_step_dump(d);
   const compare::StepTensorResult* fail = c.first_failure();
-  const std::string compared = "the reduced gradient of every parameter on every rank that holds it";
-  const std::string not_compared = "the loss, the grad norm and the parameters after the optimizer's step (not in "
-                                   "moe-step/1 yet)";
+  // What was compared, and what the dump left out (never judged, always said).
+  std::string compared = "the reduced gradient of every parameter on every rank that holds it";
+  std::vector<std::string> left_out{"the loss (not in moe-step/1 yet)"};
+  if (c.grad_norm) compared += ", the grad norm every rank reported";
+  else left_out.push_back("the grad norm (the dump reports none)");
+  if (d.optimizer) compared += ", every parameter (and expert bias) after Adam's step on every rank that holds it";
+  else left_out.push_back("the parameters after the step (the dump holds no optimizer)");
+  std::string not_compared;
+  for (const auto& what : left_out) not_compared += (not_compared.empty() ? "" : "; ") + what;
+  const auto rows = [](const std::vector<compare::StepTensorResult>& list) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& t : list)
+      out.push_back({{"parameter", t.stem}, {"class", compare::to_string(t.cls)}, {"ranks", t.ranks},
+                     {"elements", t.elements}, {"max_abs", t.max_abs}, {"of_tolerance", t.worst},
+                     {"scale", t.scale}, {"pass", t.pass()}});
+    return out;
+  };
   if (json) {
-    nlohmann::json tensors = nlohmann::json::array();
-    for (const auto& t : c.tensors)
-      tensors.push_back({{"parameter", t.stem}, {"class", compare::to_string(t.cls)}, {"ranks", t.ranks},
-                         {"elements", t.elements}, {"max_abs", t.max_abs}, {"of_tolerance", t.worst},
-                         {"scale", t.scale}, {"pass", t.pass()}});
+    const nlohmann::json tensors = rows(c.tensors);
     nlohmann::json scales = nlohmann::json::array();
     for (const auto& s : c.scales)
       scales.push_back({{"class", compare::to_string(s.cls)}, {"scale", s.scale}, {"ranks", s.ranks},
@@ -60,6 +70,11 @@ void run_compare_step(const std::string& dir, const std::string& semantics, cons
                        {"tolerance", {{"atol", c.tolerance.atol}, {"rtol", c.tolerance.rtol}}},
                        {"objective", c.objective}, {"compared", compared}, {"not_compared", not_compared},
                        {"tensors", tensors}, {"scale_findings", scales}, {"pass", c.pass()}};
+    if (c.grad_norm)
+      out["grad_norm"] = {{"oracle", c.grad_norm->want}, {"allowance", c.grad_norm->allowance},
+                          {"reported", c.grad_norm->got}, {"worst_rank", c.grad_norm->worst_rank},
+                          {"of_tolerance", c.grad_norm->worst}, {"pass", c.grad_norm->pass()}};
+    if (d.optimizer) out["after_step"] = rows(c.after);
     if (const auto* w = c.worst_failure())
       out["worst_mismatch"] = {{"parameter", w->stem}, {"class", compare::to_string(w->cls)},
                                {"of_tolerance", w->worst}, {"scale", w->scale}};
@@ -67,7 +82,8 @@ void run_compare_step(const std::string& dir, const std::string& semantics, cons
   } else {
     const ParallelLayout& l = d.layout;
     std::cout << "moe-oracle compare " << dir << ": a training step, " << d.producer << "\n"
-              << "layout w" << l.world << " ep" << l.ep << " dp" << l.dp() << ", batch " << d.global_batch << " × seq "
+              << "layout w" << l.world << " tp" << l.tp << " ep" << l.ep << " etp" << l.etp << " dp" << l.dp()
+              << ", batch " << d.global_batch << " × seq "
               << d.seq << " in microbatches of " << d.micro_batch << ", loss mode " << to_string(d.loss_mode)
               << ", semantics " << d.model.semantics().spec() << ", precision " << to_string(d.precision)
               << (d.precision_stated ? " (--precision)" : " (the files')") << "\n"
@@ -79,6 +95,25 @@ void run_compare_step(const std::string& dir, const std::string& semantics, cons
       std::printf("%-28s %-14s %-10s %9lld %20s %13s %8.4f  %s\n", t.stem.c_str(), compare::to_string(t.cls),
                   ranks_text(t.ranks).c_str(), static_cast<long long>(t.elements), sci(t.max_abs).c_str(),
                   sci(t.worst).c_str(), t.scale, t.pass() ? "PASS" : "FAIL");
+    if (c.grad_norm) {
+      const compare::NormResult& n = *c.grad_norm;
+      std::cout << std::setprecision(9) << "\ngrad norm: the oracle's " << n.want << " (allowance " << sci(n.allowance)
+                << "); reported " << n.got[static_cast<size_t>(n.worst_rank)] << " on rank " << n.worst_rank
+                << " (the furthest of " << n.got.size() << "), " << sci(n.worst) << " of the allowance: "
+                << (n.pass() ? "PASS" : "FAIL") << "\n";
+    }
+    if (d.optimizer) {
+      const compare::StepOptimizer& o = *d.optimizer;
+      std::cout << "\nafter Adam's first step (lr " << o.adam.lr << ", betas " << o.adam.beta1 << " " << o.adam.beta2
+                << ", eps " << o.adam.eps << ", weight decay " << o.adam.weight_decay << ", clip at "
+                << o.clip_grad << "), each element within the update of a gradient within its tolerance:\n";
+      std::printf("%-28s %-14s %-10s %9s %20s %13s  %s\n", "parameter after the step", "class", "ranks",
+                  "elements", "max |dump − oracle|", "of tolerance", "result");
+      for (const auto& t : c.after)
+        std::printf("%-28s %-14s %-10s %9lld %20s %13s  %s\n", t.stem.c_str(), compare::to_string(t.cls),
+                    ranks_text(t.ranks).c_str(), static_cast<long long>(t.elements), sci(t.max_abs).c_str(),
+                    sci(t.worst).c_str(), t.pass() ? "PASS" : "FAIL");
+    }
     std::fflush(stdout);
     for (const auto& s : c.scales)
       std::cout << "\n" << compare::to_string(s.cls) << " gradients are " << factor(s.scale) << " the oracle's on "
@@ -92,7 +127,9 @@ void run_compare_step(const std::string& dir, const std::string& semantics, cons
       std::cout << std::setprecision(17) << "\nFAIL: first mismatch in " << fail->stem << " on rank "
                 << fail->first_rank << " at flat index " << fail->first_index << ": dump " << fail->got << ", oracle "
                 << fail->want << "\n";
-    std::cout << "\n" << (c.pass() ? "PASS" : "FAIL") << ": " << c.tensors.size() << " gradients compared on "
+    std::cout << "\n" << (c.pass() ? "PASS" : "FAIL") << ": " << c.tensors.size() << " gradients"
+              << (d.optimizer ? " and " + std::to_string(c.after.size()) + " parameters after the step" : "")
+              << (c.grad_norm ? ", the grad norm," : "") << " compared on "
               << l.world << " rank(s): " << compared << "; not compared: " << not_compared << "\n";
   }
   if (!c.pass()) throw CLI::RuntimeError(1);

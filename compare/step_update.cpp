@@ -1,0 +1,121 @@
+#include "compare/step_update.hpp"
+
+#include "compare/parameter_shard.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace moe::compare {
+
+namespace {
+
+// θ after one Adam step from zero moments with gradient g (reference/optimizer.hpp's arithmetic).
+std::vector<double> adam_first_step(const AdamConfig& adam, std::vector<double> theta, std::vector<double> g) {
+  const auto n = static_cast<Eigen::Index>(theta.size());
+  const TensorView<double> param{"", theta.data(), n, {n}}, grad{"", g.data(), n, {n}};
+  AdamState state;
+  begin_adam_step(state, {param});
+  adamw_tensor(adam, state, 0, param, grad);
+  return theta;
+}
+
+// Compares one rank's array with the oracle's under a per-element allowance, into t.
+void judge(StepTensorResult& t, int rank, const std::vector<double>& got, const std::vector<double>& want,
+           const std::vector<double>& allowance) {
+  t.ranks.push_back(rank);
+  t.elements = static_cast<std::int64_t>(got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(got[i] - want[i]), ratio = diff / allowance[i];
+    t.max_abs = std::max(t.max_abs, diff);
+    if (!(ratio <= 1) && t.first_rank < 0) {
+      t.first_rank = rank;
+      t.first_index = static_cast<std::int64_t>(i);
+      t.got = got[i];
+      t.want = want[i];
+    }
+    t.worst = std::max(t.worst, ratio);
+  }
+}
+
+}  // namespace
+
+void compare_step_end(const StepDump& d, const std::map<std::string, golden::NpyArray>& oracle, StepComparison& c) {
+  const Tolerance& tol = c.tolerance;
+  const auto allowed = [&tol](double v) { return tol.atol + tol.rtol * std::abs(v); };
+  // The oracle's norm and how far a gradient within its tolerance may move it.
+  double squares = 0, slack = 0;
+  for (const auto& [name, g] : oracle) {
+    if (name.rfind("grad.", 0) != 0) continue;
+    for (double v : g.reals) {
+      squares += v * v;
+      slack += allowed(v) * allowed(v);
+    }
+  }
+  const double norm = std::sqrt(squares), norm_allowance = std::sqrt(slack) + tol.rtol * norm;
+  if (!d.reported_grad_norm.empty()) {
+    NormResult r{norm, norm_allowance, d.reported_grad_norm, -1, 0};
+    for (size_t rank = 0; rank < r.got.size(); ++rank) {
+      const double ratio = std::abs(r.got[rank] - norm) / norm_allowance;
+      if (ratio > r.worst || r.worst_rank < 0) {
+        r.worst = ratio;
+        r.worst_rank = static_cast<int>(rank);
+      }
+    }
+    c.grad_norm = r;
+  }
+  if (!d.optimizer) return;
+
+  // Clipping's coefficient at the norm and at the ends of the norm's interval (it falls as the norm grows).
+  const double clip = d.optimizer->clip_grad;
+  const auto coefficient = [clip](double n) { return clip > 0 ? clip_coefficient(clip, std::max(n, 0.0)) : 1.0; };
+  const double c_mid = coefficient(norm), c_low = coefficient(norm + norm_allowance),
+               c_high = coefficient(norm - norm_allowance);
+  const ProcessGroups groups(d.layout);
+  for (const auto& [name, whole_grad] : oracle) {
+    if (name.rfind("grad.", 0) != 0) continue;
+    const std::string stem = name.substr(5);
+    StepTensorResult t;
+    t.stem = stem;
+    t.cls = parameter_class(stem);
+    for (int r = 0; r < d.layout.world; ++r) {
+      const auto& mine = d.params_after[static_cast<size_t>(r)];
+      const auto it = mine.find(stem);
+      if (it == mine.end()) continue;
+      const ParameterShard shard = parameter_shard(stem, groups, r);
+      const std::vector<double> g = take_shard(whole_grad.reals, whole_grad.shape, shard);
+      const std::vector<double> theta = take_shard(d.initial.at(stem).reals, whole_grad.shape, shard);
+      std::vector<double> mid(g.size()), low(g.size()), high(g.size());
+      for (size_t i = 0; i < g.size(); ++i) {
+        const double a = g[i] - allowed(g[i]), b = g[i] + allowed(g[i]);
+        mid[i] = c_mid * g[i];
+        low[i] = std::min(c_low * a, c_high * a);
+        high[i] = std::max(c_low * b, c_high * b);
+      }
+      const std::vector<double> want = adam_first_step(d.optimizer->adam, theta, mid);
+      const std::vector<double> at_low = adam_first_step(d.optimizer->adam, theta, low);
+      const std::vector<double> at_high = adam_first_step(d.optimizer->adam, theta, high);
+      std::vector<double> allowance(g.size());
+      for (size_t i = 0; i < g.size(); ++i)
+        allowance[i] = std::max(std::abs(at_low[i] - want[i]), std::abs(at_high[i] - want[i])) + allowed(want[i]);
+      judge(t, r, it->second.reals, want, allowance);
+    }
+    c.after.push_back(std::move(t));
+  }
+  // The expert bias: the oracle's update where the layer has one, else the bias it started from.
+  for (int l = 0; l < d.model.num_blocks(); ++l) {
+    const std::string stem = d.model.block_prefix(l) + "expert_bias";
+    if (!d.initial.count(stem)) continue;
+    const auto updated = oracle.find(d.model.block_prefix(l) + "expert_bias_updated");
+    const std::vector<double>& want = updated != oracle.end() ? updated->second.reals : d.initial.at(stem).reals;
+    std::vector<double> allowance(want.size());
+    std::transform(want.begin(), want.end(), allowance.begin(), allowed);
+    StepTensorResult t;
+    t.stem = stem;
+    t.cls = ParameterClass::router;
+    for (int r = 0; r < d.layout.world; ++r) judge(t, r, d.params_after[static_cast<size_t>(r)].at(stem).reals, want,
+                                                   allowance);
+    c.after.push_back(std::move(t));
+  }
+}
+
+}  // namespace moe::compare
