@@ -19,24 +19,29 @@ std::vector<double> adam_first_step(const AdamConfig& adam, std::vector<double> 
   return theta;
 }
 
-// Compares one rank's array with the oracle's under a per-element allowance, into t.
+// Compares one rank's array with the oracle's, into t: element i passes within [low_i, high_i], the values a
+// correct run may hold; its share of the tolerance is its distance from the oracle's value over the band's
+// extent on that side.
 void judge(StepTensorResult& t, int rank, const std::vector<double>& got, const std::vector<double>& want,
-           const std::vector<double>& allowance) {
+           const std::vector<double>& low, const std::vector<double>& high) {
   t.ranks.push_back(rank);
   t.elements = static_cast<std::int64_t>(got.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::abs(got[i] - want[i]), ratio = diff / allowance[i];
-    t.max_abs = std::max(t.max_abs, diff);
-    if (!(ratio <= 1) && t.first_rank < 0) {
+    const double diff = got[i] - want[i];
+    const double room = diff >= 0 ? high[i] - want[i] : want[i] - low[i];
+    const bool inside = got[i] >= low[i] && got[i] <= high[i];
+    const double ratio = room > 0 ? std::abs(diff) / room : (diff == 0 ? 0 : HUGE_VAL);
+    t.max_abs = std::max(t.max_abs, std::abs(diff));
+    if (!inside && t.first_rank < 0) {
       t.first_rank = rank;
       t.first_index = static_cast<std::int64_t>(i);
       t.got = got[i];
       t.want = want[i];
     }
-    t.worst = std::max(t.worst, ratio);
+    // Outside the band is a failure whatever the ratio says (the oracle's value sits inside it by construction).
+    t.worst = std::max(t.worst, inside ? std::min(ratio, 1.0) : std::max(ratio, std::nextafter(1.0, 2.0)));
   }
 }
-
 }  // namespace
 
 void compare_step_end(const StepDump& d, const std::map<std::string, golden::NpyArray>& oracle, StepComparison& c) {
@@ -94,10 +99,12 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
       const std::vector<double> want = adam_first_step(d.optimizer->adam, theta, mid);
       const std::vector<double> at_low = adam_first_step(d.optimizer->adam, theta, low);
       const std::vector<double> at_high = adam_first_step(d.optimizer->adam, theta, high);
-      std::vector<double> allowance(g.size());
-      for (size_t i = 0; i < g.size(); ++i)
-        allowance[i] = std::max(std::abs(at_low[i] - want[i]), std::abs(at_high[i] - want[i])) + allowed(want[i]);
-      judge(t, r, it->second.reals, want, allowance);
+      std::vector<double> band_low(g.size()), band_high(g.size());
+      for (size_t i = 0; i < g.size(); ++i) {
+        band_low[i] = std::min({at_low[i], at_high[i], want[i]}) - allowed(want[i]);
+        band_high[i] = std::max({at_low[i], at_high[i], want[i]}) + allowed(want[i]);
+      }
+      judge(t, r, it->second.reals, want, band_low, band_high);
     }
     c.after.push_back(std::move(t));
   }
@@ -107,13 +114,16 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
     if (!d.initial.count(stem)) continue;
     const auto updated = oracle.find(d.model.block_prefix(l) + "expert_bias_updated");
     const std::vector<double>& want = updated != oracle.end() ? updated->second.reals : d.initial.at(stem).reals;
-    std::vector<double> allowance(want.size());
-    std::transform(want.begin(), want.end(), allowance.begin(), allowed);
+    std::vector<double> low(want.size()), high(want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      low[i] = want[i] - allowed(want[i]);
+      high[i] = want[i] + allowed(want[i]);
+    }
     StepTensorResult t;
     t.stem = stem;
     t.cls = ParameterClass::router;
-    for (int r = 0; r < d.layout.world; ++r) judge(t, r, d.params_after[static_cast<size_t>(r)].at(stem).reals, want,
-                                                   allowance);
+    for (int r = 0; r < d.layout.world; ++r)
+      judge(t, r, d.params_after[static_cast<size_t>(r)].at(stem).reals, want, low, high);
     c.after.push_back(std::move(t));
   }
 }

@@ -5,8 +5,8 @@
 //   grad norm    |‖g′‖ − ‖g‖| ≤ ‖g′ − g‖ ≤ ‖δ‖ (triangle inequality), plus one rounding of the norm (rtol·‖g‖)
 //   parameters   a first step (zero moments) updates each element by a monotone function of its own clipped
 //                gradient, so a gradient within its allowance, clipped by a coefficient from any norm within the
-//                norm's, moves θ no further than the updates at the interval's ends; plus the parameter's own
-//                rounding (atol + rtol·|θ′|)
+//                norm's, leaves θ′ between the updates at the interval's ends: a correct run's value lies in that
+//                band (widened by the parameter's rounding, atol + rtol·|θ′|), whatever the oracle's own value is
 //   expert bias  its update counts tokens (integers): the bias's rounding only
 #pragma once
 

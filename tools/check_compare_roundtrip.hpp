@@ -25,6 +25,7 @@ struct RoundTrip {
   bool pass = false;
   int tensors = 0;          // compared by compare (forward and backward)
   std::string first_failure;  // "tensor rank index: dump …, oracle …" when it failed
+  std::string shows;          // a step control's: what it shows ("a step's expert gradients ×2 named"); else empty
 };
 
 // Each (preset, layout) of the default set, dumped under `scratch` (a folder of this run's own, removed whole at

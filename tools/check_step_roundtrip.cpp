@@ -1,7 +1,9 @@
 #include "tools/check_step_roundtrip.hpp"
 
+#include "compare/parameter_shard.hpp"
 #include "compare/step_dump.hpp"
 #include "distributed/comm/inproc_world.hpp"
+#include "distributed/train/rank_optimizer.hpp"
 #include "distributed/train/rank_groups.hpp"
 #include "distributed/train/train_step.hpp"
 #include "golden/case_json.hpp"
@@ -18,7 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class StepControl { none, experts_twice, gradient_left_out };
+enum class StepControl { none, experts_twice, gradient_left_out, grad_norm_off, parameter_moved };
 
 constexpr int kSeq = 8, kBatch = 8, kMicroBatch = 1;
 
@@ -54,8 +56,33 @@ void write_inputs(const ModelConfig& m, ModelParams<double> params, const Global
     }
 }
 
-// The parallel system's step on `layout`, every rank's synchronised gradients written as compare/step_dump.hpp says.
-void write_step_dump(const ParallelLayout& layout, StepControl control, const fs::path& dir) {
+// The optimizer of every round trip: Adam, clipping at a norm the step's gradients exceed.
+OptimizerConfig step_optimizer() {
+  OptimizerConfig o;
+  o.kind = OptimizerKind::adam;
+  o.adam = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-3, .weight_decay = 0.0};
+  o.clip_grad = 0.05;
+  return o;
+}
+
+// A tensor of the parallel system's shard as the step dump has it on `rank` (compare/parameter_shard.hpp): where
+// the parallel system holds the whole tensor (the embedding and the head under TP), Megatron's shard of it.
+golden::NpyArray dump_array(const dist::ShardTensor<double>& t, const std::vector<Eigen::Index>& whole_shape,
+                            const ProcessGroups& groups, int rank) {
+  const std::vector<std::int64_t> whole(whole_shape.begin(), whole_shape.end());
+  const compare::ParameterShard shard = compare::parameter_shard(golden::tensor_file_stem(t.name), groups, rank);
+  const std::vector<std::int64_t> shape = compare::shard_shape(whole, shard);
+  std::vector<double> values(t.data, t.data + t.size);
+  std::int64_t whole_size = 1;
+  for (auto n : whole) whole_size *= n;
+  if (t.size == whole_size && shape != whole) values = compare::take_shard(values, whole, shard);
+  return golden::NpyArray::of_reals(shape, std::move(values));
+}
+
+// The parallel system's step on `layout`, every rank's synchronised gradients, its optimizer's step (the grad norm
+// it reports, the parameters and expert biases after) written as compare/step_dump.hpp says.
+void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, StepControl control,
+                     const fs::path& dir) {
   const ModelConfig m = step_model();
   const ModelParams<double> params = random_model_params<double>(m, 71);
   const GlobalBatch batch = random_global_batch(m, kSeq, kBatch, 72, {0, 3, 0, 1, 0, 0, 2, 0});
@@ -65,6 +92,7 @@ void write_step_dump(const ParallelLayout& layout, StepControl control, const fs
   for (const auto& v : trained_tensors(m, shapes)) shape_of[v.name] = v.shape;
 
   const ProcessGroups groups(layout);
+  std::vector<double> norms(static_cast<size_t>(layout.world));
   InprocWorld(layout.world).run([&](Communicator& comm) {
     const int rank = comm.rank();
     const dist::RankGroups comms(comm, groups);
@@ -72,10 +100,20 @@ void write_step_dump(const ParallelLayout& layout, StepControl control, const fs
     dist::StepOptions options;
     options.micro_batch = kMicroBatch;
     dist::RankStep step = dist::train_step(m, shard, batch, groups, comms, options);
+    // The optimizer synchronises the raw gradients itself, as a training run's does.
+    options.synchronise = false;
+    dist::RankStep raw = dist::train_step(m, shard, batch, groups, comms, options);
+    dist::ModelShard<double> after = shard;
+    dist::RankOptimizer optimizer(m, {step_optimizer(), distributed_optimizer}, groups, comms, after, LossMode::sum);
+    optimizer.step(raw.grads, raw.global_tokens);
+    norms[static_cast<size_t>(rank)] = optimizer.last_grad_norm() * (control == StepControl::grad_norm_off && rank == 1
+                                                                         ? 1.01 : 1.0);
+
     const fs::path out = dir / ("rank" + std::to_string(rank));
     fs::create_directories(out);
+    const int first_expert = groups.experts_of(rank, m.layer.num_experts).first;
     bool left_out = false;
-    for (auto& t : dist::shard_tensors(step.grads, groups.experts_of(rank, m.layer.num_experts).first)) {
+    for (auto& t : dist::shard_tensors(step.grads, first_expert)) {
       const bool expert = t.name.find(".expert_fc") != std::string::npos;
       if (control == StepControl::experts_twice && expert)
         for (Eigen::Index i = 0; i < t.size; ++i) t.data[i] *= 2;
@@ -84,31 +122,53 @@ void write_step_dump(const ParallelLayout& layout, StepControl control, const fs
         continue;
       }
       golden::write_npy(out / ("grad." + golden::tensor_file_stem(t.name) + ".npy"),
-                        real_array(shape_of.at(t.name), t.data, t.size));
+                        dump_array(t, shape_of.at(t.name), groups, rank));
+    }
+    for (const auto& t : dist::shard_tensors(after, first_expert)) {
+      golden::NpyArray a = dump_array(t, shape_of.at(t.name), groups, rank);
+      if (control == StepControl::parameter_moved && rank == 2 && t.name == "head") a.reals[0] += step_optimizer().adam.lr;
+      golden::write_npy(out / ("param." + golden::tensor_file_stem(t.name) + ".npy"), a);
+    }
+    for (size_t l = 0; l < step.expert_bias_updated.size(); ++l) {
+      const Vector<double>& b = step.expert_bias_updated[l];
+      if (b.size()) golden::write_npy(out / ("param.layer" + std::to_string(step.layers[l]) + ".expert_bias.npy"),
+                                      real_array({b.size()}, b.data(), b.size()));
     }
   });
   nlohmann::json config = golden::config_to_json(m.layer);
   config["semantics"] = m.layer.semantics.spec();
+  const OptimizerConfig o = step_optimizer();
   const nlohmann::ordered_json meta{
       {"format", compare::kStepDumpFormat},
-      {"producer", "moe-oracle's parallel system (check)"},
+      {"producer", std::string("moe-oracle's parallel system (check), ") +
+                       (distributed_optimizer ? "distributed optimizer" : "DDP")},
       {"config", config},
       {"model", {{"num_layers", m.num_layers}, {"vocab", m.vocab}, {"rms_eps", m.rms_eps}}},
-      {"layout", {{"world", layout.world}, {"ep", layout.ep}}},
+      {"layout", {{"world", layout.world}, {"tp", layout.tp}, {"ep", layout.ep}}},
       {"batch", {{"seq", kSeq}, {"size", kBatch}, {"micro_batch", kMicroBatch}}},
-      {"loss_mode", "sum"}};
+      {"loss_mode", "sum"},
+      {"optimizer", {{"kind", "adam"}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1}, {"beta2", o.adam.beta2},
+                     {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay}, {"clip_grad", o.clip_grad}}},
+      {"reported", {{"grad_norm", norms}}}};
   storage::write_file_synced(dir / compare::kStepJson, meta.dump(2));
 }
 
-RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout, StepControl control,
-                          const fs::path& scratch) {
+RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout, bool distributed_optimizer,
+                          StepControl control, const fs::path& scratch) {
   const fs::path dir = scratch / "compare-step-round-trip";
   fs::remove_all(dir);
-  write_step_dump(layout, control, dir);
-  RoundTrip t{name, layout, false, 0, ""};
+  write_step_dump(layout, distributed_optimizer, control, dir);
+  RoundTrip t{name, layout, false, 0, "", ""};
+  switch (control) {
+    case StepControl::none: break;
+    case StepControl::experts_twice: t.shows = "a step's expert gradients ×2 named"; break;
+    case StepControl::gradient_left_out: t.shows = "a step gradient left out refused"; break;
+    case StepControl::grad_norm_off: t.shows = "a grad norm 1% high on one rank named"; break;
+    case StepControl::parameter_moved: t.shows = "a parameter one learning rate off after the step named"; break;
+  }
   try {
     const compare::StepComparison c = compare::compare_step_dump(compare::read_step_dump(dir));
-    t.tensors = static_cast<int>(c.tensors.size());
+    t.tensors = static_cast<int>(c.tensors.size() + c.after.size());
     switch (control) {
       case StepControl::none:
         t.pass = c.pass();
@@ -126,6 +186,18 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
       case StepControl::gradient_left_out:
         t.first_failure = "a step dump missing one rank's expert gradient was compared, not refused";
         break;
+      case StepControl::parameter_moved: {
+        const auto* f = c.first_failure();
+        t.pass = !c.pass() && f && f->stem == "head" && f->first_rank == 2 && f->first_index == 0 &&
+                 std::all_of(c.tensors.begin(), c.tensors.end(), [](const auto& r) { return r.pass(); });
+        if (!t.pass) t.first_failure = "the head one learning rate off after the step on rank 2 was not named";
+        break;
+      }
+      case StepControl::grad_norm_off:
+        t.pass = !c.pass() && c.grad_norm && c.grad_norm->worst_rank == 1 &&
+                 std::all_of(c.tensors.begin(), c.tensors.end(), [](const auto& r) { return r.pass(); });
+        if (!t.pass) t.first_failure = "a grad norm 1% high on rank 1 of a step dump was not named";
+        break;
     }
   } catch (const compare::DumpError& e) {
     t.pass = control == StepControl::gradient_left_out;
@@ -138,12 +210,21 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
 }  // namespace
 
 std::vector<RoundTrip> step_round_trips(const fs::path& scratch) {
-  const ParallelLayout ep2{.world = 4, .ep = 2}, dp2{.world = 2};
-  return {step_round_trip("tiny-v4 ×2 layers, a training step", ep2, StepControl::none, scratch),
-          step_round_trip("tiny-v4 ×2 layers, a training step", dp2, StepControl::none, scratch),
-          step_round_trip("tiny-v4 step, expert gradients ×2 (must fail)", ep2, StepControl::experts_twice, scratch),
-          step_round_trip("tiny-v4 step, a gradient left out (must be refused)", ep2, StepControl::gradient_left_out,
-                          scratch)};
+  // DDP on EP 2 and on DP 2; the distributed optimizer on TP 2 (sequence parallel) × EP 2, whose embedding and head
+  // the dump holds as Megatron's vocabulary shards.
+  const ParallelLayout ep2{.world = 4, .ep = 2}, dp2{.world = 2}, tp2_ep2{.world = 4, .tp = 2, .ep = 2};
+  const std::string step = "tiny-v4 ×2 layers, a training step and Adam's";
+  return {step_round_trip(step, ep2, false, StepControl::none, scratch),
+          step_round_trip(step, dp2, false, StepControl::none, scratch),
+          step_round_trip(step + ", distributed optimizer", tp2_ep2, true, StepControl::none, scratch),
+          step_round_trip("tiny-v4 step, expert gradients ×2 (must fail)", ep2, false, StepControl::experts_twice,
+                          scratch),
+          step_round_trip("tiny-v4 step, a gradient left out (must be refused)", ep2, false,
+                          StepControl::gradient_left_out, scratch),
+          step_round_trip("tiny-v4 step, a grad norm 1% high on one rank (must fail)", tp2_ep2, true,
+                          StepControl::grad_norm_off, scratch),
+          step_round_trip("tiny-v4 step, a parameter off after the step (must fail)", tp2_ep2, true,
+                          StepControl::parameter_moved, scratch)};
 }
 
 }  // namespace moe::cli
