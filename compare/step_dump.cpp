@@ -269,11 +269,14 @@ const StepTensorResult* StepComparison::first_failure() const {
 }
 
 const StepTensorResult* StepComparison::worst_failure() const {
-  const StepTensorResult* worst = nullptr;
-  for (const auto* list : {&tensors, &after})
+  // A gradient first: a wrong gradient moves the parameters after the step too, and where the bug is is in it.
+  for (const auto* list : {&tensors, &after}) {
+    const StepTensorResult* worst = nullptr;
     for (const auto& t : *list)
       if (!t.pass() && (!worst || t.worst > worst->worst)) worst = &t;
-  return worst;
+    if (worst) return worst;
+  }
+  return nullptr;
 }
 
 StepComparison compare_step_dump(const StepDump& d) {
@@ -310,8 +313,8 @@ StepComparison compare_step_dump(const StepDump& d) {
           take_shard(want_array.reals, want_array.shape, parameter_shard(stem, groups, r));
       t.elements = static_cast<std::int64_t>(shard.size());
       for (size_t i = 0; i < got.size(); ++i) {
-        const double want = shard[i], diff = std::abs(got[i] - want);
-        const double ratio = diff / (c.tolerance.atol + c.tolerance.rtol * std::abs(want));
+        const double want = shard[i], diff = saturated(std::abs(got[i] - want));
+        const double ratio = saturated(diff / (c.tolerance.atol + c.tolerance.rtol * std::abs(want)));
         t.max_abs = std::max(t.max_abs, diff);
         if (ratio > 1 && t.first_rank < 0) {
           t.first_rank = r;

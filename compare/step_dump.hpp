@@ -29,7 +29,9 @@
 #include "reference/global_step.hpp"
 #include "reference/optimizer.hpp"
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -123,11 +125,17 @@ struct StepComparison {
   std::vector<StepTensorResult> after;      // the parameters after the step, where the dump holds them
   bool pass() const;
   const StepTensorResult* first_failure() const;
-  // The tensor furthest beyond its tolerance: where a bug that is no single factor (a loss term's scale that
-  // reaches some gradients through others) shows most.
+  // The gradient furthest beyond its tolerance (else the parameter after the step): where a bug that is no single
+  // factor (a loss term's scale that reaches some gradients through others) shows most.
   const StepTensorResult* worst_failure() const;
 };
 
 StepComparison compare_step_dump(const StepDump& dump);
+
+// A difference or ratio of finite values, held finite: ±DBL_MAX where it overflowed (a value beyond any tolerance
+// stays a number the report can print and compare).
+inline double saturated(double v) {
+  return std::isinf(v) ? std::copysign(std::numeric_limits<double>::max(), v) : v;
+}
 
 }  // namespace moe::compare

@@ -27,10 +27,10 @@ void judge(StepTensorResult& t, int rank, const std::vector<double>& got, const 
   t.ranks.push_back(rank);
   t.elements = static_cast<std::int64_t>(got.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = got[i] - want[i];
+    const double diff = saturated(got[i] - want[i]);
     const double room = diff >= 0 ? high[i] - want[i] : want[i] - low[i];
     const bool inside = got[i] >= low[i] && got[i] <= high[i];
-    const double ratio = room > 0 ? std::abs(diff) / room : (diff == 0 ? 0 : HUGE_VAL);
+    const double ratio = room > 0 ? saturated(std::abs(diff) / room) : (diff == 0 ? 0 : saturated(HUGE_VAL));
     t.max_abs = std::max(t.max_abs, std::abs(diff));
     if (!inside && t.first_rank < 0) {
       t.first_rank = rank;

@@ -1,11 +1,13 @@
 // Harness `step_dump`: compare::read_step_dump and compare::compare_step_dump on a real step dump (megatron-core
-// 0.19.2's training step on 4 ranks, EP 2: compare/tests/data/megatron_step_ep2_dp4) of which an input replaces
+// 0.19.2's training step on 4 ranks, TP 2 with sequence parallelism and EP 2, with its optimizer's end: the grad
+// norm and the parameters after the step; compare/tests/data/megatron_step_tp2_ep2) of which an input replaces
 // step.json and at most one tensor file. Framed input as compare_dump's: step.json's text, then optionally NUL, a
 // path ("inputs/head", "rank2/grad.layer0.expert_fc1.1"), NUL and the file's bytes (written as PATH.npy). Without a
 // NUL the whole input is step.json.
 //
 // Invariants: only compare::DumpError leaves the reader and the comparison (every refusal one line); a comparison
-// that was made compared every trained parameter of its model, each on at least one rank, with finite results.
+// that was made compared every trained parameter of its model, each on at least one rank, with finite results; with
+// an optimizer, every trained parameter after the step too; a reported grad norm judged on every rank, finitely.
 #include "compare/step_dump.hpp"
 #include "fuzz/framed_dump.hpp"
 
@@ -58,5 +60,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (t.ranks.empty()) fuzz::finding("a parameter compared on no rank: " + t.stem);
     if (!std::isfinite(t.max_abs) || !std::isfinite(t.worst)) fuzz::finding("a non-finite result for " + t.stem);
   }
+  if (dump.optimizer && c.after.size() < c.tensors.size())
+    fuzz::finding("an optimizer's step that left out a parameter after it");
+  for (const auto& t : c.after)
+    if (t.ranks.empty() || std::isnan(t.worst) || !std::isfinite(t.max_abs))
+      fuzz::finding("a parameter after the step compared on no rank or to no number: " + t.stem);
+  if (!dump.reported_grad_norm.empty() &&
+      (!c.grad_norm || c.grad_norm->got.size() != dump.reported_grad_norm.size() || !std::isfinite(c.grad_norm->worst)))
+    fuzz::finding("a reported grad norm not judged on every rank");
   return 0;
 }

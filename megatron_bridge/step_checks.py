@@ -1,5 +1,6 @@
-"""Megatron-Core's whole training step against the oracle's global step: each case runs step_driver.py (a GPTModel
-of MoE blocks trained one step through get_forward_backward_func, DDP and finalize_model_grads, on CPU over gloo),
+"""Megatron-Core's whole training step against the oracle's global step: each case runs step_driver's step (a
+GPTModel of MoE blocks trained one step through get_forward_backward_func, DDP, finalize_model_grads and Megatron's
+optimizer, on CPU over gloo, its ranks forked from this process),
 and `moe-oracle compare` judges the step dump. A plain case passes; a case whose Megatron deviation is turned off
 in the semantics fails (the deviation checked both ways); a seeded bug (step_bugs.py) fails naming the parameter
 class it hits, as a factor on those gradients or as the largest mismatch.
@@ -8,13 +9,11 @@ Megatron computes the CE in float32 whatever the model's dtype (tensor_parallel.
 the logits), so the float64 step is judged with --precision float32.
 """
 import json
-import pathlib
 import shutil
 import subprocess
-import sys
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
+import step_driver
 
 LAYER = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_function": "softmax",
          "aux_loss_type": "aux", "aux_loss_coeff": 0.01}
@@ -128,14 +127,11 @@ def run(oracle, work):
             out = work / c["name"]
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
-            case_file = out / "case.json"
-            case_file.write_text(json.dumps(c["case"]))
-            command = [sys.executable, "-W", "ignore", str(HERE / "step_driver.py"), str(case_file), str(out / "dump")]
-            if "bug" in c:
-                command += ["--bug", c["bug"]]
-            ran = subprocess.run(command, capture_output=True, text=True)
-            if ran.returncode != 0:
-                yield c, False, "step_driver failed: " + (ran.stderr.strip().splitlines() or ["?"])[-1], \
+            (out / "case.json").write_text(json.dumps(c["case"]))  # `step_driver.py case.json dump` reruns it
+            try:
+                step_driver.run_case(c["case"], out / "dump", c.get("bug"))
+            except Exception as e:  # noqa: BLE001 - a rank raised: the case is reported, the others go on
+                yield c, False, "step_driver failed: " + (str(e).strip().splitlines() or ["?"])[-1], \
                     time.time() - start
                 continue
             dumps[key] = out / "dump"

@@ -4,7 +4,8 @@ the oracle's global step to judge.
     python step_driver.py CASE.json OUT_DIR [--bug NAME]
 
 CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "num_layers"}, "layout": {"world",
-            "tp", "ep", "etp"}, "seq": S, "global_batch": B, "micro_batch": b, "seed": n, "per_token_loss": bool,
+            "tp" (with sequence parallelism), "ep", "etp"}, "seq": S, "global_batch": B, "micro_batch": b, "seed": n,
+            "per_token_loss": bool, "padding": [masked positions at the end of sequence b, cycled],
             "dispatcher": "alltoall" | "allgather", "semantics" (what the dump claims Megatron computes)}
 
 The model is the oracle's without attention (reference/model.hpp, heads = 0): a word embedding, blocks
@@ -13,9 +14,12 @@ GPTModel whose TransformerLayer has no attention (IdentityOp, as its spec allows
 layer. The step goes through Megatron's own machinery: get_forward_backward_func over the microbatches of each
 replica (the oracle's sampler order: microbatch i of replica r holds sequences i·b·dp + r·b + [0, b)), the loss
 function of pretrain_gpt (sum of masked CE, token count), DistributedDataParallel with its gradient buffers, and
-finalize_model_grads. What the dump holds per rank: the parameters the step started from (under the oracle's names,
-whole, float64), each trained parameter's reduced gradient as the optimizer would see it (main_grad, this rank's
-shard), the microbatches' ids, labels and masks, and the loss the schedule reported.
+finalize_model_grads, then Megatron's optimizer (Adam with clipping, torch's AdamW where neither TransformerEngine nor
+Apex is installed). Under TP its norms are marked sequence-parallel as TransformerEngine's are, so finalize_model_grads
+sums their gradients over TP. What the dump holds: the parameters the step started from (under the oracle's names,
+whole, float64) and the microbatches' ids, labels and masks; per rank each trained parameter's reduced gradient as
+the optimizer was handed it (main_grad, this rank's shard, before clipping), the parameters and expert biases after
+the step, and the grad norm the optimizer reported; the loss the schedule reported goes to the notes.
 """
 import json
 import os
@@ -294,10 +298,29 @@ def run_rank(rank, world, case, out, port, bug):
     torch.distributed.destroy_process_group()
 
 
+def run_case(case, out, bug=None):
+    """Megatron's step of `case` on its world of ranks, forked from this process (they share its imports of torch
+    and Megatron; a spawned rank spends ~8 s importing them), its dump written to `out`. This process computes
+    nothing itself, so no thread pool is copied into a rank. A rank's output (Megatron's deprecation notices, torch's
+    warnings) is dropped; an exception in a rank is raised here with its traceback."""
+    import megatron.core.models.gpt  # noqa: F401
+    import megatron.core.optimizer  # noqa: F401
+    import megatron.core.pipeline_parallel  # noqa: F401
+    world = case["layout"]["world"]
+    mp.start_processes(run_quietly, args=(world, case, str(out), driver.free_port(), bug), nprocs=world, join=True,
+                       start_method="fork")
+
+
+def run_quietly(rank, *args):
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    run_rank(rank, *args)
+
+
 def main():
     case, out, bug = driver.case_arguments(__doc__, "a seeded step bug (step_bugs.py)")
-    world = case["layout"]["world"]
-    mp.spawn(run_rank, args=(world, case, str(out), driver.free_port(), bug), nprocs=world, join=True)
+    run_case(case, out, bug)
 
 
 if __name__ == "__main__":
