@@ -20,7 +20,7 @@
 // gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
 // (DumpError), so nothing passes that was not compared.
 //
-// Layouts of data, tensor (with sequence), expert and expert-tensor parallelism are judged; cp and pp are refused
+// Layouts of data, tensor (with sequence), context, expert and expert-tensor parallelism are judged; pp is refused
 // by name. It compares the gradients and, where the dump holds them, the grad norm and the parameters after the
 // step; the loss is not in the format yet.
 #pragma once

@@ -14,6 +14,8 @@ Each is a kind of bug reported in MoE training frameworks (docs/checking-framewo
   per_token_tokens_not_reduced  with calculate_per_token_loss, the gradients divided by this replica's valid tokens
                                 instead of the global batch's (the token count not all-reduced: Megatron-LM issue
                                 7213's and torchtitan issue 2972's kind): every gradient off by N / N_replica
+  ce_scaled_by_cp               the CE multiplied by the CP size in the loss function while DDP averages the gradients
+                                over dp·cp (Megatron-LM issues 673 and 906: the CE's gradients cp× too large)
   router_grads_not_reduced_over_tp
                                 under sequence parallelism the router's weight gradient left as each TP rank's
                                 partial sum over its slice of the sequence (torchtitan PR 4054's kind: router gates
@@ -56,6 +58,11 @@ def expert_grads_ep_times(config, model, ps, loss):
 
 def ce_not_per_microbatch(config, model, ps, loss):
     loss["ce_factor"] = loss["num_microbatches"]  # the schedule divides by m; the loss function undoes it
+    return lambda: loss.update(ce_factor=1)
+
+
+def ce_scaled_by_cp(config, model, ps, loss):
+    loss["ce_factor"] = ps.get_context_parallel_world_size()
     return lambda: loss.update(ce_factor=1)
 
 
@@ -163,7 +170,7 @@ def expert_bias_counts_not_reduced(config, model, ps, loss):
 
 
 BUGS = {f.__name__: f for f in (dense_grads_summed_over_dp, expert_grads_ep_times, ce_not_per_microbatch,
-                                aux_scale_not_per_microbatch, per_token_tokens_not_reduced,
+                                aux_scale_not_per_microbatch, per_token_tokens_not_reduced, ce_scaled_by_cp,
                                 router_grads_not_reduced_over_tp, aux_z_scale_without_tp,
                                 grad_norm_without_experts, grad_norm_not_reduced,
                                 expert_bias_counts_not_reduced)}

@@ -23,9 +23,9 @@ RICH = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_functi
         "shared_expert_ffn_hidden": 4}
 
 
-def step_case(name, layer, world, ep, batch, micro, seed, tp=1, **extra):
+def step_case(name, layer, world, ep, batch, micro, seed, tp=1, cp=1, etp=1, **extra):
     case = {"model": {"layer": layer, "vocab": 16, "num_layers": 2},
-            "layout": {"world": world, "tp": tp, "ep": ep, "etp": 1}, "seq": 8, "global_batch": batch,
+            "layout": {"world": world, "tp": tp, "cp": cp, "ep": ep, "etp": etp}, "seq": 8, "global_batch": batch,
             "micro_batch": micro, "seed": seed}
     case.update(extra)
     return {"name": name, "case": case}
@@ -38,7 +38,17 @@ def cases():
     # TP 2 with sequence parallelism, EP 2, two replicas: every feature of RICH under per-token loss.
     tp2_ep2 = dict(layer=RICH, world=4, tp=2, ep=2, batch=4, micro=1, seed=13, per_token_loss=True,
                    padding=[0, 2])
+    # CP 2 with padding uneven over the CP ranks' chunks (positions 0, 1, 6, 7 and 2–5): Megatron's CE per CP rank.
+    cp2_ep2 = dict(layer=RICH, world=4, cp=2, ep=2, batch=4, micro=1, seed=19, padding=[0, 3])
     return [
+        step_case("step_tp2_etp2_ep2_m2", dict(LAYER, shared_expert_ffn_hidden=4), world=4, tp=2, ep=2, etp=2,
+                  batch=8, micro=2, seed=17),
+        step_case("step_cp2_ep2_padded", **cp2_ep2),
+        # Megatron divides each CP rank's CE by its own tokens (ce-per-cp-rank): without the deviation, a failure.
+        dict(step_case("step_cp2_without_ce_per_cp_rank", **cp2_ep2),
+             semantics="megatron-core-0.19,-ce-per-cp-rank", expect={"fails": True}),
+        dict(step_case("step_bug_ce_scaled_by_cp", **cp2_ep2), bug="ce_scaled_by_cp",
+             expect={"class": "output layer", "scale": 2.0}),
         step_case("step_tp2_ep2_per_token", **tp2_ep2),
         dict(step_case("step_bug_router_grads_not_reduced_over_tp", **tp2_ep2),
              bug="router_grads_not_reduced_over_tp", expect={"class": "router"}),

@@ -220,10 +220,17 @@ def run_rank(rank, world, case, out, port, bug):
     m_micro = case["global_batch"] // (b * dp)
     micro = [list(range(i * b * dp + dp_rank * b, i * b * dp + dp_rank * b + b)) for i in range(m_micro)]
 
+    # Under CP this rank holds positions of chunks c and 2cp−1−c of 2cp (Megatron's get_batch_on_this_cp_rank).
+    cp, cp_rank = ps.get_context_parallel_world_size(), ps.get_context_parallel_rank()
+    chunk = case["seq"] // (2 * cp)
+    positions = np.r_[cp_rank * chunk:(cp_rank + 1) * chunk, (2 * cp - 1 - cp_rank) * chunk:(2 * cp - cp_rank) * chunk]
+
     def batches():
         for seqs in micro:
-            yield {"tokens": torch.from_numpy(ids[seqs]), "labels": torch.from_numpy(labels[seqs]),
-                   "loss_mask": torch.from_numpy(mask[seqs].astype(np.float64))}
+            rows = np.ix_(seqs, positions)
+            yield {"tokens": torch.from_numpy(ids[rows]), "labels": torch.from_numpy(labels[rows]),
+                   "loss_mask": torch.from_numpy(mask[rows].astype(np.float64)),
+                   "position_ids": torch.from_numpy(positions).unsqueeze(0).expand(len(seqs), -1)}
 
     loss = {"num_microbatches": m_micro, "ce_factor": 1}  # what a seeded bug may change (step_bugs.py)
 
@@ -236,9 +243,7 @@ def run_rank(rank, world, case, out, port, bug):
 
     def forward_step(data_iterator, model_chunk):
         batch = next(data_iterator)
-        S = batch["tokens"].shape[1]
-        position_ids = torch.arange(S).unsqueeze(0).expand_as(batch["tokens"])
-        output = model_chunk(batch["tokens"], position_ids, None, labels=batch["labels"])
+        output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
     optimizer = megatron_optimizer(case, model)

@@ -82,7 +82,8 @@ void run_compare_step(const std::string& dir, const std::string& semantics, cons
   } else {
     const ParallelLayout& l = d.layout;
     std::cout << "moe-oracle compare " << dir << ": a training step, " << d.producer << "\n"
-              << "layout w" << l.world << " tp" << l.tp << " ep" << l.ep << " etp" << l.etp << " dp" << l.dp()
+              << "layout w" << l.world << " tp" << l.tp << " cp" << l.cp << " ep" << l.ep << " etp" << l.etp << " dp"
+              << l.dp()
               << ", batch " << d.global_batch << " × seq "
               << d.seq << " in microbatches of " << d.micro_batch << ", loss mode " << to_string(d.loss_mode)
               << ", semantics " << d.model.semantics().spec() << ", precision " << to_string(d.precision)

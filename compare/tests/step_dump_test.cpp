@@ -115,11 +115,11 @@ TEST_F(StepDumpCopy, FoldersOutsideTheFormatAreRefused) {
   EXPECT_NE(refusal().find("inputs.old: not part of a step dump"), std::string::npos);
 }
 
-TEST_F(StepDumpCopy, ContextAndPipelineLayoutsAreRefusedByName) {
+TEST_F(StepDumpCopy, PipelineLayoutsAreRefusedByName) {
   auto j = meta();
-  j["layout"]["cp"] = 2;
+  j["layout"]["pp"] = 2;
   write_meta(j);
-  EXPECT_NE(refusal().find("layout: cp 2"), std::string::npos);
+  EXPECT_NE(refusal().find("layout: pp 2"), std::string::npos);
 }
 
 TEST_F(StepDumpCopy, UnknownKeysAndFormatsAreRefused) {
