@@ -1,5 +1,7 @@
 #include "compare/dump.hpp"
 
+#include "reference/tolerance_names.hpp"
+
 #include "compare/dump_tensors.hpp"
 #include "golden/case_json.hpp"
 #include "reference/process_groups.hpp"
@@ -47,14 +49,16 @@ std::string optional_text(const json& object, const char* key, const std::string
   return object.contains(key) ? text(object.at(key), key, where) : fallback;
 }
 
-// float64 < float32 < bfloat16: how loose a precision's tolerance is.
-int looseness(const std::string& precision) {
-  return precision == "float64" ? 0 : precision == "float32" ? 1 : 2;
+// The precision a floating .npy array holds: <f8 float64, <f4 float32, bfloat16 words bfloat16.
+Precision floating_precision(golden::NpyDtype t) {
+  return t == golden::NpyDtype::f8 ? Precision::float64 : t == golden::NpyDtype::f4 ? Precision::float32
+                                                                                    : Precision::bfloat16;
 }
 
-// The dtype a floating .npy array holds, by dump.json's names: <f8 float64, <f4 float32, bfloat16 words bfloat16.
-std::string floating_dtype_name(golden::NpyDtype t) {
-  return t == golden::NpyDtype::f8 ? "float64" : t == golden::NpyDtype::f4 ? "float32" : "bfloat16";
+// A precision named in dump.json (`key`), or the refusal naming the choices.
+Precision precision_in(const std::string& name, const char* key, const std::filesystem::path& where) {
+  if (const auto p = find_named<Precision>(name)) return *p;
+  throw DumpError(where.string() + ": '" + key + "' must be " + name_list<Precision>() + ", not '" + name + "'");
 }
 
 bool is_floating(golden::NpyDtype t) {
@@ -68,14 +72,6 @@ double bfloat16_value(std::int64_t bits) {
 }
 
 }  // namespace
-
-Precision precision_named(const std::string& precision) {
-  try {
-    return parse_precision(precision);
-  } catch (const std::invalid_argument&) {
-    throw DumpError("dump.json: 'precision' must be float64, float32 or bfloat16, not '" + precision + "'");
-  }
-}
 
 std::vector<double> RankDump::values(const std::string& name, const std::vector<std::int64_t>& shape) const {
   const auto it = files.find(name);
@@ -127,8 +123,8 @@ int rank_of_folder(const std::string& name) {
 }
 
 // Returns the narrowest floating dtype any file holds (float64 when none is narrower).
-std::string list_ranks(Dump& d) {
-  std::string narrowest = "float64";
+Precision list_ranks(Dump& d) {
+  Precision narrowest = Precision::float64;
   for (const auto& entry : std::filesystem::directory_iterator(d.dir)) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("rank")) continue;
@@ -156,11 +152,12 @@ std::string list_ranks(Dump& d) {
       // A tensor kept wider than the layer's dtype loses nothing (a bf16 layer's float32 router, its loss scalars
       // as float64): taken, and judged at the dump's tolerance all the same. A narrower one is not what the dump
       // says it is.
-      if (floating && looseness(floating_dtype_name(file.header.dtype)) > looseness(d.dtype))
+      if (floating && looser_than(floating_precision(file.header.dtype), d.dtype))
         fail(entry.path(), "holds " + std::string(golden::npy_descr(file.header.dtype)) + " values, narrower than "
-                           "dump.json's dtype " + d.dtype + " (a floating tensor has the dump's dtype or a wider one)");
-      if (floating && looseness(floating_dtype_name(file.header.dtype)) > looseness(narrowest))
-        narrowest = floating_dtype_name(file.header.dtype);
+                           "dump.json's dtype " + std::string(to_string(d.dtype)) +
+                           " (a floating tensor has the dump's dtype or a wider one)");
+      if (floating && looser_than(floating_precision(file.header.dtype), narrowest))
+        narrowest = floating_precision(file.header.dtype);
       rank.files[entry.path().stem().string()] = std::move(file);
     }
     d.ranks.push_back(std::move(rank));
@@ -268,11 +265,9 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
   d.batch = positive(member(shape, "batch", meta_path), "shape.batch", meta_path);
   if (d.seq % d.layout.tp != 0) fail(meta_path, "shape.seq must divide by tp (sequence parallelism)");
 
-  d.dtype = text(member(meta, "dtype", meta_path), "dtype", meta_path);
-  if (d.dtype != "float64" && d.dtype != "float32" && d.dtype != "bfloat16")
-    fail(meta_path, "'dtype' must be float64, float32 or bfloat16");
-  const std::string stated = optional_text(meta, "precision", d.dtype, meta_path);
-  precision_named(stated);  // refuses an unknown name
+  d.dtype = precision_in(text(member(meta, "dtype", meta_path), "dtype", meta_path), "dtype", meta_path);
+  const Precision stated =
+      precision_in(optional_text(meta, "precision", std::string(to_string(d.dtype)), meta_path), "precision", meta_path);
   d.dispatcher = optional_text(meta, "dispatcher", "unknown", meta_path);
   d.producer = optional_text(meta, "producer", "unknown", meta_path);
   if (meta.contains("replay_capacity")) {
@@ -282,7 +277,7 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
   if (d.replay_capacity && !d.config.capacity_factor) fail(meta_path, "replay_capacity without a capacity_factor");
   if (meta.contains("aux_pool")) d.aux_pool = read_aux_pool(meta["aux_pool"], d.config, meta_path);
 
-  std::string narrowest;
+  Precision narrowest = Precision::float64;
   try {
     narrowest = list_ranks(d);
   } catch (const std::filesystem::filesystem_error& e) {
@@ -291,32 +286,31 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
   // The tolerance follows the files: dtype must be what the narrowest array holds (a claim of bfloat16 over float32
   // arrays would loosen the tolerance by the dump's word alone). Then the user's statement, else the dump's own
   // claim when it is no looser than its arrays, else the arrays' precision. A dump alone never loosens it.
-  if (options.precision.empty() && narrowest != d.dtype)
-    fail(meta_path, "dtype \"" + d.dtype + "\" but the narrowest array holds " + narrowest + " values: the tolerance "
-                    "follows the files; if the framework computed in " + d.dtype + ", say so with --precision " +
-                    d.dtype);
-  if (!options.precision.empty()) {
-    d.precision = options.precision;
+  const std::string dtype(to_string(d.dtype)), claim(to_string(stated));
+  if (!options.precision && narrowest != d.dtype)
+    fail(meta_path, "dtype \"" + dtype + "\" but the narrowest array holds " + std::string(to_string(narrowest)) +
+                        " values: the tolerance follows the files; if the framework computed in " + dtype +
+                        ", say so with --precision " + dtype);
+  if (options.precision) {
+    d.precision = *options.precision;
     d.precision_from = "--precision";
-  } else if (looseness(stated) > looseness(d.dtype)) {
-    fail(meta_path, "precision \"" + stated + "\" is looser than the dump's " + d.dtype + " arrays, and a dump cannot "
-                    "loosen its own tolerance: if the framework computed in " + stated + ", say so with --precision " +
-                    stated);
+  } else if (looser_than(stated, d.dtype)) {
+    fail(meta_path, "precision \"" + claim + "\" is looser than the dump's " + dtype + " arrays, and a dump cannot "
+                    "loosen its own tolerance: if the framework computed in " + claim + ", say so with --precision " +
+                    claim);
   } else {
     d.precision = stated;
     d.precision_from = meta.contains("precision") ? "dump.json" : "the arrays' dtype";
   }
-  if (precision_named(d.precision) == Precision::float64)
-    d.tolerance = tolerance(Compared::foreign_dump, Precision::float64);
+  if (d.precision == Precision::float64) d.tolerance = tolerance(Compared::foreign_dump, Precision::float64);
   // The router's arithmetic: its weight's dtype (a bf16 weight makes bf16 logits), and float32 at least wherever the
   // layer is not computed in float64 (frameworks route in float32).
   const auto router = d.ranks.front().files.find("router.weight");
-  const std::string router_dtype =
-      router == d.ranks.front().files.end() || !is_floating(router->second.header.dtype)
-          ? d.dtype
-          : floating_dtype_name(router->second.header.dtype);
-  const std::string at_least = d.precision == "float64" ? "float64" : "float32";
-  d.router_precision = parse_precision(looseness(router_dtype) >= looseness(at_least) ? router_dtype : at_least);
+  const Precision router_dtype = router == d.ranks.front().files.end() || !is_floating(router->second.header.dtype)
+                                     ? d.dtype
+                                     : floating_precision(router->second.header.dtype);
+  const Precision at_least = d.precision == Precision::float64 ? Precision::float64 : Precision::float32;
+  d.router_precision = looser_than(at_least, router_dtype) ? at_least : router_dtype;
   check_dump_tensors(d);
   return d;
 }

@@ -31,9 +31,6 @@ class DumpError : public std::runtime_error {
   explicit DumpError(const std::string& what) : std::runtime_error(storage::one_line(what)) {}
 };
 
-// The precision a framework computed in, by name ("float64", "float32", "bfloat16"); DumpError for another name.
-Precision precision_named(const std::string& precision);
-
 struct TensorFile {
   std::filesystem::path path;
   golden::NpyHeader header;  // read and checked against the file's size when the dump is listed
@@ -58,8 +55,8 @@ struct Dump {
   MoeConfig config;            // semantics included
   ParallelLayout layout;       // world, tp, ep, etp (cp = pp = 1)
   int seq = 0, batch = 0;      // per data-parallel replica: S positions × B sequences
-  std::string dtype;           // of the layer's arrays: float64, float32 or bfloat16 (a floating file has it or is wider)
-  std::string precision;       // the arithmetic the tolerance is set for
+  Precision dtype = Precision::float64;      // of the layer's arrays (a floating file has it or is wider)
+  Precision precision = Precision::float64;  // the arithmetic the tolerance is set for
   std::string precision_from;  // why: "the arrays", "dump.json (no looser than its arrays)", "--precision"
   Precision router_precision = Precision::float64;  // the router's: its weight's dtype, float32 at least below float64
   std::string dispatcher;      // informational
@@ -76,7 +73,7 @@ struct Dump {
 
 struct ReadOptions {
   std::string semantics;  // non-empty: overrides the dump's claim
-  std::string precision;  // non-empty: the user's statement of the framework's arithmetic (sets the tolerance)
+  std::optional<Precision> precision;  // set: the user's statement of the framework's arithmetic (sets the tolerance)
 };
 
 // Reads and validates dump.json, lists every rank folder's tensors and checks each file's header.

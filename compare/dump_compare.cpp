@@ -14,7 +14,7 @@ namespace {
 
 // A float64 dump is judged by the table's row (reassociation only); a float32 or bf16 one by the rounding oracle's
 // error model (error_model.hpp).
-bool modelled(const Dump& dump) { return dump.precision != to_string(Precision::float64); }
+bool modelled(const Dump& dump) { return dump.precision != Precision::float64; }
 
 }  // namespace
 
@@ -41,7 +41,7 @@ int compare_steps(const Dump& dump) { return oracle_steps(dump); }
 Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<void()>& progress) {
   const bool model = modelled(dump);
   const Tolerance tol = model ? Tolerance{} : *dump.tolerance;  // unused under the error model
-  const Precision precision = parse_precision(dump.precision);
+  const Precision precision = dump.precision;
   Comparison out;
   out.backward = has_backward(dump);
   out.error_model = model;

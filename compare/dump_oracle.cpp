@@ -242,7 +242,7 @@ class StreamedOracle {
     if (o_.rounding_too) {
       rounding_.emplace();
       rounding_->config = dump.config;
-      rounding_->config.bf16_storage = dump.precision == to_string(Precision::bfloat16);
+      rounding_->config.bf16_storage = dump.precision == Precision::bfloat16;
       rounding_->config.bf16_router = dump.router_precision == Precision::bfloat16;
     }
     // The tp_ep group of each rank, numbered by first member: an expert's gradient on rank r sums the rows of the

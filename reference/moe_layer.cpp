@@ -1,5 +1,7 @@
 #include "reference/moe_layer.hpp"
 
+#include "reference/expert_path_names.hpp"
+
 #include "reference/bf16.hpp"
 #include "reference/expert_batched.hpp"
 #include "reference/expert_bias.hpp"
@@ -153,15 +155,9 @@ void require_rows(bool ok, const char* what) {
 
 }  // namespace
 
-ExpertPath parse_expert_path(std::string_view name) {
-  if (name == "per-token") return ExpertPath::per_token;
-  if (name == "expert-batched") return ExpertPath::expert_batched;
-  throw std::invalid_argument("unknown oracle path '" + std::string(name) + "' (per-token, expert-batched)");
-}
+ExpertPath parse_expert_path(std::string_view name) { return parse_named<ExpertPath>(name, "oracle path"); }
 
-std::string_view to_string(ExpertPath path) {
-  return path == ExpertPath::per_token ? "per-token" : "expert-batched";
-}
+std::string_view to_string(ExpertPath path) { return name_of(path); }
 
 template <typename T>
 Matrix<T> routed_inputs(const MoeConfig& config, const MoeParams<T>& params, const Matrix<T>& x) {

@@ -1,5 +1,7 @@
 #include "reference/tolerance.hpp"
 
+#include "reference/tolerance_names.hpp"
+
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -43,44 +45,13 @@ constexpr Row kRows[] = {
 
 }  // namespace
 
-std::string_view to_string(Precision precision) {
-  switch (precision) {
-    case Precision::float64: return "float64";
-    case Precision::float32: return "float32";
-    case Precision::bfloat16: return "bfloat16";
-  }
-  return "?";
-}
+std::string_view to_string(Precision precision) { return name_of(precision); }
 
-std::string_view to_string(Compared what) {
-  switch (what) {
-    case Compared::training_step: return "training_step";
-    case Compared::layer: return "layer";
-    case Compared::golden_case: return "golden_case";
-    case Compared::foreign_dump: return "foreign_dump";
-    case Compared::device_kernel: return "device_kernel";
-    case Compared::token_movement: return "token_movement";
-    case Compared::finite_difference: return "finite_difference";
-    case Compared::muon_step: return "muon_step";
-  }
-  return "?";
-}
+std::string_view to_string(Compared what) { return name_of(what); }
 
-Precision parse_precision(std::string_view name) {
-  for (Precision p : {Precision::float64, Precision::float32, Precision::bfloat16})
-    if (name == to_string(p)) return p;
-  throw std::invalid_argument("unknown precision '" + std::string(name) + "' (float64, float32, bfloat16)");
-}
+Precision parse_precision(std::string_view name) { return parse_named<Precision>(name, "precision"); }
 
-Compared parse_compared(std::string_view name) {
-  std::string known;
-  for (const Row& row : kRows) {
-    if (name == to_string(row.what)) return row.what;
-    if (known.find(to_string(row.what)) == std::string::npos)
-      known += (known.empty() ? "" : ", ") + std::string(to_string(row.what));
-  }
-  throw std::invalid_argument("unknown comparison '" + std::string(name) + "' (" + known + ")");
-}
+Compared parse_compared(std::string_view name) { return parse_named<Compared>(name, "comparison"); }
 
 bool Tolerance::admits(double got, double want) const {
   return std::abs(got - want) <= atol + rtol * std::abs(want);  // false for NaN

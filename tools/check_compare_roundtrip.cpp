@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -55,7 +56,7 @@ constexpr const char* kRouterGrad = "router.weight.grad";
 struct Case {
   std::string name;
   MoeConfig config;
-  std::string precision;  // compare --precision: empty, the arrays' (float64)
+  std::optional<Precision> precision;  // compare --precision: unset, the arrays' (float64)
   Control control = Control::none;
   bool identical_experts_01 = false;  // experts 0 and 1 get the same router row, bias and weights
 };
@@ -75,10 +76,10 @@ std::vector<Case> cases() {
   model.n_hash_layers = 1;
   MoeConfig bf16 = layer_preset("tiny-v4").config;
   bf16.bf16_storage = true;  // the parallel layer's; dump.json's config has no such key, the oracle runs in double
-  return {{"tiny-v4 +gate +z", gated, ""},
-          {"tiny-top1", layer_preset("tiny-top1").config, ""},
-          {"tiny-v4 hash layer", model.layer_config(0), ""},
-          {"tiny-v4 bf16 storage", bf16, "bfloat16"}};
+  return {{"tiny-v4 +gate +z", gated, {}},
+          {"tiny-top1", layer_preset("tiny-top1").config, {}},
+          {"tiny-v4 hash layer", model.layer_config(0), {}},
+          {"tiny-v4 bf16 storage", bf16, Precision::bfloat16}};
 }
 
 // The controls, each on one layout: a replay that must pass, then a flip and a scale that must fail.
@@ -96,11 +97,11 @@ std::vector<Case> controls() {
   MoeConfig pooled = layer_preset("tiny-top1").config;
   pooled.aux_loss_type = AuxLossType::global_aux;
   pooled.aux_loss_coeff = 0.1;
-  return {{"tiny-v4 tie replayed", no_aux, "", Control::tie_swapped, true},
-          {"tiny-v4 row beyond ties (must fail)", v4, "", Control::row_beyond_ties},
-          {"tiny-v4 bf16 expert grad 1% (must fail)", bf16, "bfloat16", Control::expert_grad_1pct},
-          {"tiny-top1 global_aux, replica 1 as aux_pool", pooled, "", Control::replica_as_pool},
-          {"tiny-top1 global_aux, aux_pool left out (must fail)", pooled, "", Control::pool_left_out}};
+  return {{"tiny-v4 tie replayed", no_aux, {}, Control::tie_swapped, true},
+          {"tiny-v4 row beyond ties (must fail)", v4, {}, Control::row_beyond_ties},
+          {"tiny-v4 bf16 expert grad 1% (must fail)", bf16, Precision::bfloat16, Control::expert_grad_1pct},
+          {"tiny-top1 global_aux, replica 1 as aux_pool", pooled, {}, Control::replica_as_pool},
+          {"tiny-top1 global_aux, aux_pool left out (must fail)", pooled, {}, Control::pool_left_out}};
 }
 
 // The layout of each control: the tie on the widest, the pool on two replicas of one rank each.

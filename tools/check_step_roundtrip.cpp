@@ -23,6 +23,8 @@ namespace fs = std::filesystem;
 enum class StepControl { none, experts_twice, gradient_left_out, grad_norm_off, parameter_moved };
 
 constexpr int kSeq = 8, kBatch = 8, kMicroBatch = 1;
+// The parameter the parameter_moved control moves after the step (on rank 2, element 0).
+const std::string kMovedParameter = "head";
 
 ModelConfig step_model() {
   ModelConfig m;
@@ -126,7 +128,8 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
     }
     for (const auto& t : dist::shard_tensors(after, first_expert)) {
       golden::NpyArray a = dump_array(t, shape_of.at(t.name), groups, rank);
-      if (control == StepControl::parameter_moved && rank == 2 && t.name == "head") a.reals[0] += step_optimizer().adam.lr;
+      if (control == StepControl::parameter_moved && rank == 2 && t.name == kMovedParameter)
+        a.reals[0] += step_optimizer().adam.lr;
       golden::write_npy(out / ("param." + golden::tensor_file_stem(t.name) + ".npy"), a);
     }
     for (size_t l = 0; l < step.expert_bias_updated.size(); ++l) {
@@ -188,7 +191,7 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
         break;
       case StepControl::parameter_moved: {
         const auto* f = c.first_failure();
-        t.pass = !c.pass() && f && f->stem == "head" && f->first_rank == 2 && f->first_index == 0 &&
+        t.pass = !c.pass() && f && f->stem == kMovedParameter && f->first_rank == 2 && f->first_index == 0 &&
                  std::all_of(c.tensors.begin(), c.tensors.end(), [](const auto& r) { return r.pass(); });
         if (!t.pass) t.first_failure = "the head one learning rate off after the step on rank 2 was not named";
         break;

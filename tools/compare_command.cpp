@@ -5,6 +5,8 @@
 #include "compare/dump_compare.hpp"
 #include "compare/dump_oracle.hpp"
 #include "compare/step_dump.hpp"
+#include "tools/choice_option.hpp"
+#include "reference/tolerance_names.hpp"
 #include "tools/commands.hpp"
 #include "tools/compare_step.hpp"
 #include "tools/layout_options.hpp"
@@ -22,6 +24,7 @@
 #include <limits>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 namespace moe::cli {
@@ -30,7 +33,7 @@ namespace {
 struct CompareOptions {
   std::string dir;
   std::string semantics;  // empty: the dump's claim
-  std::string precision;  // empty: the arrays' (or dump.json's, when no looser)
+  std::optional<Precision> precision;  // unset: the arrays' (or dump.json's, when no looser)
   ExpertPath path = ExpertPath::expert_batched;
   bool explain = true;         // search for a deviation that explains a mismatch, when the search is cheap
   bool explain_always = false; // --explain: search whatever it costs
@@ -61,14 +64,14 @@ std::string tolerance_text(const compare::Dump& dump, const compare::Comparison&
   if (!c.error_model)
     return "|dump − oracle| ≤ " + sci(dump.tolerance->atol) + " + " + sci(dump.tolerance->rtol) +
            "·|oracle|; maps and counts exact";
-  const bool bf16 = dump.precision == to_string(Precision::bfloat16);
+  const bool bf16 = dump.precision == Precision::bfloat16;
   std::ostringstream s;
   s << "|dump − oracle| ≤ " << compare::kRoundingFactor << "·z(n)·(|d| + spread(d)) + 2u·|oracle| + u·rms(oracle), z(n) = "
     << "max(2, sqrt(2 ln n)) for a tensor of n elements, u = "
-    << sci(compare::unit_roundoff(parse_precision(dump.precision))) << ", d = the oracle in float"
+    << sci(compare::unit_roundoff(dump.precision)) << ", d = the oracle in float"
     << (bf16 ? " with bf16 storage" : "") << (dump.router_precision == Precision::bfloat16 ? " and bf16 logits" : "")
     << " − the oracle in double; and no tensor " << compare::kSigmas << " standard errors off scale beyond "
-    << sci(compare::scale_floor(parse_precision(dump.precision), std::numeric_limits<std::int64_t>::max()))
+    << sci(compare::scale_floor(dump.precision, std::numeric_limits<std::int64_t>::max()))
     << " (more for a tensor of few rows: " << compare::kSigmas << "·u/sqrt(rows)); maps and counts exact";
   return s.str();
 }
@@ -139,7 +142,7 @@ void run(const CompareOptions& a) {
                        {"producer", dump.producer},
                        {"semantics", dump.config.semantics.spec()},
                        {"layout", layout_json(dump.layout)},
-                       {"precision", dump.precision},
+                       {"precision", to_string(dump.precision)},
                        {"precision_from", dump.precision_from},
                        {"oracle_path", std::string(to_string(a.path))},
                        {"compared", {{"forward_tensors", c.forward_tensors()}, {"backward_tensors", c.backward_tensors()},
@@ -178,7 +181,7 @@ void run(const CompareOptions& a) {
     std::cout << "moe-oracle compare " << a.dir << ": " << dump.producer << "\n"
               << "layout " << layout_name(dump.layout) << ", S " << dump.seq << " × B " << dump.batch
               << " per replica, dispatcher " << dump.dispatcher << ", semantics " << dump.config.semantics.spec()
-              << ", precision " << dump.precision << " (from " << dump.precision_from << "), router "
+              << ", precision " << to_string(dump.precision) << " (from " << dump.precision_from << "), router "
               << to_string(dump.router_precision) << "\n";
     if (dump.aux_pool)
       std::cout << "global_aux statistics pooled with " << std::fixed << std::setprecision(0) << dump.aux_pool->tokens
@@ -239,10 +242,9 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("dir", args->dir, "the dump folder (dump.json or step.json, rank0/, rank1/, …)")->required();
   cmd->add_option("--semantics", args->semantics,
                   "compare under this semantics instead of the dump's claim (P,+deviation,-deviation)");
-  cmd->add_option("--precision", args->precision,
-                  "the arithmetic the framework computed in, which sets the tolerance (default: the arrays' dtype, or "
-                  "dump.json's precision when it is no looser; a dump cannot loosen its own tolerance)")
-      ->check(CLI::IsMember({"float64", "float32", "bfloat16"}));
+  add_choice(*cmd, "--precision", args->precision,
+             "the arithmetic the framework computed in, which sets the tolerance (default: the arrays' dtype, or "
+             "dump.json's precision when it is no looser; a dump cannot loosen its own tolerance)");
   add_oracle_path_option(*cmd, args->path);
   auto* no_explain =
       cmd->add_flag("!--no-explain", args->explain, "on a mismatch, do not search for a deviation that explains it");

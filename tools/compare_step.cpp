@@ -35,9 +35,9 @@ std::string factor(double scale) {
 
 }  // namespace
 
-void run_compare_step(const std::string& dir, const std::string& semantics, const std::string& precision, bool json) {
-  compare::StepReadOptions options{semantics, std::nullopt};
-  if (!precision.empty()) options.precision = parse_precision(precision);
+void run_compare_step(const std::string& dir, const std::string& semantics, std::optional<Precision> precision,
+                      bool json) {
+  const compare::StepReadOptions options{semantics, precision};
   const compare::StepDump d = compare::read_step_dump(dir, options);
   const compare::StepComparison c = compare::compare_step_dump(d);
   const compare::StepTensorResult* fail = c.first_failure();

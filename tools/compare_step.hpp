@@ -3,11 +3,15 @@
 // each parameter class one factor explains, with the factor and the ranks), 2 when the dump is refused.
 #pragma once
 
+#include "reference/tolerance.hpp"
+
+#include <optional>
 #include <string>
 
 namespace moe::cli {
 
-// semantics: empty for the dump's claim; precision: empty for the files' (float64).
-void run_compare_step(const std::string& dir, const std::string& semantics, const std::string& precision, bool json);
+// semantics: empty for the dump's claim; precision: unset for the files' (float64).
+void run_compare_step(const std::string& dir, const std::string& semantics, std::optional<Precision> precision,
+                      bool json);
 
 }  // namespace moe::cli

@@ -1,5 +1,8 @@
 #include "tools/model_options.hpp"
 
+#include "reference/expert_path_names.hpp"
+#include "tools/choice_option.hpp"
+
 #include "tools/cli_checks.hpp"
 
 #include "tools/model_file.hpp"
@@ -26,12 +29,6 @@ constexpr Named<AuxLossType> kMegatronBalancing[] = {{AuxLossType::aux, "aux_los
                                                      {AuxLossType::global_aux, "global_aux_loss"},
                                                      {AuxLossType::none, "none"}};
 
-AuxLossType megatron_balancing(const std::string& name) {
-  if (const auto type = find_named<AuxLossType>(name, kMegatronBalancing)) return *type;
-  throw std::invalid_argument("--moe-router-load-balancing-type: '" + name + "' is not modelled (" +
-                              name_list<AuxLossType>(kMegatronBalancing) + ")");
-}
-
 // The Megatron-named overrides on one layer config; aux_loss_coeff follows the balancing type when only one is set.
 void apply(const MegatronFlags& f, LayerPreset& m) {
   MoeConfig& c = m.config;
@@ -50,7 +47,7 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
       c.shared_expert_ffn_hidden = static_cast<int>(width);
     }
   }
-  if (f.score_function) c.score_function = parse_score_function(*f.score_function);
+  if (f.score_function) c.score_function = *f.score_function;
   if (f.pre_softmax) c.pre_softmax = true;
   if (f.topk_scaling_factor) c.topk_scaling_factor = *f.topk_scaling_factor;
   if (f.expert_bias) c.expert_bias = true;
@@ -58,7 +55,7 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
   if (f.num_groups) c.num_groups = *f.num_groups;
   if (f.group_topk) c.group_topk = *f.group_topk;
   if (f.load_balancing_type) {
-    c.aux_loss_type = megatron_balancing(*f.load_balancing_type);
+    c.aux_loss_type = *f.load_balancing_type;
     if (c.aux_loss_type == AuxLossType::none) c.aux_loss_coeff = 0;
     else if (c.aux_loss_coeff == 0 && !f.aux_loss_coeff) c.aux_loss_coeff = 1e-2;  // Megatron's default coefficient
   }
@@ -66,7 +63,7 @@ void apply(const MegatronFlags& f, LayerPreset& m) {
   if (f.z_loss_coeff) c.z_loss_coeff = *f.z_loss_coeff;
   if (f.capacity_factor) c.capacity_factor = *f.capacity_factor;
   if (f.swiglu_clamp) c.swiglu_clamp = *f.swiglu_clamp;
-  if (f.drop_policy) c.drop_policy = parse_drop_policy(*f.drop_policy);
+  if (f.drop_policy) c.drop_policy = *f.drop_policy;
   if (f.pad_to_capacity) c.pad_to_capacity = true;
   if (f.shared_ffn_hidden) c.shared_expert_ffn_hidden = *f.shared_ffn_hidden;
   if (f.num_layers) m.num_layers = *f.num_layers;
@@ -160,16 +157,15 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--moe-router-topk", f.topk, "experts per token k")->check(whole_at_least(1));
   cmd.add_option("--hidden-size", f.hidden, "hidden width h")->check(whole_at_least(1));
   cmd.add_option("--moe-ffn-hidden-size", f.ffn_hidden, "routed expert width d")->check(whole_at_least(1));
-  cmd.add_option("--moe-router-score-function", f.score_function, "softmax, sigmoid or sqrtsoftplus")
-      ->check(CLI::IsMember({"softmax", "sigmoid", "sqrtsoftplus"}));
+  add_choice(cmd, "--moe-router-score-function", f.score_function, "the router's score function");
   cmd.add_flag("--moe-router-pre-softmax", f.pre_softmax, "top-k of the softmax, not renormalised");
   cmd.add_option("--moe-router-topk-scaling-factor", f.topk_scaling_factor, "α, the routed weights' scale");
   cmd.add_flag("--moe-router-enable-expert-bias", f.expert_bias, "expert bias β (selection only)");
   cmd.add_option("--moe-router-bias-update-rate", f.bias_update_rate, "rate of the expert-bias update");
   cmd.add_option("--moe-router-num-groups", f.num_groups, "expert groups (group-limited routing)");
   cmd.add_option("--moe-router-group-topk", f.group_topk, "groups kept per token");
-  cmd.add_option("--moe-router-load-balancing-type", f.load_balancing_type,
-                 "aux_loss, seq_aux_loss, global_aux_loss or none");
+  add_choice(cmd, "--moe-router-load-balancing-type", f.load_balancing_type, "the load-balancing loss, by Megatron's names",
+             {}, std::span<const Named<AuxLossType>>(kMegatronBalancing));
   cmd.add_option("--moe-aux-loss-coeff", f.aux_loss_coeff, "coefficient of the load-balancing loss");
   cmd.add_option("--moe-z-loss-coeff", f.z_loss_coeff, "coefficient of the z-loss");
   cmd.add_option("--moe-expert-capacity-factor", f.capacity_factor, "capacity factor (unset: dropless)");
@@ -177,8 +173,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "the SwiGLU clamp L: gate ≤ L, |up| ≤ L (DeepSeek-V4's swiglu_limit; 0 clamps at 0, as Megatron "
                  "and transformers do; default: the model's)")
       ->check(real_above_zero(true));
-  cmd.add_option("--moe-token-drop-policy", f.drop_policy, "probs or position")
-      ->check(CLI::IsMember({"probs", "position"}));
+  add_choice(cmd, "--moe-token-drop-policy", f.drop_policy, "which tokens an expert over capacity drops");
   cmd.add_flag("--moe-pad-expert-input-to-capacity", f.pad_to_capacity, "pad every expert to its capacity");
   cmd.add_option("--moe-shared-expert-intermediate-size", f.shared_ffn_hidden, "shared expert width (0: none)");
   cmd.add_option("--layers,--num-layers", f.num_layers, "MoE layers of the model (default: the model's)")
@@ -296,11 +291,9 @@ void note_long_work(double flops, ExpertPath path) {
 }
 
 void add_oracle_path_option(CLI::App& cmd, ExpertPath& path) {
-  cmd.add_option_function<std::string>(
-         "--oracle-path", [&path](const std::string& name) { path = parse_expert_path(name); },
-         "how the oracle computes the experts: expert-batched (one GEMM per expert, the default) or per-token (the "
-         "definition, one matrix-vector product per token and expert; hours at real sizes)")
-      ->check(CLI::IsMember({"expert-batched", "per-token"}));
+  add_choice(cmd, "--oracle-path", path,
+             "how the oracle computes the experts: expert-batched (one GEMM per expert, the default) or per-token (the "
+             "definition, one matrix-vector product per token and expert; hours at real sizes)");
 }
 
 }  // namespace moe::cli

@@ -26,7 +26,9 @@ struct MegatronFlags {
   std::optional<int> num_experts, topk, hidden, ffn_hidden, num_groups, group_topk, shared_ffn_hidden, num_layers;
   std::optional<int> num_attention_heads, num_query_groups, kv_channels, mtp_num_layers;
   std::optional<double> rotary_base, mtp_loss_scaling_factor, swiglu_clamp;
-  std::optional<std::string> score_function, load_balancing_type, drop_policy;
+  std::optional<ScoreFunction> score_function;
+  std::optional<AuxLossType> load_balancing_type;  // by Megatron's names (aux_loss, seq_aux_loss, …)
+  std::optional<DropPolicy> drop_policy;
   std::optional<double> topk_scaling_factor, bias_update_rate, aux_loss_coeff, z_loss_coeff, capacity_factor;
   bool pre_softmax = false, expert_bias = false, pad_to_capacity = false;
 };

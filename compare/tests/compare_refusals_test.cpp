@@ -145,19 +145,19 @@ TEST_F(Refusal, ADumpCannotLoosenItsOwnTolerance) {
   write_meta(j);
   expect_refused("precision \"bfloat16\" is looser than the dump's float32 arrays");
   // The user may state it; then the tolerance is bfloat16's, and the verdict says where it came from.
-  const Dump stated = read_dump(dir_, {"", "bfloat16"});
+  const Dump stated = read_dump(dir_, {"", Precision::bfloat16});
   EXPECT_EQ(stated.precision_from, "--precision");
   EXPECT_TRUE(compare_dump(stated).pass());
   // Without the claim the arrays' precision holds, and the 1% fails.
   j.erase("precision");
   write_meta(j);
   const Dump own = read_dump(dir_);
-  EXPECT_EQ(own.precision, "float32");
+  EXPECT_EQ(own.precision, Precision::float32);
   EXPECT_FALSE(compare_dump(own).pass());
   // A tighter claim is the dump's to make.
   j["precision"] = "float64";
   write_meta(j);
-  EXPECT_EQ(read_dump(dir_).precision, "float64");
+  EXPECT_EQ(read_dump(dir_).precision, Precision::float64);
 }
 
 TEST_F(Refusal, ArraysOfAnotherDtypeThanDeclared) {

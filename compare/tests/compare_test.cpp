@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 TEST(CompareMegatron, Float32DumpOfMegatronCorePasses) {
   const Dump dump = read_dump(kMegatronDump);
-  EXPECT_EQ(dump.precision, "float32");
+  EXPECT_EQ(dump.precision, Precision::float32);
   EXPECT_EQ(dump.layout.ep, 2);
   const Comparison c = compare_dump(dump);
   EXPECT_TRUE(c.pass());
@@ -35,12 +35,12 @@ TEST(CompareMegatron, Float32DumpOfMegatronCorePasses) {
 // The progress a command shows counts every step compare makes: one per expert and one for the layer around them,
 // whether or not the bf16 error model's second oracle runs (it runs in the same visit of each expert).
 TEST(CompareMegatron, ProgressCountsEveryStep) {
-  for (const std::string precision : {"", "bfloat16"}) {
+  for (const std::optional<Precision> precision : {std::optional<Precision>{}, std::optional{Precision::bfloat16}}) {
     const Dump dump = read_dump(kMegatronDump, {"", precision});
     int calls = 0;
     (void)compare_dump(dump, ExpertPath::expert_batched, [&calls] { ++calls; });
-    EXPECT_EQ(calls, compare_steps(dump)) << precision;
-    EXPECT_EQ(calls, dump.config.num_experts + 1) << precision;
+    EXPECT_EQ(calls, compare_steps(dump)) << to_string(dump.precision);
+    EXPECT_EQ(calls, dump.config.num_experts + 1) << to_string(dump.precision);
   }
 }
 
@@ -180,11 +180,11 @@ TEST_F(DumpCopy, RefusesABadConfigAndLayout) {
 TEST(CompareMegatron, BfloatDumpOfAGpuRunNamesTorchsClampGradient) {
   const fs::path dir = fs::path(COMPARE_DATA_DIR) / "megatron_h200_bf16_clamp";
   const Dump claimed = read_dump(dir);
-  EXPECT_EQ(claimed.precision, "bfloat16");
+  EXPECT_EQ(claimed.precision, Precision::bfloat16);
   const Comparison as_claimed = compare_dump(claimed);
   EXPECT_FALSE(as_claimed.pass());
   EXPECT_EQ(explaining_deviations(claimed), std::vector<std::string>{"+clamp-limit-passes-gradient"});
-  const Comparison with_torch = compare_dump(read_dump(dir, {"megatron-core-0.19,+clamp-limit-passes-gradient", ""}));
+  const Comparison with_torch = compare_dump(read_dump(dir, {"megatron-core-0.19,+clamp-limit-passes-gradient", {}}));
   EXPECT_TRUE(with_torch.pass());
   EXPECT_EQ(with_torch.tensors.size(), as_claimed.tensors.size());
   EXPECT_GE(with_torch.tensors.size(), 20u);  // the output, dx, the router's probs and map, aux, every gradient

@@ -229,7 +229,7 @@ TEST(CompareErrorModel, RealDumpsPassUnderTheModel) {
     EXPECT_TRUE(c.pass()) << name;
   }
   const fs::path bf16 = fs::path(COMPARE_DATA_DIR) / "megatron_h200_bf16_clamp";
-  const Comparison c = compare_dump(read_dump(bf16, {"megatron-core-0.19,+clamp-limit-passes-gradient", ""}));
+  const Comparison c = compare_dump(read_dump(bf16, {"megatron-core-0.19,+clamp-limit-passes-gradient", {}}));
   EXPECT_TRUE(c.pass());
   for (const auto& t : c.tensors) EXPECT_FALSE(t.systematic) << t.tensor << " " << describe_scale(t.fit);
 }
@@ -264,7 +264,7 @@ class Bf16DumpCopy : public ::testing::Test {
     return static_cast<std::uint16_t>(bits >> 16);
   }
   Comparison compare() const {
-    return compare_dump(read_dump(dir_, {"megatron-core-0.19,+clamp-limit-passes-gradient", ""}));
+    return compare_dump(read_dump(dir_, {"megatron-core-0.19,+clamp-limit-passes-gradient", {}}));
   }
   fs::path dir_;
 };
@@ -294,7 +294,7 @@ TEST_F(DumpCopy, ADtypeNoArrayHoldsIsRefused) {
   j.erase("precision");
   write_meta(j);
   expect_refused("the narrowest array holds float32 values: the tolerance follows the files");
-  EXPECT_EQ(read_dump(dir_, {"", "bfloat16"}).precision, "bfloat16");
+  EXPECT_EQ(read_dump(dir_, {"", Precision::bfloat16}).precision, Precision::bfloat16);
 }
 
 }  // namespace

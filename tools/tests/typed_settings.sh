@@ -2,11 +2,12 @@
 # The commands hold their settings as enums (reference/named.hpp, tools/choice_option.hpp): a name is turned into a
 # value once, where the command line is parsed, and no command compares text to decide what to run (ctest
 # repo.typed_settings). Fails, naming each hit, when a command file in tools/ (tools/*.cpp, tools/*.hpp) compares
-# a string with a literal: `x == "muon"`, `"all" != x`, `x.compare("mpi")`.
+# a string with a literal (`x == "muon"`, `"all" != x`, `x.compare("mpi")`) or lists a setting's names by hand
+# (`CLI::IsMember({"probs", "position"})`: the names belong in the enum's table, and add_choice reads it).
 # Usage: typed_settings.sh [SOURCE_DIR]     typed_settings.sh --self-test (a planted comparison must be found)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-pattern='[=!]=[[:space:]]*"|"[[:space:]]*[=!]=|\.compare\("'
+pattern='[=!]=[[:space:]]*"|"[[:space:]]*[=!]=|\.compare\("|IsMember\([[:space:]]*\{[[:space:]]*"'
 
 if [[ "${1:-}" == "--self-test" ]]; then
   dir="$(mktemp -d)"
@@ -16,6 +17,8 @@ if [[ "${1:-}" == "--self-test" ]]; then
   if bash "$0" "$dir" >/dev/null; then echo "FAIL: a planted == \"...\" was not found"; exit 1; fi
   printf 'bool mpi = "mpi" != backend;\n' >"$dir/tools/a_command.cpp"
   if bash "$0" "$dir" >/dev/null; then echo "FAIL: a planted \"...\" != was not found"; exit 1; fi
+  printf 'cmd.add_option("--drop", policy)->check(CLI::IsMember({"probs", "position"}));\n' >"$dir/tools/a_command.cpp"
+  if bash "$0" "$dir" >/dev/null; then echo "FAIL: a planted IsMember({\"...\"}) was not found"; exit 1; fi
   printf 'if (o.optimizer == OptimizerKind::muon) steps = 2;\n' >"$dir/tools/a_command.cpp"
   if ! bash "$0" "$dir" >/dev/null; then echo "FAIL: an enum comparison was taken for a string one"; exit 1; fi
   echo "self-test: planted string comparisons are found"
