@@ -20,14 +20,15 @@
 // gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
 // (DumpError), so nothing passes that was not compared.
 //
-// Layouts of data, tensor (with sequence), context, expert and expert-tensor parallelism are judged; pp is refused
-// by name. It compares the gradients and, where the dump holds them, the grad norm and the parameters after the
+// Layouts of data, tensor (with sequence), context, pipeline, expert and expert-tensor parallelism are judged (a
+// pipeline stage holds num_layers / pp consecutive layers; virtual stages are not in the format). It compares the gradients and, where the dump holds them, the grad norm and the parameters after the
 // step; the loss is not in the format yet.
 #pragma once
 
 #include "compare/dump.hpp"
 #include "reference/global_step.hpp"
 #include "reference/optimizer.hpp"
+#include "reference/process_groups.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -81,6 +82,11 @@ StepDump read_step_dump(const std::filesystem::path& dir, const StepReadOptions&
 // Which parameters a step compares, by their role in the model.
 enum class ParameterClass { embedding, norms, router, experts, shared_expert, head };
 const char* to_string(ParameterClass c);
+
+// Whether `rank` of the layout holds the parameter named by its golden stem: its pipeline stage's (layers
+// contiguous, num_layers / pp a stage; the embedding on the first stage, the final norm, the head and any MTP block
+// on the last) and, of the routed experts, its EP rank's.
+bool holds(const std::string& stem, const ProcessGroups& groups, int rank, const ModelConfig& model);
 ParameterClass parameter_class(const std::string& stem);
 
 struct StepTensorResult {

@@ -86,7 +86,9 @@ def transformer_config(case):
         activation_func_clamp_value=c.get("swiglu_clamp"),
         params_dtype=dtype, bf16=dtype == torch.bfloat16, use_cpu_initialization=True, init_method_std=0.02,
         tensor_model_parallel_size=tp, expert_model_parallel_size=ep, expert_tensor_parallel_size=etp,
-        context_parallel_size=layout.get("cp", 1), sequence_parallel=tp > 1,
+        context_parallel_size=layout.get("cp", 1), pipeline_model_parallel_size=layout.get("pp", 1),
+        pipeline_dtype=dtype,
+        sequence_parallel=tp > 1,
         num_moe_experts=c["num_experts"], moe_router_topk=c["topk"], moe_ffn_hidden_size=c["ffn_hidden"],
         moe_router_score_function=c["score_function"], moe_router_pre_softmax=c.get("pre_softmax", False),
         moe_router_topk_scaling_factor=c.get("topk_scaling_factor") if c.get("topk_scaling_factor", 1.0) != 1.0
@@ -183,6 +185,7 @@ def initialize_parallel(layout):
 
     ps.initialize_model_parallel(tensor_model_parallel_size=layout.get("tp", 1),
                                  context_parallel_size=layout.get("cp", 1),
+                                 pipeline_model_parallel_size=layout.get("pp", 1),
                                  expert_model_parallel_size=layout.get("ep", 1),
                                  expert_tensor_parallel_size=layout.get("etp", 1))
     torch.manual_seed(0)

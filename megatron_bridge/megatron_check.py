@@ -180,7 +180,7 @@ def main():
         for case, ok, what, seconds in step_checks.run(a.oracle, work / "step"):
             failures += not ok
             layout = case["case"]["layout"]
-            shape = f"w{layout['world']} tp{layout['tp']} cp{layout['cp']} ep{layout['ep']} etp{layout['etp']} (step)"
+            shape = f"w{layout['world']} tp{layout['tp']} cp{layout['cp']} pp{layout['pp']} ep{layout['ep']} (step)"
             step_rows.append({"case": case["name"], "layout": shape,
                               "dispatcher": "alltoall", "semantics": case.get("semantics", "megatron-core-0.19"),
                               "worst": 0.0, "seconds": seconds, "ok": ok, "what": what})

@@ -16,6 +16,9 @@ Each is a kind of bug reported in MoE training frameworks (docs/checking-framewo
                                 7213's and torchtitan issue 2972's kind): every gradient off by N / N_replica
   ce_scaled_by_cp               the CE multiplied by the CP size in the loss function while DDP averages the gradients
                                 over dp·cp (Megatron-LM issues 673 and 906: the CE's gradients cp× too large)
+  grads_reset_each_microbatch   under PP the first stage's gradient buffers zeroed before each microbatch's backward, so
+                                only the last microbatch's gradient reaches its optimizer (NeMo Automodel PR 3530: a
+                                PP stage re-initialised mid-accumulation, "only the last micro-batch was training")
   router_grads_not_reduced_over_tp
                                 under sequence parallelism the router's weight gradient left as each TP rank's
                                 partial sum over its slice of the sequence (torchtitan PR 4054's kind: router gates
@@ -64,6 +67,17 @@ def ce_not_per_microbatch(config, model, ps, loss):
 def ce_scaled_by_cp(config, model, ps, loss):
     loss["ce_factor"] = ps.get_context_parallel_world_size()
     return lambda: loss.update(ce_factor=1)
+
+
+def grads_reset_each_microbatch(config, model, ps, loss):
+    from megatron.core.pipeline_parallel import schedules
+    original = schedules.backward_step
+
+    def backward_step(*args, **kwargs):
+        if ps.is_pipeline_first_stage():
+            model.zero_grad_buffer()
+        return original(*args, **kwargs)
+    return _set(schedules, "backward_step", backward_step)
 
 
 def aux_scale_not_per_microbatch(config, model, ps, loss):
@@ -171,6 +185,7 @@ def expert_bias_counts_not_reduced(config, model, ps, loss):
 
 BUGS = {f.__name__: f for f in (dense_grads_summed_over_dp, expert_grads_ep_times, ce_not_per_microbatch,
                                 aux_scale_not_per_microbatch, per_token_tokens_not_reduced, ce_scaled_by_cp,
+                                grads_reset_each_microbatch,
                                 router_grads_not_reduced_over_tp, aux_z_scale_without_tp,
                                 grad_norm_without_experts, grad_norm_not_reduced,
                                 expert_bias_counts_not_reduced)}

@@ -23,9 +23,10 @@ RICH = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_functi
         "shared_expert_ffn_hidden": 4}
 
 
-def step_case(name, layer, world, ep, batch, micro, seed, tp=1, cp=1, etp=1, **extra):
+def step_case(name, layer, world, ep, batch, micro, seed, tp=1, cp=1, pp=1, etp=1, **extra):
     case = {"model": {"layer": layer, "vocab": 16, "num_layers": 2},
-            "layout": {"world": world, "tp": tp, "cp": cp, "ep": ep, "etp": etp}, "seq": 8, "global_batch": batch,
+            "layout": {"world": world, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp}, "seq": 8,
+            "global_batch": batch,
             "micro_batch": micro, "seed": seed}
     case.update(extra)
     return {"name": name, "case": case}
@@ -40,7 +41,12 @@ def cases():
                    padding=[0, 2])
     # CP 2 with padding uneven over the CP ranks' chunks (positions 0, 1, 6, 7 and 2–5): Megatron's CE per CP rank.
     cp2_ep2 = dict(layer=RICH, world=4, cp=2, ep=2, batch=4, micro=1, seed=19, padding=[0, 3])
+    # PP 2 (a layer a stage) with EP 2 over 4 ranks, four microbatches through the 1F1B schedule.
+    pp2_ep2 = dict(layer=LAYER, world=4, pp=2, ep=2, batch=8, micro=1, seed=23)
     return [
+        step_case("step_pp2_ep2_m4", **pp2_ep2),
+        dict(step_case("step_bug_grads_reset_each_microbatch", **pp2_ep2), bug="grads_reset_each_microbatch",
+             expect={"classes": ["embedding", "norms", "router", "experts"]}),
         step_case("step_tp2_etp2_ep2_m2", dict(LAYER, shared_expert_ffn_hidden=4), world=4, tp=2, ep=2, etp=2,
                   batch=8, micro=2, seed=17),
         step_case("step_cp2_ep2_padded", **cp2_ep2),

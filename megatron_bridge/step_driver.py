@@ -101,6 +101,7 @@ def transformer_config(case):
     config.attention_dropout = 0.0
     config.calculate_per_token_loss = case.get("per_token_loss", False)
     config.moe_per_layer_logging = False
+    config.batch_p2p_comm = False  # one isend / irecv at a time (gloo has no batched p2p)
     return config
 
 
@@ -129,8 +130,17 @@ def build_model(config, case):
                                                              mlp_bda=get_bias_dropout_add))
     block = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),
                                        layer_norm=SequenceParallelRMSNorm)
+    from megatron.core import parallel_state as ps
     return GPTModel(config, block, vocab_size=case["model"]["vocab"], max_sequence_length=case["seq"],
-                    share_embeddings_and_output_weights=False, position_embedding_type="none")
+                    share_embeddings_and_output_weights=False, position_embedding_type="none",
+                    pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage())
+
+
+def stage_layers(case, ps):
+    """The global numbers of this pipeline stage's layers (contiguous, num_layers / pp of them)."""
+    pp, pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
+    per_stage = case["model"].get("num_layers", 1) // pp
+    return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
 
 
 def megatron_names(case, ps):
@@ -145,11 +155,16 @@ def megatron_names(case, ps):
     nle = E // ep
     rows = lambda a: np.split(a, tp)[tp_rank]  # noqa: E731 - vocab-parallel rows
     whole = lambda a: a  # noqa: E731
-    names = {"embedding.word_embeddings.weight": ("embedding", rows),
-             "decoder.final_layernorm.weight": ("final_norm", whole),
-             "output_layer.weight": ("head", rows)}
-    for layer in range(m.get("num_layers", 1)):
-        meg, ora = f"decoder.layers.{layer}.", f"layer{layer}."
+    # Under PP this rank holds its stage's layers (Megatron numbers them locally), the embedding on the first stage,
+    # the final norm and the head on the last.
+    names = {}
+    if ps.is_pipeline_first_stage():
+        names["embedding.word_embeddings.weight"] = ("embedding", rows)
+    if ps.is_pipeline_last_stage():
+        names["decoder.final_layernorm.weight"] = ("final_norm", whole)
+        names["output_layer.weight"] = ("head", rows)
+    for local, layer in enumerate(stage_layers(case, ps)):
+        meg, ora = f"decoder.layers.{local}.", f"layer{layer}."
         names[meg + "pre_mlp_layernorm.weight"] = (ora + "block_norm", whole)
         names[meg + "mlp.router.weight"] = (ora + "router_weight", whole)
         for i in range(nle):
@@ -202,10 +217,10 @@ def run_rank(rank, world, case, out, port, bug):
     with torch.no_grad():
         for meg, (ora, shard) in names.items():
             trained[meg].copy_(torch.from_numpy(np.ascontiguousarray(shard(params[ora]))))
-        for layer in range(case["model"].get("num_layers", 1)):
+        for local, layer in enumerate(stage_layers(case, ps)):
             bias = params.get(f"layer{layer}.expert_bias")
             if bias is not None:
-                gpt.decoder.layers[layer].mlp.router.expert_bias.copy_(torch.from_numpy(bias))
+                gpt.decoder.layers[local].mlp.router.expert_bias.copy_(torch.from_numpy(bias))
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=False, overlap_grad_reduce=False,
                                                use_distributed_optimizer=False)
     model = DistributedDataParallel(config, ddp_config, gpt)
@@ -266,8 +281,8 @@ def run_rank(rank, world, case, out, port, bug):
             raise SystemExit(f"step_driver: {meg} has no main_grad after the step")
         np.save(rank_dir / f"grad.{stem(ora)}.npy", grads[meg].numpy())
         np.save(rank_dir / f"param.{stem(ora)}.npy", trained[meg].detach().double().numpy())
-    for layer in range(case["model"].get("num_layers", 1)):
-        bias = getattr(gpt.decoder.layers[layer].mlp.router, "expert_bias", None)
+    for local, layer in enumerate(stage_layers(case, ps)):
+        bias = getattr(gpt.decoder.layers[local].mlp.router, "expert_bias", None)
         if bias is not None:
             np.save(rank_dir / f"param.layer{layer}.expert_bias.npy", bias.detach().double().numpy())
     norms = [None] * world

@@ -147,7 +147,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
                        (distributed_optimizer ? "distributed optimizer" : "DDP")},
       {"config", config},
       {"model", {{"num_layers", m.num_layers}, {"vocab", m.vocab}, {"rms_eps", m.rms_eps}}},
-      {"layout", {{"world", layout.world}, {"tp", layout.tp}, {"ep", layout.ep}}},
+      {"layout", {{"world", layout.world}, {"tp", layout.tp}, {"cp", layout.cp}, {"pp", layout.pp}, {"ep", layout.ep}}},
       {"batch", {{"seq", kSeq}, {"size", kBatch}, {"micro_batch", kMicroBatch}}},
       {"loss_mode", "sum"},
       {"optimizer", {{"kind", "adam"}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1}, {"beta2", o.adam.beta2},
@@ -213,13 +213,15 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
 }  // namespace
 
 std::vector<RoundTrip> step_round_trips(const fs::path& scratch) {
-  // DDP on EP 2 and on DP 2; the distributed optimizer on TP 2 (sequence parallel) × EP 2, whose embedding and head
-  // the dump holds as Megatron's vocabulary shards.
-  const ParallelLayout ep2{.world = 4, .ep = 2}, dp2{.world = 2}, tp2_ep2{.world = 4, .tp = 2, .ep = 2};
+  // DDP on EP 2, on DP 2 and on CP 2 × PP 2 × EP 2; the distributed optimizer on TP 2 (sequence parallel) × EP 2,
+  // whose embedding and head the dump holds as Megatron's vocabulary shards.
+  const ParallelLayout ep2{.world = 4, .ep = 2}, dp2{.world = 2}, tp2_ep2{.world = 4, .tp = 2, .ep = 2},
+      cp2_pp2{.world = 8, .cp = 2, .pp = 2, .ep = 2};
   const std::string step = "tiny-v4 ×2 layers, a training step and Adam's";
   return {step_round_trip(step, ep2, false, StepControl::none, scratch),
           step_round_trip(step, dp2, false, StepControl::none, scratch),
           step_round_trip(step + ", distributed optimizer", tp2_ep2, true, StepControl::none, scratch),
+          step_round_trip(step, cp2_pp2, false, StepControl::none, scratch),
           step_round_trip("tiny-v4 step, expert gradients ×2 (must fail)", ep2, false, StepControl::experts_twice,
                           scratch),
           step_round_trip("tiny-v4 step, a gradient left out (must be refused)", ep2, false,

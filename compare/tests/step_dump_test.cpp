@@ -115,11 +115,30 @@ TEST_F(StepDumpCopy, FoldersOutsideTheFormatAreRefused) {
   EXPECT_NE(refusal().find("inputs.old: not part of a step dump"), std::string::npos);
 }
 
-TEST_F(StepDumpCopy, PipelineLayoutsAreRefusedByName) {
+TEST_F(StepDumpCopy, APipelineThatDoesNotSplitTheLayersIsRefused) {
   auto j = meta();
-  j["layout"]["pp"] = 2;
+  j["layout"]["world"] = 12;
+  j["layout"]["pp"] = 3;  // 2 layers
   write_meta(j);
-  EXPECT_NE(refusal().find("layout: pp 2"), std::string::npos);
+  EXPECT_NE(refusal().find("layout: pp 3 does not divide the model's 2 layers"), std::string::npos);
+}
+
+TEST_F(StepDumpCopy, UnderPipelineParallelismARankHoldsItsStagesParameters) {
+  ModelConfig m;
+  m.num_layers = 4;
+  m.layer.num_experts = 4;
+  const ProcessGroups groups(ParallelLayout{.world = 4, .pp = 2, .ep = 2});
+  // Ranks 0, 1: stage 0 (layers 0, 1 and the embedding); ranks 2, 3: stage 1 (layers 2, 3, final norm, head).
+  EXPECT_TRUE(holds("embedding", groups, 1, m));
+  EXPECT_FALSE(holds("embedding", groups, 2, m));
+  EXPECT_TRUE(holds("head", groups, 3, m));
+  EXPECT_FALSE(holds("final_norm", groups, 0, m));
+  EXPECT_TRUE(holds("layer1.router_weight", groups, 0, m));
+  EXPECT_FALSE(holds("layer2.router_weight", groups, 0, m));
+  // Of the routed experts, the EP rank's: rank 3 is EP rank 1 of stage 1.
+  EXPECT_TRUE(holds("layer3.expert_fc1.2", groups, 3, m));
+  EXPECT_FALSE(holds("layer3.expert_fc1.1", groups, 3, m));
+  EXPECT_FALSE(holds("layer1.expert_fc1.2", groups, 3, m));
 }
 
 TEST_F(StepDumpCopy, UnknownKeysAndFormatsAreRefused) {
