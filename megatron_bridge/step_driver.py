@@ -4,7 +4,7 @@ the oracle's global step to judge.
     python step_driver.py CASE.json OUT_DIR [--bug NAME]
 
 CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "num_layers"}, "layout": {"world",
-            "tp" (with sequence parallelism), "ep", "etp"}, "seq": S, "global_batch": B, "micro_batch": b, "seed": n,
+            "tp" (with sequence parallelism), "cp", "pp", "ep", "etp"}, "seq": S, "global_batch": B, "micro_batch": b, "seed": n,
             "per_token_loss": bool, "padding": [masked positions at the end of sequence b, cycled],
             "dispatcher": "alltoall" | "allgather", "semantics" (what the dump claims Megatron computes)}
 
