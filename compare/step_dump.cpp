@@ -108,6 +108,11 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
           d.reported_grad_norm.push_back(n.get<double>());
         }
       }
+      if (const nlohmann::json* loss = reported.find("lm_loss")) {
+        if (!loss->is_number() || !std::isfinite(loss->get<double>()) || loss->get<double>() < 0)
+          fail(meta_path, "reported.lm_loss: " + loss->dump() + " is not a loss (a finite number >= 0)");
+        d.reported_lm_loss = loss->get<double>();
+      }
       reported.reject_unknown();
     }
     // The rest is a golden model case's header: the model, the batch and the loss mode under the same rules.
@@ -268,7 +273,7 @@ ParameterClass parameter_class(const std::string& stem) {
 bool StepComparison::pass() const {
   const auto ok = [](const StepTensorResult& t) { return t.pass(); };
   return std::all_of(tensors.begin(), tensors.end(), ok) && std::all_of(after.begin(), after.end(), ok) &&
-         (!grad_norm || grad_norm->pass());
+         (!grad_norm || grad_norm->pass()) && (!lm_loss || lm_loss->pass());
 }
 
 const StepTensorResult* StepComparison::first_failure() const {
@@ -289,7 +294,7 @@ const StepTensorResult* StepComparison::worst_failure() const {
   return nullptr;
 }
 
-StepComparison compare_step_dump(const StepDump& d) {
+golden::ModelCaseHeader oracle_header(const StepDump& d) {
   golden::ModelCaseHeader h;
   h.model = d.model;
   h.tp = d.layout.tp;
@@ -299,8 +304,12 @@ StepComparison compare_step_dump(const StepDump& d) {
   h.global_batch = d.global_batch;
   h.micro_batch = d.micro_batch;
   h.loss_mode = d.loss_mode;
-  const golden::ModelOracleInputs in{d.params, d.batch};
-  const std::map<std::string, golden::NpyArray> oracle = golden::model_oracle_outputs(h, in);
+  return h;
+}
+
+StepComparison compare_step_dump(const StepDump& d) {
+  const std::map<std::string, golden::NpyArray> oracle =
+      golden::model_oracle_outputs(oracle_header(d), {d.params, d.batch});
 
   const ProcessGroups groups(d.layout);
   StepComparison c;

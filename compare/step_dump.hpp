@@ -11,21 +11,23 @@
 //                    (Megatron's main_grad after finalize_model_grads, before clipping)
 // and, optionally, the end of the step:
 //   step.json        optimizer {kind "adam", lr, beta1, beta2, eps, weight_decay, clip_grad (0: none)}: the first
-//                    step of torch's AdamW from zero moments; reported {grad_norm: [one per rank]}: the norm each
-//                    rank's optimizer reported, before clipping
+//                    step of torch's AdamW from zero moments; reported {grad_norm: [one per rank], the norm each
+//                    rank's optimizer reported, before clipping; lm_loss, the global batch's mean CE per valid token
+//                    as Megatron's training loop logs it}
 //   rank<r>/         param.<stem>.npy (with an optimizer): each parameter it holds after the step, and
 //                    param.layer<l>.expert_bias.npy, the expert bias after its update, for every layer that has one
-// Which rank holds what follows the layout: every rank its replica of the dense parameters, the ranks of EP rank p
+// Which rank holds what follows the layout: every rank its replica of its stage's dense parameters, the ranks of EP rank p
 // the experts p·E/ep … (p+1)·E/ep − 1, each as its TP or ETP shard (compare/parameter_shard.hpp). A rank missing a
 // gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
 // (DumpError), so nothing passes that was not compared.
 //
 // Layouts of data, tensor (with sequence), context, pipeline, expert and expert-tensor parallelism are judged (a
-// pipeline stage holds num_layers / pp consecutive layers; virtual stages are not in the format). It compares the gradients and, where the dump holds them, the grad norm and the parameters after the
-// step; the loss is not in the format yet.
+// pipeline stage holds num_layers / pp consecutive layers; virtual stages are not in the format). It compares the
+// gradients and, where the dump holds them, the grad norm, the lm loss and the parameters after the step.
 #pragma once
 
 #include "compare/dump.hpp"
+#include "golden/model_case.hpp"
 #include "reference/global_step.hpp"
 #include "reference/optimizer.hpp"
 #include "reference/process_groups.hpp"
@@ -68,6 +70,7 @@ struct StepDump {
   std::optional<StepOptimizer> optimizer;  // none: the dump ends at the gradients
   std::map<std::string, golden::NpyArray> initial;  // with an optimizer: inputs/' parameters by stem, whole
   std::vector<double> reported_grad_norm;  // one per rank; empty: none reported
+  std::optional<double> reported_lm_loss;   // the global batch's CE per valid token, as logged
   // Per rank, with an optimizer: stem -> that rank's shard after the step ("layer0.expert_bias" for the bias).
   std::vector<std::map<std::string, golden::NpyArray>> params_after;
 };
@@ -112,7 +115,8 @@ struct ScaleFinding {
   int tensors = 0;
 };
 
-// The grad norm the ranks reported against the norm of the oracle's whole gradient.
+// A scalar the ranks reported against the oracle's: the grad norm (against the norm of its whole gradient), the lm
+// loss.
 struct NormResult {
   double want = 0;
   double allowance = 0;  // derived from the gradients' tolerance (step_update.hpp)
@@ -128,6 +132,7 @@ struct StepComparison {
   std::vector<StepTensorResult> tensors;  // the gradients
   std::vector<ScaleFinding> scales;
   std::optional<NormResult> grad_norm;      // where the dump reports one
+  std::optional<NormResult> lm_loss;        // where the dump reports one (got: the one value)
   std::vector<StepTensorResult> after;      // the parameters after the step, where the dump holds them
   bool pass() const;
   const StepTensorResult* first_failure() const;
@@ -137,6 +142,9 @@ struct StepComparison {
 };
 
 StepComparison compare_step_dump(const StepDump& dump);
+
+// The golden model case the oracle runs for a step dump: its model, batch split (tp, cp, dp) and loss mode.
+golden::ModelCaseHeader oracle_header(const StepDump& dump);
 
 // A difference or ratio of finite values, held finite: ±DBL_MAX where it overflowed (a value beyond any tolerance
 // stays a number the report can print and compare).

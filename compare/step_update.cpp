@@ -1,6 +1,7 @@
 #include "compare/step_update.hpp"
 
 #include "compare/parameter_shard.hpp"
+#include "golden/model_case_oracle.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -67,6 +68,20 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
       }
     }
     c.grad_norm = r;
+  }
+  if (d.reported_lm_loss) {
+    // The CE per valid token over the global batch is the per-token objective's CE term whatever the dump's loss
+    // mode (the forward is the same): read from the oracle's step in that mode.
+    double want = 0;
+    if (d.loss_mode == LossMode::per_token) {
+      want = oracle.at("ce_term").reals.at(0);
+    } else {
+      golden::ModelCaseHeader h = oracle_header(d);
+      h.loss_mode = LossMode::per_token;
+      want = golden::model_oracle_outputs(h, {d.params, d.batch}).at("ce_term").reals.at(0);
+    }
+    const double got = *d.reported_lm_loss, allowance = allowed(want);
+    c.lm_loss = NormResult{want, allowance, {got}, 0, saturated(std::abs(got - want) / allowance)};
   }
   if (!d.optimizer) return;
 

@@ -7,7 +7,8 @@
 //
 // Invariants: only compare::DumpError leaves the reader and the comparison (every refusal one line); a comparison
 // that was made compared every trained parameter of its model, each on at least one rank, with finite results; with
-// an optimizer, every trained parameter after the step too; a reported grad norm judged on every rank, finitely.
+// an optimizer, every trained parameter after the step too; a reported grad norm judged on every rank and a
+// reported lm loss judged, finitely.
 #include "compare/step_dump.hpp"
 #include "fuzz/framed_dump.hpp"
 
@@ -68,5 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!dump.reported_grad_norm.empty() &&
       (!c.grad_norm || c.grad_norm->got.size() != dump.reported_grad_norm.size() || !std::isfinite(c.grad_norm->worst)))
     fuzz::finding("a reported grad norm not judged on every rank");
+  if (dump.reported_lm_loss && (!c.lm_loss || !std::isfinite(c.lm_loss->worst)))
+    fuzz::finding("a reported lm loss not judged, or judged to no number");
   return 0;
 }

@@ -19,7 +19,7 @@ Apex is installed). Under TP its norms are marked sequence-parallel as Transform
 sums their gradients over TP. What the dump holds: the parameters the step started from (under the oracle's names,
 whole, float64) and the microbatches' ids, labels and masks; per rank each trained parameter's reduced gradient as
 the optimizer was handed it (main_grad, this rank's shard, before clipping), the parameters and expert biases after
-the step, and the grad norm the optimizer reported; the loss the schedule reported goes to the notes.
+the step, the grad norm the optimizer reported and the lm loss Megatron's training loop would log.
 """
 import json
 import os
@@ -254,7 +254,9 @@ def run_rank(rank, world, case, out, port, bug):
         losses = output.double().view(-1)
         lm = loss_mask.view(-1)
         total = (losses * lm).sum()
-        return total * loss["ce_factor"], lm.sum().to(torch.int), {"lm loss": total.detach()}
+        scaled, count = total * loss["ce_factor"], lm.sum()
+        # What pretrain_gpt reports: the loss it returns and its token count, a pair training.py sums and divides.
+        return scaled, count.to(torch.int), {"lm loss": torch.stack([scaled.detach(), count.detach().double()])}
 
     def forward_step(data_iterator, model_chunk):
         batch = next(data_iterator)
@@ -287,9 +289,16 @@ def run_rank(rank, world, case, out, port, bug):
             np.save(rank_dir / f"param.layer{layer}.expert_bias.npy", bias.detach().double().numpy())
     norms = [None] * world
     torch.distributed.all_gather_object(norms, float(grad_norm))
-    # What each rank's schedule reported (the masked CE sum of each of its microbatches), for the notes.
+    # Megatron's logged lm loss (training.py): every microbatch's reported sum and token count, summed over the data-
+    # and context-parallel ranks of the last stage, then divided. Other stages report nothing.
+    lm_loss = None
+    if ps.is_pipeline_last_stage():
+        pair = torch.stack([x["lm loss"] for x in losses]).sum(0)
+        torch.distributed.all_reduce(pair, group=ps.get_data_parallel_group(with_context_parallel=True))
+        lm_loss = float(pair[0] / pair[1])
     reported = [None] * world
-    torch.distributed.all_gather_object(reported, [float(x["lm loss"]) for x in losses])
+    torch.distributed.all_gather_object(reported, lm_loss)
+    lm_loss = next(x for x in reported if x is not None)
     if rank == 0:
         inputs = pathlib.Path(out) / "inputs"
         inputs.mkdir(parents=True, exist_ok=True)
@@ -309,9 +318,9 @@ def run_rank(rank, world, case, out, port, bug):
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
                 "optimizer": dict(OPTIMIZER, kind="adam"),
-                "reported": {"grad_norm": norms},
+                "reported": {"grad_norm": norms, "lm_loss": lm_loss},
                 "notes": {"cpu_patches": patches, "num_microbatches": m_micro,
-                          "reported_lm_loss_sums": reported, **({"seeded_bug": bug} if bug else {})}}
+                          **({"seeded_bug": bug} if bug else {})}}
         (pathlib.Path(out) / "step.json").write_text(json.dumps(meta, indent=2) + "\n")
     torch.distributed.barrier()
     ps.destroy_model_parallel()

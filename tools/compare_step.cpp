@@ -43,13 +43,16 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
   const compare::StepTensorResult* fail = c.first_failure();
   // What was compared, and what the dump left out (never judged, always said).
   std::string compared = "the reduced gradient of every parameter on every rank that holds it";
-  std::vector<std::string> left_out{"the loss (not in moe-step/1 yet)"};
+  std::vector<std::string> left_out;
+  if (c.lm_loss) compared += ", the lm loss reported";
+  else left_out.push_back("the loss (the dump reports none)");
   if (c.grad_norm) compared += ", the grad norm every rank reported";
   else left_out.push_back("the grad norm (the dump reports none)");
   if (d.optimizer) compared += ", every parameter (and expert bias) after Adam's step on every rank that holds it";
   else left_out.push_back("the parameters after the step (the dump holds no optimizer)");
   std::string not_compared;
   for (const auto& what : left_out) not_compared += (not_compared.empty() ? "" : "; ") + what;
+  if (not_compared.empty()) not_compared = "nothing the format holds";
   const auto rows = [](const std::vector<compare::StepTensorResult>& list) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& t : list)
@@ -75,6 +78,10 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
                           {"reported", c.grad_norm->got}, {"worst_rank", c.grad_norm->worst_rank},
                           {"of_tolerance", c.grad_norm->worst}, {"pass", c.grad_norm->pass()}};
     if (d.optimizer) out["after_step"] = rows(c.after);
+    if (c.lm_loss)
+      out["lm_loss"] = {{"oracle", c.lm_loss->want}, {"allowance", c.lm_loss->allowance},
+                        {"reported", c.lm_loss->got.at(0)}, {"of_tolerance", c.lm_loss->worst},
+                        {"pass", c.lm_loss->pass()}};
     if (const auto* w = c.worst_failure())
       out["worst_mismatch"] = {{"parameter", w->stem}, {"class", compare::to_string(w->cls)},
                                {"of_tolerance", w->worst}, {"scale", w->scale}};
@@ -103,6 +110,10 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
                 << " (the furthest of " << n.got.size() << "), " << sci(n.worst) << " of the allowance: "
                 << (n.pass() ? "PASS" : "FAIL") << "\n";
     }
+    if (c.lm_loss)
+      std::cout << std::setprecision(9) << "\nlm loss (CE per valid token of the global batch): the oracle's "
+                << c.lm_loss->want << ", reported " << c.lm_loss->got.at(0) << ", " << sci(c.lm_loss->worst)
+                << " of its tolerance: " << (c.lm_loss->pass() ? "PASS" : "FAIL") << "\n";
     if (d.optimizer) {
       const compare::StepOptimizer& o = *d.optimizer;
       std::cout << "\nafter Adam's first step (lr " << o.adam.lr << ", betas " << o.adam.beta1 << " " << o.adam.beta2
@@ -130,7 +141,7 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
                 << fail->want << "\n";
     std::cout << "\n" << (c.pass() ? "PASS" : "FAIL") << ": " << c.tensors.size() << " gradients"
               << (d.optimizer ? " and " + std::to_string(c.after.size()) + " parameters after the step" : "")
-              << (c.grad_norm ? ", the grad norm," : "") << " compared on "
+              << (c.grad_norm ? ", the grad norm," : "") << (c.lm_loss ? " the lm loss," : "") << " compared on "
               << l.world << " rank(s): " << compared << "; not compared: " << not_compared << "\n";
   }
   if (!c.pass()) throw CLI::RuntimeError(1);

@@ -84,6 +84,8 @@ TEST(CompareStepEnd, MegatronsShardedStepAndItsEndMatchTheOracle) {
   EXPECT_EQ(find(c.tensors, "layer1.expert_fc1.3").ranks, (std::vector<int>{1, 3}));
   ASSERT_TRUE(c.grad_norm.has_value());
   EXPECT_EQ(c.grad_norm->got.size(), 4u);
+  ASSERT_TRUE(c.lm_loss.has_value());  // the CE per valid token Megatron's training loop logs
+  EXPECT_TRUE(c.lm_loss->pass());
   // Every trained parameter and both layers' expert bias after the step, on every rank that holds it.
   ASSERT_EQ(c.after.size(), 29u);
   EXPECT_EQ(find(c.after, "layer0.expert_bias").ranks.size(), 4u);
@@ -98,6 +100,21 @@ TEST_F(TpStepCopy, AGradNormOffOnOneRankFailsNamingIt) {
   ASSERT_TRUE(c.grad_norm.has_value());
   EXPECT_EQ(c.grad_norm->worst_rank, 2);
   for (const auto& t : c.tensors) EXPECT_TRUE(t.pass()) << t.stem;
+}
+
+TEST_F(TpStepCopy, ALossOnePerMilleOffFailsAndNothingElse) {
+  auto j = meta();
+  j["reported"]["lm_loss"] = j["reported"]["lm_loss"].get<double>() * 1.001;
+  write_meta(j);
+  const StepComparison c = judged();
+  EXPECT_FALSE(c.pass());
+  ASSERT_TRUE(c.lm_loss.has_value());
+  EXPECT_FALSE(c.lm_loss->pass());
+  EXPECT_TRUE(c.grad_norm->pass());
+  EXPECT_EQ(c.first_failure(), nullptr);  // every tensor passes
+  j["reported"]["lm_loss"] = -1;
+  write_meta(j);
+  EXPECT_NE(refusal().find("reported.lm_loss: -1 is not a loss"), std::string::npos);
 }
 
 TEST_F(TpStepCopy, AParameterMovedByTheLearningRateFails) {
