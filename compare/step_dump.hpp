@@ -16,9 +16,9 @@
 //                    as Megatron's training loop logs it}
 //   rank<r>/         param.<stem>.npy (with an optimizer): each parameter it holds after the step, and
 //                    param.layer<l>.expert_bias.npy, the expert bias after its update, for every layer that has one
-// Which rank holds what follows the layout: every rank its replica of its stage's dense parameters, the ranks of EP rank p
-// the experts p·E/ep … (p+1)·E/ep − 1, each as its TP or ETP shard (compare/parameter_shard.hpp). A rank missing a
-// gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
+// Which rank holds what follows the layout (holds below): every rank its replica of its stage's dense parameters, the
+// ranks of EP rank p the experts p·E/ep … (p+1)·E/ep − 1, each as its TP or ETP shard (parameter_shard.hpp). A rank
+// missing a gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
 // (DumpError), so nothing passes that was not compared.
 //
 // Layouts of data, tensor (with sequence), context, pipeline, expert and expert-tensor parallelism are judged (a

@@ -164,8 +164,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--moe-router-bias-update-rate", f.bias_update_rate, "rate of the expert-bias update");
   cmd.add_option("--moe-router-num-groups", f.num_groups, "expert groups (group-limited routing)");
   cmd.add_option("--moe-router-group-topk", f.group_topk, "groups kept per token");
-  add_choice(cmd, "--moe-router-load-balancing-type", f.load_balancing_type, "the load-balancing loss, by Megatron's names",
-             {}, std::span<const Named<AuxLossType>>(kMegatronBalancing));
+  add_choice(cmd, "--moe-router-load-balancing-type", f.load_balancing_type,
+             "the load-balancing loss, by Megatron's names", {}, std::span<const Named<AuxLossType>>(kMegatronBalancing));
   cmd.add_option("--moe-aux-loss-coeff", f.aux_loss_coeff, "coefficient of the load-balancing loss");
   cmd.add_option("--moe-z-loss-coeff", f.z_loss_coeff, "coefficient of the z-loss");
   cmd.add_option("--moe-expert-capacity-factor", f.capacity_factor, "capacity factor (unset: dropless)");
