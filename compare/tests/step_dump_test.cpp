@@ -7,6 +7,7 @@
 // Megatron's reduced gradients match the oracle's global step at float32's tolerance (its CE is float32), not at
 // float64's; an expert gradient scale is named as a factor of the experts class; what a rank must hold is checked.
 #include "compare/step_dump.hpp"
+#include "compare/tests/step_dump_copy.hpp"
 
 #include "golden/npy.hpp"
 
@@ -23,32 +24,9 @@ namespace fs = std::filesystem;
 
 const fs::path kStepDump = fs::path(COMPARE_DATA_DIR) / "megatron_step_ep2_dp4";
 
-class StepDumpCopy : public ::testing::Test {
+class StepDumpCopy : public test::StepDumpCopy {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("moe-step-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::copy(kStepDump, dir_, fs::copy_options::recursive);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / kStepJson)); }
-  void write_meta(const nlohmann::json& j) const { std::ofstream(dir_ / kStepJson) << j.dump(2); }
-  void scale(const fs::path& file, double factor) const {
-    golden::NpyArray a = golden::read_npy(file);
-    for (double& v : a.reals) v *= factor;
-    golden::write_npy(file, a);
-  }
-  std::string refusal() const {
-    try {
-      compare_step_dump(read_step_dump(dir_, {"", Precision::float32}));
-    } catch (const DumpError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "accepted a step dump that should be refused";
-    return "";
-  }
-  fs::path dir_;
+  fs::path source() const override { return kStepDump; }
 };
 
 TEST(CompareStep, MegatronsStepMatchesTheGlobalStepAtItsPrecision) {

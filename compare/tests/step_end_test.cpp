@@ -10,6 +10,7 @@
 // expert, the grad norm every rank reported, and every parameter and expert bias after the step.
 #include "compare/parameter_shard.hpp"
 #include "compare/step_dump.hpp"
+#include "compare/tests/step_dump_copy.hpp"
 
 #include "golden/npy.hpp"
 
@@ -27,33 +28,9 @@ namespace fs = std::filesystem;
 
 const fs::path kTpDump = fs::path(COMPARE_DATA_DIR) / "megatron_step_tp2_ep2";
 
-class TpStepCopy : public ::testing::Test {
+class TpStepCopy : public test::StepDumpCopy {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("moe-step-end-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::copy(kTpDump, dir_, fs::copy_options::recursive);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / kStepJson)); }
-  void write_meta(const nlohmann::json& j) const { std::ofstream(dir_ / kStepJson) << j.dump(2); }
-  void add(const fs::path& file, size_t index, double delta) const {
-    golden::NpyArray a = golden::read_npy(file);
-    a.reals.at(index) += delta;
-    golden::write_npy(file, a);
-  }
-  StepComparison judged() const { return compare_step_dump(read_step_dump(dir_, {"", Precision::float32})); }
-  std::string refusal() const {
-    try {
-      judged();
-    } catch (const DumpError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "accepted a step dump that should be refused";
-    return "";
-  }
-  fs::path dir_;
+  fs::path source() const override { return kTpDump; }
 };
 
 const StepTensorResult& find(const std::vector<StepTensorResult>& list, const std::string& stem) {
