@@ -194,9 +194,29 @@ BUGS = {f.__name__: f for f in (dense_grads_summed_over_dp, expert_grads_ep_time
 def inject(name, config, model, ps, loss):
     """Applies bug `name` (None: nothing) and returns the function that undoes it. `loss` is the driver's loss
     settings (num_microbatches, ce_factor), which a bug in the loss function changes."""
-    if name is None:
+    if name is None or name in LOAD_BUGS:
         return lambda: None
     if name not in BUGS:
         raise SystemExit(f"step_bugs: unknown bug {name!r} (known: {', '.join(sorted(BUGS))})")
     return BUGS[name](config, model, ps, loss)
 
+
+
+LOAD_BUGS = ("experts_swapped_on_load",)
+
+
+def after_load(name, gpt, ps):
+    """A loading bug, applied to the model just loaded from a checkpoint (None or a step bug: nothing).
+      experts_swapped_on_load   EP rank 1 given its two local experts in each other's places (a resumed EP run handed
+                                the wrong experts: KempnerForge issue 202's kind)"""
+    if name != "experts_swapped_on_load" or ps.get_expert_model_parallel_rank() != 1:
+        return
+    import torch
+    with torch.no_grad():
+        for layer in gpt.decoder.layers:
+            experts = layer.mlp.experts.local_experts
+            for fc in ("linear_fc1", "linear_fc2"):
+                a, b = getattr(experts[0], fc).weight, getattr(experts[1], fc).weight
+                saved = a.detach().clone()
+                a.copy_(b)
+                b.copy_(saved)

@@ -43,7 +43,14 @@ def cases():
     cp2_ep2 = dict(layer=RICH, world=4, cp=2, ep=2, batch=4, micro=1, seed=19, padding=[0, 3])
     # PP 2 (a layer a stage) with EP 2 over 4 ranks, four microbatches through the 1F1B schedule.
     pp2_ep2 = dict(layer=LAYER, world=4, pp=2, ep=2, batch=8, micro=1, seed=23)
+    # Checkpoint resharding: a step at TP 2 × EP 2 saved with Megatron's distributed checkpointing, the next step
+    # loaded at TP 1 × EP 4 (8 experts: 4 local, then 2) and judged from the parameters the first step ended with.
+    saved = dict(layer=dict(RICH, num_experts=8), world=4, tp=2, ep=2, batch=8, micro=1, seed=29)
+    resumed = {"world": 4, "tp": 1, "cp": 1, "pp": 1, "ep": 4, "etp": 1}
     return [
+        dict(step_case("step_resharded_tp2_ep2_to_ep4", **saved), resume=resumed),
+        dict(step_case("step_bug_experts_swapped_on_load", **saved), resume=resumed, bug="experts_swapped_on_load",
+             expect={"class": "experts"}),
         step_case("step_pp2_ep2_m4", **pp2_ep2),
         dict(step_case("step_bug_grads_reset_each_microbatch", **pp2_ep2), bug="grads_reset_each_microbatch",
              expect={"classes": ["embedding", "norms", "router", "experts"]}),
@@ -138,14 +145,17 @@ def run(oracle, work):
     dumps = {}
     for c in cases():
         start = time.time()
-        key = json.dumps([c["case"], c.get("bug")], sort_keys=True)
+        key = json.dumps([c["case"], c.get("bug"), c.get("resume")], sort_keys=True)
         if key not in dumps:
             out = work / c["name"]
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             (out / "case.json").write_text(json.dumps(c["case"]))  # `step_driver.py case.json dump` reruns it
             try:
-                step_driver.run_case(c["case"], out / "dump", c.get("bug"))
+                if "resume" in c:  # saved at the case's layout, the next step loaded at the resume layout
+                    step_driver.run_resumed(c["case"], c["resume"], out, c.get("bug"))
+                else:
+                    step_driver.run_case(c["case"], out / "dump", c.get("bug"))
             except Exception as e:  # noqa: BLE001 - a rank raised: the case is reported, the others go on
                 yield c, False, "step_driver failed: " + (str(e).strip().splitlines() or ["?"])[-1], \
                     time.time() - start

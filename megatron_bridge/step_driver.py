@@ -196,7 +196,34 @@ def megatron_optimizer(case, model):
     return get_megatron_optimizer(config, [model], use_gloo_process_groups=False)
 
 
-def run_rank(rank, world, case, out, port, bug):
+def whole_after(names, trained, gpt, case, ps, params, world):
+    """The parameters after the step, whole, on rank 0 (None elsewhere): each rank's shard put back where its shard
+    function took it from (applied to the whole array's flat indices), and the expert biases."""
+    pieces = []
+    for meg, (ora, shard) in names.items():
+        index = shard(np.arange(params[ora].size).reshape(params[ora].shape))
+        pieces.append((ora, index.ravel(), trained[meg].detach().double().numpy().ravel()))
+    for local, layer in enumerate(stage_layers(case, ps)):
+        bias = getattr(gpt.decoder.layers[local].mlp.router, "expert_bias", None)
+        if bias is not None:
+            pieces.append((f"layer{layer}.expert_bias", np.arange(bias.numel()), bias.detach().double().numpy()))
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, pieces)
+    whole = {name: np.full(a.shape, np.nan) for name, a in params.items()}
+    for rank_pieces in gathered:
+        for name, index, values in rank_pieces:
+            whole[name].ravel()[index] = values
+    missing = [name for name, a in whole.items() if np.isnan(a).any()]
+    if missing:
+        raise SystemExit(f"step_driver: no rank held all of {missing} after the step")
+    return whole
+
+
+def run_rank(rank, world, case, out, port, bug, resume=None):
+    """One rank's step. resume: {"save": DIR} saves Megatron's distributed checkpoint of the model after the step to
+    DIR (and the whole parameters after it, as DIR/params_after.npz, for the next step's inputs); {"load": DIR} builds
+    the model from that checkpoint, at this case's layout, instead of from the seed."""
+    resume = resume or {}
     patches = cpu_patches.apply_step()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
@@ -208,19 +235,28 @@ def run_rank(rank, world, case, out, port, bug):
     ps = driver.initialize_parallel(layout)
     config = transformer_config(case)
     gpt = build_model(config, case)
-    params = oracle_params(case)
     names = megatron_names(case, ps)
     trained = dict(gpt.named_parameters())
     unknown = sorted(set(trained) - set(names))
     if unknown:
         raise SystemExit(f"step_driver: Megatron's model has parameters the oracle's has not: {unknown}")
-    with torch.no_grad():
-        for meg, (ora, shard) in names.items():
-            trained[meg].copy_(torch.from_numpy(np.ascontiguousarray(shard(params[ora]))))
-        for local, layer in enumerate(stage_layers(case, ps)):
-            bias = params.get(f"layer{layer}.expert_bias")
-            if bias is not None:
-                gpt.decoder.layers[local].mlp.router.expert_bias.copy_(torch.from_numpy(bias))
+    if "load" in resume:
+        # The step starts where the saved one ended: the model from Megatron's checkpoint (resharded to this layout
+        # by its loader), the dump's inputs from the whole parameters the saving run had after its step.
+        from megatron.core import dist_checkpointing
+        loaded = dist_checkpointing.load(gpt.sharded_state_dict(), resume["load"])
+        gpt.load_state_dict(loaded, strict=False)
+        step_bugs.after_load(bug, gpt, ps)
+        params = dict(np.load(pathlib.Path(resume["load"]) / "params_after.npz"))
+    else:
+        params = oracle_params(case)
+        with torch.no_grad():
+            for meg, (ora, shard) in names.items():
+                trained[meg].copy_(torch.from_numpy(np.ascontiguousarray(shard(params[ora]))))
+            for local, layer in enumerate(stage_layers(case, ps)):
+                bias = params.get(f"layer{layer}.expert_bias")
+                if bias is not None:
+                    gpt.decoder.layers[local].mlp.router.expert_bias.copy_(torch.from_numpy(bias))
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=False, overlap_grad_reduce=False,
                                                use_distributed_optimizer=False)
     model = DistributedDataParallel(config, ddp_config, gpt)
@@ -275,6 +311,20 @@ def run_rank(rank, world, case, out, port, bug):
     bug_undo()
     if not updated:
         raise SystemExit("step_driver: Megatron's optimizer skipped the step")
+    if "save" in resume:
+        import queue
+
+        from megatron.core import dist_checkpointing
+        from megatron.core.dist_checkpointing.strategies import filesystem_async
+        # The writer's threads report through a queue; Megatron makes it a spawned manager's, which a forked (daemonic)
+        # rank may not start. Its writes run on this rank's threads, so a thread queue carries the same results.
+        filesystem_async.get_write_results_queue = lambda mp_mode="spawn": queue.Queue()
+        torch.cuda.synchronize = lambda *a, **k: None  # the preload's device sync: the tensors are on the CPU
+        pathlib.Path(resume["save"]).mkdir(parents=True, exist_ok=True)
+        dist_checkpointing.save(gpt.sharded_state_dict(), resume["save"])
+        whole = whole_after(names, trained, gpt, case, ps, params, world)
+        if rank == 0:
+            np.savez(pathlib.Path(resume["save"]) / "params_after.npz", **whole)
 
     rank_dir = pathlib.Path(out) / f"rank{rank}"
     rank_dir.mkdir(parents=True, exist_ok=True)
@@ -327,7 +377,17 @@ def run_rank(rank, world, case, out, port, bug):
     torch.distributed.destroy_process_group()
 
 
-def run_case(case, out, bug=None):
+def run_resumed(case, resumed_layout, work, bug=None):
+    """A step at case's layout saved with Megatron's distributed checkpointing, then the next step from that
+    checkpoint at `resumed_layout`: its dump (work/dump) starts from the parameters the first step ended with. A bug
+    named here applies to the loading (step_bugs.after_load)."""
+    work = pathlib.Path(work)
+    run_case(case, work / "first", None, {"save": str(work / "checkpoint")})
+    second = dict(case, layout=resumed_layout)
+    run_case(second, work / "dump", bug, {"load": str(work / "checkpoint")})
+
+
+def run_case(case, out, bug=None, resume=None):
     """Megatron's step of `case` on its world of ranks, forked from this process (they share its imports of torch
     and Megatron; a spawned rank spends ~8 s importing them), its dump written to `out`. This process computes
     nothing itself, so no thread pool is copied into a rank. A rank's output (Megatron's deprecation notices, torch's
@@ -336,14 +396,15 @@ def run_case(case, out, bug=None):
     import megatron.core.optimizer  # noqa: F401
     import megatron.core.pipeline_parallel  # noqa: F401
     world = case["layout"]["world"]
-    mp.start_processes(run_quietly, args=(world, case, str(out), driver.free_port(), bug), nprocs=world, join=True,
-                       start_method="fork")
+    mp.start_processes(run_quietly, args=(world, case, str(out), driver.free_port(), bug, resume), nprocs=world,
+                       join=True, start_method="fork")
 
 
 def run_quietly(rank, *args):
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
+    if not os.environ.get("MOE_STEP_VERBOSE"):  # set: the ranks' output stays (to debug a rank that exits)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
     run_rank(rank, *args)
 
 
