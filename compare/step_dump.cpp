@@ -155,7 +155,11 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
   // and every rank's gradients (at most one model's worth each).
   const std::uint64_t params = model_param_bytes(d.model);
   // With an optimizer: the parameters after the step too, the initial ones kept, three updates per tensor at once.
-  const std::uint64_t copies = d.optimizer ? 6 + 2 * std::uint64_t(d.layout.world) : 2 + std::uint64_t(d.layout.world);
+  // A reported lm loss outside per-token mode runs the oracle's step again in that mode (step_update.cpp) while the
+  // first run's gradients are held: one more model's worth.
+  const bool second_step = d.reported_lm_loss && d.loss_mode != LossMode::per_token;
+  const std::uint64_t copies = (d.optimizer ? 6 + 2 * std::uint64_t(d.layout.world) : 2 + std::uint64_t(d.layout.world)) +
+                               (second_step ? 1 : 0);
   require_memory(global_step_bytes(d.model, d.seq, d.global_batch) + params * copies,
                  "comparing the step dump " + dir.string());
 

@@ -117,7 +117,7 @@ struct ScaleFinding {
 
 // A scalar the ranks reported against the oracle's: the grad norm (against the norm of its whole gradient), the lm
 // loss.
-struct NormResult {
+struct ReportedResult {
   double want = 0;
   double allowance = 0;  // derived from the gradients' tolerance (step_update.hpp)
   std::vector<double> got;  // per rank
@@ -131,8 +131,8 @@ struct StepComparison {
   double objective = 0;
   std::vector<StepTensorResult> tensors;  // the gradients
   std::vector<ScaleFinding> scales;
-  std::optional<NormResult> grad_norm;      // where the dump reports one
-  std::optional<NormResult> lm_loss;        // where the dump reports one (got: the one value)
+  std::optional<ReportedResult> grad_norm;      // where the dump reports one
+  std::optional<ReportedResult> lm_loss;        // where the dump reports one (got: the one value)
   std::vector<StepTensorResult> after;      // the parameters after the step, where the dump holds them
   bool pass() const;
   const StepTensorResult* first_failure() const;

@@ -59,9 +59,9 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
   }
   const double norm = std::sqrt(squares), norm_allowance = std::sqrt(slack) + tol.rtol * norm;
   if (!d.reported_grad_norm.empty()) {
-    NormResult r{norm, norm_allowance, d.reported_grad_norm, -1, 0};
+    ReportedResult r{norm, norm_allowance, d.reported_grad_norm, -1, 0};
     for (size_t rank = 0; rank < r.got.size(); ++rank) {
-      const double ratio = std::abs(r.got[rank] - norm) / norm_allowance;
+      const double ratio = saturated(std::abs(r.got[rank] - norm) / norm_allowance);
       if (ratio > r.worst || r.worst_rank < 0) {
         r.worst = ratio;
         r.worst_rank = static_cast<int>(rank);
@@ -81,7 +81,7 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
       want = golden::model_oracle_outputs(h, {d.params, d.batch}).at("ce_term").reals.at(0);
     }
     const double got = *d.reported_lm_loss, allowance = allowed(want);
-    c.lm_loss = NormResult{want, allowance, {got}, 0, saturated(std::abs(got - want) / allowance)};
+    c.lm_loss = ReportedResult{want, allowance, {got}, 0, saturated(std::abs(got - want) / allowance)};
   }
   if (!d.optimizer) return;
 

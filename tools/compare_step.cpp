@@ -104,7 +104,7 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
                   ranks_text(t.ranks).c_str(), static_cast<long long>(t.elements), sci(t.max_abs).c_str(),
                   sci(t.worst).c_str(), t.scale, t.pass() ? "PASS" : "FAIL");
     if (c.grad_norm) {
-      const compare::NormResult& n = *c.grad_norm;
+      const compare::ReportedResult& n = *c.grad_norm;
       std::cout << std::setprecision(9) << "\ngrad norm: the oracle's " << n.want << " (allowance " << sci(n.allowance)
                 << "); reported " << n.got[static_cast<size_t>(n.worst_rank)] << " on rank " << n.worst_rank
                 << " (the furthest of " << n.got.size() << "), " << sci(n.worst) << " of the allowance: "

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -77,6 +78,17 @@ TEST_F(TpStepCopy, AGradNormOffOnOneRankFailsNamingIt) {
   ASSERT_TRUE(c.grad_norm.has_value());
   EXPECT_EQ(c.grad_norm->worst_rank, 2);
   for (const auto& t : c.tensors) EXPECT_TRUE(t.pass()) << t.stem;
+}
+
+TEST_F(TpStepCopy, AGradNormNearTheDoubleRangeIsJudgedToANumber) {
+  auto j = meta();
+  j["reported"]["grad_norm"][0] = 1.7e308;  // over an allowance below 1: the ratio overflows unless held finite
+  write_meta(j);
+  const StepComparison c = judged();
+  ASSERT_TRUE(c.grad_norm.has_value());
+  EXPECT_FALSE(c.grad_norm->pass());
+  EXPECT_EQ(c.grad_norm->worst_rank, 0);
+  EXPECT_TRUE(std::isfinite(c.grad_norm->worst));
 }
 
 TEST_F(TpStepCopy, ALossOnePerMilleOffFailsAndNothingElse) {
