@@ -4,8 +4,9 @@ the oracle's global step to judge.
     python step_driver.py CASE.json OUT_DIR [--bug NAME]
 
 CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "num_layers"}, "layout": {"world",
-            "tp" (with sequence parallelism), "cp", "pp", "ep", "etp"}, "seq": S, "global_batch": B, "micro_batch": b, "seed": n,
-            "per_token_loss": bool, "padding": [masked positions at the end of sequence b, cycled],
+            "tp" (with sequence parallelism), "cp", "pp", "ep", "etp"}, "seq": S, "global_batch": B,
+            "micro_batch": b, "seed": n, "per_token_loss": bool,
+            "padding": [masked positions at the end of sequence b, cycled],
             "dispatcher": "alltoall" | "allgather", "semantics" (what the dump claims Megatron computes)}
 
 The model is the oracle's without attention (reference/model.hpp, heads = 0): a word embedding, blocks
@@ -186,7 +187,7 @@ def megatron_names(case, ps):
 OPTIMIZER = {"lr": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "clip_grad": 0.5}
 
 
-def megatron_optimizer(case, model):
+def megatron_optimizer(model):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     o = OPTIMIZER
     config = OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["lr"], adam_beta1=o["beta1"],
@@ -197,7 +198,7 @@ def megatron_optimizer(case, model):
 
 
 def whole_after(names, trained, gpt, case, ps, params, world):
-    """The parameters after the step, whole, on rank 0 (None elsewhere): each rank's shard put back where its shard
+    """The parameters after the step, whole, on every rank (collective): each rank's shard put back where its shard
     function took it from (applied to the whole array's flat indices), and the expert biases."""
     pieces = []
     for meg, (ora, shard) in names.items():
@@ -299,7 +300,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
-    optimizer = megatron_optimizer(case, model)
+    optimizer = megatron_optimizer(model)
     bug_undo = step_bugs.inject(bug, config, model, ps, loss)
     losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=batches(), model=[model],
                                          num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
@@ -395,13 +396,16 @@ def run_case(case, out, bug=None, resume=None):
     import megatron.core.models.gpt  # noqa: F401
     import megatron.core.optimizer  # noqa: F401
     import megatron.core.pipeline_parallel  # noqa: F401
+    verbose = os.environ.get("MOE_STEP_VERBOSE", "0")
+    if verbose not in ("0", "1"):
+        raise SystemExit(f"step_driver: MOE_STEP_VERBOSE={verbose!r}: 0 or 1")
     world = case["layout"]["world"]
-    mp.start_processes(run_quietly, args=(world, case, str(out), driver.free_port(), bug, resume), nprocs=world,
-                       join=True, start_method="fork")
+    mp.start_processes(run_quietly, args=(verbose == "0", world, case, str(out), driver.free_port(), bug, resume),
+                       nprocs=world, join=True, start_method="fork")
 
 
-def run_quietly(rank, *args):
-    if not os.environ.get("MOE_STEP_VERBOSE"):  # set: the ranks' output stays (to debug a rank that exits)
+def run_quietly(rank, quiet, *args):
+    if quiet:  # MOE_STEP_VERBOSE=1 keeps the ranks' output (to debug a rank that exits)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
