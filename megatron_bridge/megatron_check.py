@@ -7,6 +7,11 @@ as it must: a plain case passes; a case that runs a known Megatron deviation und
 fails *and* the comparison names that deviation; a seeded bug fails and names the expected tensor first.
 
     python megatron_check.py --oracle PATH/moe-oracle [--work DIR] [--only SUBSTRING] [--keep]
+    python megatron_check.py --oracle PATH/moe-oracle --args "<a Megatron command line>" | --args-file FILE
+
+With --args, a user's own Megatron flags (megatron_args.py): every MoE and loss flag kept, each parallel axis > 1 at
+2, the sizes shrunk; Megatron's step run on CPU and judged. What was kept, shrunk and not checked is printed first.
+Exit 0 pass, 1 a mismatch, 2 a line that cannot be checked (with the reason).
 """
 import argparse
 import json
@@ -24,8 +29,10 @@ import driver  # noqa: E402  (imports torch and Megatron once; every case forks 
 import group_checks  # noqa: E402
 import loss_checks  # noqa: E402
 import matrix  # noqa: E402
+import megatron_args  # noqa: E402
 import seeded_bugs  # noqa: E402
 import step_checks  # noqa: E402
+import step_driver  # noqa: E402
 
 
 def compare(oracle, dump_dir, precision=None):
@@ -100,6 +107,51 @@ def run_case(oracle, case, out, keep=False):
     return row_of(case, worst, seconds, ok, what)
 
 
+def run_args(oracle, line, work, show=print, bug=None):
+    """A Megatron command line's step (megatron_args.plan), run and judged: (exit status, compare's verdict). The
+    plan's lines go to `show` first; a line that cannot be checked is (2, the reason). `bug`: a seeded step bug."""
+    try:
+        plan = megatron_args.plan(line)
+    except megatron_args.Refused as e:
+        return 2, f"refused: {e}"
+    for text in megatron_args.describe(plan):
+        show(text)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    (work / "case.json").write_text(json.dumps(plan["case"], indent=1) + "\n")  # step_driver.py reruns it
+    try:
+        step_driver.run_case(plan["case"], work / "dump", bug)
+    except Exception as e:  # noqa: BLE001 - Megatron refused the shrunk step: said, not hidden
+        return 2, "Megatron raised on the shrunk step: " + (str(e).strip().splitlines() or ["?"])[-1]
+    judged = subprocess.run([oracle, "compare", str(work / "dump"), "--precision", "float32"], capture_output=True,
+                            text=True)
+    return judged.returncode, (judged.stdout + judged.stderr).strip()
+
+
+def args_examples(oracle, work):
+    """The example command lines (examples/*.args) each as megatron_args.EXAMPLES says it must end. Yields table
+    rows."""
+    for name, bug, want in megatron_args.EXAMPLES:
+        start = time.time()
+        case = f"args_{name}" + (f"_bug_{bug}" if bug else "")
+        line = (HERE / "examples" / f"{name}.args").read_text()
+        status, verdict = run_args(oracle, line, work / case, show=lambda _: None, bug=bug)
+        lines = verdict.splitlines() or [""]
+        if want == "pass":
+            ok, what = status == 0, lines[-1][:160]
+        elif want == "fail":  # the scale compare names, else its verdict
+            ok = status == 1
+            what = next((x for x in lines if "× the oracle's" in x), next((x for x in lines if x.startswith("FAIL")),
+                                                                         lines[-1]))[:160]
+        else:
+            ok, what = status == 2 and want.removeprefix("refused: ") in verdict, lines[0]
+        if ok:
+            shutil.rmtree(work / case, ignore_errors=True)
+        yield {"case": case, "layout": "(from the flags)", "dispatcher": "-", "semantics": "megatron-core-0.19",
+               "worst": 0.0, "seconds": time.time() - start, "ok": ok,
+               "what": what if ok else f"{what} (expected {want})"}
+
+
 def show_progress(done, total, start, name):
     """'[done/total] name, about N s left' on a terminal (rewritten in place); nothing when stderr is a file or pipe,
     as under CI, where the table at the end says it all."""
@@ -134,13 +186,32 @@ def main():
     parser.add_argument("--oracle", required=True, help="the moe-oracle binary")
     parser.add_argument("--work", help="where the dumps go (default: a temporary folder, removed at the end)")
     parser.add_argument("--only", help="run the cases whose name contains this ('loss_checks', 'torch_example', "
-                                       "'process_groups', 'step': only those)")
+                                       "'process_groups', 'step', 'args': only those)")
     parser.add_argument("--keep", action="store_true", help="keep the dumps")
     parser.add_argument("--json", help="also write the results as JSON to this file")
+    parser.add_argument("--args", dest="megatron_args", metavar="LINE",
+                        help="check the step of your own Megatron command line (its flags, as pretrain_gpt.py "
+                             "takes them; torchrun ... pretrain_gpt.py in front is skipped)")
+    parser.add_argument("--args-file", metavar="FILE", help="the same, the flags read from FILE (# comments, "
+                                                              "several lines; examples/*.args)")
     a = parser.parse_args()
     work = pathlib.Path(a.work or tempfile.mkdtemp(prefix="megatron-check-"))
+    if a.megatron_args is not None or a.args_file:
+        if a.megatron_args is not None and a.args_file:
+            parser.error("--args and --args-file: give one")
+        line = a.megatron_args if a.args_file is None else pathlib.Path(a.args_file).read_text()
+        print("megatron-check --args: Megatron-Core's training step for your flags, shrunk to run on CPU")
+        status, verdict = run_args(a.oracle, line, work / "args")
+        print(verdict)
+        if status == 2:
+            print("megatron-check: nothing was compared", file=sys.stderr)
+        if not a.work and not a.keep and status == 0:
+            shutil.rmtree(work, ignore_errors=True)
+        elif status != 2:
+            print(f"the step's dump and case.json: {work / 'args'}", file=sys.stderr)
+        sys.exit(status)
     cases = [c for c in matrix.cases() + matrix.bf16_cases() if not a.only or a.only in c["name"]]
-    if not cases and a.only not in ("loss_checks", "torch_example", "process_groups", "step"):
+    if not cases and a.only not in ("loss_checks", "torch_example", "process_groups", "step", "args"):
         raise SystemExit(f"megatron-check: no case matches '{a.only}'")
 
     rows, failures = [], 0
@@ -185,6 +256,11 @@ def main():
                               "dispatcher": "alltoall", "semantics": case.get("semantics", "megatron-core-0.19"),
                               "worst": 0.0, "seconds": seconds, "ok": ok, "what": what})
         rows += step_rows
+    if not a.only or a.only == "args":
+        # The example command lines of examples/*.args through --args: three real ones pass, two are refused.
+        for row in args_examples(a.oracle, work):
+            failures += not row["ok"]
+            rows.append(row)
     start_cases = time.time()
     for i, case in enumerate(cases):
         show_progress(i, len(cases), start_cases, case["name"])

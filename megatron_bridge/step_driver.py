@@ -7,7 +7,8 @@ CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "
             "tp" (with sequence parallelism), "cp", "pp", "ep", "etp"}, "seq": S, "global_batch": B,
             "micro_batch": b, "seed": n, "per_token_loss": bool,
             "padding": [masked positions at the end of sequence b, cycled],
-            "dispatcher": "alltoall" | "allgather", "semantics" (what the dump claims Megatron computes)}
+            "dispatcher": "alltoall" | "allgather", "semantics" (what the dump claims Megatron computes),
+            "optimizer": {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"} (default OPTIMIZER)}
 
 The model is the oracle's without attention (reference/model.hpp, heads = 0): a word embedding, blocks
 h + MoE(RMSNorm(h)), a final RMSNorm, an untied output layer and the CE over a loss mask. Megatron builds it as a
@@ -187,9 +188,9 @@ def megatron_names(case, ps):
 OPTIMIZER = {"lr": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "clip_grad": 0.5}
 
 
-def megatron_optimizer(model):
+def megatron_optimizer(model, case):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    o = OPTIMIZER
+    o = case.get("optimizer", OPTIMIZER)
     config = OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["lr"], adam_beta1=o["beta1"],
                              adam_beta2=o["beta2"], adam_eps=o["eps"], weight_decay=o["weight_decay"],
                              clip_grad=o["clip_grad"], bf16=False, fp16=False, params_dtype=torch.float64,
@@ -300,7 +301,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
-    optimizer = megatron_optimizer(model)
+    optimizer = megatron_optimizer(model, case)
     bug_undo = step_bugs.inject(bug, config, model, ps, loss)
     losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=batches(), model=[model],
                                          num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
@@ -368,7 +369,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                 "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp")},
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
-                "optimizer": dict(OPTIMIZER, kind="adam"),
+                "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam"),
                 "reported": {"grad_norm": norms, "lm_loss": lm_loss},
                 "notes": {"cpu_patches": patches, "num_microbatches": m_micro,
                           **({"seeded_bug": bug} if bug else {})}}
