@@ -391,3 +391,16 @@ EXAMPLES = [("mixtral-8x7b", None, "pass"), ("deepseek-r1", None, "pass"), ("qwe
             ("deepseek-v4-pro", "ce_scaled_by_cp", "fail"),
             ("qwen3-30b-a3b-rl", None, "refused: TP > 1 without --sequence-parallel"),
             ("deepseek-v3-fsdp", None, "refused: --moe-router-force-load-balancing")]
+
+# Lines each refused for its reason, without running anything (the refusals' own checks).
+BASE = ("--num-experts 8 --moe-router-topk 2 --swiglu --disable-bias-linear --normalization RMSNorm "
+        "--untie-embeddings-and-output-weights ")
+REFUSALS = [(BASE + "--moe-input-jitter-eps 0.01", "input jitter"),
+            (BASE + "--tensor-model-parallel-size $TP", "shell variables ($TP)"),
+            (BASE + "--moe-frobnicate 3", "MoE flags megatron-core 0.19.2 does not have"),
+            (BASE.replace("--disable-bias-linear ", ""), "no --disable-bias-linear"),
+            (BASE.replace("--normalization RMSNorm ", ""), "--normalization LayerNorm"),
+            (BASE + "--moe-router-load-balancing-type seq_aux_loss global_aux_loss --moe-aux-loss-coeff 1e-4 1e-4",
+             "several balancing losses"),
+            ("--hidden-size 64 --swiglu", "no --num-experts")]
+

@@ -150,6 +150,11 @@ def args_examples(oracle, work):
         yield {"case": case, "layout": "(from the flags)", "dispatcher": "-", "semantics": "megatron-core-0.19",
                "worst": 0.0, "seconds": time.time() - start, "ok": ok,
                "what": what if ok else f"{what} (expected {want})"}
+    for i, (line, reason) in enumerate(megatron_args.REFUSALS):
+        status, verdict = run_args(oracle, line, work / "args_refusal", show=lambda _: None)
+        ok = status == 2 and reason in verdict
+        yield {"case": f"args_refusal_{i}", "layout": "-", "dispatcher": "-", "semantics": "-", "worst": 0.0,
+               "seconds": 0.0, "ok": ok, "what": verdict if ok else f"{verdict} (expected a refusal: {reason})"}
 
 
 def show_progress(done, total, start, name):
@@ -172,7 +177,7 @@ def row_of(case, worst, seconds, ok, what):
 
 
 def print_table(title, rows, failures, start_all, tail=""):
-    widths = {"case": 30, "layout": 16, "dispatcher": 10, "semantics": 46}
+    widths = {"case": 44, "layout": 16, "dispatcher": 10, "semantics": 46}
     print(title + "; 'worst' is the largest error as a fraction of the tolerance")
     print("  ".join(k.ljust(w) for k, w in widths.items()) + "  worst     seconds  result")
     for r in rows:
@@ -256,11 +261,13 @@ def main():
                               "dispatcher": "alltoall", "semantics": case.get("semantics", "megatron-core-0.19"),
                               "worst": 0.0, "seconds": seconds, "ok": ok, "what": what})
         rows += step_rows
+    args_rows = []
     if not a.only or a.only == "args":
-        # The example command lines of examples/*.args through --args: three real ones pass, two are refused.
+        # The example command lines (examples/*.args) through --args, and lines refused for their reasons.
         for row in args_examples(a.oracle, work):
             failures += not row["ok"]
-            rows.append(row)
+            args_rows.append(row)
+        rows += args_rows
     start_cases = time.time()
     for i, case in enumerate(cases):
         show_progress(i, len(cases), start_cases, case["name"])
@@ -274,6 +281,8 @@ def main():
         bugs = [r for r in step_rows if "_bug_" in r["case"]]
         print(f"step: {sum(r['ok'] for r in step_rows)} of {len(step_rows)} cases as expected")
         print(f"framework bugs: {sum(r['ok'] for r in bugs)} of {len(bugs)} caught")
+    if args_rows:
+        print(f"command lines: {sum(r['ok'] for r in args_rows)} of {len(args_rows)} as expected")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(rows, indent=2) + "\n")
     if not a.work and not a.keep and not failures:
