@@ -58,6 +58,21 @@ StepOptimizer read_optimizer(const nlohmann::json& j, const fs::path& meta_path)
   s.adam.eps = o.number("eps", o.required("eps"));
   s.adam.weight_decay = o.number("weight_decay", o.required("weight_decay"));
   s.clip_grad = o.number("clip_grad", o.required("clip_grad"));
+  if (const nlohmann::json* classes = o.find("no_decay")) {
+    constexpr ParameterClass kAll[] = {ParameterClass::embedding, ParameterClass::norms, ParameterClass::router,
+                                       ParameterClass::experts, ParameterClass::shared_expert, ParameterClass::head};
+    std::string names;
+    for (ParameterClass c : kAll) names += std::string(names.empty() ? "" : ", ") + "'" + to_string(c) + "'";
+    if (!classes->is_array()) fail(meta_path, "optimizer.no_decay must be a list of parameter classes: " + names);
+    for (const auto& name : *classes) {
+      const auto it = std::find_if(std::begin(kAll), std::end(kAll), [&](ParameterClass c) {
+        return name.is_string() && name.get<std::string>() == to_string(c);
+      });
+      if (it == std::end(kAll))
+        fail(meta_path, "optimizer.no_decay: " + name.dump() + " is not a parameter class (" + names + ")");
+      s.no_decay.push_back(*it);
+    }
+  }
   o.reject_unknown();
   const auto in = [](double v, double lo, double hi) { return v >= lo && v < hi; };
   if (!(s.adam.lr > 0) || !in(s.adam.beta1, 0, 1) || !in(s.adam.beta2, 0, 1) || !(s.adam.eps > 0) ||

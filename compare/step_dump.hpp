@@ -10,8 +10,8 @@
 //   rank<r>/         grad.<stem>.npy: the reduced gradient of every parameter rank r holds, as its optimizer sees it
 //                    (Megatron's main_grad after finalize_model_grads, before clipping)
 // and, optionally, the end of the step:
-//   step.json        optimizer {kind "adam", lr, beta1, beta2, eps, weight_decay, clip_grad (0: none)}: the first
-//                    step of torch's AdamW from zero moments; reported {grad_norm: [one per rank], the norm each
+//   step.json        optimizer {kind "adam", lr, beta1, beta2, eps, weight_decay, clip_grad (0: none), optional
+//                    no_decay [parameter class names]}: the first step of torch's AdamW from zero moments; reported {grad_norm: [one per rank], the norm each
 //                    rank's optimizer reported, before clipping; lm_loss, the global batch's mean CE per valid token
 //                    as Megatron's training loop logs it}
 //   rank<r>/         param.<stem>.npy (with an optimizer): each parameter it holds after the step, and
@@ -48,10 +48,15 @@ inline constexpr const char* kStepJson = "step.json";
 // Whether `dir` holds a step dump (step.json) rather than a layer dump (dump.json).
 bool is_step_dump(const std::filesystem::path& dir);
 
-// The optimizer a step dump ran: Adam (torch's AdamW) from zero moments, clipping at clip_grad when > 0.
+enum class ParameterClass { embedding, norms, router, experts, shared_expert, head };
+const char* to_string(ParameterClass c);
+
+// The optimizer a step dump ran: Adam (torch's AdamW) from zero moments, clipping at clip_grad when > 0, its weight
+// decay skipping the classes in no_decay (Megatron's default skips 1-D parameters and biases: the norms).
 struct StepOptimizer {
   AdamConfig adam;
   double clip_grad = 0;
+  std::vector<ParameterClass> no_decay;
 };
 
 struct StepDump {
@@ -83,9 +88,6 @@ struct StepReadOptions {
 StepDump read_step_dump(const std::filesystem::path& dir, const StepReadOptions& options = {});
 
 // Which parameters a step compares, by their role in the model.
-enum class ParameterClass { embedding, norms, router, experts, shared_expert, head };
-const char* to_string(ParameterClass c);
-
 // Whether `rank` of the layout holds the parameter named by its golden stem: its pipeline stage's (layers
 // contiguous, num_layers / pp a stage; the embedding on the first stage, the final norm, the head and any MTP block
 // on the last) and, of the routed experts, its EP rank's.

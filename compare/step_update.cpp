@@ -97,6 +97,9 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
     StepTensorResult t;
     t.stem = stem;
     t.cls = parameter_class(stem);
+    AdamConfig adam = d.optimizer->adam;
+    const auto& skip = d.optimizer->no_decay;
+    if (std::find(skip.begin(), skip.end(), t.cls) != skip.end()) adam.weight_decay = 0;
     for (int r = 0; r < d.layout.world; ++r) {
       const auto& mine = d.params_after[static_cast<size_t>(r)];
       const auto it = mine.find(stem);
@@ -111,9 +114,9 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
         low[i] = std::min(c_low * a, c_high * a);
         high[i] = std::max(c_low * b, c_high * b);
       }
-      const std::vector<double> want = adam_first_step(d.optimizer->adam, theta, mid);
-      const std::vector<double> at_low = adam_first_step(d.optimizer->adam, theta, low);
-      const std::vector<double> at_high = adam_first_step(d.optimizer->adam, theta, high);
+      const std::vector<double> want = adam_first_step(adam, theta, mid);
+      const std::vector<double> at_low = adam_first_step(adam, theta, low);
+      const std::vector<double> at_high = adam_first_step(adam, theta, high);
       std::vector<double> band_low(g.size()), band_high(g.size());
       for (size_t i = 0; i < g.size(); ++i) {
         band_low[i] = std::min({at_low[i], at_high[i], want[i]}) - allowed(want[i]);

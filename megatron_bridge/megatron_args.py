@@ -9,8 +9,7 @@ plan says which:
 - shrunk: the sizes (layers, hidden, expert widths, experts, vocab, sequence, batch) to what a CPU runs in seconds,
   and each parallel axis > 1 to 2, the smallest size that still exercises it (world ≤ 8);
 - not checked: what the step cannot run on CPU or does not model (TransformerEngine, FP8 / bf16, DeepEP, grouped
-  GEMM, fusions, overlap, VPP, the distributed optimizer, attention, MTP, dense layers, dropout, weight decay, the
-  LR schedule), each with why and what ran instead;
+  GEMM, fusions, overlap, VPP, the distributed optimizer, attention, MTP, dense layers, dropout, the LR schedule), each with why and what ran instead;
 - no effect: flags that do not touch one step's numbers (data, tokenizer, logging, checkpoints, run length);
 and a flag that changes the MoE layer's math in a way the oracle does not model (jitter, forced balancing, sinkhorn,
 LayerNorm, linear biases, a tied head, ...) refuses the whole line with the reason: a verdict on another model would
@@ -29,8 +28,7 @@ PADDING = [0, 3]  # the loss mask: every other sequence ends in 3 masked positio
 MAX_WORLD = 8
 DEFAULT_LR = 1e-4  # where the line has no --lr (a model's flags without its training flags)
 # Megatron defaults that differ from what the step runs (listed as not checked even when the line does not give them)
-IMPLICIT = {"transformer_impl": ("local",), "hidden_dropout": (0.0,), "attention_dropout": (0.0,),
-            "weight_decay": (0.0,)}
+IMPLICIT = {"transformer_impl": ("local",), "hidden_dropout": (0.0,), "attention_dropout": (0.0,)}
 
 KEPT = {  # Megatron's dest -> the step case's layer key (value as parsed)
     "moe_router_topk": "topk", "moe_router_score_function": "score_function",
@@ -44,7 +42,8 @@ KEPT = {  # Megatron's dest -> the step case's layer key (value as parsed)
     "moe_router_load_balancing_type": None, "moe_aux_loss_coeff": None, "moe_token_dispatcher_type": None,
     "calculate_per_token_loss": None, "layernorm_epsilon": None, "normalization": None, "swiglu": None,
     "add_bias_linear": None, "untie_embeddings_and_output_weights": None, "sequence_parallel": None,
-    "lr": None, "adam_beta1": None, "adam_beta2": None, "adam_eps": None, "clip_grad": None, "optimizer": None,
+    "lr": None, "weight_decay": None, "adam_beta1": None, "adam_beta2": None, "adam_eps": None, "clip_grad": None,
+    "optimizer": None,
     "num_experts": None, "expert_tensor_parallel_size": None,
 }
 SHRUNK = {"num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size",
@@ -89,16 +88,15 @@ NOT_CHECKED = [
     (r"^(num_attention_heads|group_query_attention|num_query_groups|kv_channels|position_embedding_type|"
      r"rotary_.*|use_rotary_position_embeddings|rope_.*|no_rope_fusion|apply_rope_fusion|mscale.*|"
      r"multi_latent_attention|q_lora_rank|kv_lora_rank|qk_head_dim|qk_pos_emb_head_dim|v_head_dim|qk_layernorm|"
-     r"qk_l2_norm|attention_backend|use_flash_attn|masked_softmax_fusion|attention_dropout|"
+     r"qk_l2_norm|apply_wd_to_qk_layernorm|attention_backend|use_flash_attn|masked_softmax_fusion|attention_dropout|"
      r"apply_query_key_layer_scaling|add_qkv_bias|window_size|softmax_scale|no_position_embedding|"
      r"add_position_embedding|experimental_attention_variant|dsa_.*|csa_.*)$",
      "attention: the step model's blocks are MoE only (the embedding feeds the first block's norm)"),
     (r"^(mtp_.*)$", "multi-token prediction: the step model has no MTP depths"),
     (r"^(moe_layer_freq)$", "dense layers: every block of the step model is an MoE block"),
     (r"^(hidden_dropout)$", "dropout: the step runs without it (every dropout p = 0, as the oracle's model)"),
-    (r"^(weight_decay|start_weight_decay|end_weight_decay|weight_decay_incr_style|apply_wd_to_qk_layernorm)$",
-     "weight decay: the step runs Adam without it (Megatron exempts norms and biases; the step dump does not say "
-     "which parameters decay yet)"),
+    (r"^(start_weight_decay|end_weight_decay|weight_decay_incr_style)$",
+     "the weight-decay schedule: the step runs at --weight-decay"),
     (r"^(lr_.*|min_lr|override_opt_param_scheduler|use_checkpoint_opt_param_scheduler|decoupled_lr|"
      r"decoupled_min_lr)$", "the learning-rate schedule: the step runs at --lr"),
     (r"^(moe_use_upcycling|moe_upcycling_granularity|moe_enable_routing_replay|moe_router_padding_for_.*|"
@@ -332,7 +330,7 @@ def plan(line):
             "layout": layout, "seq": SEQ, "global_batch": dp * micro, "micro_batch": 1, "seed": 1,
             "per_token_loss": bool(a.calculate_per_token_loss), "padding": PADDING, "dispatcher": dispatcher,
             "optimizer": {"lr": a.lr if a.lr is not None else DEFAULT_LR, "beta1": a.adam_beta1, "beta2": a.adam_beta2,
-                          "eps": a.adam_eps, "weight_decay": 0.0, "clip_grad": a.clip_grad}}
+                          "eps": a.adam_eps, "weight_decay": a.weight_decay, "clip_grad": a.clip_grad}}
 
     def said(dest, was, now):
         out["shrunk"].append(f"{flag(dest)} {fmt(was)} -> {now}")

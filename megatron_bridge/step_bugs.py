@@ -35,6 +35,10 @@ Each is a kind of bug reported in MoE training frameworks (docs/checking-framewo
   expert_bias_counts_not_reduced
                                 the expert-bias update from this rank's token counts, not the counts summed over
                                 tp·dp·cp (the all-reduce in get_updated_expert_bias dropped): the bias drifts per rank
+  weight_decay_on_norms         the optimizer's weight-decay skips dropped, so the norms' weights decay too (transformers
+                                PR 35927: RMSNorm weights decayed where only LayerNorm was skipped; Fast-LLM issue 542:
+                                norms decayed again after a refactor); the gradients are right, the norms after the step
+                                are not
 """
 
 
@@ -183,12 +187,17 @@ def expert_bias_counts_not_reduced(config, model, ps, loss):
     return _set(module, "get_updated_expert_bias", local_update)
 
 
+def weight_decay_on_norms(config, model, ps, loss):
+    import megatron.core.optimizer as optimizer
+    return _set(optimizer, "get_standard_config_overrides", lambda config: {})
+
+
 BUGS = {f.__name__: f for f in (dense_grads_summed_over_dp, expert_grads_ep_times, ce_not_per_microbatch,
                                 aux_scale_not_per_microbatch, per_token_tokens_not_reduced, ce_scaled_by_cp,
                                 grads_reset_each_microbatch,
                                 router_grads_not_reduced_over_tp, aux_z_scale_without_tp,
                                 grad_norm_without_experts, grad_norm_not_reduced,
-                                expert_bias_counts_not_reduced)}
+                                expert_bias_counts_not_reduced, weight_decay_on_norms)}
 
 
 def inject(name, config, model, ps, loss):

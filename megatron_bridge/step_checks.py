@@ -73,6 +73,8 @@ def cases():
              expect={"grad_norm": "low"}),
         dict(step_case("step_bug_expert_bias_counts_not_reduced", **tp2_ep2),
              bug="expert_bias_counts_not_reduced", expect={"parameter": "expert_bias"}),
+        dict(step_case("step_bug_weight_decay_on_norms", **tp2_ep2), bug="weight_decay_on_norms",
+             expect={"parameter": "norm"}),
         step_case("step_dp2_m2", LAYER, world=2, ep=1, batch=8, micro=2, seed=3),
         step_case("step_ep2_dp4", **dp4_ep2),
         step_case("step_ep2_per_token_padded", RICH, world=2, ep=2, batch=4, micro=1, seed=9, per_token_loss=True,

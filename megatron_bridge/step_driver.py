@@ -16,8 +16,8 @@ GPTModel whose TransformerLayer has no attention (IdentityOp, as its spec allows
 layer. The step goes through Megatron's own machinery: get_forward_backward_func over the microbatches of each
 replica (the oracle's sampler order: microbatch i of replica r holds sequences i·b·dp + r·b + [0, b)), the loss
 function of pretrain_gpt (sum of masked CE, token count), DistributedDataParallel with its gradient buffers, and
-finalize_model_grads, then Megatron's optimizer (Adam with clipping, torch's AdamW where neither TransformerEngine nor
-Apex is installed). Under TP its norms are marked sequence-parallel as TransformerEngine's are, so finalize_model_grads
+finalize_model_grads, then Megatron's optimizer (Adam with weight decay and clipping, torch's AdamW where neither
+TransformerEngine nor Apex is installed, each group's decay set by its parameter scheduler). Under TP its norms are marked sequence-parallel as TransformerEngine's are, so finalize_model_grads
 sums their gradients over TP. What the dump holds: the parameters the step started from (under the oracle's names,
 whole, float64) and the microbatches' ids, labels and masks; per rank each trained parameter's reduced gradient as
 the optimizer was handed it (main_grad, this rank's shard, before clipping), the parameters and expert biases after
@@ -183,19 +183,30 @@ def megatron_names(case, ps):
     return names
 
 
-# Megatron's Adam (torch's AdamW where neither TransformerEngine nor Apex is installed), without weight decay (whose
-# exemptions for norms are Megatron's choice, not the oracle's), clipping at a norm the step's gradients exceed.
-OPTIMIZER = {"lr": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.0, "clip_grad": 0.5}
+# Megatron's Adam (torch's AdamW where neither TransformerEngine nor Apex is installed) with weight decay, clipping at
+# a norm the step's gradients exceed.
+OPTIMIZER = {"lr": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "clip_grad": 0.5}
+# The parameter classes Megatron's weight decay skips (get_standard_config_overrides: 1-D parameters and biases).
+NO_DECAY = ["norms"]
 
 
 def megatron_optimizer(model, case):
+    """Megatron's optimizer and its parameter scheduler at a constant lr and weight decay: the scheduler's first
+    step(0), which training.py's setup runs too, gives each parameter group its weight decay (times the group's
+    wd_mult, 0 for the norms); without it every group would decay."""
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
     o = case.get("optimizer", OPTIMIZER)
     config = OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["lr"], adam_beta1=o["beta1"],
                              adam_beta2=o["beta2"], adam_eps=o["eps"], weight_decay=o["weight_decay"],
                              clip_grad=o["clip_grad"], bf16=False, fp16=False, params_dtype=torch.float64,
                              use_distributed_optimizer=False)
-    return get_megatron_optimizer(config, [model], use_gloo_process_groups=False)
+    optimizer = get_megatron_optimizer(config, [model], use_gloo_process_groups=False)
+    OptimizerParamScheduler(optimizer, init_lr=o["lr"], max_lr=o["lr"], min_lr=o["lr"], lr_warmup_steps=0,
+                            lr_decay_steps=1, lr_decay_style="constant", start_wd=o["weight_decay"],
+                            end_wd=o["weight_decay"], wd_incr_steps=1, wd_incr_style="constant",
+                            use_checkpoint_opt_param_scheduler=False)
+    return optimizer
 
 
 def whole_after(names, trained, gpt, case, ps, params, world):
@@ -301,8 +312,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
+    bug_undo = step_bugs.inject(bug, config, model, ps, loss)  # before the optimizer: a bug may change its groups
     optimizer = megatron_optimizer(model, case)
-    bug_undo = step_bugs.inject(bug, config, model, ps, loss)
     losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=batches(), model=[model],
                                          num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
                                          forward_only=False)
@@ -369,7 +380,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                 "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp")},
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
-                "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam"),
+                "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam", no_decay=NO_DECAY),
                 "reported": {"grad_norm": norms, "lm_loss": lm_loss},
                 "notes": {"cpu_patches": patches, "num_microbatches": m_micro,
                           **({"seeded_bug": bug} if bug else {})}}

@@ -117,8 +117,11 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
     if (d.optimizer) {
       const compare::StepOptimizer& o = *d.optimizer;
       std::cout << "\nafter Adam's first step (lr " << o.adam.lr << ", betas " << o.adam.beta1 << " " << o.adam.beta2
-                << ", eps " << o.adam.eps << ", weight decay " << o.adam.weight_decay << ", clip at "
-                << o.clip_grad << "), each element within the update of a gradient within its tolerance:\n";
+                << ", eps " << o.adam.eps << ", weight decay " << o.adam.weight_decay;
+      for (size_t i = 0; i < o.no_decay.size(); ++i)
+        std::cout << (i == 0 ? " except " : ", ") << compare::to_string(o.no_decay[i]);
+      std::cout << ", clip at " << o.clip_grad
+                << "), each element within the update of a gradient within its tolerance:\n";
       std::printf("%-28s %-14s %-10s %9s %20s %13s  %s\n", "parameter after the step", "class", "ranks",
                   "elements", "max |dump − oracle|", "of tolerance", "result");
       for (const auto& t : c.after)

@@ -123,6 +123,27 @@ TEST_F(TpStepCopy, AnExpertBiasUpdatedTheWrongWayFails) {
   EXPECT_FALSE(find(c.after, "layer1.expert_bias").pass());
 }
 
+TEST_F(TpStepCopy, WeightDecayIsJudgedPerClassAsNoDecaySays) {
+  // The committed step ran without weight decay: claiming 0.1 fails every parameter that decays, and only those.
+  auto j = meta();
+  j["optimizer"]["weight_decay"] = 0.1;
+  j["optimizer"]["no_decay"] = {"norms"};
+  write_meta(j);
+  const StepComparison c = judged();
+  EXPECT_FALSE(c.pass());
+  EXPECT_TRUE(find(c.after, "final_norm").pass());
+  EXPECT_TRUE(find(c.after, "layer0.block_norm").pass());
+  EXPECT_FALSE(find(c.after, "head").pass());
+  EXPECT_FALSE(find(c.after, "layer0.router_weight").pass());
+  // Every class exempt: the same step passes.
+  j["optimizer"]["no_decay"] = {"embedding", "norms", "router", "experts", "shared expert", "output layer"};
+  write_meta(j);
+  EXPECT_TRUE(judged().pass());
+  j["optimizer"]["no_decay"] = {"biases"};
+  write_meta(j);
+  EXPECT_NE(refusal().find("optimizer.no_decay: \"biases\" is not a parameter class"), std::string::npos);
+}
+
 TEST_F(TpStepCopy, AWholeParameterWhereTheRankHoldsAShardIsRefused) {
   golden::NpyArray whole = golden::read_npy(dir_ / "inputs" / "embedding.npy");
   golden::write_npy(dir_ / "rank1" / "grad.embedding.npy", whole);
