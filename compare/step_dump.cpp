@@ -112,6 +112,8 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     layout.reject_unknown();
     d.layout.validate();
     if (const nlohmann::json* o = top.find("optimizer")) d.optimizer = read_optimizer(*o, meta_path);
+    if (const nlohmann::json* g = top.find("grad_ranges"))
+      d.grad_ranges = read_grad_ranges(*g, d.layout.world, meta_path.string());
     if (const nlohmann::json* r = top.find("reported")) {
       golden::StrictObject reported(*r, meta_path.string() + ": reported");
       if (const nlohmann::json* norms = reported.find("grad_norm")) {
@@ -224,23 +226,50 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
       fail(entry.path(), "not part of a step dump of " + std::to_string(d.layout.world) + " ranks (step.json, "
                          "inputs/, rank0/ … rank" + std::to_string(d.layout.world - 1) + "/)");
   }
+  GradRangeTiling tiling;
   for (int r = 0; r < d.layout.world; ++r) {
     const fs::path rank_dir = dir / ("rank" + std::to_string(r));
     if (!fs::is_directory(rank_dir)) fail(rank_dir, "missing: every rank's gradients are compared");
     std::map<std::string, golden::ModelTensorSpec> specs;
     std::set<std::string> stems;
+    std::set<std::string> ranged;  // the stems of this rank's grad_ranges it holds
     for (auto s : grad_specs) {
-      if (!holds(s.stem.substr(5), groups, r, d.model)) continue;
-      s.shape = shard_shape(s.shape, parameter_shard(s.stem.substr(5), groups, r));
+      const std::string stem = s.stem.substr(5);
+      if (!holds(stem, groups, r, d.model)) continue;
+      const ParameterShard shard = parameter_shard(stem, groups, r);
+      s.shape = shard_shape(s.shape, shard);
       if (d.optimizer) {  // the parameter after the step, beside its gradient
         golden::ModelTensorSpec after = s;
-        after.stem = "param." + s.stem.substr(5);
+        after.stem = "param." + stem;
         stems.insert(after.stem);
         specs.emplace(after.stem, std::move(after));
+      }
+      if (!d.grad_ranges.empty()) {  // a distributed optimizer's range of the shard, or no gradient at all
+        const auto it = d.grad_ranges[static_cast<size_t>(r)].find(stem);
+        if (it == d.grad_ranges[static_cast<size_t>(r)].end()) continue;
+        std::int64_t elements = 1;
+        for (std::int64_t n : s.shape) elements *= n;
+        if (it->second.end > elements)
+          fail(meta_path, "grad_ranges[" + std::to_string(r) + "]." + stem + ": [" + std::to_string(it->second.start) +
+                              ", " + std::to_string(it->second.end) + ") is outside its shard of " +
+                              std::to_string(elements) + " elements");
+        // The distributed optimizer shards over the parameter's data-parallel group (with CP; the expert one for
+        // routed experts): each group's ranks tile the shard they all hold.
+        const GroupKind dp = stem.find(".expert_fc") != std::string::npos ? GroupKind::expt_dp : GroupKind::dp_cp;
+        tiling.add(stem + " (shard " + std::to_string(shard.index) + " over the " + std::string(to_string(dp)) +
+                       " group of rank " + std::to_string(groups.group(dp, r).front()) + ")",
+                   elements, it->second, r);
+        ranged.insert(stem);
+        s.shape = {it->second.size()};
       }
       stems.insert(s.stem);
       specs.emplace(s.stem, std::move(s));
     }
+    if (!d.grad_ranges.empty())
+      for (const auto& [stem, range] : d.grad_ranges[static_cast<size_t>(r)])
+        if (!ranged.count(stem))
+          fail(meta_path, "grad_ranges[" + std::to_string(r) + "]." + stem + ": rank " + std::to_string(r) +
+                              " holds no such parameter");
     if (d.optimizer)
       for (const auto& s : input_specs)
         if (s.first.find(".expert_bias") != std::string::npos && holds(s.first, groups, r, d.model)) {
@@ -264,6 +293,7 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
       throw DumpError(e.what());
     }
   }
+  if (const std::string gap = tiling.check(); !gap.empty()) fail(meta_path, "grad_ranges: " + gap);
   return d;
 }
 
@@ -348,16 +378,22 @@ StepComparison compare_step_dump(const StepDump& d) {
       if (it == d.grads[static_cast<size_t>(r)].end()) continue;
       t.ranks.push_back(r);
       const std::vector<double>& got = it->second.reals;
-      const std::vector<double>& shard = wants[r] =
-          take_shard(want_array.reals, want_array.shape, parameter_shard(stem, groups, r));
-      t.elements = static_cast<std::int64_t>(shard.size());
+      std::vector<double> whole_shard = take_shard(want_array.reals, want_array.shape, parameter_shard(stem, groups, r));
+      t.elements = static_cast<std::int64_t>(whole_shard.size());
+      std::int64_t offset = 0;  // of the rank's first element in its shard
+      if (!d.grad_ranges.empty()) {  // the distributed optimizer's range of it
+        const GradRange& range = d.grad_ranges[static_cast<size_t>(r)].at(stem);
+        offset = range.start;
+        whole_shard = std::vector<double>(whole_shard.begin() + range.start, whole_shard.begin() + range.end);
+      }
+      const std::vector<double>& shard = wants[r] = std::move(whole_shard);
       for (size_t i = 0; i < got.size(); ++i) {
         const double want = shard[i], diff = saturated(std::abs(got[i] - want));
         const double ratio = saturated(diff / (c.tolerance.atol + c.tolerance.rtol * std::abs(want)));
         t.max_abs = std::max(t.max_abs, diff);
         if (ratio > 1 && t.first_rank < 0) {
           t.first_rank = r;
-          t.first_index = static_cast<std::int64_t>(i);
+          t.first_index = offset + static_cast<std::int64_t>(i);
           t.got = got[i];
           t.want = want;
         }

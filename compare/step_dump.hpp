@@ -9,6 +9,8 @@
 //                    from, whole, under the golden model case's file stems (golden/model_case.hpp)
 //   rank<r>/         grad.<stem>.npy: the reduced gradient of every parameter rank r holds, as its optimizer sees it
 //                    (Megatron's main_grad after finalize_model_grads, before clipping)
+// and under a distributed optimizer step.json's grad_ranges: per rank {stem: [start, end]}, the flat range of its
+// shard whose gradient that rank's optimizer steps; grad.<stem>.npy is then those elements, 1-D (grad_ranges.hpp)
 // and, optionally, the end of the step:
 //   step.json        optimizer {kind "adam", lr, beta1, beta2, eps, weight_decay, clip_grad (0: none), optional
 //                    no_decay [parameter class names]}: the first step of torch's AdamW from zero moments; reported {grad_norm: [one per rank], the norm each
@@ -27,6 +29,7 @@
 #pragma once
 
 #include "compare/dump.hpp"
+#include "compare/grad_ranges.hpp"
 #include "golden/model_case.hpp"
 #include "reference/global_step.hpp"
 #include "reference/optimizer.hpp"
@@ -70,8 +73,10 @@ struct StepDump {
   bool precision_stated = false;
   GlobalBatch batch;
   ModelParams<double> params;
-  // Per rank: golden stem ("layer0.expert_fc1.3") -> the gradient that rank's optimizer was handed.
+  // Per rank: golden stem ("layer0.expert_fc1.3") -> the gradient that rank's optimizer was handed: its whole
+  // shard, or under a distributed optimizer the flat range grad_ranges names (grad_ranges.hpp).
   std::vector<std::map<std::string, golden::NpyArray>> grads;
+  std::vector<RankGradRanges> grad_ranges;  // empty: no distributed optimizer, every rank's gradients whole
   std::optional<StepOptimizer> optimizer;  // none: the dump ends at the gradients
   std::map<std::string, golden::NpyArray> initial;  // with an optimizer: inputs/' parameters by stem, whole
   std::vector<double> reported_grad_norm;  // one per rank; empty: none reported

@@ -6,11 +6,13 @@ On a CPU every operation is synchronous, so streams and events have nothing to o
 2. torch.cuda.current_device -> 'cpu' (the router allocates its buffers there and moves its weight there).
 3. torch.distributed.all_to_all_single with split sizes given as tensors -> lists (Megatron's
    maybe_move_tensor_to_cpu only converts CUDA tensors; torch rejects tensor splits).
-Two more, only for tensor parallelism, where gloo lacks what NCCL has: reduce-scatter (sequence parallelism) is
-emulated by an all-reduce and the rank's slice (the same sum, in another order); an all-gather of blocks of
+Two more, where gloo lacks what NCCL has: reduce-scatter, where a torch's gloo has none, is emulated by an
+all-reduce and the rank's slice (the same sum, in another order; torch 2.x's native one is used where it exists,
+the only one right inside the distributed optimizer's coalesced reduce-scatter); an all-gather of blocks of
 different sizes (the AlltoAll dispatcher under ETP) by padding every block to the largest. apply() reports which
 patches are in place so every dump can say so. apply_step() adds what a whole training step needs: the schedules
-allocate their token counter with device="cuda", which becomes the CPU in that module only.
+allocate their token counter with device="cuda", which becomes the CPU in that module only; the optimizer's
+scalars, norm and clipping run on the CPU; the distributed optimizer takes a float64 parameter as a GPU float32 one.
 """
 import contextlib
 
@@ -75,8 +77,16 @@ class _Done:
         return True
 
 
-def _reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
-    # gloo lacks reduce_scatter: all-reduce a copy, keep this rank's block along dim 0.
+def _reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False,
+                           _native=dist.reduce_scatter_tensor):
+    # gloo has reduce_scatter_tensor from torch 2.x on (and only it is right inside a coalescing manager, as the
+    # distributed optimizer's gradient reduce-scatter runs: a deferred all-reduce would leave the copy below stale).
+    # Older gloo lacks it: all-reduce a copy, keep this rank's block along dim 0.
+    try:
+        return _native(output, input, op=op, group=group, async_op=async_op)
+    except RuntimeError as e:
+        if "does not support" not in str(e) and "not supported" not in str(e):
+            raise
     assert op == dist.ReduceOp.SUM, "the emulation covers SUM only"
     full = input.clone()
     dist.all_reduce(full, op=op, group=group)
@@ -169,4 +179,46 @@ def _optimizer_on_cpu():
                     g.detach().mul_(coefficient)
     clip_grads.l2_norm_impl = l2_norm
     megatron_optimizer.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
+    _distributed_optimizer_on_cpu()
     return "the optimizer's scalars, grad norm and clipping on the CPU (Megatron's arithmetic)"
+
+
+@contextlib.contextmanager
+def _patched(owner, name, make):
+    """owner.name replaced by make(the original) inside the block."""
+    original = getattr(owner, name)
+    setattr(owner, name, make(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _distributed_optimizer_on_cpu():
+    """A float64 model's parameters through the distributed optimizer as a float32 model's go on a GPU. It sorts its
+    parameters by their type names, which name CUDA tensors: a CPU float32 or float64 parameter is named a CUDA
+    float32 one, so its shard is a view of the parameter itself, stepped in place (no float16 copy). It hands each
+    shard its gradient as grad.float(), the identity on a float32 model: on a float64 one it stays the identity."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    build = DistributedOptimizer._build_model_and_main_param_groups.__func__
+    copy_grads = DistributedOptimizer._copy_model_grads_to_main_grads
+
+    def cuda_float_name(type_name):
+        def name(tensor, *a, **k):
+            if not a and not k and tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64):
+                return "torch.cuda.FloatTensor"
+            return type_name(tensor, *a, **k)
+        return name
+
+    def float_keeps_double(to_float):
+        return lambda tensor: tensor if tensor.dtype == torch.float64 else to_float(tensor)
+
+    def build_on_cpu(cls, *args, **kwargs):
+        with _patched(torch.Tensor, "type", cuda_float_name):
+            return build(cls, *args, **kwargs)
+
+    def copy_grads_in_double(self):
+        with _patched(torch.Tensor, "float", float_keeps_double):
+            return copy_grads(self)
+    DistributedOptimizer._build_model_and_main_param_groups = classmethod(build_on_cpu)
+    DistributedOptimizer._copy_model_grads_to_main_grads = copy_grads_in_double

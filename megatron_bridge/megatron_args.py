@@ -9,7 +9,7 @@ plan says which:
 - shrunk: the sizes (layers, hidden, expert widths, experts, vocab, sequence, batch) to what a CPU runs in seconds,
   and each parallel axis > 1 to 2, the smallest size that still exercises it (world ≤ 8);
 - not checked: what the step cannot run on CPU or does not model (TransformerEngine, FP8 / bf16, DeepEP, grouped
-  GEMM, fusions, overlap, VPP, the distributed optimizer, attention, MTP, dense layers, dropout, the LR schedule), each with why and what ran instead;
+  GEMM, fusions, overlap, VPP, attention, MTP, dense layers, dropout, the LR schedule), each with why and what ran instead;
 - no effect: flags that do not touch one step's numbers (data, tokenizer, logging, checkpoints, run length);
 and a flag that changes the MoE layer's math in a way the oracle does not model (jitter, forced balancing, sinkhorn,
 LayerNorm, linear biases, a tied head, ...) refuses the whole line with the reason: a verdict on another model would
@@ -42,7 +42,8 @@ KEPT = {  # Megatron's dest -> the step case's layer key (value as parsed)
     "moe_router_load_balancing_type": None, "moe_aux_loss_coeff": None, "moe_token_dispatcher_type": None,
     "calculate_per_token_loss": None, "layernorm_epsilon": None, "normalization": None, "swiglu": None,
     "add_bias_linear": None, "untie_embeddings_and_output_weights": None, "sequence_parallel": None,
-    "lr": None, "weight_decay": None, "adam_beta1": None, "adam_beta2": None, "adam_eps": None, "clip_grad": None,
+    "use_distributed_optimizer": None, "lr": None, "weight_decay": None, "adam_beta1": None, "adam_beta2": None,
+    "adam_eps": None, "clip_grad": None,
     "optimizer": None,
     "num_experts": None, "expert_tensor_parallel_size": None,
 }
@@ -74,9 +75,8 @@ NOT_CHECKED = [
      r"disable_gloo_process_groups|use_torch_fsdp2|"
      r"check_weight_hash_across_dp_replicas_interval)$",
      "communication overlap, FSDP and buffers: the gradients were reduced by Megatron's DDP, unoverlapped"),
-    (r"^(use_distributed_optimizer|use_precision_aware_optimizer|optimizer_cpu_offload|.*optimizer_offload.*)$",
-     "the distributed optimizer: the step runs Megatron's plain optimizer (its shards are not in the step dump "
-     "yet); the gradients it reduces are the same"),
+    (r"^(use_precision_aware_optimizer|optimizer_cpu_offload|.*optimizer_offload.*)$",
+     "optimizer offloading and precision-aware optimizers: the step's optimizer keeps its state in float64"),
     (r"^(num_layers_per_virtual_pipeline_stage|num_virtual_stages_per_pipeline_rank|"
      r"decoder_(first|last)_pipeline_num_layers|account_for_(embedding|loss)_in_pipeline_split|"
      r"pipeline_model_parallel_layout|microbatch_group_size_per_vp_stage|overlap_p2p_comm.*|"
@@ -329,6 +329,7 @@ def plan(line):
                       "rms_eps": a.layernorm_epsilon},
             "layout": layout, "seq": SEQ, "global_batch": dp * micro, "micro_batch": 1, "seed": 1,
             "per_token_loss": bool(a.calculate_per_token_loss), "padding": PADDING, "dispatcher": dispatcher,
+            "distributed_optimizer": bool(a.use_distributed_optimizer),
             "optimizer": {"lr": a.lr if a.lr is not None else DEFAULT_LR, "beta1": a.adam_beta1, "beta2": a.adam_beta2,
                           "eps": a.adam_eps, "weight_decay": a.weight_decay, "clip_grad": a.clip_grad}}
 

@@ -75,6 +75,12 @@ def cases():
              bug="expert_bias_counts_not_reduced", expect={"parameter": "expert_bias"}),
         dict(step_case("step_bug_weight_decay_on_norms", **tp2_ep2), bug="weight_decay_on_norms",
              expect={"parameter": "norm"}),
+        # Megatron's distributed optimizer: gradients reduce-scattered, each rank stepping its range (grad_ranges).
+        step_case("step_ep2_dp4_distributed_optimizer", **dp4_ep2, distributed_optimizer=True),
+        step_case("step_tp2_ep2_per_token_distributed_optimizer", **tp2_ep2, distributed_optimizer=True),
+        dict(step_case("step_bug_dense_grads_summed_over_dp_distributed_optimizer", **dp4_ep2,
+                       distributed_optimizer=True), bug="dense_grads_summed_over_dp",
+             expect={"class": "embedding", "scale": 4.0}),
         step_case("step_dp2_m2", LAYER, world=2, ep=1, batch=8, micro=2, seed=3),
         step_case("step_ep2_dp4", **dp4_ep2),
         step_case("step_ep2_per_token_padded", RICH, world=2, ep=2, batch=4, micro=1, seed=9, per_token_loss=True,

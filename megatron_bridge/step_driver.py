@@ -8,7 +8,9 @@ CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "
             "micro_batch": b, "seed": n, "per_token_loss": bool,
             "padding": [masked positions at the end of sequence b, cycled],
             "dispatcher": "alltoall" | "allgather", "semantics" (what the dump claims Megatron computes),
-            "optimizer": {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"} (default OPTIMIZER)}
+            "optimizer": {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"} (default OPTIMIZER),
+            "distributed_optimizer": bool (Megatron's DistributedOptimizer; the dump's grad_ranges say which range
+            of each parameter's gradient each rank's optimizer stepped)}
 
 The model is the oracle's without attention (reference/model.hpp, heads = 0): a word embedding, blocks
 h + MoE(RMSNorm(h)), a final RMSNorm, an untied output layer and the CE over a loss mask. Megatron builds it as a
@@ -200,13 +202,28 @@ def megatron_optimizer(model, case):
     config = OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["lr"], adam_beta1=o["beta1"],
                              adam_beta2=o["beta2"], adam_eps=o["eps"], weight_decay=o["weight_decay"],
                              clip_grad=o["clip_grad"], bf16=False, fp16=False, params_dtype=torch.float64,
-                             use_distributed_optimizer=False)
+                             use_distributed_optimizer=case.get("distributed_optimizer", False))
     optimizer = get_megatron_optimizer(config, [model], use_gloo_process_groups=False)
     OptimizerParamScheduler(optimizer, init_lr=o["lr"], max_lr=o["lr"], min_lr=o["lr"], lr_warmup_steps=0,
                             lr_decay_steps=1, lr_decay_style="constant", start_wd=o["weight_decay"],
                             end_wd=o["weight_decay"], wd_incr_steps=1, wd_incr_style="constant",
                             use_checkpoint_opt_param_scheduler=False)
     return optimizer
+
+
+def optimizer_ranges(optimizer, names, trained):
+    """Under the distributed optimizer: {stem: [start, end]} of each parameter whose gradient this rank's optimizer
+    steps, the flat range of the rank's shard of it (the dense and the expert optimizer each own their parameters)."""
+    ranges = {}
+    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for meg, (ora, _) in names.items():
+            try:
+                r = part._get_model_param_range_map(trained[meg])["param"]
+            except KeyError:  # not this optimizer's parameter, or none of it on this rank
+                continue
+            if r.end > r.start:
+                ranges[stem(ora)] = [int(r.start), int(r.end)]
+    return ranges
 
 
 def whole_after(names, trained, gpt, case, ps, params, world):
@@ -271,7 +288,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                 if bias is not None:
                     gpt.decoder.layers[local].mlp.router.expert_bias.copy_(torch.from_numpy(bias))
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=False, overlap_grad_reduce=False,
-                                               use_distributed_optimizer=False)
+                                               use_distributed_optimizer=case.get("distributed_optimizer", False))
     model = DistributedDataParallel(config, ddp_config, gpt)
     config.finalize_model_grads_func = finalize_model_grads
     model.train()
@@ -341,11 +358,18 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
 
     rank_dir = pathlib.Path(out) / f"rank{rank}"
     rank_dir.mkdir(parents=True, exist_ok=True)
+    ranges = optimizer_ranges(optimizer, names, trained) if case.get("distributed_optimizer") else None
     for meg, (ora, _) in names.items():
         if grads[meg] is None:
             raise SystemExit(f"step_driver: {meg} has no main_grad after the step")
-        np.save(rank_dir / f"grad.{stem(ora)}.npy", grads[meg].numpy())
         np.save(rank_dir / f"param.{stem(ora)}.npy", trained[meg].detach().double().numpy())
+        if ranges is None:
+            np.save(rank_dir / f"grad.{stem(ora)}.npy", grads[meg].numpy())
+        elif stem(ora) in ranges:  # the elements this rank's optimizer stepped, reduce-scattered to it
+            start, end = ranges[stem(ora)]
+            np.save(rank_dir / f"grad.{stem(ora)}.npy", grads[meg].reshape(-1)[start:end].numpy())
+    all_ranges = [None] * world
+    torch.distributed.all_gather_object(all_ranges, ranges)
     for local, layer in enumerate(stage_layers(case, ps)):
         bias = getattr(gpt.decoder.layers[local].mlp.router, "expert_bias", None)
         if bias is not None:
@@ -381,6 +405,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
                 "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam", no_decay=NO_DECAY),
+                **({"grad_ranges": all_ranges} if case.get("distributed_optimizer") else {}),
                 "reported": {"grad_norm": norms, "lm_loss": lm_loss},
                 "notes": {"cpu_patches": patches, "num_microbatches": m_micro,
                           **({"seeded_bug": bug} if bug else {})}}

@@ -42,7 +42,10 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
   const compare::StepComparison c = compare::compare_step_dump(d);
   const compare::StepTensorResult* fail = c.first_failure();
   // What was compared, and what the dump left out (never judged, always said).
-  std::string compared = "the reduced gradient of every parameter on every rank that holds it";
+  std::string compared = d.grad_ranges.empty()
+                             ? "the reduced gradient of every parameter on every rank that holds it"
+                             : "every element of every reduced gradient on the rank whose distributed optimizer "
+                               "steps it (its grad_ranges, tiling each shard)";
   std::vector<std::string> left_out;
   if (c.lm_loss) compared += ", the lm loss reported";
   else left_out.push_back("the loss (the dump reports none)");
