@@ -27,6 +27,10 @@ std::vector<RankGradRanges> read_grad_ranges(const nlohmann::json& j, int world,
   return ranks;
 }
 
+GradRange even_grad_range(std::int64_t elements, int position, int group_size) {
+  return {elements * position / group_size, elements * (position + 1) / group_size};
+}
+
 void GradRangeTiling::add(const std::string& shard_key, std::int64_t elements, const GradRange& range, int rank) {
   auto& [n, claims] = shards_[shard_key];
   n = elements;

@@ -28,6 +28,11 @@ using RankGradRanges = std::map<std::string, GradRange>;  // golden stem -> its 
 // Throws DumpError naming `where` on any other shape (bounds against the shards are checked by GradRangeTiling).
 std::vector<RankGradRanges> read_grad_ranges(const nlohmann::json& j, int world, const std::string& where);
 
+// The range of `elements` that position `position` of a group of `group_size` ranks holds when a distributed optimizer
+// splits them evenly: [p·n/g, (p+1)·n/g). Megatron's own split follows its buffers' buckets; this one is for dumps a
+// test or `check` writes.
+GradRange even_grad_range(std::int64_t elements, int position, int group_size);
+
 // Collects, per parameter shard, the ranges the ranks holding it claim, and checks they tile it.
 class GradRangeTiling {
  public:

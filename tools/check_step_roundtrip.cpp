@@ -20,11 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class StepControl { none, experts_twice, gradient_left_out, grad_norm_off, parameter_moved };
+enum class StepControl { none, experts_twice, gradient_left_out, grad_norm_off, parameter_moved, range_left_out };
 
 constexpr int kSeq = 8, kBatch = 8, kMicroBatch = 1;
 // The parameter the parameter_moved control moves after the step (on rank 2, element 0).
 const std::string kMovedParameter = "head";
+// The gradient range the range control leaves out of rank 1's dump (its data-parallel peer holds the other half).
+const std::string kLeftOutRange = "final_norm";
 
 ModelConfig step_model() {
   ModelConfig m;
@@ -95,6 +97,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
 
   const ProcessGroups groups(layout);
   std::vector<double> norms(static_cast<size_t>(layout.world));
+  std::vector<nlohmann::json> ranges(static_cast<size_t>(layout.world), nlohmann::json::object());
   InprocWorld(layout.world).run([&](Communicator& comm) {
     const int rank = comm.rank();
     const dist::RankGroups comms(comm, groups);
@@ -123,8 +126,19 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
         left_out = true;
         continue;
       }
-      golden::write_npy(out / ("grad." + golden::tensor_file_stem(t.name) + ".npy"),
-                        dump_array(t, shape_of.at(t.name), groups, rank));
+      golden::NpyArray grad = dump_array(t, shape_of.at(t.name), groups, rank);
+      const std::string stem = golden::tensor_file_stem(t.name);
+      if (distributed_optimizer) {  // the range of it this rank's optimizer steps, as a distributed optimizer's dump
+        const std::vector<int> group = groups.group(expert ? GroupKind::expt_dp : GroupKind::dp_cp, rank);
+        const auto position = static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
+        const compare::GradRange r = compare::even_grad_range(static_cast<std::int64_t>(grad.reals.size()), position,
+                                                              static_cast<int>(group.size()));
+        if (control == StepControl::range_left_out && rank == 1 && stem == kLeftOutRange) continue;
+        ranges[static_cast<size_t>(rank)][stem] = {r.start, r.end};
+        grad.reals.assign(grad.reals.begin() + r.start, grad.reals.begin() + r.end);
+        grad.shape = {r.size()};
+      }
+      golden::write_npy(out / ("grad." + stem + ".npy"), grad);
     }
     for (const auto& t : dist::shard_tensors(after, first_expert)) {
       golden::NpyArray a = dump_array(t, shape_of.at(t.name), groups, rank);
@@ -141,7 +155,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
   nlohmann::json config = golden::config_to_json(m.layer);
   config["semantics"] = m.layer.semantics.spec();
   const OptimizerConfig o = step_optimizer();
-  const nlohmann::ordered_json meta{
+  nlohmann::ordered_json meta{
       {"format", compare::kStepDumpFormat},
       {"producer", std::string("moe-oracle's parallel system (check), ") +
                        (distributed_optimizer ? "distributed optimizer" : "DDP")},
@@ -153,6 +167,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
       {"optimizer", {{"kind", "adam"}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1}, {"beta2", o.adam.beta2},
                      {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay}, {"clip_grad", o.clip_grad}}},
       {"reported", {{"grad_norm", norms}}}};
+  if (distributed_optimizer) meta["grad_ranges"] = ranges;
   storage::write_file_synced(dir / compare::kStepJson, meta.dump(2));
 }
 
@@ -168,6 +183,7 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
     case StepControl::gradient_left_out: t.shows = "a step gradient left out refused"; break;
     case StepControl::grad_norm_off: t.shows = "a grad norm 1% high on one rank named"; break;
     case StepControl::parameter_moved: t.shows = "a parameter one learning rate off after the step named"; break;
+    case StepControl::range_left_out: t.shows = "a distributed optimizer's gradient range left out refused"; break;
   }
   try {
     const compare::StepComparison c = compare::compare_step_dump(compare::read_step_dump(dir));
@@ -189,6 +205,9 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
       case StepControl::gradient_left_out:
         t.first_failure = "a step dump missing one rank's expert gradient was compared, not refused";
         break;
+      case StepControl::range_left_out:
+        t.first_failure = "a step dump whose ranges leave part of a gradient to no rank was compared, not refused";
+        break;
       case StepControl::parameter_moved: {
         const auto* f = c.first_failure();
         t.pass = !c.pass() && f && f->stem == kMovedParameter && f->first_rank == 2 && f->first_index == 0 &&
@@ -203,7 +222,9 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
         break;
     }
   } catch (const compare::DumpError& e) {
-    t.pass = control == StepControl::gradient_left_out;
+    t.pass = control == StepControl::gradient_left_out ||
+             (control == StepControl::range_left_out &&
+              std::string(e.what()).find("held by no rank") != std::string::npos);
     if (!t.pass) t.first_failure = std::string("step dump refused: ") + e.what();
   }
   fs::remove_all(dir);
@@ -214,7 +235,8 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
 
 std::vector<RoundTrip> step_round_trips(const fs::path& scratch) {
   // DDP on EP 2, on DP 2 and on CP 2 × PP 2 × EP 2; the distributed optimizer on TP 2 (sequence parallel) × EP 2,
-  // whose embedding and head the dump holds as Megatron's vocabulary shards.
+  // whose embedding and head the dump holds as Megatron's vocabulary shards, each gradient split over its
+  // data-parallel group (grad_ranges).
   const ParallelLayout ep2{.world = 4, .ep = 2}, dp2{.world = 2}, tp2_ep2{.world = 4, .tp = 2, .ep = 2},
       cp2_pp2{.world = 8, .cp = 2, .pp = 2, .ep = 2};
   const std::string step = "tiny-v4 ×2 layers, a training step and Adam's";
@@ -229,7 +251,9 @@ std::vector<RoundTrip> step_round_trips(const fs::path& scratch) {
           step_round_trip("tiny-v4 step, a grad norm 1% high on one rank (must fail)", tp2_ep2, true,
                           StepControl::grad_norm_off, scratch),
           step_round_trip("tiny-v4 step, a parameter off after the step (must fail)", tp2_ep2, true,
-                          StepControl::parameter_moved, scratch)};
+                          StepControl::parameter_moved, scratch),
+          step_round_trip("tiny-v4 step, a gradient range no rank holds (must be refused)", tp2_ep2, true,
+                          StepControl::range_left_out, scratch)};
 }
 
 }  // namespace moe::cli
