@@ -58,6 +58,10 @@ StepOptimizer read_optimizer(const nlohmann::json& j, const fs::path& meta_path)
   s.adam.eps = o.number("eps", o.required("eps"));
   s.adam.weight_decay = o.number("weight_decay", o.required("weight_decay"));
   s.clip_grad = o.number("clip_grad", o.required("clip_grad"));
+  if (const nlohmann::json* state = o.find("state")) {
+    if (!state->is_boolean()) fail(meta_path, "optimizer.state must be true or false");
+    s.state = state->get<bool>();
+  }
   if (const nlohmann::json* classes = o.find("no_decay")) {
     constexpr ParameterClass kAll[] = {ParameterClass::embedding, ParameterClass::norms, ParameterClass::router,
                                        ParameterClass::experts, ParameterClass::shared_expert, ParameterClass::head};
@@ -175,7 +179,10 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
   // A reported lm loss outside per-token mode runs the oracle's step again in that mode (step_update.cpp) while the
   // first run's gradients are held: one more model's worth.
   const bool second_step = d.reported_lm_loss && d.loss_mode != LossMode::per_token;
-  const std::uint64_t copies = (d.optimizer ? 6 + 2 * std::uint64_t(d.layout.world) : 2 + std::uint64_t(d.layout.world)) +
+  // An optimizer's state: two moments per rank, two bands each at once.
+  const std::uint64_t world = static_cast<std::uint64_t>(d.layout.world),
+                      state_copies = d.optimizer && d.optimizer->state ? 2 * world + 4 : 0;
+  const std::uint64_t copies = (d.optimizer ? 6 + 2 * world : 2 + world) + state_copies +
                                (second_step ? 1 : 0);
   require_memory(global_step_bytes(d.model, d.seq, d.global_batch) + params * copies,
                  "comparing the step dump " + dir.string());
@@ -262,6 +269,13 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
         ranged.insert(stem);
         s.shape = {it->second.size()};
       }
+      if (d.optimizer && d.optimizer->state)  // Adam's moments, shaped as the gradient they were made from
+        for (const char* moment : {"state.exp_avg.", "state.exp_avg_sq."}) {
+          golden::ModelTensorSpec m = s;
+          m.stem = moment + stem;
+          stems.insert(m.stem);
+          specs.emplace(m.stem, std::move(m));
+        }
       stems.insert(s.stem);
       specs.emplace(s.stem, std::move(s));
     }
@@ -280,13 +294,15 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
         }
     try {
       auto read = golden::read_case_tensors(rank_dir, stems, checked(specs));
-      std::map<std::string, golden::NpyArray> grads, after;
+      std::map<std::string, golden::NpyArray> grads, after, state;
       for (auto& [stem, a] : read) {
-        const bool is_grad = stem.rfind("grad.", 0) == 0;
-        (is_grad ? grads : after).emplace(stem.substr(is_grad ? 5 : 6), std::move(a));
+        if (stem.rfind("grad.", 0) == 0) grads.emplace(stem.substr(5), std::move(a));
+        else if (stem.rfind("state.", 0) == 0) state.emplace(stem.substr(6), std::move(a));
+        else after.emplace(stem.substr(6), std::move(a));
       }
       d.grads.push_back(std::move(grads));
       if (d.optimizer) d.params_after.push_back(std::move(after));
+      if (d.optimizer && d.optimizer->state) d.state.push_back(std::move(state));
     } catch (const golden::CaseFormatError& e) {
       throw DumpError(e.what());
     } catch (const golden::NpyError& e) {
@@ -322,11 +338,12 @@ ParameterClass parameter_class(const std::string& stem) {
 bool StepComparison::pass() const {
   const auto ok = [](const StepTensorResult& t) { return t.pass(); };
   return std::all_of(tensors.begin(), tensors.end(), ok) && std::all_of(after.begin(), after.end(), ok) &&
-         (!grad_norm || grad_norm->pass()) && (!lm_loss || lm_loss->pass());
+         std::all_of(state.begin(), state.end(), ok) && (!grad_norm || grad_norm->pass()) &&
+         (!lm_loss || lm_loss->pass());
 }
 
 const StepTensorResult* StepComparison::first_failure() const {
-  for (const auto* list : {&tensors, &after})
+  for (const auto* list : {&tensors, &after, &state})
     for (const auto& t : *list)
       if (!t.pass()) return &t;
   return nullptr;
@@ -334,7 +351,7 @@ const StepTensorResult* StepComparison::first_failure() const {
 
 const StepTensorResult* StepComparison::worst_failure() const {
   // A gradient first: a wrong gradient moves the parameters after the step too, and where the bug is is in it.
-  for (const auto* list : {&tensors, &after}) {
+  for (const auto* list : {&tensors, &after, &state}) {
     const StepTensorResult* worst = nullptr;
     for (const auto& t : *list)
       if (!t.pass() && (!worst || t.worst > worst->worst)) worst = &t;

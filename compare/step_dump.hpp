@@ -17,7 +17,9 @@
 //                    rank's optimizer reported, before clipping; lm_loss, the global batch's mean CE per valid token
 //                    as Megatron's training loop logs it}
 //   rank<r>/         param.<stem>.npy (with an optimizer): each parameter it holds after the step, and
-//                    param.layer<l>.expert_bias.npy, the expert bias after its update, for every layer that has one
+//                    param.layer<l>.expert_bias.npy, the expert bias after its update, for every layer that has one;
+//                    with optimizer.state true, state.exp_avg.<stem>.npy and state.exp_avg_sq.<stem>.npy: Adam's
+//                    moments after the step, for every gradient it holds, shaped as that gradient
 // Which rank holds what follows the layout (holds below): every rank its replica of its stage's dense parameters, the
 // ranks of EP rank p the experts p·E/ep … (p+1)·E/ep − 1, each as its TP or ETP shard (parameter_shard.hpp). A rank
 // missing a gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
@@ -60,6 +62,7 @@ struct StepOptimizer {
   AdamConfig adam;
   double clip_grad = 0;
   std::vector<ParameterClass> no_decay;
+  bool state = false;  // the dump holds each rank's Adam moments after the step (state.exp_avg/exp_avg_sq.<stem>)
 };
 
 struct StepDump {
@@ -83,6 +86,9 @@ struct StepDump {
   std::optional<double> reported_lm_loss;   // the global batch's CE per valid token, as logged
   // Per rank, with an optimizer: stem -> that rank's shard after the step ("layer0.expert_bias" for the bias).
   std::vector<std::map<std::string, golden::NpyArray>> params_after;
+  // Per rank, with an optimizer's state: "exp_avg.<stem>" / "exp_avg_sq.<stem>" -> its moments after the step, as
+  // its gradient is held (the shard, or the distributed optimizer's range of it).
+  std::vector<std::map<std::string, golden::NpyArray>> state;
 };
 
 struct StepReadOptions {
@@ -141,6 +147,7 @@ struct StepComparison {
   std::optional<ReportedResult> grad_norm;      // where the dump reports one
   std::optional<ReportedResult> lm_loss;        // where the dump reports one (got: the one value)
   std::vector<StepTensorResult> after;      // the parameters after the step, where the dump holds them
+  std::vector<StepTensorResult> state;      // Adam's moments after the step ("exp_avg.<stem>"), where it holds them
   bool pass() const;
   const StepTensorResult* first_failure() const;
   // The gradient furthest beyond its tolerance (else the parameter after the step): where a bug that is no single

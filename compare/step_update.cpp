@@ -43,6 +43,30 @@ void judge(StepTensorResult& t, int rank, const std::vector<double>& got, const 
     t.worst = std::max(t.worst, inside ? std::min(ratio, 1.0) : std::max(ratio, std::nextafter(1.0, 2.0)));
   }
 }
+// Adam's moments after a first step from zero, m = (1 − β1)·ĝ and v = (1 − β2)·ĝ², for the clipped gradient ĝ
+// (mid, within [low, high]) over the shard's elements [begin, end): each within the moments of the interval's ends
+// (v's lower end 0 where the interval holds 0), widened by its own rounding.
+template <class Allowed>
+void judge_moments(const AdamConfig& adam, std::int64_t begin, std::int64_t end, const std::vector<double>& mid,
+                   const std::vector<double>& low, const std::vector<double>& high, const Allowed& allowed,
+                   const std::map<std::string, golden::NpyArray>& state, int rank, StepTensorResult& m_result,
+                   StepTensorResult& v_result) {
+  const auto n = static_cast<size_t>(end - begin);
+  std::vector<double> m(n), m_low(n), m_high(n), v(n), v_low(n), v_high(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = static_cast<size_t>(begin) + k;
+    m[k] = (1 - adam.beta1) * mid[i];
+    m_low[k] = (1 - adam.beta1) * low[i] - allowed(m[k]);
+    m_high[k] = (1 - adam.beta1) * high[i] + allowed(m[k]);
+    const double sq_low = low[i] <= 0 && high[i] >= 0 ? 0 : std::min(low[i] * low[i], high[i] * high[i]);
+    v[k] = (1 - adam.beta2) * mid[i] * mid[i];
+    v_low[k] = (1 - adam.beta2) * sq_low - allowed(v[k]);
+    v_high[k] = (1 - adam.beta2) * std::max(low[i] * low[i], high[i] * high[i]) + allowed(v[k]);
+  }
+  judge(m_result, rank, state.at(m_result.stem).reals, m, m_low, m_high);
+  judge(v_result, rank, state.at(v_result.stem).reals, v, v_low, v_high);
+}
+
 }  // namespace
 
 void compare_step_end(const StepDump& d, const std::map<std::string, golden::NpyArray>& oracle, StepComparison& c) {
@@ -100,6 +124,10 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
     AdamConfig adam = d.optimizer->adam;
     const auto& skip = d.optimizer->no_decay;
     if (std::find(skip.begin(), skip.end(), t.cls) != skip.end()) adam.weight_decay = 0;
+    StepTensorResult m_result, v_result;  // Adam's two moments of this parameter
+    m_result.stem = "exp_avg." + stem;
+    v_result.stem = "exp_avg_sq." + stem;
+    m_result.cls = v_result.cls = t.cls;
     for (int r = 0; r < d.layout.world; ++r) {
       const auto& mine = d.params_after[static_cast<size_t>(r)];
       const auto it = mine.find(stem);
@@ -123,8 +151,22 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
         band_high[i] = std::max({at_low[i], at_high[i], want[i]}) + allowed(want[i]);
       }
       judge(t, r, it->second.reals, want, band_low, band_high);
+      if (d.optimizer->state && d.state[static_cast<size_t>(r)].count("exp_avg." + stem)) {
+        std::int64_t begin = 0, end = static_cast<std::int64_t>(g.size());  // the state's part of the shard
+        if (!d.grad_ranges.empty()) {
+          const GradRange& range = d.grad_ranges[static_cast<size_t>(r)].at(stem);
+          begin = range.start;
+          end = range.end;
+        }
+        judge_moments(adam, begin, end, mid, low, high, allowed, d.state[static_cast<size_t>(r)], r, m_result,
+                      v_result);
+      }
     }
     c.after.push_back(std::move(t));
+    if (!m_result.ranks.empty()) {
+      c.state.push_back(std::move(m_result));
+      c.state.push_back(std::move(v_result));
+    }
   }
   // The expert bias: the oracle's update where the layer has one, else the bias it started from.
   for (int l = 0; l < d.model.num_blocks(); ++l) {

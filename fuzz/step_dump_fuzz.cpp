@@ -7,8 +7,8 @@
 //
 // Invariants: only compare::DumpError leaves the reader and the comparison (every refusal one line); a comparison
 // that was made compared every trained parameter of its model, each on at least one rank, with finite results; with
-// an optimizer, every trained parameter after the step too; a reported grad norm judged on every rank and a
-// reported lm loss judged, finitely.
+// an optimizer, every trained parameter after the step too, and with its state both moments of each; a reported grad
+// norm judged on every rank and a reported lm loss judged, finitely.
 #include "compare/step_dump.hpp"
 #include "fuzz/framed_dump.hpp"
 
@@ -66,6 +66,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& t : c.after)
     if (t.ranks.empty() || std::isnan(t.worst) || !std::isfinite(t.max_abs))
       fuzz::finding("a parameter after the step compared on no rank or to no number: " + t.stem);
+  if (dump.optimizer && dump.optimizer->state && c.state.size() != 2 * c.tensors.size())
+    fuzz::finding("an optimizer's state that left out a moment");
+  for (const auto& t : c.state)
+    if (t.ranks.empty() || std::isnan(t.worst) || !std::isfinite(t.max_abs))
+      fuzz::finding("a moment compared on no rank or to no number: " + t.stem);
   if (!dump.reported_grad_norm.empty() &&
       (!c.grad_norm || c.grad_norm->got.size() != dump.reported_grad_norm.size() || !std::isfinite(c.grad_norm->worst)))
     fuzz::finding("a reported grad norm not judged on every rank");

@@ -226,6 +226,27 @@ def optimizer_ranges(optimizer, names, trained):
     return ranges
 
 
+def optimizer_state(optimizer, names, trained):
+    """Adam's moments after the step of each parameter this rank's optimizer steps: {stem: (exp_avg, exp_avg_sq)},
+    shaped as the parameter (the plain optimizer steps the parameter itself) or as its range (the distributed one
+    steps a view of the range, its state keyed by that view)."""
+    stepped = {}  # the tensor each optimizer keys the state of a model parameter by
+    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if hasattr(part, "model_fp32_groups"):  # DistributedOptimizer
+            for models, shards in zip(part.model_fp32_groups, part.shard_fp32_groups):
+                stepped.update({id(m): (sh, part.optimizer.state) for m, sh in zip(models, shards)})
+        else:
+            stepped.update({id(p): (p, part.optimizer.state) for group in part.optimizer.param_groups
+                            for p in group["params"]})
+    moments = {}
+    for meg, (ora, _) in names.items():
+        key, state = stepped.get(id(trained[meg]), (None, None))
+        if key is not None and key in state:
+            s = state[key]
+            moments[stem(ora)] = (s["exp_avg"].detach().double().numpy(), s["exp_avg_sq"].detach().double().numpy())
+    return moments
+
+
 def whole_after(names, trained, gpt, case, ps, params, world):
     """The parameters after the step, whole, on every rank (collective): each rank's shard put back where its shard
     function took it from (applied to the whole array's flat indices), and the expert biases."""
@@ -368,6 +389,9 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         elif stem(ora) in ranges:  # the elements this rank's optimizer stepped, reduce-scattered to it
             start, end = ranges[stem(ora)]
             np.save(rank_dir / f"grad.{stem(ora)}.npy", grads[meg].reshape(-1)[start:end].numpy())
+    for name, (exp_avg, exp_avg_sq) in optimizer_state(optimizer, names, trained).items():
+        np.save(rank_dir / f"state.exp_avg.{name}.npy", exp_avg)
+        np.save(rank_dir / f"state.exp_avg_sq.{name}.npy", exp_avg_sq)
     all_ranges = [None] * world
     torch.distributed.all_gather_object(all_ranges, ranges)
     for local, layer in enumerate(stage_layers(case, ps)):
@@ -404,7 +428,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                 "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp")},
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
-                "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam", no_decay=NO_DECAY),
+                "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam", no_decay=NO_DECAY, state=True),
                 **({"grad_ranges": all_ranges} if case.get("distributed_optimizer") else {}),
                 "reported": {"grad_norm": norms, "lm_loss": lm_loss},
                 "notes": {"cpu_patches": patches, "num_microbatches": m_micro,

@@ -53,6 +53,8 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
   else left_out.push_back("the grad norm (the dump reports none)");
   if (d.optimizer) compared += ", every parameter (and expert bias) after Adam's step on every rank that holds it";
   else left_out.push_back("the parameters after the step (the dump holds no optimizer)");
+  if (d.optimizer && d.optimizer->state) compared += ", Adam's two moments of every gradient a rank holds";
+  else if (d.optimizer) left_out.push_back("the optimizer's state (the dump holds none: optimizer.state)");
   std::string not_compared;
   for (const auto& what : left_out) not_compared += (not_compared.empty() ? "" : "; ") + what;
   if (not_compared.empty()) not_compared = "nothing the format holds";
@@ -81,6 +83,7 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
                           {"reported", c.grad_norm->got}, {"worst_rank", c.grad_norm->worst_rank},
                           {"of_tolerance", c.grad_norm->worst}, {"pass", c.grad_norm->pass()}};
     if (d.optimizer) out["after_step"] = rows(c.after);
+    if (d.optimizer && d.optimizer->state) out["optimizer_state"] = rows(c.state);
     if (c.lm_loss)
       out["lm_loss"] = {{"oracle", c.lm_loss->want}, {"allowance", c.lm_loss->allowance},
                         {"reported", c.lm_loss->got.at(0)}, {"of_tolerance", c.lm_loss->worst},
@@ -127,10 +130,20 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
                 << "), each element within the update of a gradient within its tolerance:\n";
       std::printf("%-28s %-14s %-10s %9s %20s %13s  %s\n", "parameter after the step", "class", "ranks",
                   "elements", "max |dump − oracle|", "of tolerance", "result");
-      for (const auto& t : c.after)
-        std::printf("%-28s %-14s %-10s %9lld %20s %13s  %s\n", t.stem.c_str(), compare::to_string(t.cls),
-                    ranks_text(t.ranks).c_str(), static_cast<long long>(t.elements), sci(t.max_abs).c_str(),
-                    sci(t.worst).c_str(), t.pass() ? "PASS" : "FAIL");
+      const auto print_rows = [](const std::vector<compare::StepTensorResult>& list) {
+        for (const auto& t : list)
+          std::printf("%-28s %-14s %-10s %9lld %20s %13s  %s\n", t.stem.c_str(), compare::to_string(t.cls),
+                      ranks_text(t.ranks).c_str(), static_cast<long long>(t.elements), sci(t.max_abs).c_str(),
+                      sci(t.worst).c_str(), t.pass() ? "PASS" : "FAIL");
+      };
+      print_rows(c.after);
+      if (o.state) {
+        std::cout << "\nAdam's moments after the step, (1 − β1)·ĝ and (1 − β2)·ĝ² of the clipped gradient ĝ, each "
+                     "within those of a gradient within its tolerance:\n";
+        std::printf("%-28s %-14s %-10s %9s %20s %13s  %s\n", "moment", "class", "ranks", "elements",
+                    "max |dump − oracle|", "of tolerance", "result");
+        print_rows(c.state);
+      }
     }
     std::fflush(stdout);
     for (const auto& s : c.scales)
@@ -147,6 +160,7 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
                 << fail->want << "\n";
     std::cout << "\n" << (c.pass() ? "PASS" : "FAIL") << ": " << c.tensors.size() << " gradients"
               << (d.optimizer ? " and " + std::to_string(c.after.size()) + " parameters after the step" : "")
+              << (!c.state.empty() ? ", " + std::to_string(c.state.size()) + " moments" : "")
               << (c.grad_norm ? ", the grad norm," : "") << (c.lm_loss ? " the lm loss," : "") << " compared on "
               << l.world << " rank(s): " << compared << "; not compared: " << not_compared << "\n";
   }

@@ -1,6 +1,6 @@
 // A distributed optimizer's step dump (grad_ranges, compare/grad_ranges.hpp): the committed TP 2 × EP 2 megatron-core
 // step rewritten as if each data-parallel group's ranks had reduce-scattered every gradient, each keeping a
-// contiguous part of every shard, passes; a part nothing holds, two ranks holding one element, or a range outside
+// contiguous part of every shard (and of Adam's moments), passes; a part nothing holds, two ranks holding one element, or a range outside
 // its shard are refused; a wrong value fails at its index in the shard.
 #include "compare/grad_ranges.hpp"
 #include "compare/step_dump.hpp"
@@ -75,10 +75,16 @@ class DistributedOptimizerCopy : public test::StepDumpCopy {
         const auto p = static_cast<int>(std::find(group.begin(), group.end(), r) - group.begin());
         const auto [start, end] = even_grad_range(static_cast<std::int64_t>(grad.reals.size()), p,
                                                   static_cast<int>(group.size()));
-        golden::NpyArray part = grad;
-        part.shape = {end - start};
-        part.reals.assign(grad.reals.begin() + start, grad.reals.begin() + end);
-        golden::write_npy(dir_ / ("rank" + std::to_string(r)) / ("grad." + stem + ".npy"), part);
+        // The gradient and Adam's moments (held as the gradient is), each cut to the range.
+        const auto cut = [&, start = start, end = end](const golden::NpyArray& whole_array, const std::string& file) {
+          golden::NpyArray part = whole_array;
+          part.shape = {end - start};
+          part.reals.assign(whole_array.reals.begin() + start, whole_array.reals.begin() + end);
+          golden::write_npy(dir_ / ("rank" + std::to_string(r)) / (file + ".npy"), part);
+        };
+        cut(grad, "grad." + stem);
+        for (const std::string moment : {"exp_avg.", "exp_avg_sq."})
+          cut(whole.state[static_cast<size_t>(r)].at(moment + stem), "state." + moment + stem);
         mine[stem] = {start, end};
         if (group.size() > 1) split_ = true;
       }
@@ -114,7 +120,8 @@ TEST_F(DistributedOptimizerCopy, APartNoRankHoldsIsRefused) {
   nlohmann::json j = meta();
   j["grad_ranges"][1].erase("head");
   write_meta(j);
-  fs::remove(dir_ / "rank1" / "grad.head.npy");
+  for (const char* file : {"grad.head.npy", "state.exp_avg.head.npy", "state.exp_avg_sq.head.npy"})
+    fs::remove(dir_ / "rank1" / file);
   EXPECT_NE(refusal().find("are held by no rank"), std::string::npos);
 }
 

@@ -6,8 +6,9 @@
 //    "z_loss_coeff": 0.001, "shared_expert_ffn_hidden": 4}, "vocab": 16, "num_layers": 2},
 //    "layout": {"world": 4, "tp": 2, "ep": 2, "etp": 1}, "seq": 8, "global_batch": 4, "micro_batch": 1, "seed": 13,
 //    "per_token_loss": true, "padding": [0, 2]}
-// with Megatron's Adam (lr 0.01, betas 0.9 0.95, clipping at 0.5): the TP shards of the embedding, head and shared
-// expert, the grad norm every rank reported, and every parameter and expert bias after the step.
+// with Megatron's Adam (lr 0.01, betas 0.9 0.95, no weight decay, clipping at 0.5): the TP shards of the embedding,
+// head and shared expert, the grad norm every rank reported, every parameter and expert bias after the step, and
+// Adam's two moments of every gradient a rank holds.
 #include "compare/parameter_shard.hpp"
 #include "compare/step_dump.hpp"
 #include "compare/tests/step_dump_copy.hpp"
@@ -17,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +144,31 @@ TEST_F(TpStepCopy, WeightDecayIsJudgedPerClassAsNoDecaySays) {
   j["optimizer"]["no_decay"] = {"biases"};
   write_meta(j);
   EXPECT_NE(refusal().find("optimizer.no_decay: \"biases\" is not a parameter class"), std::string::npos);
+}
+
+TEST_F(TpStepCopy, AdamsMomentsArePerRankAndOnePercentOffFails) {
+  const StepComparison ok = judged();
+  EXPECT_EQ(ok.state.size(), 2 * ok.tensors.size());  // exp_avg and exp_avg_sq of every gradient
+  EXPECT_EQ(find(ok.state, "exp_avg_sq.head").ranks.size(), 4u);
+  scale(dir_ / "rank1" / "state.exp_avg_sq.head.npy", 1.01);  // β2 0.95 taken as 0.9495
+  const StepComparison c = judged();
+  EXPECT_FALSE(c.pass());
+  const StepTensorResult& v = find(c.state, "exp_avg_sq.head");
+  EXPECT_FALSE(v.pass());
+  EXPECT_EQ(v.first_rank, 1);
+  EXPECT_TRUE(find(c.state, "exp_avg.head").pass());
+  EXPECT_TRUE(std::all_of(c.tensors.begin(), c.tensors.end(), [](const auto& t) { return t.pass(); }));
+}
+
+TEST_F(TpStepCopy, AMissingMomentOrMomentsNotDeclaredAreRefused) {
+  fs::remove(dir_ / "rank2" / "state.exp_avg.layer0.router_weight.npy");
+  EXPECT_NE(refusal().find("missing tensor 'state.exp_avg.layer0.router_weight'"), std::string::npos);
+  fs::copy_file(kTpDump / "rank2" / "state.exp_avg.layer0.router_weight.npy",
+                dir_ / "rank2" / "state.exp_avg.layer0.router_weight.npy");
+  auto j = meta();
+  j["optimizer"]["state"] = false;
+  write_meta(j);
+  EXPECT_NE(refusal().find("extra tensor 'state."), std::string::npos);
 }
 
 TEST_F(TpStepCopy, AWholeParameterWhereTheRankHoldsAShardIsRefused) {
