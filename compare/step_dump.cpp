@@ -58,6 +58,8 @@ StepOptimizer read_optimizer(const nlohmann::json& j, const fs::path& meta_path)
   s.adam.eps = o.number("eps", o.required("eps"));
   s.adam.weight_decay = o.number("weight_decay", o.required("weight_decay"));
   s.clip_grad = o.number("clip_grad", o.required("clip_grad"));
+  s.steps_before = o.integer("steps_before", 0);
+  if (s.steps_before < 0) fail(meta_path, "optimizer.steps_before must be >= 0");
   if (const nlohmann::json* state = o.find("state")) {
     if (!state->is_boolean()) fail(meta_path, "optimizer.state must be true or false");
     s.state = state->get<bool>();
@@ -182,7 +184,8 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
   // An optimizer's state: two moments per rank, two bands each at once.
   const std::uint64_t world = static_cast<std::uint64_t>(d.layout.world),
                       state_copies = d.optimizer && d.optimizer->state ? 2 * world + 4 : 0;
-  const std::uint64_t copies = (d.optimizer ? 6 + 2 * world : 2 + world) + state_copies +
+  const bool from_moments = d.optimizer && d.optimizer->steps_before > 0;  // two more whole models in inputs/
+  const std::uint64_t copies = (d.optimizer ? 6 + 2 * world : 2 + world) + state_copies + (from_moments ? 2 : 0) +
                                (second_step ? 1 : 0);
   require_memory(global_step_bytes(d.model, d.seq, d.global_batch) + params * copies,
                  "comparing the step dump " + dir.string());
@@ -195,6 +198,18 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     input_stems.insert(s.stem);
     input_specs.emplace(s.stem, std::move(s));
   }
+  std::set<std::string> moment_stems;  // a later step's: the moments it started from, whole, beside the parameters
+  if (from_moments)
+    for (const auto& s : golden::model_output_specs(h)) {
+      if (s.stem.rfind("grad.", 0) != 0) continue;
+      for (const char* moment : {"exp_avg.", "exp_avg_sq."}) {
+        golden::ModelTensorSpec m = s;
+        m.stem = moment + s.stem.substr(5);
+        moment_stems.insert(m.stem);
+        input_stems.insert(m.stem);
+        input_specs.emplace(m.stem, std::move(m));
+      }
+    }
   const auto checked = [](const std::map<std::string, golden::ModelTensorSpec>& specs) {
     return [&specs](const std::string& name, const golden::NpyArray& a) {
       const golden::ModelTensorSpec& s = specs.at(name);
@@ -208,6 +223,10 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     fail(dir / "inputs", "missing: a step dump holds the step's inputs (the batch and the parameters it started from)");
   try {
     inputs.tensors = golden::read_case_tensors(dir / "inputs", input_stems, checked(input_specs));
+    for (const std::string& stem : moment_stems) {
+      d.initial_moments.emplace(stem, std::move(inputs.tensors.at(stem)));
+      inputs.tensors.erase(stem);
+    }
     const golden::ModelOracleInputs in = golden::model_oracle_inputs(inputs);
     d.batch = in.batch;
     d.params = in.params;

@@ -13,7 +13,8 @@
 // shard whose gradient that rank's optimizer steps; grad.<stem>.npy is then those elements, 1-D (grad_ranges.hpp)
 // and, optionally, the end of the step:
 //   step.json        optimizer {kind "adam", lr, beta1, beta2, eps, weight_decay, clip_grad (0: none), optional
-//                    no_decay [parameter class names]}: the first step of torch's AdamW from zero moments; reported {grad_norm: [one per rank], the norm each
+//                    no_decay [parameter class names], state (bool), steps_before (n, default 0)}: torch's AdamW's
+//                    step n + 1, from zero moments (n = 0) or from inputs/exp_avg.<stem>, exp_avg_sq.<stem>; reported {grad_norm: [one per rank], the norm each
 //                    rank's optimizer reported, before clipping; lm_loss, the global batch's mean CE per valid token
 //                    as Megatron's training loop logs it}
 //   rank<r>/         param.<stem>.npy (with an optimizer): each parameter it holds after the step, and
@@ -63,6 +64,7 @@ struct StepOptimizer {
   double clip_grad = 0;
   std::vector<ParameterClass> no_decay;
   bool state = false;  // the dump holds each rank's Adam moments after the step (state.exp_avg/exp_avg_sq.<stem>)
+  int steps_before = 0;  // Adam's steps before this one: > 0, the moments it started from are in inputs/
 };
 
 struct StepDump {
@@ -82,6 +84,9 @@ struct StepDump {
   std::vector<RankGradRanges> grad_ranges;  // empty: no distributed optimizer, every rank's gradients whole
   std::optional<StepOptimizer> optimizer;  // none: the dump ends at the gradients
   std::map<std::string, golden::NpyArray> initial;  // with an optimizer: inputs/' parameters by stem, whole
+  // With optimizer.steps_before > 0: Adam's moments the step started from, "exp_avg.<stem>" / "exp_avg_sq.<stem>",
+  // whole (inputs/exp_avg.<stem>.npy …, as the parameters).
+  std::map<std::string, golden::NpyArray> initial_moments;
   std::vector<double> reported_grad_norm;  // one per rank; empty: none reported
   std::optional<double> reported_lm_loss;   // the global batch's CE per valid token, as logged
   // Per rank, with an optimizer: stem -> that rank's shard after the step ("layer0.expert_bias" for the bias).

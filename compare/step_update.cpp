@@ -10,14 +10,41 @@ namespace moe::compare {
 
 namespace {
 
-// θ after one Adam step from zero moments with gradient g (reference/optimizer.hpp's arithmetic).
-std::vector<double> adam_first_step(const AdamConfig& adam, std::vector<double> theta, std::vector<double> g) {
+// The moments a step starts from, over one rank's shard: zero before a first step.
+struct Moments {
+  std::vector<double> m, v;
+  int steps_before = 0;
+};
+
+// θ after Adam's next step from `from` with gradient g (reference/optimizer.hpp's arithmetic).
+std::vector<double> adam_step_from(const AdamConfig& adam, const Moments& from, std::vector<double> theta,
+                                   std::vector<double> g) {
   const auto n = static_cast<Eigen::Index>(theta.size());
   const TensorView<double> param{"", theta.data(), n, {n}}, grad{"", g.data(), n, {n}};
   AdamState state;
+  if (from.steps_before > 0) {
+    state.m = {from.m};
+    state.v = {from.v};
+    state.step = from.steps_before;
+  }
   begin_adam_step(state, {param});
   adamw_tensor(adam, state, 0, param, grad);
   return theta;
+}
+
+// Where the update (β1·m + (1 − β1)·g) / √(β2·v + (1 − β2)·g²) of element i is stationary in g: b·c / (a·d) for
+// a = β1·m, b = 1 − β1, c = β2·v, d = 1 − β2 (eps aside), when it lies inside (low, high); else the interval's
+// midpoint (no extremum inside: the ends bound the update). From zero moments the update is monotone in g.
+std::vector<double> stationary_points(const AdamConfig& adam, const Moments& from, const std::vector<double>& low,
+                                      const std::vector<double>& high) {
+  std::vector<double> g(low.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = 0.5 * (low[i] + high[i]);
+    if (from.steps_before == 0 || from.m[i] == 0) continue;
+    const double star = (1 - adam.beta1) * adam.beta2 * from.v[i] / (adam.beta1 * from.m[i] * (1 - adam.beta2));
+    if (star > low[i] && star < high[i]) g[i] = star;
+  }
+  return g;
 }
 
 // Compares one rank's array with the oracle's, into t: element i passes within [low_i, high_i], the values a
@@ -43,25 +70,27 @@ void judge(StepTensorResult& t, int rank, const std::vector<double>& got, const 
     t.worst = std::max(t.worst, inside ? std::min(ratio, 1.0) : std::max(ratio, std::nextafter(1.0, 2.0)));
   }
 }
-// Adam's moments after a first step from zero, m = (1 − β1)·ĝ and v = (1 − β2)·ĝ², for the clipped gradient ĝ
-// (mid, within [low, high]) over the shard's elements [begin, end): each within the moments of the interval's ends
-// (v's lower end 0 where the interval holds 0), widened by its own rounding.
+// Adam's moments after the step, m′ = β1·m + (1 − β1)·ĝ and v′ = β2·v + (1 − β2)·ĝ² from the moments it started
+// from, for the clipped gradient ĝ (mid, within [low, high]) over the shard's elements [begin, end): each within the
+// moments of the interval's ends (ĝ²'s lower end 0 where the interval holds 0), widened by its own rounding.
 template <class Allowed>
-void judge_moments(const AdamConfig& adam, std::int64_t begin, std::int64_t end, const std::vector<double>& mid,
-                   const std::vector<double>& low, const std::vector<double>& high, const Allowed& allowed,
-                   const std::map<std::string, golden::NpyArray>& state, int rank, StepTensorResult& m_result,
-                   StepTensorResult& v_result) {
+void judge_moments(const AdamConfig& adam, const Moments& from, std::int64_t begin, std::int64_t end,
+                   const std::vector<double>& mid, const std::vector<double>& low, const std::vector<double>& high,
+                   const Allowed& allowed, const std::map<std::string, golden::NpyArray>& state, int rank,
+                   StepTensorResult& m_result, StepTensorResult& v_result) {
   const auto n = static_cast<size_t>(end - begin);
   std::vector<double> m(n), m_low(n), m_high(n), v(n), v_low(n), v_high(n);
   for (size_t k = 0; k < n; ++k) {
     const size_t i = static_cast<size_t>(begin) + k;
-    m[k] = (1 - adam.beta1) * mid[i];
-    m_low[k] = (1 - adam.beta1) * low[i] - allowed(m[k]);
-    m_high[k] = (1 - adam.beta1) * high[i] + allowed(m[k]);
+    const double m0 = from.steps_before > 0 ? adam.beta1 * from.m[i] : 0,
+                 v0 = from.steps_before > 0 ? adam.beta2 * from.v[i] : 0;
+    m[k] = m0 + (1 - adam.beta1) * mid[i];
+    m_low[k] = m0 + (1 - adam.beta1) * low[i] - allowed(m[k]);
+    m_high[k] = m0 + (1 - adam.beta1) * high[i] + allowed(m[k]);
     const double sq_low = low[i] <= 0 && high[i] >= 0 ? 0 : std::min(low[i] * low[i], high[i] * high[i]);
-    v[k] = (1 - adam.beta2) * mid[i] * mid[i];
-    v_low[k] = (1 - adam.beta2) * sq_low - allowed(v[k]);
-    v_high[k] = (1 - adam.beta2) * std::max(low[i] * low[i], high[i] * high[i]) + allowed(v[k]);
+    v[k] = v0 + (1 - adam.beta2) * mid[i] * mid[i];
+    v_low[k] = v0 + (1 - adam.beta2) * sq_low - allowed(v[k]);
+    v_high[k] = v0 + (1 - adam.beta2) * std::max(low[i] * low[i], high[i] * high[i]) + allowed(v[k]);
   }
   judge(m_result, rank, state.at(m_result.stem).reals, m, m_low, m_high);
   judge(v_result, rank, state.at(v_result.stem).reals, v, v_low, v_high);
@@ -142,13 +171,19 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
         low[i] = std::min(c_low * a, c_high * a);
         high[i] = std::max(c_low * b, c_high * b);
       }
-      const std::vector<double> want = adam_first_step(adam, theta, mid);
-      const std::vector<double> at_low = adam_first_step(adam, theta, low);
-      const std::vector<double> at_high = adam_first_step(adam, theta, high);
+      Moments from{{}, {}, d.optimizer->steps_before};
+      if (from.steps_before > 0) {
+        from.m = take_shard(d.initial_moments.at("exp_avg." + stem).reals, whole_grad.shape, shard);
+        from.v = take_shard(d.initial_moments.at("exp_avg_sq." + stem).reals, whole_grad.shape, shard);
+      }
+      const std::vector<double> want = adam_step_from(adam, from, theta, mid);
+      const std::vector<double> at_low = adam_step_from(adam, from, theta, low);
+      const std::vector<double> at_high = adam_step_from(adam, from, theta, high);
+      const std::vector<double> at_stationary = adam_step_from(adam, from, theta, stationary_points(adam, from, low, high));
       std::vector<double> band_low(g.size()), band_high(g.size());
       for (size_t i = 0; i < g.size(); ++i) {
-        band_low[i] = std::min({at_low[i], at_high[i], want[i]}) - allowed(want[i]);
-        band_high[i] = std::max({at_low[i], at_high[i], want[i]}) + allowed(want[i]);
+        band_low[i] = std::min({at_low[i], at_high[i], at_stationary[i], want[i]}) - allowed(want[i]);
+        band_high[i] = std::max({at_low[i], at_high[i], at_stationary[i], want[i]}) + allowed(want[i]);
       }
       judge(t, r, it->second.reals, want, band_low, band_high);
       if (d.optimizer->state && d.state[static_cast<size_t>(r)].count("exp_avg." + stem)) {
@@ -158,7 +193,7 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
           begin = range.start;
           end = range.end;
         }
-        judge_moments(adam, begin, end, mid, low, high, allowed, d.state[static_cast<size_t>(r)], r, m_result,
+        judge_moments(adam, from, begin, end, mid, low, high, allowed, d.state[static_cast<size_t>(r)], r, m_result,
                       v_result);
       }
     }

@@ -211,7 +211,13 @@ def inject(name, config, model, ps, loss):
 
 
 
-LOAD_BUGS = ("experts_swapped_on_load",)
+LOAD_BUGS = ("experts_swapped_on_load", "optimizer_state_lost_on_load")
+
+
+def skips_optimizer_state(name):
+    """optimizer_state_lost_on_load: the resumed step's optimizer never loads the checkpoint's state, so Adam starts
+    again from zero moments (Megatron-LM issues 761 and 1517: optimizer state lost when a checkpoint is resharded)."""
+    return name == "optimizer_state_lost_on_load"
 
 
 def after_load(name, gpt, ps):

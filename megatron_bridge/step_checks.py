@@ -51,6 +51,9 @@ def cases():
         dict(step_case("step_resharded_tp2_ep2_to_ep4", **saved), resume=resumed),
         dict(step_case("step_bug_experts_swapped_on_load", **saved), resume=resumed, bug="experts_swapped_on_load",
              expect={"class": "experts"}),
+        # The resumed optimizer given no state: Adam restarts from zero moments (the gradients stay right).
+        dict(step_case("step_bug_optimizer_state_lost_on_load", **saved), resume=resumed,
+             bug="optimizer_state_lost_on_load", expect={"optimizer_state": "lost"}),
         step_case("step_pp2_ep2_m4", **pp2_ep2),
         dict(step_case("step_bug_grads_reset_each_microbatch", **pp2_ep2), bug="grads_reset_each_microbatch",
              expect={"classes": ["embedding", "norms", "router", "experts"], "passes": ["output layer"]}),
@@ -132,6 +135,11 @@ def verdict(case, report):
         ok = not norm["pass"] and min(norm["reported"]) < norm["oracle"] and \
             all(t["pass"] for t in report["tensors"])
         return ok, f"fails: {said}"
+    if "optimizer_state" in expect:  # every gradient right; the parameters and moments after the step wrong
+        after = [t for t in report.get("after_step", []) if not t["pass"]]
+        moments = [t for t in report.get("optimizer_state", []) if not t["pass"]]
+        ok = all(t["pass"] for t in report["tensors"]) and bool(after) and bool(moments)
+        return ok, f"fails after the step: {len(after)} parameters, {len(moments)} moments (every gradient passes)"
     if "parameter" in expect:  # the largest mismatch in that parameter (a state after the step)
         ok = expect["parameter"] in worst.get("parameter", "")
         return ok, f"fails: {said}" + ("" if ok else f" (expected {expect['parameter']})")

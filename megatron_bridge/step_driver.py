@@ -23,7 +23,8 @@ TransformerEngine nor Apex is installed, each group's decay set by its parameter
 sums their gradients over TP. What the dump holds: the parameters the step started from (under the oracle's names,
 whole, float64) and the microbatches' ids, labels and masks; per rank each trained parameter's reduced gradient as
 the optimizer was handed it (main_grad, this rank's shard, before clipping), the parameters and expert biases after
-the step, the grad norm the optimizer reported and the lm loss Megatron's training loop would log.
+the step, Adam's moments after it (its range of them under the distributed optimizer, with grad_ranges), the grad
+norm the optimizer reported and the lm loss Megatron's training loop would log.
 """
 import json
 import os
@@ -247,6 +248,36 @@ def optimizer_state(optimizer, names, trained):
     return moments
 
 
+def ranges_of(case, optimizer, names, trained):
+    """optimizer_ranges under the distributed optimizer; None under the plain one (every shard whole)."""
+    return optimizer_ranges(optimizer, names, trained) if case.get("distributed_optimizer") else None
+
+
+def gather_moments(names, moments, ranges, params, world):
+    """Adam's moments after the step, whole, on every rank (collective): each rank's moments put back where its
+    shard (or its range of the shard) came from. {"exp_avg.<stem>": array, "exp_avg_sq.<stem>": array}."""
+    pieces = []
+    for meg, (ora, shard) in names.items():
+        if stem(ora) not in moments:
+            continue
+        index = shard(np.arange(params[ora].size).reshape(params[ora].shape)).ravel()
+        if ranges is not None:
+            start, end = ranges[stem(ora)]
+            index = index[start:end]
+        for name, values in zip(("exp_avg", "exp_avg_sq"), moments[stem(ora)]):
+            pieces.append((f"{name}.{stem(ora)}", ora, index, values.ravel()))
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, pieces)
+    whole = {}
+    for rank_pieces in gathered:
+        for key, ora, index, values in rank_pieces:
+            whole.setdefault(key, np.full(params[ora].shape, np.nan)).ravel()[index] = values
+    missing = [key for key, a in whole.items() if np.isnan(a).any()]
+    if missing:
+        raise SystemExit(f"step_driver: no rank held all of the moments {missing} after the step")
+    return whole
+
+
 def whole_after(names, trained, gpt, case, ps, params, world):
     """The parameters after the step, whole, on every rank (collective): each rank's shard put back where its shard
     function took it from (applied to the whole array's flat indices), and the expert biases."""
@@ -271,9 +302,10 @@ def whole_after(names, trained, gpt, case, ps, params, world):
 
 
 def run_rank(rank, world, case, out, port, bug, resume=None):
-    """One rank's step. resume: {"save": DIR} saves Megatron's distributed checkpoint of the model after the step to
-    DIR (and the whole parameters after it, as DIR/params_after.npz, for the next step's inputs); {"load": DIR} builds
-    the model from that checkpoint, at this case's layout, instead of from the seed."""
+    """One rank's step. resume: {"save": DIR} saves Megatron's distributed checkpoint of the model and its optimizer
+    after the step to DIR (and the whole parameters and Adam moments after it, DIR/params_after.npz and
+    moments_after.npz, for the next step's inputs); {"load": DIR} builds the model and the optimizer's state from that
+    checkpoint, at this case's layout, instead of from the seed and zero moments."""
     resume = resume or {}
     patches = cpu_patches.apply_step()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -295,8 +327,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         # The step starts where the saved one ended: the model from Megatron's checkpoint (resharded to this layout
         # by its loader), the dump's inputs from the whole parameters the saving run had after its step.
         from megatron.core import dist_checkpointing
-        loaded = dist_checkpointing.load(gpt.sharded_state_dict(), resume["load"])
-        gpt.load_state_dict(loaded, strict=False)
+        loaded = dist_checkpointing.load({"model": gpt.sharded_state_dict()}, resume["load"])
+        gpt.load_state_dict(loaded["model"], strict=False)
         step_bugs.after_load(bug, gpt, ps)
         params = dict(np.load(pathlib.Path(resume["load"]) / "params_after.npz"))
     else:
@@ -352,6 +384,15 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
 
     bug_undo = step_bugs.inject(bug, config, model, ps, loss)  # before the optimizer: a bug may change its groups
     optimizer = megatron_optimizer(model, case)
+    moments = None  # Adam's moments the step starts from, whole (None: zero, a first step)
+    if "load" in resume:
+        # Adam's state from the checkpoint, resharded to this layout by Megatron's loader; the dump's inputs hold it
+        # whole, as the saving run ended with it.
+        from megatron.core import dist_checkpointing
+        if not step_bugs.skips_optimizer_state(bug):
+            wanted = optimizer.sharded_state_dict({"model": gpt.sharded_state_dict()}, is_loading=True)
+            optimizer.load_state_dict(dist_checkpointing.load({"optimizer": wanted}, resume["load"])["optimizer"])
+        moments = dict(np.load(pathlib.Path(resume["load"]) / "moments_after.npz"))
     losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=batches(), model=[model],
                                          num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
                                          forward_only=False)
@@ -372,14 +413,20 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         filesystem_async.get_write_results_queue = lambda mp_mode="spawn": queue.Queue()
         torch.cuda.synchronize = lambda *a, **k: None  # the preload's device sync: the tensors are on the CPU
         pathlib.Path(resume["save"]).mkdir(parents=True, exist_ok=True)
-        dist_checkpointing.save(gpt.sharded_state_dict(), resume["save"])
+        # As training.py's checkpoint holds them: the model and its optimizer's state, keyed by the model's tensors.
+        saved = {"model": gpt.sharded_state_dict()}
+        saved["optimizer"] = optimizer.sharded_state_dict(saved)
+        dist_checkpointing.save(saved, resume["save"])
         whole = whole_after(names, trained, gpt, case, ps, params, world)
+        whole_moments = gather_moments(names, optimizer_state(optimizer, names, trained), ranges_of(case, optimizer,
+                                       names, trained), params, world)
         if rank == 0:
             np.savez(pathlib.Path(resume["save"]) / "params_after.npz", **whole)
+            np.savez(pathlib.Path(resume["save"]) / "moments_after.npz", **whole_moments)
 
     rank_dir = pathlib.Path(out) / f"rank{rank}"
     rank_dir.mkdir(parents=True, exist_ok=True)
-    ranges = optimizer_ranges(optimizer, names, trained) if case.get("distributed_optimizer") else None
+    ranges = ranges_of(case, optimizer, names, trained)
     for meg, (ora, _) in names.items():
         if grads[meg] is None:
             raise SystemExit(f"step_driver: {meg} has no main_grad after the step")
@@ -418,6 +465,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         np.save(inputs / "loss_mask.npy", mask)
         for name, a in params.items():
             np.save(inputs / f"{stem(name)}.npy", a)
+        for name, a in (moments or {}).items():  # "exp_avg.<stem>": the moments the step started from
+            np.save(inputs / f"{name}.npy", a)
         import megatron.core.package_info as info
         m = case["model"]
         layer = dict(m["layer"], semantics=case.get("semantics", "megatron-core-0.19"))
@@ -428,7 +477,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                 "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp")},
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
-                "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam", no_decay=NO_DECAY, state=True),
+                "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam", no_decay=NO_DECAY, state=True,
+                                  steps_before=1 if moments is not None else 0),
                 **({"grad_ranges": all_ranges} if case.get("distributed_optimizer") else {}),
                 "reported": {"grad_norm": norms, "lm_loss": lm_loss},
                 "notes": {"cpu_patches": patches, "num_microbatches": m_micro,
@@ -440,9 +490,10 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
 
 
 def run_resumed(case, resumed_layout, work, bug=None):
-    """A step at case's layout saved with Megatron's distributed checkpointing, then the next step from that
-    checkpoint at `resumed_layout`: its dump (work/dump) starts from the parameters the first step ended with. A bug
-    named here applies to the loading (step_bugs.after_load)."""
+    """A step at case's layout saved with Megatron's distributed checkpointing (the model and its optimizer's state),
+    then the next step from that checkpoint at `resumed_layout`: its dump (work/dump) starts from the parameters and
+    Adam moments the first step ended with (inputs/, optimizer.steps_before 1). A bug named here applies to the
+    loading (step_bugs.after_load, step_bugs.skips_optimizer_state)."""
     work = pathlib.Path(work)
     run_case(case, work / "first", None, {"save": str(work / "checkpoint")})
     second = dict(case, layout=resumed_layout)

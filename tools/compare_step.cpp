@@ -122,7 +122,8 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
                 << " of its tolerance: " << (c.lm_loss->pass() ? "PASS" : "FAIL") << "\n";
     if (d.optimizer) {
       const compare::StepOptimizer& o = *d.optimizer;
-      std::cout << "\nafter Adam's first step (lr " << o.adam.lr << ", betas " << o.adam.beta1 << " " << o.adam.beta2
+      std::cout << "\nafter Adam's step " << o.steps_before + 1
+                << (o.steps_before > 0 ? " from the moments in inputs/" : " from zero moments") << " (lr " << o.adam.lr << ", betas " << o.adam.beta1 << " " << o.adam.beta2
                 << ", eps " << o.adam.eps << ", weight decay " << o.adam.weight_decay;
       for (size_t i = 0; i < o.no_decay.size(); ++i)
         std::cout << (i == 0 ? " except " : ", ") << compare::to_string(o.no_decay[i]);
@@ -138,8 +139,8 @@ void run_compare_step(const std::string& dir, const std::string& semantics, std:
       };
       print_rows(c.after);
       if (o.state) {
-        std::cout << "\nAdam's moments after the step, (1 − β1)·ĝ and (1 − β2)·ĝ² of the clipped gradient ĝ, each "
-                     "within those of a gradient within its tolerance:\n";
+        std::cout << "\nAdam's moments after the step, β1·m + (1 − β1)·ĝ and β2·v + (1 − β2)·ĝ² of the clipped "
+                     "gradient ĝ, each within those of a gradient within its tolerance:\n";
         std::printf("%-28s %-14s %-10s %9s %20s %13s  %s\n", "moment", "class", "ranks", "elements",
                     "max |dump − oracle|", "of tolerance", "result");
         print_rows(c.state);

@@ -171,6 +171,34 @@ TEST_F(TpStepCopy, AMissingMomentOrMomentsNotDeclaredAreRefused) {
   EXPECT_NE(refusal().find("extra tensor 'state."), std::string::npos);
 }
 
+TEST_F(TpStepCopy, ALaterStepNeedsTheMomentsItStartedFromAndTheirBiasCorrection) {
+  auto j = meta();
+  j["optimizer"]["steps_before"] = 1;
+  write_meta(j);
+  EXPECT_NE(refusal().find("missing tensor 'exp_avg."), std::string::npos);
+  // Zero moments as a second step's: its bias corrections (1 − β²) move every element ~0.74× as far as the first
+  // step's did, so the parameters after the step fail, and the moments (the same either way) pass.
+  for (const auto& entry : fs::directory_iterator(dir_ / "inputs")) {
+    const std::string stem = entry.path().stem().string();
+    bool trained = false;  // the batch and the expert bias have no moments
+    for (int r = 0; r < 4; ++r)
+      trained = trained || fs::exists(dir_ / ("rank" + std::to_string(r)) / ("grad." + stem + ".npy"));
+    if (!trained) continue;
+    golden::NpyArray zero = golden::read_npy(entry.path());
+    std::fill(zero.reals.begin(), zero.reals.end(), 0.0);
+    golden::write_npy(dir_ / "inputs" / ("exp_avg." + stem + ".npy"), zero);
+    golden::write_npy(dir_ / "inputs" / ("exp_avg_sq." + stem + ".npy"), zero);
+  }
+  const StepComparison c = judged();
+  EXPECT_FALSE(c.pass());
+  EXPECT_FALSE(find(c.after, "head").pass());
+  EXPECT_TRUE(std::all_of(c.state.begin(), c.state.end(), [](const auto& t) { return t.pass(); }));
+  // The moments where the step is a first one: refused.
+  j["optimizer"]["steps_before"] = 0;
+  write_meta(j);
+  EXPECT_NE(refusal().find("extra tensor 'exp_avg"), std::string::npos);
+}
+
 TEST_F(TpStepCopy, AWholeParameterWhereTheRankHoldsAShardIsRefused) {
   golden::NpyArray whole = golden::read_npy(dir_ / "inputs" / "embedding.npy");
   golden::write_npy(dir_ / "rank1" / "grad.embedding.npy", whole);
