@@ -20,7 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class StepControl { none, experts_twice, gradient_left_out, grad_norm_off, parameter_moved, range_left_out };
+enum class StepControl {
+  none, experts_twice, gradient_left_out, grad_norm_off, parameter_moved, range_left_out, moment_off
+};
 
 constexpr int kSeq = 8, kBatch = 8, kMicroBatch = 1;
 // The parameter the parameter_moved control moves after the step (on rank 2, element 0).
@@ -60,11 +62,12 @@ void write_inputs(const ModelConfig& m, ModelParams<double> params, const Global
     }
 }
 
-// The optimizer of every round trip: Adam, clipping at a norm the step's gradients exceed.
+// The optimizer of every round trip: Adam with weight decay on every parameter (the parallel system decays all),
+// clipping at a norm the step's gradients exceed.
 OptimizerConfig step_optimizer() {
   OptimizerConfig o;
   o.kind = OptimizerKind::adam;
-  o.adam = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-3, .weight_decay = 0.0};
+  o.adam = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-3, .weight_decay = 0.1};
   o.clip_grad = 0.05;
   return o;
 }
@@ -111,6 +114,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
     dist::ModelShard<double> after = shard;
     dist::RankOptimizer optimizer(m, {step_optimizer(), distributed_optimizer}, groups, comms, after, LossMode::sum);
     optimizer.step(raw.grads, raw.global_tokens);
+    const dist::ShardMoments moments = optimizer.moments();  // whole tensors of this rank's shard (collective)
     norms[static_cast<size_t>(rank)] = optimizer.last_grad_norm() * (control == StepControl::grad_norm_off && rank == 1
                                                                          ? 1.01 : 1.0);
 
@@ -118,7 +122,16 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
     fs::create_directories(out);
     const int first_expert = groups.experts_of(rank, m.layer.num_experts).first;
     bool left_out = false;
+    size_t index = 0;  // into the moments, in shard_tensors order
     for (auto& t : dist::shard_tensors(step.grads, first_expert)) {
+      // Adam's moments of this tensor, held as its gradient is (the shard, or the range of it below).
+      std::vector<double> m_values = moments.m.at(index), v_values = moments.v.at(index);
+      ++index;
+      dist::ShardTensor<double> first_moment = t, second_moment = t;
+      first_moment.data = m_values.data();
+      second_moment.data = v_values.data();
+      golden::NpyArray m_array = dump_array(first_moment, shape_of.at(t.name), groups, rank),
+                       v_array = dump_array(second_moment, shape_of.at(t.name), groups, rank);
       const bool expert = t.name.find(".expert_fc") != std::string::npos;
       if (control == StepControl::experts_twice && expert)
         for (Eigen::Index i = 0; i < t.size; ++i) t.data[i] *= 2;
@@ -135,10 +148,16 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
                                                               static_cast<int>(group.size()));
         if (control == StepControl::range_left_out && rank == 1 && stem == kLeftOutRange) continue;
         ranges[static_cast<size_t>(rank)][stem] = {r.start, r.end};
-        grad.reals.assign(grad.reals.begin() + r.start, grad.reals.begin() + r.end);
-        grad.shape = {r.size()};
+        for (golden::NpyArray* a : {&grad, &m_array, &v_array}) {
+          a->reals.assign(a->reals.begin() + r.start, a->reals.begin() + r.end);
+          a->shape = {r.size()};
+        }
       }
       golden::write_npy(out / ("grad." + stem + ".npy"), grad);
+      golden::write_npy(out / ("state.exp_avg." + stem + ".npy"), m_array);
+      if (control == StepControl::moment_off && rank == 2 && t.name == kMovedParameter)
+        for (double& x : v_array.reals) x *= 1.01;
+      golden::write_npy(out / ("state.exp_avg_sq." + stem + ".npy"), v_array);
     }
     for (const auto& t : dist::shard_tensors(after, first_expert)) {
       golden::NpyArray a = dump_array(t, shape_of.at(t.name), groups, rank);
@@ -165,7 +184,8 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
       {"batch", {{"seq", kSeq}, {"size", kBatch}, {"micro_batch", kMicroBatch}}},
       {"loss_mode", "sum"},
       {"optimizer", {{"kind", "adam"}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1}, {"beta2", o.adam.beta2},
-                     {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay}, {"clip_grad", o.clip_grad}}},
+                     {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay}, {"clip_grad", o.clip_grad},
+                     {"state", true}}},
       {"reported", {{"grad_norm", norms}}}};
   if (distributed_optimizer) meta["grad_ranges"] = ranges;
   storage::write_file_synced(dir / compare::kStepJson, meta.dump(2));
@@ -184,10 +204,11 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
     case StepControl::grad_norm_off: t.shows = "a grad norm 1% high on one rank named"; break;
     case StepControl::parameter_moved: t.shows = "a parameter one learning rate off after the step named"; break;
     case StepControl::range_left_out: t.shows = "a distributed optimizer's gradient range left out refused"; break;
+    case StepControl::moment_off: t.shows = "an Adam moment 1% off named"; break;
   }
   try {
     const compare::StepComparison c = compare::compare_step_dump(compare::read_step_dump(dir));
-    t.tensors = static_cast<int>(c.tensors.size() + c.after.size());
+    t.tensors = static_cast<int>(c.tensors.size() + c.after.size() + c.state.size());
     switch (control) {
       case StepControl::none:
         t.pass = c.pass();
@@ -205,6 +226,14 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
       case StepControl::gradient_left_out:
         t.first_failure = "a step dump missing one rank's expert gradient was compared, not refused";
         break;
+      case StepControl::moment_off: {
+        const auto* f = c.first_failure();
+        t.pass = !c.pass() && f && f->stem == "exp_avg_sq." + kMovedParameter && f->first_rank == 2 &&
+                 std::all_of(c.tensors.begin(), c.tensors.end(), [](const auto& r) { return r.pass(); }) &&
+                 std::all_of(c.after.begin(), c.after.end(), [](const auto& r) { return r.pass(); });
+        if (!t.pass) t.first_failure = "Adam's second moment of the head 1% off on rank 2 was not named";
+        break;
+      }
       case StepControl::range_left_out:
         t.first_failure = "a step dump whose ranges leave part of a gradient to no rank was compared, not refused";
         break;
@@ -253,7 +282,9 @@ std::vector<RoundTrip> step_round_trips(const fs::path& scratch) {
           step_round_trip("tiny-v4 step, a parameter off after the step (must fail)", tp2_ep2, true,
                           StepControl::parameter_moved, scratch),
           step_round_trip("tiny-v4 step, a gradient range no rank holds (must be refused)", tp2_ep2, true,
-                          StepControl::range_left_out, scratch)};
+                          StepControl::range_left_out, scratch),
+          step_round_trip("tiny-v4 step, an Adam moment 1% off (must fail)", ep2, false, StepControl::moment_off,
+                          scratch)};
 }
 
 }  // namespace moe::cli
