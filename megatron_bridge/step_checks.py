@@ -47,7 +47,10 @@ def cases():
     # loaded at TP 1 × EP 4 (8 experts: 4 local, then 2) and judged from the parameters the first step ended with.
     saved = dict(layer=dict(RICH, num_experts=8), world=4, tp=2, ep=2, batch=8, micro=1, seed=29)
     resumed = {"world": 4, "tp": 1, "cp": 1, "pp": 1, "ep": 4, "etp": 1}
+    # And at TP 1 × PP 2 × EP 4 over 8 ranks: TP, PP, EP and the world all changed.
+    resumed_pp = {"world": 8, "tp": 1, "cp": 1, "pp": 2, "ep": 4, "etp": 1}
     return [
+        dict(step_case("step_resharded_tp2_ep2_to_pp2_ep4", **saved), resume=resumed_pp),
         dict(step_case("step_resharded_tp2_ep2_to_ep4", **saved), resume=resumed),
         dict(step_case("step_bug_experts_swapped_on_load", **saved), resume=resumed, bug="experts_swapped_on_load",
              expect={"class": "experts"}),
