@@ -29,13 +29,14 @@ namespace {
 
 }  // namespace
 
-bool holds(const std::string& stem, const ProcessGroups& groups, int rank, const ModelConfig& model) {
+bool holds(const std::string& stem, const ProcessGroups& groups, int rank, const ModelConfig& model, int vpp) {
   const int pp = groups.layout().pp, stage = groups.rank_in(GroupKind::pp, rank);
   if (stem == "embedding") {
     if (stage != 0) return false;
   } else if (stem.starts_with("layer")) {
+    // Chunks of num_layers / (pp·vpp) consecutive layers, dealt to the stages in turn: chunk q on stage q mod pp.
     const int layer = std::stoi(stem.substr(5));
-    if (layer / (model.num_layers / pp) != stage) return false;
+    if ((layer / (model.num_layers / (pp * vpp))) % pp != stage) return false;
   } else if (stage != pp - 1) {
     return false;
   }
@@ -115,6 +116,8 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     d.layout.pp = layout.integer("pp", 1);
     d.layout.ep = layout.integer("ep", 1);
     d.layout.etp = layout.integer("etp", 1);
+    d.vpp = layout.integer("vpp", 1);
+    if (d.vpp < 1) fail(meta_path, "layout: vpp must be >= 1");
     layout.reject_unknown();
     d.layout.validate();
     if (const nlohmann::json* o = top.find("optimizer")) d.optimizer = read_optimizer(*o, meta_path);
@@ -161,9 +164,10 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
       fail(meta_path, std::string("--semantics: ") + e.what());
     }
   }
-  if (h.model.num_layers % d.layout.pp != 0)
-    fail(meta_path, "layout: pp " + std::to_string(d.layout.pp) + " does not divide the model's " +
-                        std::to_string(h.model.num_layers) + " layers (a stage holds num_layers / pp of them)");
+  if (h.model.num_layers % (d.layout.pp * d.vpp) != 0)
+    fail(meta_path, "layout: pp " + std::to_string(d.layout.pp) + " × vpp " + std::to_string(d.vpp) +
+                        " does not divide the model's " + std::to_string(h.model.num_layers) +
+                        " layers (a model chunk holds num_layers / (pp·vpp) of them)");
   d.model = h.model;
   d.seq = h.seq;
   d.global_batch = h.global_batch;
@@ -261,7 +265,7 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     std::set<std::string> ranged;  // the stems of this rank's grad_ranges it holds
     for (auto s : grad_specs) {
       const std::string stem = s.stem.substr(5);
-      if (!holds(stem, groups, r, d.model)) continue;
+      if (!holds(stem, groups, r, d.model, d.vpp)) continue;
       const ParameterShard shard = parameter_shard(stem, groups, r);
       s.shape = shard_shape(s.shape, shard);
       if (d.optimizer) {  // the parameter after the step, beside its gradient
@@ -305,7 +309,7 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
                               " holds no such parameter");
     if (d.optimizer)
       for (const auto& s : input_specs)
-        if (s.first.find(".expert_bias") != std::string::npos && holds(s.first, groups, r, d.model)) {
+        if (s.first.find(".expert_bias") != std::string::npos && holds(s.first, groups, r, d.model, d.vpp)) {
           golden::ModelTensorSpec after = s.second;
           after.stem = "param." + s.first;
           stems.insert(after.stem);

@@ -26,9 +26,9 @@
 // missing a gradient it holds, a gradient it does not hold, a file of another shape or a non-finite value is refused
 // (DumpError), so nothing passes that was not compared.
 //
-// Layouts of data, tensor (with sequence), context, pipeline, expert and expert-tensor parallelism are judged (a
-// pipeline stage holds num_layers / pp consecutive layers; virtual stages are not in the format). It compares the
-// gradients and, where the dump holds them, the grad norm, the lm loss and the parameters after the step.
+// Layouts of data, tensor (with sequence), context, pipeline (with virtual stages: layout.vpp), expert and
+// expert-tensor parallelism are judged. It compares the gradients and, where the dump holds them, the grad norm, the
+// lm loss, the parameters and Adam's moments after the step.
 #pragma once
 
 #include "compare/dump.hpp"
@@ -72,6 +72,7 @@ struct StepDump {
   std::string producer;
   ModelConfig model;
   ParallelLayout layout;
+  int vpp = 1;  // virtual pipeline stages (model chunks) a pipeline rank holds
   int seq = 0, global_batch = 0, micro_batch = 0;
   LossMode loss_mode = LossMode::sum;
   Precision precision = Precision::float64;  // the files' (float64 only), or what the user stated
@@ -104,10 +105,11 @@ struct StepReadOptions {
 StepDump read_step_dump(const std::filesystem::path& dir, const StepReadOptions& options = {});
 
 // Which parameters a step compares, by their role in the model.
-// Whether `rank` of the layout holds the parameter named by its golden stem: its pipeline stage's (layers
-// contiguous, num_layers / pp a stage; the embedding on the first stage, the final norm, the head and any MTP block
-// on the last) and, of the routed experts, its EP rank's.
-bool holds(const std::string& stem, const ProcessGroups& groups, int rank, const ModelConfig& model);
+// Whether `rank` of the layout holds the parameter named by its golden stem: its pipeline stage's layers
+// (num_layers / pp consecutive ones; under vpp virtual stages, chunks of num_layers / (pp·vpp) dealt to the stages in
+// turn, Megatron's interleaving), the embedding on the first stage, the final norm, the head and any MTP block on the
+// last; of the routed experts, its EP rank's.
+bool holds(const std::string& stem, const ProcessGroups& groups, int rank, const ModelConfig& model, int vpp = 1);
 ParameterClass parameter_class(const std::string& stem);
 
 struct StepTensorResult {

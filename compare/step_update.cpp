@@ -218,7 +218,7 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
     t.stem = stem;
     t.cls = ParameterClass::router;
     for (int r = 0; r < d.layout.world; ++r)
-      if (holds(stem, groups, r, d.model))
+      if (holds(stem, groups, r, d.model, d.vpp))
         judge(t, r, d.params_after[static_cast<size_t>(r)].at(stem).reals, want, low, high);
     c.after.push_back(std::move(t));
   }

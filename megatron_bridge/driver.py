@@ -187,7 +187,9 @@ def initialize_parallel(layout):
                                  context_parallel_size=layout.get("cp", 1),
                                  pipeline_model_parallel_size=layout.get("pp", 1),
                                  expert_model_parallel_size=layout.get("ep", 1),
-                                 expert_tensor_parallel_size=layout.get("etp", 1))
+                                 expert_tensor_parallel_size=layout.get("etp", 1),
+                                 virtual_pipeline_model_parallel_size=layout["vpp"] if layout.get("vpp", 1) > 1
+                                 else None)
     torch.manual_seed(0)
     try:
         model_parallel_cuda_manual_seed(0)

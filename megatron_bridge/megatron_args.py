@@ -9,7 +9,7 @@ plan says which:
 - shrunk: the sizes (layers, hidden, expert widths, experts, vocab, sequence, batch) to what a CPU runs in seconds,
   and each parallel axis > 1 to 2, the smallest size that still exercises it (world ≤ 8);
 - not checked: what the step cannot run on CPU or does not model (TransformerEngine, FP8 / bf16, DeepEP, grouped
-  GEMM, fusions, overlap, VPP, attention, MTP, dense layers, dropout, the LR schedule), each with why and what ran instead;
+  GEMM, fusions, overlap, uneven pipeline stages, attention, MTP, dense layers, dropout, the LR schedule), each with why and what ran instead;
 - no effect: flags that do not touch one step's numbers (data, tokenizer, logging, checkpoints, run length);
 and a flag that changes the MoE layer's math in a way the oracle does not model (jitter, forced balancing, sinkhorn,
 LayerNorm, linear biases, a tied head, ...) refuses the whole line with the reason: a verdict on another model would
@@ -51,7 +51,8 @@ SHRUNK = {"num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size",
           "moe_shared_expert_intermediate_size", "vocab_size", "padded_vocab_size", "make_vocab_size_divisible_by",
           "seq_length", "max_position_embeddings", "micro_batch_size", "global_batch_size",
           "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-          "expert_model_parallel_size"}
+          "expert_model_parallel_size", "num_layers_per_virtual_pipeline_stage",
+          "num_virtual_stages_per_pipeline_rank"}
 
 # Flags the step does not run, by what they are; each group's reason says what ran instead.
 NOT_CHECKED = [
@@ -77,11 +78,10 @@ NOT_CHECKED = [
      "communication overlap, FSDP and buffers: the gradients were reduced by Megatron's DDP, unoverlapped"),
     (r"^(use_precision_aware_optimizer|optimizer_cpu_offload|.*optimizer_offload.*)$",
      "optimizer offloading and precision-aware optimizers: the step's optimizer keeps its state in float64"),
-    (r"^(num_layers_per_virtual_pipeline_stage|num_virtual_stages_per_pipeline_rank|"
-     r"decoder_(first|last)_pipeline_num_layers|account_for_(embedding|loss)_in_pipeline_split|"
+    (r"^(decoder_(first|last)_pipeline_num_layers|account_for_(embedding|loss)_in_pipeline_split|"
      r"pipeline_model_parallel_layout|microbatch_group_size_per_vp_stage|overlap_p2p_comm.*|"
      r"variable_seq_lengths|defer_embedding_wgrad_compute)$",
-     "virtual or uneven pipeline stages: the step runs PP with even stages and no interleaving"),
+     "uneven or hand-laid pipeline stages: the step runs even stages, Megatron's default interleaving"),
     (r"^(recompute_.*|moe_layer_recompute|distribute_saved_activations|cpu_offloading.*|moe_paged_stash.*|"
      r"cuda_graph.*|enable_cuda_graph|external_cuda_graph|manual_gc.*|empty_unused_memory_level)$",
      "recomputation, offloading and CUDA graphs change memory, not the numbers: the step ran without them"),
@@ -215,6 +215,15 @@ def shrunk_experts(a, ep):
     return experts
 
 
+def virtual_stages(a):
+    """The model chunks a pipeline rank holds, as Megatron reads its two VPP flags (1: no interleaving)."""
+    if a.num_virtual_stages_per_pipeline_rank:
+        return a.num_virtual_stages_per_pipeline_rank
+    if a.num_layers_per_virtual_pipeline_stage and a.pipeline_model_parallel_size:
+        return a.num_layers // a.pipeline_model_parallel_size // a.num_layers_per_virtual_pipeline_stage
+    return 1
+
+
 def layout_of(a):
     """Every parallel axis > 1 at SMALL; DP 2 where the world stays ≤ 8 (a real run has replicas); the expert mesh
     must fit the same world."""
@@ -305,6 +314,9 @@ def plan(line):
         out["assumed"].append(f"--lr {DEFAULT_LR} (the line gives none)")
 
     layout = layout_of(a)
+    vpp = virtual_stages(a)
+    if vpp > 1 and layout["pp"] > 1:  # interleaved: two model chunks a stage
+        layout["vpp"] = SMALL
     if layout["tp"] > 1 and not a.sequence_parallel:
         raise Refused("TP > 1 without --sequence-parallel: megatron-core 0.19.2 refuses to train MoE layers so "
                       "(moe_layer.py raises); add --sequence-parallel")
@@ -325,7 +337,8 @@ def plan(line):
         layer["shared_expert_ffn_hidden"] = FFN
     micro = 2 * layout["pp"]  # microbatches per replica: several, and a full 1F1B pipeline under PP
     dp = layout["world"] // (layout["tp"] * layout["cp"] * layout["pp"])
-    case = {"model": {"layer": layer, "vocab": VOCAB, "num_layers": max(LAYERS, layout["pp"]),
+    case = {"model": {"layer": layer, "vocab": VOCAB,
+                      "num_layers": max(LAYERS, layout["pp"] * layout.get("vpp", 1)),
                       "rms_eps": a.layernorm_epsilon},
             "layout": layout, "seq": SEQ, "global_batch": dp * micro, "micro_batch": 1, "seed": 1,
             "per_token_loss": bool(a.calculate_per_token_loss), "padding": PADDING, "dispatcher": dispatcher,
@@ -346,6 +359,13 @@ def plan(line):
     said("global_batch_size", a.global_batch_size, f"{case['global_batch']} (micro batch 1, {micro} microbatches "
                                                    f"a replica, {PADDING[1]} positions of every other sequence "
                                                    "masked)")
+    for dest in ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank"):
+        if dest not in given:
+            continue
+        if "vpp" in layout:
+            said(dest, f"{getattr(a, dest)} ({vpp} chunks a stage)", f"{layout['vpp']} chunks a stage")
+        else:  # one chunk a stage, or no PP: nothing to interleave
+            out["kept"].append(f"{flag(dest)} {getattr(a, dest)} ({vpp} chunk a stage: no interleaving)")
     for dest, key in (("tensor_model_parallel_size", "tp"), ("context_parallel_size", "cp"),
                       ("pipeline_model_parallel_size", "pp"), ("expert_model_parallel_size", "ep"),
                       ("expert_tensor_parallel_size", "etp")):

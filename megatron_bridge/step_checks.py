@@ -23,9 +23,9 @@ RICH = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_functi
         "shared_expert_ffn_hidden": 4}
 
 
-def step_case(name, layer, world, ep, batch, micro, seed, tp=1, cp=1, pp=1, etp=1, **extra):
-    case = {"model": {"layer": layer, "vocab": 16, "num_layers": 2},
-            "layout": {"world": world, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp}, "seq": 8,
+def step_case(name, layer, world, ep, batch, micro, seed, tp=1, cp=1, pp=1, etp=1, vpp=1, num_layers=2, **extra):
+    case = {"model": {"layer": layer, "vocab": 16, "num_layers": num_layers},
+            "layout": {"world": world, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp, "vpp": vpp}, "seq": 8,
             "global_batch": batch,
             "micro_batch": micro, "seed": seed}
     case.update(extra)
@@ -58,6 +58,13 @@ def cases():
         dict(step_case("step_bug_optimizer_state_lost_on_load", **saved), resume=resumed,
              bug="optimizer_state_lost_on_load", expect={"optimizer_state": "lost"}),
         step_case("step_pp2_ep2_m4", **pp2_ep2),
+        # VPP 2: four layers in four model chunks (layers 0 and 2 on the first stage), Megatron's interleaved 1F1B.
+        step_case("step_pp2_vpp2_ep2_m4", **dict(pp2_ep2, layer=RICH), vpp=2, num_layers=4),
+        # The first chunk's buffers zeroed before each backward: its gradients (the embedding's, layer 0's) wrong, the
+        # second chunk's (layer 2's, on the same stage) and the last stage's right.
+        dict(step_case("step_bug_grads_reset_each_microbatch_vpp2", **dict(pp2_ep2, layer=RICH), vpp=2,
+                       num_layers=4), bug="grads_reset_each_microbatch",
+             expect={"classes": ["embedding", "norms", "router", "experts"], "passes": ["output layer"]}),
         dict(step_case("step_bug_grads_reset_each_microbatch", **pp2_ep2), bug="grads_reset_each_microbatch",
              expect={"classes": ["embedding", "norms", "router", "experts"], "passes": ["output layer"]}),
         step_case("step_tp2_etp2_ep2_m2", dict(LAYER, shared_expert_ffn_hidden=4), world=4, tp=2, ep=2, etp=2,

@@ -42,15 +42,13 @@ import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import driver  # noqa: E402  (the layer bridge: its TransformerConfig mapping and GLU sharding)
+import driver  # noqa: E402  (the layer bridge: its TransformerConfig mapping)
 import step_bugs  # noqa: E402
+import step_checkpoint  # noqa: E402
+from step_names import megatron_names, routers, stem  # noqa: E402
+from step_optimizer import NO_DECAY, OPTIMIZER, megatron_optimizer, optimizer_state, ranges_of  # noqa: E402
 
 FORMAT = "moe-step/1"
-
-
-def stem(name):
-    """The golden model case's file stem of a parameter: layer0.expert_fc1[3] -> layer0.expert_fc1.3."""
-    return name.replace("[", ".").replace("]", "")
 
 
 def oracle_params(case):
@@ -107,6 +105,9 @@ def transformer_config(case):
     config.calculate_per_token_loss = case.get("per_token_loss", False)
     config.moe_per_layer_logging = False
     config.batch_p2p_comm = False  # one isend / irecv at a time (gloo has no batched p2p)
+    vpp = case["layout"].get("vpp", 1)
+    if vpp > 1:  # virtual stages: model chunks, and Megatron's interleaved 1F1B schedule
+        config.virtual_pipeline_model_parallel_size = vpp
     return config
 
 
@@ -121,7 +122,9 @@ class SequenceParallelRMSNorm:
         return norm
 
 
-def build_model(config, case):
+def build_model(config, case, vp_stage=None):
+    """The GPTModel of one model chunk (vp_stage None without VPP): its layers, and the embedding or the final norm
+    and head where the chunk is the first or the last of the pipeline."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
     from megatron.core.transformer.spec_utils import ModuleSpec
@@ -133,172 +136,14 @@ def build_model(config, case):
     layer = ModuleSpec(module=TransformerLayer,
                        submodules=TransformerLayerSubmodules(pre_mlp_layernorm=SequenceParallelRMSNorm, mlp=moe,
                                                              mlp_bda=get_bias_dropout_add))
-    block = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config),
+    block = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config, vp_stage=vp_stage),
                                        layer_norm=SequenceParallelRMSNorm)
     from megatron.core import parallel_state as ps
     return GPTModel(config, block, vocab_size=case["model"]["vocab"], max_sequence_length=case["seq"],
                     share_embeddings_and_output_weights=False, position_embedding_type="none",
-                    pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage())
-
-
-def stage_layers(case, ps):
-    """The global numbers of this pipeline stage's layers (contiguous, num_layers / pp of them)."""
-    pp, pp_rank = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
-    per_stage = case["model"].get("num_layers", 1) // pp
-    return range(pp_rank * per_stage, (pp_rank + 1) * per_stage)
-
-
-def megatron_names(case, ps):
-    """This rank's trained parameters: Megatron's name -> (oracle name, function giving this rank's shard of the
-    oracle's whole array)."""
-    m = case["model"]
-    c = m["layer"]
-    E = c["num_experts"]
-    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
-    etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
-    ep, ep_rank = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_rank()
-    nle = E // ep
-    rows = lambda a: np.split(a, tp)[tp_rank]  # noqa: E731 - vocab-parallel rows
-    whole = lambda a: a  # noqa: E731
-    # Under PP this rank holds its stage's layers (Megatron numbers them locally), the embedding on the first stage,
-    # the final norm and the head on the last.
-    names = {}
-    if ps.is_pipeline_first_stage():
-        names["embedding.word_embeddings.weight"] = ("embedding", rows)
-    if ps.is_pipeline_last_stage():
-        names["decoder.final_layernorm.weight"] = ("final_norm", whole)
-        names["output_layer.weight"] = ("head", rows)
-    for local, layer in enumerate(stage_layers(case, ps)):
-        meg, ora = f"decoder.layers.{local}.", f"layer{layer}."
-        names[meg + "pre_mlp_layernorm.weight"] = (ora + "block_norm", whole)
-        names[meg + "mlp.router.weight"] = (ora + "router_weight", whole)
-        for i in range(nle):
-            e = ep_rank * nle + i
-            names[meg + f"mlp.experts.local_experts.{i}.linear_fc1.weight"] = (
-                ora + f"expert_fc1[{e}]", lambda a: driver.glu_shard(a, etp_rank, etp))
-            names[meg + f"mlp.experts.local_experts.{i}.linear_fc2.weight"] = (
-                ora + f"expert_fc2[{e}]", lambda a: np.split(a, etp, axis=1)[etp_rank])
-        if c.get("shared_expert_ffn_hidden"):
-            names[meg + "mlp.shared_experts.linear_fc1.weight"] = (
-                ora + "shared_fc1", lambda a: driver.glu_shard(a, tp_rank, tp))
-            names[meg + "mlp.shared_experts.linear_fc2.weight"] = (
-                ora + "shared_fc2", lambda a: np.split(a, tp, axis=1)[tp_rank])
-    return names
-
-
-# Megatron's Adam (torch's AdamW where neither TransformerEngine nor Apex is installed) with weight decay, clipping at
-# a norm the step's gradients exceed.
-OPTIMIZER = {"lr": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "clip_grad": 0.5}
-# The parameter classes Megatron's weight decay skips (get_standard_config_overrides: 1-D parameters and biases).
-NO_DECAY = ["norms"]
-
-
-def megatron_optimizer(model, case):
-    """Megatron's optimizer and its parameter scheduler at a constant lr and weight decay: the scheduler's first
-    step(0), which training.py's setup runs too, gives each parameter group its weight decay (times the group's
-    wd_mult, 0 for the norms); without it every group would decay."""
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-    o = case.get("optimizer", OPTIMIZER)
-    config = OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["lr"], adam_beta1=o["beta1"],
-                             adam_beta2=o["beta2"], adam_eps=o["eps"], weight_decay=o["weight_decay"],
-                             clip_grad=o["clip_grad"], bf16=False, fp16=False, params_dtype=torch.float64,
-                             use_distributed_optimizer=case.get("distributed_optimizer", False))
-    optimizer = get_megatron_optimizer(config, [model], use_gloo_process_groups=False)
-    OptimizerParamScheduler(optimizer, init_lr=o["lr"], max_lr=o["lr"], min_lr=o["lr"], lr_warmup_steps=0,
-                            lr_decay_steps=1, lr_decay_style="constant", start_wd=o["weight_decay"],
-                            end_wd=o["weight_decay"], wd_incr_steps=1, wd_incr_style="constant",
-                            use_checkpoint_opt_param_scheduler=False)
-    return optimizer
-
-
-def optimizer_ranges(optimizer, names, trained):
-    """Under the distributed optimizer: {stem: [start, end]} of each parameter whose gradient this rank's optimizer
-    steps, the flat range of the rank's shard of it (the dense and the expert optimizer each own their parameters)."""
-    ranges = {}
-    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
-        for meg, (ora, _) in names.items():
-            try:
-                r = part._get_model_param_range_map(trained[meg])["param"]
-            except KeyError:  # not this optimizer's parameter, or none of it on this rank
-                continue
-            if r.end > r.start:
-                ranges[stem(ora)] = [int(r.start), int(r.end)]
-    return ranges
-
-
-def optimizer_state(optimizer, names, trained):
-    """Adam's moments after the step of each parameter this rank's optimizer steps: {stem: (exp_avg, exp_avg_sq)},
-    shaped as the parameter (the plain optimizer steps the parameter itself) or as its range (the distributed one
-    steps a view of the range, its state keyed by that view)."""
-    stepped = {}  # the tensor each optimizer keys the state of a model parameter by
-    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
-        if hasattr(part, "model_fp32_groups"):  # DistributedOptimizer
-            for models, shards in zip(part.model_fp32_groups, part.shard_fp32_groups):
-                stepped.update({id(m): (sh, part.optimizer.state) for m, sh in zip(models, shards)})
-        else:
-            stepped.update({id(p): (p, part.optimizer.state) for group in part.optimizer.param_groups
-                            for p in group["params"]})
-    moments = {}
-    for meg, (ora, _) in names.items():
-        key, state = stepped.get(id(trained[meg]), (None, None))
-        if key is not None and key in state:
-            s = state[key]
-            moments[stem(ora)] = (s["exp_avg"].detach().double().numpy(), s["exp_avg_sq"].detach().double().numpy())
-    return moments
-
-
-def ranges_of(case, optimizer, names, trained):
-    """optimizer_ranges under the distributed optimizer; None under the plain one (every shard whole)."""
-    return optimizer_ranges(optimizer, names, trained) if case.get("distributed_optimizer") else None
-
-
-def gather_moments(names, moments, ranges, params, world):
-    """Adam's moments after the step, whole, on every rank (collective): each rank's moments put back where its
-    shard (or its range of the shard) came from. {"exp_avg.<stem>": array, "exp_avg_sq.<stem>": array}."""
-    pieces = []
-    for meg, (ora, shard) in names.items():
-        if stem(ora) not in moments:
-            continue
-        index = shard(np.arange(params[ora].size).reshape(params[ora].shape)).ravel()
-        if ranges is not None:
-            start, end = ranges[stem(ora)]
-            index = index[start:end]
-        for name, values in zip(("exp_avg", "exp_avg_sq"), moments[stem(ora)]):
-            pieces.append((f"{name}.{stem(ora)}", ora, index, values.ravel()))
-    gathered = [None] * world
-    torch.distributed.all_gather_object(gathered, pieces)
-    whole = {}
-    for rank_pieces in gathered:
-        for key, ora, index, values in rank_pieces:
-            whole.setdefault(key, np.full(params[ora].shape, np.nan)).ravel()[index] = values
-    missing = [key for key, a in whole.items() if np.isnan(a).any()]
-    if missing:
-        raise SystemExit(f"step_driver: no rank held all of the moments {missing} after the step")
-    return whole
-
-
-def whole_after(names, trained, gpt, case, ps, params, world):
-    """The parameters after the step, whole, on every rank (collective): each rank's shard put back where its shard
-    function took it from (applied to the whole array's flat indices), and the expert biases."""
-    pieces = []
-    for meg, (ora, shard) in names.items():
-        index = shard(np.arange(params[ora].size).reshape(params[ora].shape))
-        pieces.append((ora, index.ravel(), trained[meg].detach().double().numpy().ravel()))
-    for local, layer in enumerate(stage_layers(case, ps)):
-        bias = getattr(gpt.decoder.layers[local].mlp.router, "expert_bias", None)
-        if bias is not None:
-            pieces.append((f"layer{layer}.expert_bias", np.arange(bias.numel()), bias.detach().double().numpy()))
-    gathered = [None] * world
-    torch.distributed.all_gather_object(gathered, pieces)
-    whole = {name: np.full(a.shape, np.nan) for name, a in params.items()}
-    for rank_pieces in gathered:
-        for name, index, values in rank_pieces:
-            whole[name].ravel()[index] = values
-    missing = [name for name, a in whole.items() if np.isnan(a).any()]
-    if missing:
-        raise SystemExit(f"step_driver: no rank held all of {missing} after the step")
-    return whole
+                    pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+                    post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
+                    vp_stage=vp_stage)
 
 
 def run_rank(rank, world, case, out, port, bug, resume=None):
@@ -315,14 +160,21 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     layout = case["layout"]
+    vpp = layout.get("vpp", 1)
+    if vpp > 1 and resume:
+        raise SystemExit("step_driver: VPP cases run without a checkpoint")
     ps = driver.initialize_parallel(layout)
     config = transformer_config(case)
-    gpt = build_model(config, case)
-    names = megatron_names(case, ps)
-    trained = dict(gpt.named_parameters())
+    # The model chunks this rank holds (one without VPP); every parameter keyed by (chunk, Megatron's name).
+    stages = list(range(vpp)) if vpp > 1 else [None]
+    chunks = [build_model(config, case, v) for v in stages]
+    names = {(c, meg): named for c, v in enumerate(stages)
+             for meg, named in megatron_names(case, ps, config, v).items()}
+    trained = {(c, meg): p for c, gpt in enumerate(chunks) for meg, p in gpt.named_parameters()}
     unknown = sorted(set(trained) - set(names))
     if unknown:
         raise SystemExit(f"step_driver: Megatron's model has parameters the oracle's has not: {unknown}")
+    gpt = chunks[0]  # without VPP, the model
     if "load" in resume:
         # The step starts where the saved one ended: the model from Megatron's checkpoint (resharded to this layout
         # by its loader), the dump's inputs from the whole parameters the saving run had after its step.
@@ -336,16 +188,20 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         with torch.no_grad():
             for meg, (ora, shard) in names.items():
                 trained[meg].copy_(torch.from_numpy(np.ascontiguousarray(shard(params[ora]))))
-            for local, layer in enumerate(stage_layers(case, ps)):
+            for layer, router in routers(chunks, config):
                 bias = params.get(f"layer{layer}.expert_bias")
                 if bias is not None:
-                    gpt.decoder.layers[local].mlp.router.expert_bias.copy_(torch.from_numpy(bias))
+                    router.expert_bias.copy_(torch.from_numpy(bias))
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=False, overlap_grad_reduce=False,
                                                use_distributed_optimizer=case.get("distributed_optimizer", False))
-    model = DistributedDataParallel(config, ddp_config, gpt)
+    # As training.py wraps them: the chunks after the first without their own gradient buckets.
+    models = [DistributedDataParallel(config, ddp_config, chunk, disable_bucketing=c > 0)
+              for c, chunk in enumerate(chunks)]
+    model = models[0]
     config.finalize_model_grads_func = finalize_model_grads
-    model.train()
-    model.zero_grad_buffer()
+    for m in models:
+        m.train()
+        m.zero_grad_buffer()
 
     dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
     tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
@@ -382,8 +238,9 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
-    bug_undo = step_bugs.inject(bug, config, model, ps, loss)  # before the optimizer: a bug may change its groups
-    optimizer = megatron_optimizer(model, case)
+    # Before the optimizer (a bug may change its groups); under VPP a bug sees the first model chunk.
+    bug_undo = step_bugs.inject(bug, config, model, ps, loss)
+    optimizer = megatron_optimizer(models, case)
     moments = None  # Adam's moments the step starts from, whole (None: zero, a first step)
     if "load" in resume:
         # Adam's state from the checkpoint, resharded to this layout by Megatron's loader; the dump's inputs hold it
@@ -393,7 +250,9 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
             wanted = optimizer.sharded_state_dict({"model": gpt.sharded_state_dict()}, is_loading=True)
             optimizer.load_state_dict(dist_checkpointing.load({"optimizer": wanted}, resume["load"])["optimizer"])
         moments = dict(np.load(pathlib.Path(resume["load"]) / "moments_after.npz"))
-    losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=batches(), model=[model],
+    # Each chunk reads the same microbatches in turn (the interleaved schedule takes one iterator a chunk).
+    data = [batches() for _ in chunks] if vpp > 1 else batches()
+    losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=data, model=models,
                                          num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
                                          forward_only=False)
     # The reduced gradients as the optimizer is handed them, before its step clips them.
@@ -417,9 +276,9 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         saved = {"model": gpt.sharded_state_dict()}
         saved["optimizer"] = optimizer.sharded_state_dict(saved)
         dist_checkpointing.save(saved, resume["save"])
-        whole = whole_after(names, trained, gpt, case, ps, params, world)
-        whole_moments = gather_moments(names, optimizer_state(optimizer, names, trained), ranges_of(case, optimizer,
-                                       names, trained), params, world)
+        whole = step_checkpoint.whole_after(names, trained, routers(chunks, config), params, world)
+        whole_moments = step_checkpoint.gather_moments(names, optimizer_state(optimizer, names, trained),
+                                                       ranges_of(case, optimizer, names, trained), params, world)
         if rank == 0:
             np.savez(pathlib.Path(resume["save"]) / "params_after.npz", **whole)
             np.savez(pathlib.Path(resume["save"]) / "moments_after.npz", **whole_moments)
@@ -441,8 +300,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         np.save(rank_dir / f"state.exp_avg_sq.{name}.npy", exp_avg_sq)
     all_ranges = [None] * world
     torch.distributed.all_gather_object(all_ranges, ranges)
-    for local, layer in enumerate(stage_layers(case, ps)):
-        bias = getattr(gpt.decoder.layers[local].mlp.router, "expert_bias", None)
+    for layer, router in routers(chunks, config):
+        bias = getattr(router, "expert_bias", None)
         if bias is not None:
             np.save(rank_dir / f"param.layer{layer}.expert_bias.npy", bias.detach().double().numpy())
     norms = [None] * world
@@ -474,7 +333,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                 "producer": f"megatron-core {info.__version__} on CPU, gloo (megatron_bridge/step_driver.py)",
                 "config": layer,
                 "model": {"num_layers": m.get("num_layers", 1), "vocab": m["vocab"], "rms_eps": m.get("rms_eps", 1e-6)},
-                "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp")},
+                "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp", "vpp")},
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
                 "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam", no_decay=NO_DECAY, state=True,

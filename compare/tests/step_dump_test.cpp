@@ -98,7 +98,12 @@ TEST_F(StepDumpCopy, APipelineThatDoesNotSplitTheLayersIsRefused) {
   j["layout"]["world"] = 12;
   j["layout"]["pp"] = 3;  // 2 layers
   write_meta(j);
-  EXPECT_NE(refusal().find("layout: pp 3 does not divide the model's 2 layers"), std::string::npos);
+  EXPECT_NE(refusal().find("layout: pp 3 × vpp 1 does not divide the model's 2 layers"), std::string::npos);
+  j["layout"]["world"] = 4;
+  j["layout"]["pp"] = 1;
+  j["layout"]["vpp"] = 0;
+  write_meta(j);
+  EXPECT_NE(refusal().find("layout: vpp must be >= 1"), std::string::npos);
 }
 
 TEST_F(StepDumpCopy, UnderPipelineParallelismARankHoldsItsStagesParameters) {
@@ -117,6 +122,13 @@ TEST_F(StepDumpCopy, UnderPipelineParallelismARankHoldsItsStagesParameters) {
   EXPECT_TRUE(holds("layer3.expert_fc1.2", groups, 3, m));
   EXPECT_FALSE(holds("layer3.expert_fc1.1", groups, 3, m));
   EXPECT_FALSE(holds("layer1.expert_fc1.2", groups, 3, m));
+  // Two virtual stages: chunks of one layer dealt in turn, layers 0 and 2 on stage 0, 1 and 3 on stage 1.
+  EXPECT_TRUE(holds("layer0.router_weight", groups, 0, m, 2));
+  EXPECT_TRUE(holds("layer2.router_weight", groups, 0, m, 2));
+  EXPECT_FALSE(holds("layer1.router_weight", groups, 0, m, 2));
+  EXPECT_TRUE(holds("layer3.router_weight", groups, 2, m, 2));
+  EXPECT_TRUE(holds("embedding", groups, 0, m, 2));
+  EXPECT_TRUE(holds("head", groups, 2, m, 2));
 }
 
 TEST_F(StepDumpCopy, UnknownKeysAndFormatsAreRefused) {

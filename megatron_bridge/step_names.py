@@ -1,0 +1,62 @@
+"""Which of the model's parameters a rank holds, by Megatron's names and the oracle's: under PP (and VPP) the layers of
+its model chunks, the embedding on the first stage, the final norm and the head on the last; under TP, ETP and EP
+each as its shard of the oracle's whole array (compare/parameter_shard.hpp's rule, the Megatron side)."""
+import numpy as np
+
+import driver  # the layer bridge's GLU sharding
+
+
+def stem(name):
+    """The golden model case's file stem of a parameter: layer0.expert_fc1[3] -> layer0.expert_fc1.3."""
+    return name.replace("[", ".").replace("]", "")
+
+
+def chunk_layers(config, vp_stage):
+    """The global numbers of one model chunk's layers, as Megatron places them (its offset and layer count for this
+    pipeline rank and virtual stage; vp_stage None without VPP)."""
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
+    return range(offset, offset + get_num_layers_to_build(config, vp_stage=vp_stage))
+
+
+def megatron_names(case, ps, config, vp_stage=None):
+    """One model chunk's trained parameters: Megatron's name -> (oracle name, function giving this rank's shard of
+    the oracle's whole array)."""
+    c = case["model"]["layer"]
+    E = c["num_experts"]
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
+    ep, ep_rank = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_rank()
+    nle = E // ep
+    rows = lambda a: np.split(a, tp)[tp_rank]  # noqa: E731 - vocab-parallel rows
+    whole = lambda a: a  # noqa: E731
+    names = {}
+    if ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage):
+        names["embedding.word_embeddings.weight"] = ("embedding", rows)
+    if ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage):
+        names["decoder.final_layernorm.weight"] = ("final_norm", whole)
+        names["output_layer.weight"] = ("head", rows)
+    for local, layer in enumerate(chunk_layers(config, vp_stage)):  # Megatron numbers a chunk's layers locally
+        meg, ora = f"decoder.layers.{local}.", f"layer{layer}."
+        names[meg + "pre_mlp_layernorm.weight"] = (ora + "block_norm", whole)
+        names[meg + "mlp.router.weight"] = (ora + "router_weight", whole)
+        for i in range(nle):
+            e = ep_rank * nle + i
+            names[meg + f"mlp.experts.local_experts.{i}.linear_fc1.weight"] = (
+                ora + f"expert_fc1[{e}]", lambda a: driver.glu_shard(a, etp_rank, etp))
+            names[meg + f"mlp.experts.local_experts.{i}.linear_fc2.weight"] = (
+                ora + f"expert_fc2[{e}]", lambda a: np.split(a, etp, axis=1)[etp_rank])
+        if c.get("shared_expert_ffn_hidden"):
+            names[meg + "mlp.shared_experts.linear_fc1.weight"] = (
+                ora + "shared_fc1", lambda a: driver.glu_shard(a, tp_rank, tp))
+            names[meg + "mlp.shared_experts.linear_fc2.weight"] = (
+                ora + "shared_fc2", lambda a: np.split(a, tp, axis=1)[tp_rank])
+    return names
+
+
+def routers(chunks, config):
+    """(global layer, router) of every MoE layer of this rank's model chunks."""
+    for v, gpt in enumerate(chunks):
+        for local, layer in enumerate(chunk_layers(config, v if len(chunks) > 1 else None)):
+            yield layer, gpt.decoder.layers[local].mlp.router

@@ -1,0 +1,74 @@
+"""Megatron's optimizer for step_driver's step, and what a step dump records of it: which range of each parameter a
+distributed optimizer steps (grad_ranges) and Adam's moments after the step. `names` maps a model parameter's key
+(step_driver: (chunk, Megatron's name)) to (oracle name, shard function); `trained` the same key to the parameter.
+"""
+import torch
+
+from step_names import stem
+
+
+# Megatron's Adam (torch's AdamW where neither TransformerEngine nor Apex is installed) with weight decay, clipping at
+# a norm the step's gradients exceed.
+OPTIMIZER = {"lr": 0.01, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "clip_grad": 0.5}
+# The parameter classes Megatron's weight decay skips (get_standard_config_overrides: 1-D parameters and biases).
+NO_DECAY = ["norms"]
+
+
+def megatron_optimizer(models, case):
+    """Megatron's optimizer and its parameter scheduler at a constant lr and weight decay: the scheduler's first
+    step(0), which training.py's setup runs too, gives each parameter group its weight decay (times the group's
+    wd_mult, 0 for the norms); without it every group would decay."""
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    o = case.get("optimizer", OPTIMIZER)
+    config = OptimizerConfig(optimizer="adam", lr=o["lr"], min_lr=o["lr"], adam_beta1=o["beta1"],
+                             adam_beta2=o["beta2"], adam_eps=o["eps"], weight_decay=o["weight_decay"],
+                             clip_grad=o["clip_grad"], bf16=False, fp16=False, params_dtype=torch.float64,
+                             use_distributed_optimizer=case.get("distributed_optimizer", False))
+    optimizer = get_megatron_optimizer(config, models, use_gloo_process_groups=False)
+    OptimizerParamScheduler(optimizer, init_lr=o["lr"], max_lr=o["lr"], min_lr=o["lr"], lr_warmup_steps=0,
+                            lr_decay_steps=1, lr_decay_style="constant", start_wd=o["weight_decay"],
+                            end_wd=o["weight_decay"], wd_incr_steps=1, wd_incr_style="constant",
+                            use_checkpoint_opt_param_scheduler=False)
+    return optimizer
+
+
+def optimizer_ranges(optimizer, names, trained):
+    """Under the distributed optimizer: {stem: [start, end]} of each parameter whose gradient this rank's optimizer
+    steps, the flat range of the rank's shard of it (the dense and the expert optimizer each own their parameters)."""
+    ranges = {}
+    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+        for meg, (ora, _) in names.items():
+            try:
+                r = part._get_model_param_range_map(trained[meg])["param"]
+            except KeyError:  # not this optimizer's parameter, or none of it on this rank
+                continue
+            if r.end > r.start:
+                ranges[stem(ora)] = [int(r.start), int(r.end)]
+    return ranges
+
+
+def optimizer_state(optimizer, names, trained):
+    """Adam's moments after the step of each parameter this rank's optimizer steps: {stem: (exp_avg, exp_avg_sq)},
+    shaped as the parameter (the plain optimizer steps the parameter itself) or as its range (the distributed one
+    steps a view of the range, its state keyed by that view)."""
+    stepped = {}  # the tensor each optimizer keys the state of a model parameter by
+    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if hasattr(part, "model_fp32_groups"):  # DistributedOptimizer
+            for models, shards in zip(part.model_fp32_groups, part.shard_fp32_groups):
+                stepped.update({id(m): (sh, part.optimizer.state) for m, sh in zip(models, shards)})
+        else:
+            stepped.update({id(p): (p, part.optimizer.state) for group in part.optimizer.param_groups
+                            for p in group["params"]})
+    moments = {}
+    for meg, (ora, _) in names.items():
+        key, state = stepped.get(id(trained[meg]), (None, None))
+        if key is not None and key in state:
+            s = state[key]
+            moments[stem(ora)] = (s["exp_avg"].detach().double().numpy(), s["exp_avg_sq"].detach().double().numpy())
+    return moments
+
+
+def ranges_of(case, optimizer, names, trained):
+    """optimizer_ranges under the distributed optimizer; None under the plain one (every shard whole)."""
+    return optimizer_ranges(optimizer, names, trained) if case.get("distributed_optimizer") else None
