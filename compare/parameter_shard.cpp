@@ -18,6 +18,10 @@ ParameterShard parameter_shard(const std::string& stem, const ProcessGroups& gro
   if (contains(stem, ".expert_fc2")) return {Split::columns, l.etp, etp_rank};
   if (contains(stem, ".shared_fc1")) return {Split::glu_rows, l.tp, tp_rank};
   if (contains(stem, ".shared_fc2")) return {Split::columns, l.tp, tp_rank};
+  // Attention: q by heads, k and v by key/value groups (each rank's contiguous heads), the output by its columns.
+  if (contains(stem, ".attention_wq") || contains(stem, ".attention_wk") || contains(stem, ".attention_wv"))
+    return {Split::rows, l.tp, tp_rank};
+  if (contains(stem, ".attention_wo")) return {Split::columns, l.tp, tp_rank};
   return {};
 }
 

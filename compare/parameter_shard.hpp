@@ -4,6 +4,8 @@
 //   expert_fc1 [2d, h]           gate rows and up rows each split over etp: shard j is [gate_j; up_j]
 //   expert_fc2 [h, d]            columns split over etp          (row-parallel)
 //   shared_fc1, shared_fc2       as the experts' two, over tp
+//   attention_wq, _wk, _wv       rows split over tp (each rank's heads, and their key/value groups)
+//   attention_wo [h, H·d]        columns split over tp           (row-parallel)
 //   norms, router                whole (replicated; under sequence parallelism Megatron sums their gradients over tp)
 // Which experts a rank holds at all is the EP placement rule (ProcessGroups::experts_of).
 #pragma once

@@ -66,8 +66,10 @@ StepOptimizer read_optimizer(const nlohmann::json& j, const fs::path& meta_path)
     s.state = state->get<bool>();
   }
   if (const nlohmann::json* classes = o.find("no_decay")) {
-    constexpr ParameterClass kAll[] = {ParameterClass::embedding, ParameterClass::norms, ParameterClass::router,
-                                       ParameterClass::experts, ParameterClass::shared_expert, ParameterClass::head};
+    constexpr ParameterClass kAll[] = {ParameterClass::embedding,     ParameterClass::norms,
+                                       ParameterClass::attention,     ParameterClass::router,
+                                       ParameterClass::experts,       ParameterClass::shared_expert,
+                                       ParameterClass::head};
     std::string names;
     for (ParameterClass c : kAll) names += std::string(names.empty() ? "" : ", ") + "'" + to_string(c) + "'";
     if (!classes->is_array()) fail(meta_path, "optimizer.no_decay must be a list of parameter classes: " + names);
@@ -340,6 +342,7 @@ const char* to_string(ParameterClass c) {
   switch (c) {
     case ParameterClass::embedding: return "embedding";
     case ParameterClass::norms: return "norms";
+    case ParameterClass::attention: return "attention";
     case ParameterClass::router: return "router";
     case ParameterClass::experts: return "experts";
     case ParameterClass::shared_expert: return "shared expert";
@@ -352,6 +355,7 @@ ParameterClass parameter_class(const std::string& stem) {
   if (stem == "embedding") return ParameterClass::embedding;
   if (stem == "head") return ParameterClass::head;
   if (stem.find("norm") != std::string::npos) return ParameterClass::norms;
+  if (stem.find(".attention_w") != std::string::npos) return ParameterClass::attention;
   if (stem.find("router") != std::string::npos) return ParameterClass::router;
   if (stem.find(".expert_fc") != std::string::npos) return ParameterClass::experts;
   if (stem.find(".shared_") != std::string::npos) return ParameterClass::shared_expert;
@@ -456,8 +460,9 @@ StepComparison compare_step_dump(const StepDump& d) {
   }
   // A class whose failing tensors are all one factor off (each well explained by its scale, the scales equal to
   // 0.1%): named with its scale and ranks, the missing factor in place of a wall of mismatching elements.
-  for (ParameterClass cls : {ParameterClass::embedding, ParameterClass::norms, ParameterClass::router,
-                             ParameterClass::experts, ParameterClass::shared_expert, ParameterClass::head}) {
+  for (ParameterClass cls : {ParameterClass::embedding, ParameterClass::norms, ParameterClass::attention,
+                             ParameterClass::router, ParameterClass::experts, ParameterClass::shared_expert,
+                             ParameterClass::head}) {
     std::vector<const StepTensorResult*> failing;
     for (const auto& t : c.tensors)
       if (t.cls == cls && !t.pass()) failing.push_back(&t);

@@ -144,7 +144,9 @@ def apply_step():
     """apply(), and the schedules' CUDA allocations on the CPU; returns the patches' names."""
     names = apply()
     from megatron.core.pipeline_parallel import schedules
+    from megatron.core.transformer import utils
     schedules.torch = _TorchOnCpu()
+    utils.torch = _TorchOnCpu()  # the attention's default causal mask, made with device="cuda"
     # Under sequence parallelism the embedding's dropout runs inside the CUDA RNG tracker's fork, whose states the CPU
     # cannot seed. Every dropout of the step has p = 0 (no random number is drawn), so the fork is a no-op.
     from megatron.core.tensor_parallel import random
@@ -153,7 +155,7 @@ def apply_step():
     def fork(self, name=random._MODEL_PARALLEL_RNG_TRACKER_NAME):
         yield
     random.CudaRNGStatesTracker.fork = fork
-    return names + ["schedules' device=\"cuda\" tensors on the CPU", "no CUDA RNG fork (every dropout p = 0)",
+    return names + ["schedules' and the causal mask's device=\"cuda\" tensors on the CPU", "no CUDA RNG fork (every dropout p = 0)",
                     _optimizer_on_cpu()]
 
 

@@ -35,6 +35,9 @@ Each is a kind of bug reported in MoE training frameworks (docs/checking-framewo
   expert_bias_counts_not_reduced
                                 the expert-bias update from this rank's token counts, not the counts summed over
                                 tp·dp·cp (the all-reduce in get_updated_expert_bias dropped): the bias drifts per rank
+  rope_interleaved              RoPE pairing element i with i + 1 (the interleaved, GPT-J convention) in a model whose
+                                weights and reference use rotate-half pairs (i with i + d/2): candle issue 3948,
+                                transformers issue 47328, vllm-ascend PR 12820; the attention's gradients are wrong
   weight_decay_on_norms         the optimizer's weight-decay skips dropped, so the norms' weights decay too (transformers
                                 PR 35927: RMSNorm weights decayed where only LayerNorm was skipped; Fast-LLM issue 542:
                                 norms decayed again after a refactor); the gradients are right, the norms after the step
@@ -187,6 +190,10 @@ def expert_bias_counts_not_reduced(config, model, ps, loss):
     return _set(module, "get_updated_expert_bias", local_update)
 
 
+def rope_interleaved(config, model, ps, loss):
+    return _set(config, "rotary_interleaved", True)
+
+
 def weight_decay_on_norms(config, model, ps, loss):
     import megatron.core.optimizer as optimizer
     return _set(optimizer, "get_standard_config_overrides", lambda config: {})
@@ -197,7 +204,7 @@ BUGS = {f.__name__: f for f in (dense_grads_summed_over_dp, expert_grads_ep_time
                                 grads_reset_each_microbatch,
                                 router_grads_not_reduced_over_tp, aux_z_scale_without_tp,
                                 grad_norm_without_experts, grad_norm_not_reduced,
-                                expert_bias_counts_not_reduced, weight_decay_on_norms)}
+                                expert_bias_counts_not_reduced, weight_decay_on_norms, rope_interleaved)}
 
 
 def inject(name, config, model, ps, loss):

@@ -10,10 +10,11 @@ def gather_moments(names, moments, ranges, params, world):
     """Adam's moments after the step, whole, on every rank (collective): each rank's moments put back where its
     shard (or its range of the shard) came from. {"exp_avg.<stem>": array, "exp_avg_sq.<stem>": array}."""
     pieces = []
-    for _, (ora, shard) in names.items():
+    for held in names.values():
+        ora = held.ora
         if stem(ora) not in moments:
             continue
-        index = shard(np.arange(params[ora].size).reshape(params[ora].shape)).ravel()
+        index = held.shard(np.arange(params[ora].size).reshape(params[ora].shape)).ravel()
         if ranges is not None:
             start, end = ranges[stem(ora)]
             index = index[start:end]
@@ -36,9 +37,9 @@ def whole_after(names, trained, routers, params, world):
     function took it from (applied to the whole array's flat indices), and the expert biases of `routers` ((global
     layer, router) pairs)."""
     pieces = []
-    for key, (ora, shard) in names.items():
-        index = shard(np.arange(params[ora].size).reshape(params[ora].shape))
-        pieces.append((ora, index.ravel(), trained[key].detach().double().numpy().ravel()))
+    for key, held in names.items():
+        index = held.shard(np.arange(params[held.ora].size).reshape(params[held.ora].shape))
+        pieces.append((held.ora, index.ravel(), held.select(trained[key[:2]].detach().double()).numpy().ravel()))
     for layer, router in routers:
         bias = getattr(router, "expert_bias", None)
         if bias is not None:

@@ -18,13 +18,16 @@ import step_driver
 LAYER = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_function": "softmax",
          "aux_loss_type": "aux", "aux_loss_coeff": 0.01}
 GLOBAL_AUX = dict(LAYER, aux_loss_type="global_aux")
+ATTENTION = {"heads": 4, "groups": 2, "head_dim": 4, "rope_base": 10000.0}
 RICH = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_function": "sigmoid", "expert_bias": True,
         "bias_update_rate": 0.001, "aux_loss_type": "seq_aux", "aux_loss_coeff": 0.01, "z_loss_coeff": 0.001,
         "shared_expert_ffn_hidden": 4}
 
 
-def step_case(name, layer, world, ep, batch, micro, seed, tp=1, cp=1, pp=1, etp=1, vpp=1, num_layers=2, **extra):
-    case = {"model": {"layer": layer, "vocab": 16, "num_layers": num_layers},
+def step_case(name, layer, world, ep, batch, micro, seed, tp=1, cp=1, pp=1, etp=1, vpp=1, num_layers=2, attention=None,
+              **extra):
+    case = {"model": {"layer": layer, "vocab": 16, "num_layers": num_layers,
+                      **({"attention": attention} if attention else {})},
             "layout": {"world": world, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp, "vpp": vpp}, "seq": 8,
             "global_batch": batch,
             "micro_batch": micro, "seed": seed}
@@ -57,6 +60,10 @@ def cases():
         # The resumed optimizer given no state: Adam restarts from zero moments (the gradients stay right).
         dict(step_case("step_bug_optimizer_state_lost_on_load", **saved), resume=resumed,
              bug="optimizer_state_lost_on_load", expect={"optimizer_state": "lost"}),
+        # Causal GQA attention with RoPE before every MoE block: 4 heads in 2 key/value groups, head width 4.
+        step_case("step_tp2_ep2_attention", **tp2_ep2, attention=ATTENTION),
+        dict(step_case("step_bug_rope_interleaved", **tp2_ep2, attention=ATTENTION), bug="rope_interleaved",
+             expect={"class": "attention"}),
         step_case("step_pp2_ep2_m4", **pp2_ep2),
         # VPP 2: four layers in four model chunks (layers 0 and 2 on the first stage), Megatron's interleaved 1F1B.
         step_case("step_pp2_vpp2_ep2_m4", **dict(pp2_ep2, layer=RICH), vpp=2, num_layers=4),

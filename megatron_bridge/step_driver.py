@@ -73,6 +73,17 @@ def oracle_params(case):
             p[pre + "shared_fc2"] = rng.normal(0, 1 / np.sqrt(ds), (h, ds))
     p["final_norm"] = 1 + 0.1 * rng.normal(0, 1, h)
     p["head"] = rng.normal(0, 1 / np.sqrt(h), (V, h))
+    a = m.get("attention")
+    if a:  # drawn apart, so a model without attention keeps its values
+        att = np.random.default_rng([case["seed"], 11])
+        q, kv = a["heads"] * a["head_dim"], a["groups"] * a["head_dim"]
+        for layer in range(m.get("num_layers", 1)):
+            pre = f"layer{layer}."
+            p[pre + "attention_norm"] = 1 + 0.1 * att.normal(0, 1, h)
+            p[pre + "attention_wq"] = att.normal(0, 1 / np.sqrt(h), (q, h))
+            p[pre + "attention_wk"] = att.normal(0, 1 / np.sqrt(h), (kv, h))
+            p[pre + "attention_wv"] = att.normal(0, 1 / np.sqrt(h), (kv, h))
+            p[pre + "attention_wo"] = att.normal(0, 1 / np.sqrt(q), (h, q))
     return p
 
 
@@ -105,6 +116,13 @@ def transformer_config(case):
     config.calculate_per_token_loss = case.get("per_token_loss", False)
     config.moe_per_layer_logging = False
     config.batch_p2p_comm = False  # one isend / irecv at a time (gloo has no batched p2p)
+    a = m.get("attention")
+    if a:  # causal GQA with RoPE (rotate-half), Megatron's local attention, unfused
+        config.num_attention_heads, config.num_query_groups = a["heads"], a["groups"]
+        config.kv_channels = a["head_dim"]
+        config.rotary_base = a.get("rope_base", 10000.0)
+        config.masked_softmax_fusion = False
+        config.apply_rope_fusion = False
     vpp = case["layout"].get("vpp", 1)
     if vpp > 1:  # virtual stages: model chunks, and Megatron's interleaved 1F1B schedule
         config.virtual_pipeline_model_parallel_size = vpp
@@ -133,14 +151,31 @@ def build_model(config, case, vp_stage=None):
     from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 
     moe = get_moe_module_spec(use_te=False, num_experts=config.num_moe_experts, moe_grouped_gemm=False)
+    attention = case["model"].get("attention")
+    if attention:  # pre-norm attention before the MoE block: Megatron's local layers
+        from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+        from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+        from megatron.core.transformer.dot_product_attention import DotProductAttention
+        from megatron.core.transformer.enums import AttnMaskType
+        from megatron.core.transformer.identity_op import IdentityOp
+        attention_spec = dict(
+            input_layernorm=SequenceParallelRMSNorm,
+            self_attention=ModuleSpec(module=SelfAttention, params={"attn_mask_type": AttnMaskType.causal},
+                                      submodules=SelfAttentionSubmodules(
+                                          linear_qkv=ColumnParallelLinear, core_attention=DotProductAttention,
+                                          linear_proj=RowParallelLinear, q_layernorm=IdentityOp,
+                                          k_layernorm=IdentityOp)),
+            self_attn_bda=get_bias_dropout_add)
     layer = ModuleSpec(module=TransformerLayer,
                        submodules=TransformerLayerSubmodules(pre_mlp_layernorm=SequenceParallelRMSNorm, mlp=moe,
-                                                             mlp_bda=get_bias_dropout_add))
+                                                             mlp_bda=get_bias_dropout_add,
+                                                             **(attention_spec if attention else {})))
     block = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config, vp_stage=vp_stage),
                                        layer_norm=SequenceParallelRMSNorm)
     from megatron.core import parallel_state as ps
     return GPTModel(config, block, vocab_size=case["model"]["vocab"], max_sequence_length=case["seq"],
-                    share_embeddings_and_output_weights=False, position_embedding_type="none",
+                    share_embeddings_and_output_weights=False,
+                    position_embedding_type="rope" if attention else "none",
                     pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
                     post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
                     vp_stage=vp_stage)
@@ -168,10 +203,11 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
     # The model chunks this rank holds (one without VPP); every parameter keyed by (chunk, Megatron's name).
     stages = list(range(vpp)) if vpp > 1 else [None]
     chunks = [build_model(config, case, v) for v in stages]
-    names = {(c, meg): named for c, v in enumerate(stages)
-             for meg, named in megatron_names(case, ps, config, v).items()}
+    # (chunk, Megatron's name, part) -> Held; trained: (chunk, Megatron's name) -> the parameter.
+    names = {(c, meg, part): held for c, v in enumerate(stages)
+             for (meg, part), held in megatron_names(case, ps, config, v).items()}
     trained = {(c, meg): p for c, gpt in enumerate(chunks) for meg, p in gpt.named_parameters()}
-    unknown = sorted(set(trained) - set(names))
+    unknown = sorted(set(trained) - {key[:2] for key in names})
     if unknown:
         raise SystemExit(f"step_driver: Megatron's model has parameters the oracle's has not: {unknown}")
     gpt = chunks[0]  # without VPP, the model
@@ -186,8 +222,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
     else:
         params = oracle_params(case)
         with torch.no_grad():
-            for meg, (ora, shard) in names.items():
-                trained[meg].copy_(torch.from_numpy(np.ascontiguousarray(shard(params[ora]))))
+            for key, held in names.items():
+                held.put(trained[key[:2]], torch.from_numpy(np.ascontiguousarray(held.shard(params[held.ora]))))
             for layer, router in routers(chunks, config):
                 bias = params.get(f"layer{layer}.expert_bias")
                 if bias is not None:
@@ -256,8 +292,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                                          num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
                                          forward_only=False)
     # The reduced gradients as the optimizer is handed them, before its step clips them.
-    grads = {meg: getattr(trained[meg], "main_grad", None) for meg in names}
-    grads = {meg: None if g is None else g.detach().double().clone() for meg, g in grads.items()}
+    grads = {key: getattr(trained[key[:2]], "main_grad", None) for key in names}
+    grads = {key: None if g is None else names[key].select(g.detach().double()).clone() for key, g in grads.items()}
     updated, grad_norm, _ = optimizer.step()
     bug_undo()
     if not updated:
@@ -286,15 +322,16 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
     rank_dir = pathlib.Path(out) / f"rank{rank}"
     rank_dir.mkdir(parents=True, exist_ok=True)
     ranges = ranges_of(case, optimizer, names, trained)
-    for meg, (ora, _) in names.items():
-        if grads[meg] is None:
-            raise SystemExit(f"step_driver: {meg} has no main_grad after the step")
-        np.save(rank_dir / f"param.{stem(ora)}.npy", trained[meg].detach().double().numpy())
+    for key, held in names.items():
+        if grads[key] is None:
+            raise SystemExit(f"step_driver: {key[1]} has no main_grad after the step")
+        name = stem(held.ora)
+        np.save(rank_dir / f"param.{name}.npy", held.select(trained[key[:2]].detach().double()).numpy())
         if ranges is None:
-            np.save(rank_dir / f"grad.{stem(ora)}.npy", grads[meg].numpy())
-        elif stem(ora) in ranges:  # the elements this rank's optimizer stepped, reduce-scattered to it
-            start, end = ranges[stem(ora)]
-            np.save(rank_dir / f"grad.{stem(ora)}.npy", grads[meg].reshape(-1)[start:end].numpy())
+            np.save(rank_dir / f"grad.{name}.npy", grads[key].numpy())
+        elif name in ranges:  # the elements this rank's optimizer stepped, reduce-scattered to it
+            start, end = ranges[name]
+            np.save(rank_dir / f"grad.{name}.npy", grads[key].reshape(-1)[start:end].numpy())
     for name, (exp_avg, exp_avg_sq) in optimizer_state(optimizer, names, trained).items():
         np.save(rank_dir / f"state.exp_avg.{name}.npy", exp_avg)
         np.save(rank_dir / f"state.exp_avg_sq.{name}.npy", exp_avg_sq)
@@ -332,7 +369,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         meta = {"format": FORMAT,
                 "producer": f"megatron-core {info.__version__} on CPU, gloo (megatron_bridge/step_driver.py)",
                 "config": layer,
-                "model": {"num_layers": m.get("num_layers", 1), "vocab": m["vocab"], "rms_eps": m.get("rms_eps", 1e-6)},
+                "model": {"num_layers": m.get("num_layers", 1), "vocab": m["vocab"], "rms_eps": m.get("rms_eps", 1e-6),
+                          **({"attention": m["attention"]} if m.get("attention") else {})},
                 "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp", "vpp")},
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",

@@ -6,6 +6,25 @@ import numpy as np
 import driver  # the layer bridge's GLU sharding
 
 
+class Held:
+    """One oracle parameter's shard as a rank holds it inside a Megatron parameter: all of it, or (`rows`) some rows
+    of it, as q, k and v share Megatron's fused linear_qkv. `shard` gives this rank's shard of the oracle's whole
+    array; `select` the shard's values from a tensor shaped as the Megatron parameter (the parameter, its main_grad,
+    an Adam moment)."""
+
+    def __init__(self, ora, shard, rows=None):
+        self.ora, self.shard, self.rows = ora, shard, rows
+
+    def select(self, tensor):
+        return tensor if self.rows is None else tensor[self.rows]
+
+    def put(self, param, values):
+        if self.rows is None:
+            param.copy_(values)
+        else:
+            param[self.rows] = values
+
+
 def stem(name):
     """The golden model case's file stem of a parameter: layer0.expert_fc1[3] -> layer0.expert_fc1.3."""
     return name.replace("[", ".").replace("]", "")
@@ -20,38 +39,60 @@ def chunk_layers(config, vp_stage):
     return range(offset, offset + get_num_layers_to_build(config, vp_stage=vp_stage))
 
 
+def qkv_rows(attention, tp):
+    """The rows of this rank's fused linear_qkv weight that hold its q, k and v shards, each in the oracle's row order.
+    Megatron interleaves them by key/value group: for each of the rank's G/tp groups, its H/G query heads, then its
+    key head, then its value head, d rows each."""
+    heads, groups, d = attention["heads"], attention["groups"], attention["head_dim"]
+    per_group = heads // groups
+    local = groups // tp
+    q, k, v = [], [], []
+    for g in range(local):
+        base = g * (per_group + 2) * d
+        q.extend(range(base, base + per_group * d))
+        k.extend(range(base + per_group * d, base + (per_group + 1) * d))
+        v.extend(range(base + (per_group + 1) * d, base + (per_group + 2) * d))
+    return np.array(q), np.array(k), np.array(v)
+
+
 def megatron_names(case, ps, config, vp_stage=None):
-    """One model chunk's trained parameters: Megatron's name -> (oracle name, function giving this rank's shard of
-    the oracle's whole array)."""
+    """One model chunk's trained parameters: (Megatron's name, part) -> Held (part: "q", "k" or "v" of the fused
+    linear_qkv, else None)."""
     c = case["model"]["layer"]
     E = c["num_experts"]
     tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
     ep, ep_rank = ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_rank()
     nle = E // ep
-    rows = lambda a: np.split(a, tp)[tp_rank]  # noqa: E731 - vocab-parallel rows
+    rows = lambda a: np.split(a, tp)[tp_rank]  # noqa: E731 - vocab-parallel rows (and q, k, v by heads)
+    columns = lambda a: np.split(a, tp, axis=1)[tp_rank]  # noqa: E731 - row-parallel columns
     whole = lambda a: a  # noqa: E731
     names = {}
+    attention = case["model"].get("attention")
     if ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage):
-        names["embedding.word_embeddings.weight"] = ("embedding", rows)
+        names["embedding.word_embeddings.weight", None] = Held("embedding", rows)
     if ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage):
-        names["decoder.final_layernorm.weight"] = ("final_norm", whole)
-        names["output_layer.weight"] = ("head", rows)
+        names["decoder.final_layernorm.weight", None] = Held("final_norm", whole)
+        names["output_layer.weight", None] = Held("head", rows)
     for local, layer in enumerate(chunk_layers(config, vp_stage)):  # Megatron numbers a chunk's layers locally
         meg, ora = f"decoder.layers.{local}.", f"layer{layer}."
-        names[meg + "pre_mlp_layernorm.weight"] = (ora + "block_norm", whole)
-        names[meg + "mlp.router.weight"] = (ora + "router_weight", whole)
+        if attention:
+            names[meg + "input_layernorm.weight", None] = Held(ora + "attention_norm", whole)
+            for part, picked in zip("qkv", qkv_rows(attention, tp)):
+                names[meg + "self_attention.linear_qkv.weight", part] = Held(ora + f"attention_w{part}", rows, picked)
+            names[meg + "self_attention.linear_proj.weight", None] = Held(ora + "attention_wo", columns)
+        names[meg + "pre_mlp_layernorm.weight", None] = Held(ora + "block_norm", whole)
+        names[meg + "mlp.router.weight", None] = Held(ora + "router_weight", whole)
         for i in range(nle):
             e = ep_rank * nle + i
-            names[meg + f"mlp.experts.local_experts.{i}.linear_fc1.weight"] = (
+            names[meg + f"mlp.experts.local_experts.{i}.linear_fc1.weight", None] = Held(
                 ora + f"expert_fc1[{e}]", lambda a: driver.glu_shard(a, etp_rank, etp))
-            names[meg + f"mlp.experts.local_experts.{i}.linear_fc2.weight"] = (
+            names[meg + f"mlp.experts.local_experts.{i}.linear_fc2.weight", None] = Held(
                 ora + f"expert_fc2[{e}]", lambda a: np.split(a, etp, axis=1)[etp_rank])
         if c.get("shared_expert_ffn_hidden"):
-            names[meg + "mlp.shared_experts.linear_fc1.weight"] = (
+            names[meg + "mlp.shared_experts.linear_fc1.weight", None] = Held(
                 ora + "shared_fc1", lambda a: driver.glu_shard(a, tp_rank, tp))
-            names[meg + "mlp.shared_experts.linear_fc2.weight"] = (
-                ora + "shared_fc2", lambda a: np.split(a, tp, axis=1)[tp_rank])
+            names[meg + "mlp.shared_experts.linear_fc2.weight", None] = Held(ora + "shared_fc2", columns)
     return names
 
 

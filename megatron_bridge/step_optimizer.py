@@ -1,6 +1,6 @@
 """Megatron's optimizer for step_driver's step, and what a step dump records of it: which range of each parameter a
-distributed optimizer steps (grad_ranges) and Adam's moments after the step. `names` maps a model parameter's key
-(step_driver: (chunk, Megatron's name)) to (oracle name, shard function); `trained` the same key to the parameter.
+distributed optimizer steps (grad_ranges) and Adam's moments after the step. `names` maps (chunk, Megatron's name,
+part) to the oracle parameter it holds (step_names.Held); `trained` (chunk, Megatron's name) to the parameter.
 """
 import torch
 
@@ -38,13 +38,21 @@ def optimizer_ranges(optimizer, names, trained):
     steps, the flat range of the rank's shard of it (the dense and the expert optimizer each own their parameters)."""
     ranges = {}
     for part in getattr(optimizer, "chained_optimizers", [optimizer]):
-        for meg, (ora, _) in names.items():
+        for key, held in names.items():
+            param = trained[key[:2]]
             try:
-                r = part._get_model_param_range_map(trained[meg])["param"]
+                r = part._get_model_param_range_map(param)["param"]
             except KeyError:  # not this optimizer's parameter, or none of it on this rank
                 continue
-            if r.end > r.start:
-                ranges[stem(ora)] = [int(r.start), int(r.end)]
+            if r.end <= r.start:
+                continue
+            if held.rows is None:
+                ranges[stem(held.ora)] = [int(r.start), int(r.end)]
+            elif (r.start, r.end) == (0, param.numel()):  # q, k or v of a fused qkv this rank steps whole
+                ranges[stem(held.ora)] = [0, int(held.select(param).numel())]
+            else:
+                raise SystemExit(f"step_driver: the distributed optimizer split {key[1]} ({r.start}, {r.end}): "
+                                 "its q, k and v parts have no single range each")
     return ranges
 
 
@@ -61,11 +69,16 @@ def optimizer_state(optimizer, names, trained):
             stepped.update({id(p): (p, part.optimizer.state) for group in part.optimizer.param_groups
                             for p in group["params"]})
     moments = {}
-    for meg, (ora, _) in names.items():
-        key, state = stepped.get(id(trained[meg]), (None, None))
-        if key is not None and key in state:
-            s = state[key]
-            moments[stem(ora)] = (s["exp_avg"].detach().double().numpy(), s["exp_avg_sq"].detach().double().numpy())
+    for key, held in names.items():
+        param = trained[key[:2]]
+        keyed, state = stepped.get(id(param), (None, None))
+        if keyed is not None and keyed in state:
+            s = state[keyed]
+            # As the gradient is held: the parameter's shape (plain), its range (distributed), or q, k, v's rows of a
+            # fused qkv (stepped whole: its range ends were checked by optimizer_ranges).
+            shaped = (lambda t: t) if held.rows is None else (lambda t: held.select(t.reshape(param.shape)).reshape(-1)
+                                                               if t.dim() == 1 else held.select(t))
+            moments[stem(held.ora)] = tuple(shaped(s[m].detach().double()).numpy() for m in ("exp_avg", "exp_avg_sq"))
     return moments
 
 
