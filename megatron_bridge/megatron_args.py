@@ -28,7 +28,19 @@ PADDING = [0, 3]  # the loss mask: every other sequence ends in 3 masked positio
 MAX_WORLD = 8
 DEFAULT_LR = 1e-4  # where the line has no --lr (a model's flags without its training flags)
 # Megatron defaults that differ from what the step runs (listed as not checked even when the line does not give them)
-IMPLICIT = {"transformer_impl": ("local",), "hidden_dropout": (0.0,), "attention_dropout": (0.0,)}
+IMPLICIT = {"transformer_impl": ("local",), "hidden_dropout": (0.0,), "attention_dropout": (0.0,),
+            "position_embedding_type": ("rope", "none")}
+
+# The attention's flags. Where they ask for causal GQA or MHA with full rotate-half RoPE and no CP, the step model has
+# that attention (shrunk); otherwise (MLA, qk-norm, partial or scaled or interleaved RoPE, biases, windows, learned
+# positions, CP) its blocks are MoE only and these flags are listed as not checked, with the reason.
+ATTENTION_FLAGS = (r"^(num_attention_heads|group_query_attention|num_query_groups|kv_channels|position_embedding_type|"
+                   r"rotary_.*|use_rotary_position_embeddings|rope_.*|mscale.*|use_rope_scaling|"
+                   r"multi_latent_attention|q_lora_rank|kv_lora_rank|qk_head_dim|qk_pos_emb_head_dim|v_head_dim|"
+                   r"qk_layernorm|qk_l2_norm|apply_wd_to_qk_layernorm|attention_dropout|add_qkv_bias|window_size|"
+                   r"softmax_scale|no_position_embedding|add_position_embedding|experimental_attention_variant|dsa_.*|"
+                   r"csa_.*)$")
+HEAD_DIM = 4
 
 KEPT = {  # Megatron's dest -> the step case's layer key (value as parsed)
     "moe_router_topk": "topk", "moe_router_score_function": "score_function",
@@ -85,13 +97,10 @@ NOT_CHECKED = [
     (r"^(recompute_.*|moe_layer_recompute|distribute_saved_activations|cpu_offloading.*|moe_paged_stash.*|"
      r"cuda_graph.*|enable_cuda_graph|external_cuda_graph|manual_gc.*|empty_unused_memory_level)$",
      "recomputation, offloading and CUDA graphs change memory, not the numbers: the step ran without them"),
-    (r"^(num_attention_heads|group_query_attention|num_query_groups|kv_channels|position_embedding_type|"
-     r"rotary_.*|use_rotary_position_embeddings|rope_.*|no_rope_fusion|apply_rope_fusion|mscale.*|"
-     r"multi_latent_attention|q_lora_rank|kv_lora_rank|qk_head_dim|qk_pos_emb_head_dim|v_head_dim|qk_layernorm|"
-     r"qk_l2_norm|apply_wd_to_qk_layernorm|attention_backend|use_flash_attn|masked_softmax_fusion|attention_dropout|"
-     r"apply_query_key_layer_scaling|add_qkv_bias|window_size|softmax_scale|no_position_embedding|"
-     r"add_position_embedding|experimental_attention_variant|dsa_.*|csa_.*)$",
-     "attention: the step model's blocks are MoE only (the embedding feeds the first block's norm)"),
+    (r"^(attention_backend|use_flash_attn|masked_softmax_fusion|no_rope_fusion|apply_rope_fusion|"
+     r"attention_softmax_in_fp32|apply_query_key_layer_scaling)$",
+     "attention kernels: the step runs Megatron's local, unfused attention (the same math)"),
+    (ATTENTION_FLAGS, "attention: the step model's blocks are MoE only (the embedding feeds the first block's norm)"),
     (r"^(mtp_.*)$", "multi-token prediction: the step model has no MTP depths"),
     (r"^(moe_layer_freq)$", "dense layers: every block of the step model is an MoE block"),
     (r"^(hidden_dropout)$", "dropout: the step runs without it (every dropout p = 0, as the oracle's model)"),
@@ -215,6 +224,25 @@ def shrunk_experts(a, ep):
     return experts
 
 
+def attention_of(a, layout):
+    """(the step model's attention, None) where the flags ask for one the oracle has; else (None, why not)."""
+    if not a.num_attention_heads:
+        return None, "no --num-attention-heads"
+    unmodelled = [(a.multi_latent_attention, "MLA"), (a.qk_layernorm or a.qk_l2_norm, "q/k normalisation"),
+                  (a.position_embedding_type != "rope", f"{a.position_embedding_type} positions"),
+                  (a.rotary_percent != 1.0, f"RoPE on {a.rotary_percent} of a head"),
+                  (a.rotary_interleaved, "interleaved RoPE"), (a.use_rope_scaling, "scaled RoPE"),
+                  (a.add_qkv_bias, "q/k/v biases"), (a.window_size, "a sliding window"),
+                  (layout["cp"] > 1, "CP (its ring attention is TransformerEngine's)")]
+    reasons = [why for bad, why in unmodelled if bad]
+    if reasons:
+        return None, ", ".join(reasons) + " not modelled"
+    # GQA stays GQA (two query heads a group), MHA stays MHA; a group a TP rank at least.
+    groups = layout["tp"]
+    heads = groups * 2 if a.group_query_attention and a.num_query_groups < a.num_attention_heads else groups
+    return {"heads": heads, "groups": groups, "head_dim": HEAD_DIM, "rope_base": float(a.rotary_base)}, ""
+
+
 def virtual_stages(a):
     """The model chunks a pipeline rank holds, as Megatron reads its two VPP flags (1: no interleaving)."""
     if a.num_virtual_stages_per_pipeline_rank:
@@ -259,8 +287,8 @@ def plan(line):
             unknown_flags
     for dest, option in given.items():
         kind = classify(dest)
-        if dest in IMPLICIT and getattr(a, dest) in IMPLICIT[dest]:
-            kind = "kept"  # a flag that asks for what the step runs anyway
+        if dest in IMPLICIT and getattr(a, dest) in IMPLICIT[dest] and not re.match(ATTENTION_FLAGS, dest):
+            kind = "kept"  # a flag that asks for what the step runs anyway (attention's: as the attention goes)
         if dest == "moe_layer_freq" and all(x == 1 for x in moe_layers(a)):
             kind = "kept"  # every layer an MoE layer: the step model's shape
         if kind == "shrunk" and dest.endswith("_parallel_size") and getattr(a, dest) == 1:
@@ -314,6 +342,14 @@ def plan(line):
         out["assumed"].append(f"--lr {DEFAULT_LR} (the line gives none)")
 
     layout = layout_of(a)
+    attention, why_not = attention_of(a, layout)
+    if attention:  # the attention flags the step runs: kept, not "not checked"
+        for reason in [r for r in out["not_checked"] if r.startswith("attention: ")]:
+            out["kept"] += out["not_checked"].pop(reason)
+    elif a.num_attention_heads:
+        for reason in [r for r in out["not_checked"] if r.startswith("attention: ")]:
+            out["not_checked"][f"attention: {why_not}; the step model's blocks are MoE only"] = \
+                out["not_checked"].pop(reason)
     vpp = virtual_stages(a)
     if vpp > 1 and layout["pp"] > 1:  # interleaved: two model chunks a stage
         layout["vpp"] = SMALL
@@ -339,7 +375,7 @@ def plan(line):
     dp = layout["world"] // (layout["tp"] * layout["cp"] * layout["pp"])
     case = {"model": {"layer": layer, "vocab": VOCAB,
                       "num_layers": max(LAYERS, layout["pp"] * layout.get("vpp", 1)),
-                      "rms_eps": a.layernorm_epsilon},
+                      "rms_eps": a.layernorm_epsilon, **({"attention": attention} if attention else {})},
             "layout": layout, "seq": SEQ, "global_batch": dp * micro, "micro_batch": 1, "seed": 1,
             "per_token_loss": bool(a.calculate_per_token_loss), "padding": PADDING, "dispatcher": dispatcher,
             "distributed_optimizer": bool(a.use_distributed_optimizer),
@@ -349,6 +385,11 @@ def plan(line):
     def said(dest, was, now):
         out["shrunk"].append(f"{flag(dest)} {fmt(was)} -> {now}")
     said("num_layers", a.num_layers, case["model"]["num_layers"])
+    if attention:
+        said("num_attention_heads", a.num_attention_heads, attention["heads"])
+        said("num_query_groups", a.num_query_groups if a.group_query_attention else a.num_attention_heads,
+             attention["groups"])
+        said("kv_channels", a.kv_channels or a.hidden_size // a.num_attention_heads, HEAD_DIM)
     said("hidden_size", a.hidden_size, HIDDEN)
     said("moe_ffn_hidden_size", a.moe_ffn_hidden_size or a.ffn_hidden_size, FFN)
     if a.moe_shared_expert_intermediate_size:

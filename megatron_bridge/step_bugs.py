@@ -35,6 +35,9 @@ Each is a kind of bug reported in MoE training frameworks (docs/checking-framewo
   expert_bias_counts_not_reduced
                                 the expert-bias update from this rank's token counts, not the counts summed over
                                 tp·dp·cp (the all-reduce in get_updated_expert_bias dropped): the bias drifts per rank
+  rope_base_not_passed          the model provider leaves the RoPE base out of GPTModel's arguments: its rotary
+                                embedding takes the default 10000 whatever config.rotary_base says (Megatron-LM issue
+                                6585: pretrain_vlm.py silently ignoring --rotary-base); applied when the model is built
   rope_interleaved              RoPE pairing element i with i + 1 (the interleaved, GPT-J convention) in a model whose
                                 weights and reference use rotate-half pairs (i with i + d/2): candle issue 3948,
                                 transformers issue 47328, vllm-ascend PR 12820; the attention's gradients are wrong
@@ -190,6 +193,11 @@ def expert_bias_counts_not_reduced(config, model, ps, loss):
     return _set(module, "get_updated_expert_bias", local_update)
 
 
+def drops_rope_base(name):
+    """rope_base_not_passed (a bug of how the model is built, not of the step): see the module's list."""
+    return name == "rope_base_not_passed"
+
+
 def rope_interleaved(config, model, ps, loss):
     return _set(config, "rotary_interleaved", True)
 
@@ -210,7 +218,7 @@ BUGS = {f.__name__: f for f in (dense_grads_summed_over_dp, expert_grads_ep_time
 def inject(name, config, model, ps, loss):
     """Applies bug `name` (None: nothing) and returns the function that undoes it. `loss` is the driver's loss
     settings (num_microbatches, ce_factor), which a bug in the loss function changes."""
-    if name is None or name in LOAD_BUGS:
+    if name is None or name in LOAD_BUGS or name in BUILD_BUGS:
         return lambda: None
     if name not in BUGS:
         raise SystemExit(f"step_bugs: unknown bug {name!r} (known: {', '.join(sorted(BUGS))})")
@@ -219,6 +227,7 @@ def inject(name, config, model, ps, loss):
 
 
 LOAD_BUGS = ("experts_swapped_on_load", "optimizer_state_lost_on_load")
+BUILD_BUGS = ("rope_base_not_passed",)
 
 
 def skips_optimizer_state(name):

@@ -64,6 +64,10 @@ def cases():
         step_case("step_tp2_ep2_attention", **tp2_ep2, attention=ATTENTION),
         dict(step_case("step_bug_rope_interleaved", **tp2_ep2, attention=ATTENTION), bug="rope_interleaved",
              expect={"class": "attention"}),
+        # Mixtral's and Qwen3's base: where the model provider drops it, Megatron's RoPE runs at 10000.
+        step_case("step_pp2_ep2_attention_base1e6", **pp2_ep2, attention=dict(ATTENTION, rope_base=1e6)),
+        dict(step_case("step_bug_rope_base_not_passed", **pp2_ep2, attention=dict(ATTENTION, rope_base=1e6)),
+             bug="rope_base_not_passed", expect={"class": "attention"}),
         step_case("step_pp2_ep2_m4", **pp2_ep2),
         # VPP 2: four layers in four model chunks (layers 0 and 2 on the first stage), Megatron's interleaved 1F1B.
         step_case("step_pp2_vpp2_ep2_m4", **dict(pp2_ep2, layer=RICH), vpp=2, num_layers=4),
@@ -98,6 +102,9 @@ def cases():
         # Megatron's distributed optimizer: gradients reduce-scattered, each rank stepping its range (grad_ranges).
         step_case("step_ep2_dp4_distributed_optimizer", **dp4_ep2, distributed_optimizer=True),
         step_case("step_tp2_ep2_per_token_distributed_optimizer", **tp2_ep2, distributed_optimizer=True),
+        # Its range of the fused linear_qkv splits q, k and v between two ranks (one contiguous range of each).
+        step_case("step_ep2_dp4_attention_distributed_optimizer", **dp4_ep2, attention=ATTENTION,
+                  distributed_optimizer=True),
         dict(step_case("step_bug_dense_grads_summed_over_dp_distributed_optimizer", **dp4_ep2,
                        distributed_optimizer=True), bug="dense_grads_summed_over_dp",
              expect={"class": "embedding", "scale": 4.0}),

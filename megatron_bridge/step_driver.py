@@ -140,9 +140,11 @@ class SequenceParallelRMSNorm:
         return norm
 
 
-def build_model(config, case, vp_stage=None):
+def build_model(config, case, vp_stage=None, bug=None):
     """The GPTModel of one model chunk (vp_stage None without VPP): its layers, and the embedding or the final norm
-    and head where the chunk is the first or the last of the pipeline."""
+    and head where the chunk is the first or the last of the pipeline. The RoPE base is handed to the constructor, as
+    pretrain_gpt.py's model provider does: GPTModel builds its rotary embedding from that argument, not from
+    config.rotary_base (a seeded bug leaves it out, step_bugs.py)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.moe_module_specs import get_moe_module_spec
     from megatron.core.transformer.spec_utils import ModuleSpec
@@ -176,6 +178,8 @@ def build_model(config, case, vp_stage=None):
     return GPTModel(config, block, vocab_size=case["model"]["vocab"], max_sequence_length=case["seq"],
                     share_embeddings_and_output_weights=False,
                     position_embedding_type="rope" if attention else "none",
+                    **({"rotary_base": attention.get("rope_base", 10000.0)}
+                       if attention and not step_bugs.drops_rope_base(bug) else {}),
                     pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
                     post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
                     vp_stage=vp_stage)
@@ -202,7 +206,7 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
     config = transformer_config(case)
     # The model chunks this rank holds (one without VPP); every parameter keyed by (chunk, Megatron's name).
     stages = list(range(vpp)) if vpp > 1 else [None]
-    chunks = [build_model(config, case, v) for v in stages]
+    chunks = [build_model(config, case, v, bug) for v in stages]
     # (chunk, Megatron's name, part) -> Held; trained: (chunk, Megatron's name) -> the parameter.
     names = {(c, meg, part): held for c, v in enumerate(stages)
              for (meg, part), held in megatron_names(case, ps, config, v).items()}

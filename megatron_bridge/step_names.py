@@ -24,6 +24,24 @@ class Held:
         else:
             param[self.rows] = values
 
+    def part_of_range(self, shape, start, end):
+        """Where the Megatron parameter's flat elements [start, end) (a distributed optimizer's range of it) hold
+        this part: (its own flat range [a, b) or None, the mask of [start, end) that is its). Its rows keep their
+        order inside the parameter, so a contiguous range there is a contiguous range of each part."""
+        idx = np.arange(start, end)
+        if self.rows is None:
+            return (start, end), np.ones(idx.size, dtype=bool)
+        cols = int(np.prod(shape[1:]))
+        position = np.full(shape[0], -1)
+        position[self.rows] = np.arange(len(self.rows))
+        mine = position[idx // cols] >= 0
+        flat = position[idx[mine] // cols] * cols + idx[mine] % cols
+        if flat.size == 0:
+            return None, mine
+        if not np.array_equal(flat, np.arange(flat[0], flat[-1] + 1)):
+            raise SystemExit(f"step_driver: {self.ora}'s part of the range [{start}, {end}) is not contiguous")
+        return (int(flat[0]), int(flat[-1]) + 1), mine
+
 
 def stem(name):
     """The golden model case's file stem of a parameter: layer0.expert_fc1[3] -> layer0.expert_fc1.3."""

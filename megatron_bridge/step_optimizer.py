@@ -46,14 +46,21 @@ def optimizer_ranges(optimizer, names, trained):
                 continue
             if r.end <= r.start:
                 continue
-            if held.rows is None:
-                ranges[stem(held.ora)] = [int(r.start), int(r.end)]
-            elif (r.start, r.end) == (0, param.numel()):  # q, k or v of a fused qkv this rank steps whole
-                ranges[stem(held.ora)] = [0, int(held.select(param).numel())]
-            else:
-                raise SystemExit(f"step_driver: the distributed optimizer split {key[1]} ({r.start}, {r.end}): "
-                                 "its q, k and v parts have no single range each")
+            # A fused qkv's range holds one contiguous range of each of q, k and v (or none of one).
+            mine, _ = held.part_of_range(tuple(param.shape), int(r.start), int(r.end))
+            if mine is not None:
+                ranges[stem(held.ora)] = list(mine)
     return ranges
+
+
+def part_range_map(optimizer, param):
+    """The distributed optimizer's range of `param` on this rank (whichever of its optimizers owns it)."""
+    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+        try:
+            return part._get_model_param_range_map(param)["param"]
+        except KeyError:
+            continue
+    raise SystemExit("step_driver: a stepped parameter no optimizer owns")
 
 
 def optimizer_state(optimizer, names, trained):
@@ -74,10 +81,16 @@ def optimizer_state(optimizer, names, trained):
         keyed, state = stepped.get(id(param), (None, None))
         if keyed is not None and keyed in state:
             s = state[keyed]
-            # As the gradient is held: the parameter's shape (plain), its range (distributed), or q, k, v's rows of a
-            # fused qkv (stepped whole: its range ends were checked by optimizer_ranges).
-            shaped = (lambda t: t) if held.rows is None else (lambda t: held.select(t.reshape(param.shape)).reshape(-1)
-                                                               if t.dim() == 1 else held.select(t))
+            # As the gradient is held: the parameter's shape (plain: q, k, v select their rows of a fused qkv), or
+            # its range (distributed: q, k, v take their elements of it, in order).
+            if s["exp_avg"].dim() == 1 and held.rows is not None:
+                r = part_range_map(optimizer, param)
+                _, picked = held.part_of_range(tuple(param.shape), r.start, r.end)
+                if not picked.any():
+                    continue
+                shaped = lambda t: t[torch.from_numpy(picked)]  # noqa: E731
+            else:
+                shaped = held.select
             moments[stem(held.ora)] = tuple(shaped(s[m].detach().double()).numpy() for m in ("exp_avg", "exp_avg_sq"))
     return moments
 
