@@ -12,10 +12,11 @@ CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "
             "distributed_optimizer": bool (Megatron's DistributedOptimizer; the dump's grad_ranges say which range
             of each parameter's gradient each rank's optimizer stepped)}
 
-The model is the oracle's without attention (reference/model.hpp, heads = 0): a word embedding, blocks
-h + MoE(RMSNorm(h)), a final RMSNorm, an untied output layer and the CE over a loss mask. Megatron builds it as a
-GPTModel whose TransformerLayer has no attention (IdentityOp, as its spec allows) and an RMSNorm before the MoE
-layer. The step goes through Megatron's own machinery: get_forward_backward_func over the microbatches of each
+The model is the oracle's (reference/model.hpp): a word embedding, blocks h + MoE(RMSNorm(h)) — with
+model.attention {heads, groups, head_dim, rope_base} preceded by h + Attn(RMSNorm(h)), causal GQA with rotate-half
+RoPE — a final RMSNorm, an untied output layer and the CE over a loss mask. Megatron builds it as a GPTModel whose
+TransformerLayer has an RMSNorm before the MoE layer and, with attention, its local SelfAttention (fused linear_qkv,
+DotProductAttention, linear_proj; IdentityOp without). The step goes through Megatron's own machinery: get_forward_backward_func over the microbatches of each
 replica (the oracle's sampler order: microbatch i of replica r holds sequences i·b·dp + r·b + [0, b)), the loss
 function of pretrain_gpt (sum of masked CE, token count), DistributedDataParallel with its gradient buffers, and
 finalize_model_grads, then Megatron's optimizer (Adam with weight decay and clipping, torch's AdamW where neither
