@@ -27,6 +27,7 @@ import os
 import pathlib
 import socket
 import sys
+import time
 
 import numpy as np
 
@@ -292,8 +293,27 @@ def run_case(case, out, bug=None):
     if DEVICE == "cuda" and case["layout"]["world"] == 1:
         run_rank(0, 1, case, str(out), free_port(), bug)  # one GPU: in this process (a spawn re-imports Megatron)
         return
-    mp.start_processes(run_rank, args=(case["layout"]["world"], case, str(out), free_port(), bug),
-                       nprocs=case["layout"]["world"], join=True, start_method="spawn" if DEVICE == "cuda" else "fork")
+    join_ranks(mp.start_processes(run_rank, args=(case["layout"]["world"], case, str(out), free_port(), bug),
+                                  nprocs=case["layout"]["world"], join=False,
+                                  start_method="spawn" if DEVICE == "cuda" else "fork"))
+
+
+def join_ranks(ranks):
+    """Waits for a world of ranks (torch.multiprocessing's context), at most MOE_STEP_TIMEOUT seconds (default 600):
+    a rank that hangs (a collective its peers never join) would hold the check forever, so past the bound every rank
+    is killed and the case fails. A rank that raises ends the wait at once, its traceback raised here."""
+    limit = os.environ.get("MOE_STEP_TIMEOUT", "600")
+    if not limit.isdigit() or int(limit) < 1:
+        raise SystemExit(f"MOE_STEP_TIMEOUT={limit!r}: whole seconds, at least 1")
+    deadline = time.monotonic() + int(limit)
+    while not ranks.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in ranks.processes:
+                if process.is_alive():
+                    process.kill()
+            # An error, not an exit: the check reports the case and goes on to the next.
+            raise RuntimeError(f"the {len(ranks.processes)} ranks ran past MOE_STEP_TIMEOUT={limit} s and were "
+                               "killed (a rank waiting on a collective its peers never joined?)")
 
 
 if __name__ == "__main__":

@@ -414,8 +414,9 @@ def run_case(case, out, bug=None, resume=None):
     if verbose not in ("0", "1"):
         raise SystemExit(f"step_driver: MOE_STEP_VERBOSE={verbose!r}: 0 or 1")
     world = case["layout"]["world"]
-    mp.start_processes(run_quietly, args=(verbose == "0", world, case, str(out), driver.free_port(), bug, resume),
-                       nprocs=world, join=True, start_method="fork")
+    driver.join_ranks(mp.start_processes(run_quietly, args=(verbose == "0", world, case, str(out),
+                                                            driver.free_port(), bug, resume),
+                                         nprocs=world, join=False, start_method="fork"))
 
 
 def run_quietly(rank, quiet, *args):
