@@ -11,6 +11,7 @@
 #include "golden/npy.hpp"
 #include "reference/presets.hpp"
 #include "reference/process_groups.hpp"
+#include "reference/trajectory.hpp"
 #include "storage/durable_files.hpp"
 
 #include <nlohmann/json.hpp>
@@ -27,6 +28,8 @@ enum class StepControl {
 constexpr int kSeq = 8, kBatch = 8, kMicroBatch = 1;
 // The parameter the parameter_moved control moves after the step (on rank 2, element 0).
 const std::string kMovedParameter = "head";
+// The moment the moment control puts 1% off (rank 2's second moment of that parameter).
+const std::string kMovedMoment = "exp_avg_sq." + kMovedParameter;
 // The gradient range the range control leaves out of rank 1's dump (its data-parallel peer holds the other half).
 const std::string kLeftOutRange = "final_norm";
 
@@ -86,14 +89,52 @@ golden::NpyArray dump_array(const dist::ShardTensor<double>& t, const std::vecto
   return golden::NpyArray::of_reals(shape, std::move(values));
 }
 
+// Moments of every trained tensor (state.m or state.v, in trained_tensors order) as `params`' tensors, whole.
+ModelParams<double> moments_as_params(const ModelConfig& m, ModelParams<double> like,
+                                      const std::vector<std::vector<double>>& moments) {
+  const auto views = trained_tensors(m, like);
+  for (size_t i = 0; i < views.size(); ++i) std::copy(moments.at(i).begin(), moments.at(i).end(), views[i].data);
+  return like;
+}
+
+// The whole moments of `state` as one rank's optimizer holds them: the shard's tensors, as shard_model cuts them.
+dist::ShardMoments shard_moments(const ModelConfig& m, const ModelParams<double>& like, const AdamState& state,
+                                 const ProcessGroups& groups, int rank) {
+  dist::ShardMoments out;
+  out.step = state.step;
+  for (const auto* moments : {&state.m, &state.v}) {
+    dist::ModelShard<double> shard = dist::shard_model(m, moments_as_params(m, like, *moments), groups, rank);
+    auto& into = moments == &state.m ? out.m : out.v;
+    for (const auto& t : dist::shard_tensors(shard, 0)) into.emplace_back(t.data, t.data + t.size);
+  }
+  return out;
+}
+
 // The parallel system's step on `layout`, every rank's synchronised gradients, its optimizer's step (the grad norm
-// it reports, the parameters and expert biases after) written as compare/step_dump.hpp says.
+// it reports, the parameters and expert biases after) written as compare/step_dump.hpp says. With steps_before 1
+// the step is the second: it starts from the oracle's first step (its parameters and Adam moments, in inputs/), as a
+// run resumed from a checkpoint does.
 void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, StepControl control,
-                     const fs::path& dir) {
+                     const fs::path& dir, int steps_before) {
   const ModelConfig m = step_model();
-  const ModelParams<double> params = random_model_params<double>(m, 71);
+  ModelParams<double> params = random_model_params<double>(m, 71);
   const GlobalBatch batch = random_global_batch(m, kSeq, kBatch, 72, {0, 3, 0, 1, 0, 0, 2, 0});
+  AdamState before;  // the moments the step starts from (empty: zero, a first step)
+  if (steps_before > 0) {
+    TrajectoryPoint first = reference_trajectory(m, params, {batch}, layout, kMicroBatch, LossMode::sum,
+                                                 step_optimizer())
+                                .front();
+    params = std::move(first.params);
+    before = std::move(first.adam);
+  }
   write_inputs(m, params, batch, dir / "inputs");
+  if (steps_before > 0)
+    for (const auto& [prefix, moments] : {std::pair{"exp_avg.", &before.m}, std::pair{"exp_avg_sq.", &before.v}}) {
+      ModelParams<double> as_params = moments_as_params(m, params, *moments);
+      for (const auto& v : trained_tensors(m, as_params))
+        golden::write_npy(dir / "inputs" / (prefix + golden::tensor_file_stem(v.name) + ".npy"),
+                          real_array(v.shape, v.data, v.size));
+    }
   ModelParams<double> shapes = params;  // the whole shapes of the gradients, by name
   std::map<std::string, std::vector<Eigen::Index>> shape_of;
   for (const auto& v : trained_tensors(m, shapes)) shape_of[v.name] = v.shape;
@@ -113,6 +154,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
     dist::RankStep raw = dist::train_step(m, shard, batch, groups, comms, options);
     dist::ModelShard<double> after = shard;
     dist::RankOptimizer optimizer(m, {step_optimizer(), distributed_optimizer}, groups, comms, after, LossMode::sum);
+    if (steps_before > 0) optimizer.set_moments(shard_moments(m, params, before, groups, rank));
     optimizer.step(raw.grads, raw.global_tokens);
     const dist::ShardMoments moments = optimizer.moments();  // whole tensors of this rank's shard (collective)
     norms[static_cast<size_t>(rank)] = optimizer.last_grad_norm() * (control == StepControl::grad_norm_off && rank == 1
@@ -185,17 +227,17 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
       {"loss_mode", "sum"},
       {"optimizer", {{"kind", "adam"}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1}, {"beta2", o.adam.beta2},
                      {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay}, {"clip_grad", o.clip_grad},
-                     {"state", true}}},
+                     {"state", true}, {"steps_before", steps_before}}},
       {"reported", {{"grad_norm", norms}}}};
   if (distributed_optimizer) meta["grad_ranges"] = ranges;
   storage::write_file_synced(dir / compare::kStepJson, meta.dump(2));
 }
 
 RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout, bool distributed_optimizer,
-                          StepControl control, const fs::path& scratch) {
+                          StepControl control, const fs::path& scratch, int steps_before = 0) {
   const fs::path dir = scratch / "compare-step-round-trip";
   fs::remove_all(dir);
-  write_step_dump(layout, distributed_optimizer, control, dir);
+  write_step_dump(layout, distributed_optimizer, control, dir, steps_before);
   RoundTrip t{name, layout, false, 0, "", ""};
   switch (control) {
     case StepControl::none: break;
@@ -228,7 +270,7 @@ RoundTrip step_round_trip(const std::string& name, const ParallelLayout& layout,
         break;
       case StepControl::moment_off: {
         const auto* f = c.first_failure();
-        t.pass = !c.pass() && f && f->stem == "exp_avg_sq." + kMovedParameter && f->first_rank == 2 &&
+        t.pass = !c.pass() && f && f->stem == kMovedMoment && f->first_rank == 2 &&
                  std::all_of(c.tensors.begin(), c.tensors.end(), [](const auto& r) { return r.pass(); }) &&
                  std::all_of(c.after.begin(), c.after.end(), [](const auto& r) { return r.pass(); });
         if (!t.pass) t.first_failure = "Adam's second moment of the head 1% off on rank 2 was not named";
@@ -284,7 +326,11 @@ std::vector<RoundTrip> step_round_trips(const fs::path& scratch) {
           step_round_trip("tiny-v4 step, a gradient range no rank holds (must be refused)", tp2_ep2, true,
                           StepControl::range_left_out, scratch),
           step_round_trip("tiny-v4 step, an Adam moment 1% off (must fail)", ep2, false, StepControl::moment_off,
-                          scratch)};
+                          scratch),
+          // Adam's second step from the oracle's first, as a resumed run: DDP on EP 2, the distributed optimizer on
+          // TP 2 × EP 2.
+          step_round_trip(step + ", resumed: Adam's second step", ep2, false, StepControl::none, scratch, 1),
+          step_round_trip(step + ", resumed, distributed optimizer", tp2_ep2, true, StepControl::none, scratch, 1)};
 }
 
 }  // namespace moe::cli
