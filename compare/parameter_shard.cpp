@@ -22,6 +22,7 @@ ParameterShard parameter_shard(const std::string& stem, const ProcessGroups& gro
   if (contains(stem, ".attention_wq") || contains(stem, ".attention_wk") || contains(stem, ".attention_wv"))
     return {Split::rows, l.tp, tp_rank};
   if (contains(stem, ".attention_wo")) return {Split::columns, l.tp, tp_rank};
+  if (contains(stem, ".eh_proj")) return {Split::rows, l.tp, tp_rank};  // an MTP depth's column-parallel projection
   return {};
 }
 

@@ -6,6 +6,7 @@
 //   shared_fc1, shared_fc2       as the experts' two, over tp
 //   attention_wq, _wk, _wv       rows split over tp (each rank's heads, and their key/value groups)
 //   attention_wo [h, H·d]        columns split over tp           (row-parallel)
+//   mtp<k>.eh_proj [h, 2h]       rows split over tp              (column-parallel)
 //   norms, router                whole (replicated; under sequence parallelism Megatron sums their gradients over tp)
 // Which experts a rank holds at all is the EP placement rule (ProcessGroups::experts_of).
 #pragma once

@@ -69,7 +69,7 @@ StepOptimizer read_optimizer(const nlohmann::json& j, const fs::path& meta_path)
     constexpr ParameterClass kAll[] = {ParameterClass::embedding,     ParameterClass::norms,
                                        ParameterClass::attention,     ParameterClass::router,
                                        ParameterClass::experts,       ParameterClass::shared_expert,
-                                       ParameterClass::head};
+                                       ParameterClass::mtp_projection, ParameterClass::head};
     std::string names;
     for (ParameterClass c : kAll) names += std::string(names.empty() ? "" : ", ") + "'" + to_string(c) + "'";
     if (!classes->is_array()) fail(meta_path, "optimizer.no_decay must be a list of parameter classes: " + names);
@@ -346,6 +346,7 @@ const char* to_string(ParameterClass c) {
     case ParameterClass::router: return "router";
     case ParameterClass::experts: return "experts";
     case ParameterClass::shared_expert: return "shared expert";
+    case ParameterClass::mtp_projection: return "MTP projection";
     case ParameterClass::head: return "output layer";
   }
   return "?";
@@ -359,6 +360,7 @@ ParameterClass parameter_class(const std::string& stem) {
   if (stem.find("router") != std::string::npos) return ParameterClass::router;
   if (stem.find(".expert_fc") != std::string::npos) return ParameterClass::experts;
   if (stem.find(".shared_") != std::string::npos) return ParameterClass::shared_expert;
+  if (stem.find(".eh_proj") != std::string::npos) return ParameterClass::mtp_projection;
   return ParameterClass::embedding;
 }
 
@@ -462,7 +464,7 @@ StepComparison compare_step_dump(const StepDump& d) {
   // 0.1%): named with its scale and ranks, the missing factor in place of a wall of mismatching elements.
   for (ParameterClass cls : {ParameterClass::embedding, ParameterClass::norms, ParameterClass::attention,
                              ParameterClass::router, ParameterClass::experts, ParameterClass::shared_expert,
-                             ParameterClass::head}) {
+                             ParameterClass::mtp_projection, ParameterClass::head}) {
     std::vector<const StepTensorResult*> failing;
     for (const auto& t : c.tensors)
       if (t.cls == cls && !t.pass()) failing.push_back(&t);

@@ -54,7 +54,7 @@ inline constexpr const char* kStepJson = "step.json";
 // Whether `dir` holds a step dump (step.json) rather than a layer dump (dump.json).
 bool is_step_dump(const std::filesystem::path& dir);
 
-enum class ParameterClass { embedding, norms, attention, router, experts, shared_expert, head };
+enum class ParameterClass { embedding, norms, attention, router, experts, shared_expert, mtp_projection, head };
 const char* to_string(ParameterClass c);
 
 // The optimizer a step dump ran: Adam (torch's AdamW) from zero moments, clipping at clip_grad when > 0, its weight

@@ -41,6 +41,7 @@ ATTENTION_FLAGS = (r"^(num_attention_heads|group_query_attention|num_query_group
                    r"softmax_scale|no_position_embedding|add_position_embedding|experimental_attention_variant|dsa_.*|"
                    r"csa_.*)$")
 HEAD_DIM = 4
+MTP_REASON = "multi-token prediction: Megatron's MTP layer is built around the attention, which the step does not run"
 
 KEPT = {  # Megatron's dest -> the step case's layer key (value as parsed)
     "moe_router_topk": "topk", "moe_router_score_function": "score_function",
@@ -101,7 +102,8 @@ NOT_CHECKED = [
      r"attention_softmax_in_fp32|apply_query_key_layer_scaling)$",
      "attention kernels: the step runs Megatron's local, unfused attention (the same math)"),
     (ATTENTION_FLAGS, "attention: the step model's blocks are MoE only (the embedding feeds the first block's norm)"),
-    (r"^(mtp_.*)$", "multi-token prediction: the step model has no MTP depths"),
+    (r"^(mtp_num_layers|mtp_loss_scaling_factor)$", MTP_REASON),
+    (r"^(mtp_.*)$", "MTP variants (standalone, repeated layer, detached heads, hybrid): the step runs plain depths"),
     (r"^(moe_layer_freq)$", "dense layers: every block of the step model is an MoE block"),
     (r"^(hidden_dropout)$", "dropout: the step runs without it (every dropout p = 0, as the oracle's model)"),
     (r"^(start_weight_decay|end_weight_decay|weight_decay_incr_style)$",
@@ -350,6 +352,9 @@ def plan(line):
         for reason in [r for r in out["not_checked"] if r.startswith("attention: ")]:
             out["not_checked"][f"attention: {why_not}; the step model's blocks are MoE only"] = \
                 out["not_checked"].pop(reason)
+    mtp = bool(attention and a.mtp_num_layers)  # MTP depths after the main model (Megatron's need attention)
+    if mtp:
+        out["kept"] += out["not_checked"].pop(MTP_REASON, [])
     vpp = virtual_stages(a)
     if vpp > 1 and layout["pp"] > 1:  # interleaved: two model chunks a stage
         layout["vpp"] = SMALL
@@ -375,7 +380,9 @@ def plan(line):
     dp = layout["world"] // (layout["tp"] * layout["cp"] * layout["pp"])
     case = {"model": {"layer": layer, "vocab": VOCAB,
                       "num_layers": max(LAYERS, layout["pp"] * layout.get("vpp", 1)),
-                      "rms_eps": a.layernorm_epsilon, **({"attention": attention} if attention else {})},
+                      "rms_eps": a.layernorm_epsilon, **({"attention": attention} if attention else {}),
+                      **({"mtp_depth": min(a.mtp_num_layers, 2), "mtp_loss_scale": a.mtp_loss_scaling_factor}
+                         if mtp else {})},
             "layout": layout, "seq": SEQ, "global_batch": dp * micro, "micro_batch": 1, "seed": 1,
             "per_token_loss": bool(a.calculate_per_token_loss), "padding": PADDING, "dispatcher": dispatcher,
             "distributed_optimizer": bool(a.use_distributed_optimizer),
@@ -385,11 +392,14 @@ def plan(line):
     def said(dest, was, now):
         out["shrunk"].append(f"{flag(dest)} {fmt(was)} -> {now}")
     said("num_layers", a.num_layers, case["model"]["num_layers"])
+    if mtp and a.mtp_num_layers > 2:
+        said("mtp_num_layers", a.mtp_num_layers, 2)
     if attention:
         said("num_attention_heads", a.num_attention_heads, attention["heads"])
         said("num_query_groups", a.num_query_groups if a.group_query_attention else a.num_attention_heads,
              attention["groups"])
-        said("kv_channels", a.kv_channels or a.hidden_size // a.num_attention_heads, HEAD_DIM)
+        said("kv_channels", a.kv_channels or (a.hidden_size // a.num_attention_heads if a.hidden_size else
+                                              "(hidden / heads)"), HEAD_DIM)
     said("hidden_size", a.hidden_size, HIDDEN)
     said("moe_ffn_hidden_size", a.moe_ffn_hidden_size or a.ffn_hidden_size, FFN)
     if a.moe_shared_expert_intermediate_size:

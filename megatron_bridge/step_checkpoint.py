@@ -34,16 +34,16 @@ def gather_moments(names, moments, ranges, params, world):
 
 def whole_after(names, trained, routers, params, world):
     """The parameters after the step, whole, on every rank (collective): each rank's shard put back where its shard
-    function took it from (applied to the whole array's flat indices), and the expert biases of `routers` ((global
-    layer, router) pairs)."""
+    function took it from (applied to the whole array's flat indices), and the expert biases of `routers` ((block
+    prefix, router) pairs)."""
     pieces = []
     for key, held in names.items():
         index = held.shard(np.arange(params[held.ora].size).reshape(params[held.ora].shape))
         pieces.append((held.ora, index.ravel(), held.select(trained[key[:2]].detach().double()).numpy().ravel()))
-    for layer, router in routers:
+    for block, router in routers:
         bias = getattr(router, "expert_bias", None)
         if bias is not None:
-            pieces.append((f"layer{layer}.expert_bias", np.arange(bias.numel()), bias.detach().double().numpy()))
+            pieces.append((block + "expert_bias", np.arange(bias.numel()), bias.detach().double().numpy()))
     gathered = [None] * world
     torch.distributed.all_gather_object(gathered, pieces)
     whole = {name: np.full(a.shape, np.nan) for name, a in params.items()}

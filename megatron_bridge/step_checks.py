@@ -25,9 +25,10 @@ RICH = {"hidden": 8, "num_experts": 4, "topk": 2, "ffn_hidden": 4, "score_functi
 
 
 def step_case(name, layer, world, ep, batch, micro, seed, tp=1, cp=1, pp=1, etp=1, vpp=1, num_layers=2, attention=None,
-              **extra):
+              mtp_depth=0, **extra):
     case = {"model": {"layer": layer, "vocab": 16, "num_layers": num_layers,
-                      **({"attention": attention} if attention else {})},
+                      **({"attention": attention} if attention else {}),
+                      **({"mtp_depth": mtp_depth, "mtp_loss_scale": 0.3} if mtp_depth else {})},
             "layout": {"world": world, "tp": tp, "cp": cp, "pp": pp, "ep": ep, "etp": etp, "vpp": vpp}, "seq": 8,
             "global_batch": batch,
             "micro_batch": micro, "seed": seed}
@@ -64,6 +65,12 @@ def cases():
         step_case("step_tp2_ep2_attention", **tp2_ep2, attention=ATTENTION),
         dict(step_case("step_bug_rope_interleaved", **tp2_ep2, attention=ATTENTION), bug="rope_interleaved",
              expect={"class": "attention"}),
+        # Multi-token prediction (one depth, λ 0.3) after the attention model; per-token loss over uneven padding.
+        step_case("step_tp2_ep2_attention_mtp", **tp2_ep2, attention=ATTENTION, mtp_depth=1),
+        # Megatron weighs each rank's depth CE by its own token ratio (mtp-per-token-local-ratio): without it, a
+        # failure.
+        dict(step_case("step_mtp_without_per_token_local_ratio", **tp2_ep2, attention=ATTENTION, mtp_depth=1),
+             semantics="megatron-core-0.19,-mtp-per-token-local-ratio", expect={"fails": True}),
         # Mixtral's and Qwen3's base: where the model provider drops it, Megatron's RoPE runs at 10000.
         step_case("step_pp2_ep2_attention_base1e6", **pp2_ep2, attention=dict(ATTENTION, rope_base=1e6)),
         dict(step_case("step_bug_rope_base_not_passed", **pp2_ep2, attention=dict(ATTENTION, rope_base=1e6)),

@@ -74,12 +74,32 @@ def oracle_params(case):
             p[pre + "shared_fc2"] = rng.normal(0, 1 / np.sqrt(ds), (h, ds))
     p["final_norm"] = 1 + 0.1 * rng.normal(0, 1, h)
     p["head"] = rng.normal(0, 1 / np.sqrt(h), (V, h))
+    depth = m.get("mtp_depth", 0)
+    if depth:  # each depth's enorm, hnorm, eh_proj, block and final norm, drawn apart (the main model keeps its values)
+        mtp = np.random.default_rng([case["seed"], 13])
+        for k in range(depth):
+            pre = f"mtp{k}."
+            p[pre + "enorm"] = 1 + 0.1 * mtp.normal(0, 1, h)
+            p[pre + "hnorm"] = 1 + 0.1 * mtp.normal(0, 1, h)
+            p[pre + "eh_proj"] = mtp.normal(0, 1 / np.sqrt(2 * h), (h, 2 * h))
+            p[pre + "block_norm"] = 1 + 0.1 * mtp.normal(0, 1, h)
+            p[pre + "router_weight"] = mtp.normal(0, 1 / np.sqrt(h), (E, h))
+            for e in range(E):
+                p[pre + f"expert_fc1[{e}]"] = mtp.normal(0, 1 / np.sqrt(h), (2 * d, h))
+                p[pre + f"expert_fc2[{e}]"] = mtp.normal(0, 1 / np.sqrt(d), (h, d))
+            if c.get("expert_bias"):
+                p[pre + "expert_bias"] = mtp.integers(-8, 9, E) / 64.0
+            ds = c.get("shared_expert_ffn_hidden") or 0
+            if ds:
+                p[pre + "shared_fc1"] = mtp.normal(0, 1 / np.sqrt(h), (2 * ds, h))
+                p[pre + "shared_fc2"] = mtp.normal(0, 1 / np.sqrt(ds), (h, ds))
+            p[pre + "final_norm"] = 1 + 0.1 * mtp.normal(0, 1, h)
     a = m.get("attention")
     if a:  # drawn apart, so a model without attention keeps its values
         att = np.random.default_rng([case["seed"], 11])
         q, kv = a["heads"] * a["head_dim"], a["groups"] * a["head_dim"]
-        for layer in range(m.get("num_layers", 1)):
-            pre = f"layer{layer}."
+        blocks = [f"layer{layer}." for layer in range(m.get("num_layers", 1))] + [f"mtp{k}." for k in range(depth)]
+        for pre in blocks:
             p[pre + "attention_norm"] = 1 + 0.1 * att.normal(0, 1, h)
             p[pre + "attention_wq"] = att.normal(0, 1 / np.sqrt(h), (q, h))
             p[pre + "attention_wk"] = att.normal(0, 1 / np.sqrt(h), (kv, h))
@@ -124,6 +144,9 @@ def transformer_config(case):
         config.rotary_base = a.get("rope_base", 10000.0)
         config.masked_softmax_fusion = False
         config.apply_rope_fusion = False
+    if m.get("mtp_depth"):  # multi-token prediction after the main model, on the last stage
+        config.mtp_num_layers = m["mtp_depth"]
+        config.mtp_loss_scaling_factor = m.get("mtp_loss_scale", 0.1)
     vpp = case["layout"].get("vpp", 1)
     if vpp > 1:  # virtual stages: model chunks, and Megatron's interleaved 1F1B schedule
         config.virtual_pipeline_model_parallel_size = vpp
@@ -176,14 +199,23 @@ def build_model(config, case, vp_stage=None, bug=None):
     block = TransformerBlockSubmodules(layer_specs=[layer] * get_num_layers_to_build(config, vp_stage=vp_stage),
                                        layer_norm=SequenceParallelRMSNorm)
     from megatron.core import parallel_state as ps
+    mtp = None
+    last = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+    if case["model"].get("mtp_depth") and last:  # each depth: its norms, eh_proj, a layer like the main ones
+        from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+        from megatron.core.transformer.multi_token_prediction import (
+            MultiTokenPredictionBlockSubmodules, MultiTokenPredictionLayer, MultiTokenPredictionLayerSubmodules)
+        depth = ModuleSpec(module=MultiTokenPredictionLayer, submodules=MultiTokenPredictionLayerSubmodules(
+            enorm=SequenceParallelRMSNorm, hnorm=SequenceParallelRMSNorm, eh_proj=ColumnParallelLinear,
+            mtp_model_layer=layer, layer_norm=SequenceParallelRMSNorm))
+        mtp = MultiTokenPredictionBlockSubmodules(layer_specs=[depth] * case["model"]["mtp_depth"])
     return GPTModel(config, block, vocab_size=case["model"]["vocab"], max_sequence_length=case["seq"],
                     share_embeddings_and_output_weights=False,
                     position_embedding_type="rope" if attention else "none",
                     **({"rotary_base": attention.get("rope_base", 10000.0)}
                        if attention and not step_bugs.drops_rope_base(bug) else {}),
                     pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
-                    post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
-                    vp_stage=vp_stage)
+                    post_process=last, vp_stage=vp_stage, mtp_block_spec=mtp)
 
 
 def run_rank(rank, world, case, out, port, bug, resume=None):
@@ -229,8 +261,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         with torch.no_grad():
             for key, held in names.items():
                 held.put(trained[key[:2]], torch.from_numpy(np.ascontiguousarray(held.shard(params[held.ora]))))
-            for layer, router in routers(chunks, config):
-                bias = params.get(f"layer{layer}.expert_bias")
+            for block, router in routers(chunks, config):
+                bias = params.get(block + "expert_bias")
                 if bias is not None:
                     router.expert_bias.copy_(torch.from_numpy(bias))
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=False, overlap_grad_reduce=False,
@@ -276,7 +308,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
 
     def forward_step(data_iterator, model_chunk):
         batch = next(data_iterator)
-        output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+        output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"],
+                             loss_mask=batch["loss_mask"])
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
     # Before the optimizer (a bug may change its groups); under VPP a bug sees the first model chunk.
@@ -342,10 +375,10 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         np.save(rank_dir / f"state.exp_avg_sq.{name}.npy", exp_avg_sq)
     all_ranges = [None] * world
     torch.distributed.all_gather_object(all_ranges, ranges)
-    for layer, router in routers(chunks, config):
+    for block, router in routers(chunks, config):
         bias = getattr(router, "expert_bias", None)
         if bias is not None:
-            np.save(rank_dir / f"param.layer{layer}.expert_bias.npy", bias.detach().double().numpy())
+            np.save(rank_dir / f"param.{block}expert_bias.npy", bias.detach().double().numpy())
     norms = [None] * world
     torch.distributed.all_gather_object(norms, float(grad_norm))
     # Megatron's logged lm loss (training.py): every microbatch's reported sum and token count, summed over the data-
@@ -375,7 +408,9 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
                 "producer": f"megatron-core {info.__version__} on CPU, gloo (megatron_bridge/step_driver.py)",
                 "config": layer,
                 "model": {"num_layers": m.get("num_layers", 1), "vocab": m["vocab"], "rms_eps": m.get("rms_eps", 1e-6),
-                          **({"attention": m["attention"]} if m.get("attention") else {})},
+                          **({"attention": m["attention"]} if m.get("attention") else {}),
+                          **({"mtp_depth": m["mtp_depth"], "mtp_loss_scale": m.get("mtp_loss_scale", 0.1)}
+                             if m.get("mtp_depth") else {})},
                 "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp", "vpp")},
                 "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
                 "loss_mode": "per-token" if case.get("per_token_loss") else "sum",

@@ -92,8 +92,17 @@ def megatron_names(case, ps, config, vp_stage=None):
     if ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage):
         names["decoder.final_layernorm.weight", None] = Held("final_norm", whole)
         names["output_layer.weight", None] = Held("head", rows)
-    for local, layer in enumerate(chunk_layers(config, vp_stage)):  # Megatron numbers a chunk's layers locally
-        meg, ora = f"decoder.layers.{local}.", f"layer{layer}."
+    blocks = [(f"decoder.layers.{local}.", f"layer{layer}.")  # Megatron numbers a chunk's layers locally
+              for local, layer in enumerate(chunk_layers(config, vp_stage))]
+    if case["model"].get("mtp_depth") and ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage):
+        for k in range(case["model"]["mtp_depth"]):  # an MTP depth: its own parameters, then a layer's
+            meg, ora = f"mtp.layers.{k}.", f"mtp{k}."
+            names[meg + "enorm.weight", None] = Held(ora + "enorm", whole)
+            names[meg + "hnorm.weight", None] = Held(ora + "hnorm", whole)
+            names[meg + "eh_proj.weight", None] = Held(ora + "eh_proj", rows)
+            names[meg + "final_layernorm.weight", None] = Held(ora + "final_norm", whole)
+            blocks.append((meg + "mtp_model_layer.", ora))
+    for meg, ora in blocks:
         if attention:
             names[meg + "input_layernorm.weight", None] = Held(ora + "attention_norm", whole)
             for part, picked in zip("qkv", qkv_rows(attention, tp)):
@@ -115,7 +124,11 @@ def megatron_names(case, ps, config, vp_stage=None):
 
 
 def routers(chunks, config):
-    """(global layer, router) of every MoE layer of this rank's model chunks."""
+    """(the oracle's block prefix, router) of every MoE layer of this rank's model chunks: "layer3." for a main
+    layer, "mtp0." for an MTP depth's."""
     for v, gpt in enumerate(chunks):
         for local, layer in enumerate(chunk_layers(config, v if len(chunks) > 1 else None)):
-            yield layer, gpt.decoder.layers[local].mlp.router
+            yield f"layer{layer}.", gpt.decoder.layers[local].mlp.router
+        if getattr(gpt, "mtp_process", False):
+            for k, depth in enumerate(gpt.mtp.layers):
+                yield f"mtp{k}.", depth.mtp_model_layer.mlp.router
