@@ -59,19 +59,23 @@ def oracle_params(case):
     rng = np.random.default_rng(case["seed"])
     h, E, d, V = c["hidden"], c["num_experts"], c["ffn_hidden"], m["vocab"]
     p = {"embedding": rng.normal(0, 1, (V, h))}
-    for layer in range(m.get("num_layers", 1)):
-        pre = f"layer{layer}."
-        p[pre + "block_norm"] = 1 + 0.1 * rng.normal(0, 1, h)
-        p[pre + "router_weight"] = rng.normal(0, 1 / np.sqrt(h), (E, h))
+
+    def moe_block(draw, pre):
+        """A block's MoE parameters: its norm, router, experts, expert bias and shared expert."""
+        p[pre + "block_norm"] = 1 + 0.1 * draw.normal(0, 1, h)
+        p[pre + "router_weight"] = draw.normal(0, 1 / np.sqrt(h), (E, h))
         for e in range(E):
-            p[pre + f"expert_fc1[{e}]"] = rng.normal(0, 1 / np.sqrt(h), (2 * d, h))
-            p[pre + f"expert_fc2[{e}]"] = rng.normal(0, 1 / np.sqrt(d), (h, d))
+            p[pre + f"expert_fc1[{e}]"] = draw.normal(0, 1 / np.sqrt(h), (2 * d, h))
+            p[pre + f"expert_fc2[{e}]"] = draw.normal(0, 1 / np.sqrt(d), (h, d))
         if c.get("expert_bias"):
-            p[pre + "expert_bias"] = rng.integers(-8, 9, E) / 64.0
+            p[pre + "expert_bias"] = draw.integers(-8, 9, E) / 64.0
         ds = c.get("shared_expert_ffn_hidden") or 0
         if ds:
-            p[pre + "shared_fc1"] = rng.normal(0, 1 / np.sqrt(h), (2 * ds, h))
-            p[pre + "shared_fc2"] = rng.normal(0, 1 / np.sqrt(ds), (h, ds))
+            p[pre + "shared_fc1"] = draw.normal(0, 1 / np.sqrt(h), (2 * ds, h))
+            p[pre + "shared_fc2"] = draw.normal(0, 1 / np.sqrt(ds), (h, ds))
+
+    for layer in range(m.get("num_layers", 1)):
+        moe_block(rng, f"layer{layer}.")
     p["final_norm"] = 1 + 0.1 * rng.normal(0, 1, h)
     p["head"] = rng.normal(0, 1 / np.sqrt(h), (V, h))
     depth = m.get("mtp_depth", 0)
@@ -82,17 +86,7 @@ def oracle_params(case):
             p[pre + "enorm"] = 1 + 0.1 * mtp.normal(0, 1, h)
             p[pre + "hnorm"] = 1 + 0.1 * mtp.normal(0, 1, h)
             p[pre + "eh_proj"] = mtp.normal(0, 1 / np.sqrt(2 * h), (h, 2 * h))
-            p[pre + "block_norm"] = 1 + 0.1 * mtp.normal(0, 1, h)
-            p[pre + "router_weight"] = mtp.normal(0, 1 / np.sqrt(h), (E, h))
-            for e in range(E):
-                p[pre + f"expert_fc1[{e}]"] = mtp.normal(0, 1 / np.sqrt(h), (2 * d, h))
-                p[pre + f"expert_fc2[{e}]"] = mtp.normal(0, 1 / np.sqrt(d), (h, d))
-            if c.get("expert_bias"):
-                p[pre + "expert_bias"] = mtp.integers(-8, 9, E) / 64.0
-            ds = c.get("shared_expert_ffn_hidden") or 0
-            if ds:
-                p[pre + "shared_fc1"] = mtp.normal(0, 1 / np.sqrt(h), (2 * ds, h))
-                p[pre + "shared_fc2"] = mtp.normal(0, 1 / np.sqrt(ds), (h, ds))
+            moe_block(mtp, pre)
             p[pre + "final_norm"] = 1 + 0.1 * mtp.normal(0, 1, h)
     a = m.get("attention")
     if a:  # drawn apart, so a model without attention keeps its values
