@@ -157,6 +157,23 @@ def args_examples(oracle, work):
                "seconds": 0.0, "ok": ok, "what": verdict if ok else f"{verdict} (expected a refusal: {reason})"}
 
 
+def docs_drift(step_rows, args_rows, full):
+    """The summary lines docs/checking-frameworks.md quotes, held to this run's: a case added or removed without the
+    docs following fails the check (only a full run, or --only step / args, knows its counts). 1 on a drift."""
+    docs = (HERE.parent / "docs" / "checking-frameworks.md").read_text()
+    said = []
+    if step_rows:
+        bugs = [r for r in step_rows if "_bug_" in r["case"]]
+        said += [f"`step: {len(step_rows)} of {len(step_rows)} cases as expected`",
+                 f"`framework bugs: {len(bugs)} of {len(bugs)} caught`"]
+    if args_rows:
+        said.append(f"`command lines: {len(args_rows)} of {len(args_rows)} as expected`")
+    missing = [s for s in said if s not in docs]
+    for s in missing:
+        print(f"megatron-check: docs/checking-frameworks.md does not say {s}: update its counts", file=sys.stderr)
+    return 1 if missing and (full or step_rows or args_rows) else 0
+
+
 def show_progress(done, total, start, name):
     """'[done/total] name, about N s left' on a terminal (rewritten in place); nothing when stderr is a file or pipe,
     as under CI, where the table at the end says it all."""
@@ -283,6 +300,7 @@ def main():
         print(f"framework bugs: {sum(r['ok'] for r in bugs)} of {len(bugs)} caught")
     if args_rows:
         print(f"command lines: {sum(r['ok'] for r in args_rows)} of {len(args_rows)} as expected")
+    failures += docs_drift(step_rows, args_rows, full=not a.only)
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(rows, indent=2) + "\n")
     if not a.work and not a.keep and not failures:
