@@ -27,6 +27,10 @@ std::vector<RankGradRanges> read_grad_ranges(const nlohmann::json& j, int world,
   return ranks;
 }
 
+GroupKind optimizer_group(const std::string& stem) {
+  return stem.find(".expert_fc") != std::string::npos ? GroupKind::expt_dp : GroupKind::dp_cp;
+}
+
 GradRange even_grad_range(std::int64_t elements, int position, int group_size) {
   return {elements * position / group_size, elements * (position + 1) / group_size};
 }

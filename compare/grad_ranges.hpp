@@ -8,6 +8,8 @@
 // answers for one element.
 #pragma once
 
+#include "reference/process_groups.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -27,6 +29,10 @@ using RankGradRanges = std::map<std::string, GradRange>;  // golden stem -> its 
 // step.json's grad_ranges: an array of `world` objects, each {stem: [start, end]} with 0 <= start < end integers.
 // Throws DumpError naming `where` on any other shape (bounds against the shards are checked by GradRangeTiling).
 std::vector<RankGradRanges> read_grad_ranges(const nlohmann::json& j, int world, const std::string& where);
+
+// The group a distributed optimizer shards the parameter named by its golden stem over: the expert data-parallel
+// group for a routed expert's, dp × cp for every other.
+GroupKind optimizer_group(const std::string& stem);
 
 // The range of `elements` that position `position` of a group of `group_size` ranks holds when a distributed optimizer
 // splits them evenly: [p·n/g, (p+1)·n/g). Megatron's own split follows its buffers' buckets; this one is for dumps a

@@ -66,18 +66,14 @@ StepOptimizer read_optimizer(const nlohmann::json& j, const fs::path& meta_path)
     s.state = state->get<bool>();
   }
   if (const nlohmann::json* classes = o.find("no_decay")) {
-    constexpr ParameterClass kAll[] = {ParameterClass::embedding,     ParameterClass::norms,
-                                       ParameterClass::attention,     ParameterClass::router,
-                                       ParameterClass::experts,       ParameterClass::shared_expert,
-                                       ParameterClass::mtp_projection, ParameterClass::head};
     std::string names;
-    for (ParameterClass c : kAll) names += std::string(names.empty() ? "" : ", ") + "'" + to_string(c) + "'";
+    for (ParameterClass c : kParameterClasses)
+      names += std::string(names.empty() ? "" : ", ") + "'" + to_string(c) + "'";
     if (!classes->is_array()) fail(meta_path, "optimizer.no_decay must be a list of parameter classes: " + names);
     for (const auto& name : *classes) {
-      const auto it = std::find_if(std::begin(kAll), std::end(kAll), [&](ParameterClass c) {
-        return name.is_string() && name.get<std::string>() == to_string(c);
-      });
-      if (it == std::end(kAll))
+      const auto named = [&](ParameterClass c) { return name.is_string() && name.get<std::string>() == to_string(c); };
+      const auto it = std::find_if(std::begin(kParameterClasses), std::end(kParameterClasses), named);
+      if (it == std::end(kParameterClasses))
         fail(meta_path, "optimizer.no_decay: " + name.dump() + " is not a parameter class (" + names + ")");
       s.no_decay.push_back(*it);
     }
@@ -285,9 +281,8 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
           fail(meta_path, "grad_ranges[" + std::to_string(r) + "]." + stem + ": [" + std::to_string(it->second.start) +
                               ", " + std::to_string(it->second.end) + ") is outside its shard of " +
                               std::to_string(elements) + " elements");
-        // The distributed optimizer shards over the parameter's data-parallel group (with CP; the expert one for
-        // routed experts): each group's ranks tile the shard they all hold.
-        const GroupKind dp = stem.find(".expert_fc") != std::string::npos ? GroupKind::expt_dp : GroupKind::dp_cp;
+        // Each data-parallel group the distributed optimizer shards over tiles the shard its ranks all hold.
+        const GroupKind dp = optimizer_group(stem);
         tiling.add(stem + " (shard " + std::to_string(shard.index) + " over the " + std::string(to_string(dp)) +
                        " group of rank " + std::to_string(groups.group(dp, r).front()) + ")",
                    elements, it->second, r);
@@ -424,15 +419,13 @@ StepComparison compare_step_dump(const StepDump& d) {
       if (it == d.grads[static_cast<size_t>(r)].end()) continue;
       t.ranks.push_back(r);
       const std::vector<double>& got = it->second.reals;
-      std::vector<double> whole_shard = take_shard(want_array.reals, want_array.shape, parameter_shard(stem, groups, r));
+      const std::vector<double> whole_shard =
+          take_shard(want_array.reals, want_array.shape, parameter_shard(stem, groups, r));
       t.elements = static_cast<std::int64_t>(whole_shard.size());
-      std::int64_t offset = 0;  // of the rank's first element in its shard
-      if (!d.grad_ranges.empty()) {  // the distributed optimizer's range of it
-        const GradRange& range = d.grad_ranges[static_cast<size_t>(r)].at(stem);
-        offset = range.start;
-        whole_shard = std::vector<double>(whole_shard.begin() + range.start, whole_shard.begin() + range.end);
-      }
-      const std::vector<double>& shard = wants[r] = std::move(whole_shard);
+      const GradRange range = d.grad_range(r, stem, t.elements);  // a distributed optimizer's part of the shard
+      const std::int64_t offset = range.start;
+      const std::vector<double>& shard = wants[r] =
+          std::vector<double>(whole_shard.begin() + range.start, whole_shard.begin() + range.end);
       for (size_t i = 0; i < got.size(); ++i) {
         const double want = shard[i], diff = saturated(std::abs(got[i] - want));
         const double ratio = saturated(diff / (c.tolerance.atol + c.tolerance.rtol * std::abs(want)));
@@ -462,9 +455,7 @@ StepComparison compare_step_dump(const StepDump& d) {
   }
   // A class whose failing tensors are all one factor off (each well explained by its scale, the scales equal to
   // 0.1%): named with its scale and ranks, the missing factor in place of a wall of mismatching elements.
-  for (ParameterClass cls : {ParameterClass::embedding, ParameterClass::norms, ParameterClass::attention,
-                             ParameterClass::router, ParameterClass::experts, ParameterClass::shared_expert,
-                             ParameterClass::mtp_projection, ParameterClass::head}) {
+  for (ParameterClass cls : kParameterClasses) {
     std::vector<const StepTensorResult*> failing;
     for (const auto& t : c.tensors)
       if (t.cls == cls && !t.pass()) failing.push_back(&t);

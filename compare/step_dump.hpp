@@ -55,6 +55,9 @@ inline constexpr const char* kStepJson = "step.json";
 bool is_step_dump(const std::filesystem::path& dir);
 
 enum class ParameterClass { embedding, norms, attention, router, experts, shared_expert, mtp_projection, head };
+inline constexpr ParameterClass kParameterClasses[] = {
+    ParameterClass::embedding, ParameterClass::norms,         ParameterClass::attention,      ParameterClass::router,
+    ParameterClass::experts,   ParameterClass::shared_expert, ParameterClass::mtp_projection, ParameterClass::head};
 const char* to_string(ParameterClass c);
 
 // The optimizer a step dump ran: Adam (torch's AdamW) from zero moments, clipping at clip_grad when > 0, its weight
@@ -83,6 +86,10 @@ struct StepDump {
   // shard, or under a distributed optimizer the flat range grad_ranges names (grad_ranges.hpp).
   std::vector<std::map<std::string, golden::NpyArray>> grads;
   std::vector<RankGradRanges> grad_ranges;  // empty: no distributed optimizer, every rank's gradients whole
+  // The part of its shard of `elements` rank r's gradient (and moments) of `stem` hold: all of it, or its range.
+  GradRange grad_range(int r, const std::string& stem, std::int64_t elements) const {
+    return grad_ranges.empty() ? GradRange{0, elements} : grad_ranges[static_cast<size_t>(r)].at(stem);
+  }
   std::optional<StepOptimizer> optimizer;  // none: the dump ends at the gradients
   std::map<std::string, golden::NpyArray> initial;  // with an optimizer: inputs/' parameters by stem, whole
   // With optimizer.steps_before > 0: Adam's moments the step started from, "exp_avg.<stem>" / "exp_avg_sq.<stem>",

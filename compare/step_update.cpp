@@ -179,7 +179,8 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
       const std::vector<double> want = adam_step_from(adam, from, theta, mid);
       const std::vector<double> at_low = adam_step_from(adam, from, theta, low);
       const std::vector<double> at_high = adam_step_from(adam, from, theta, high);
-      const std::vector<double> at_stationary = adam_step_from(adam, from, theta, stationary_points(adam, from, low, high));
+      const std::vector<double> at_stationary =
+          adam_step_from(adam, from, theta, stationary_points(adam, from, low, high));
       std::vector<double> band_low(g.size()), band_high(g.size());
       for (size_t i = 0; i < g.size(); ++i) {
         band_low[i] = std::min({at_low[i], at_high[i], at_stationary[i], want[i]}) - allowed(want[i]);
@@ -187,14 +188,9 @@ void compare_step_end(const StepDump& d, const std::map<std::string, golden::Npy
       }
       judge(t, r, it->second.reals, want, band_low, band_high);
       if (d.optimizer->state && d.state[static_cast<size_t>(r)].count("exp_avg." + stem)) {
-        std::int64_t begin = 0, end = static_cast<std::int64_t>(g.size());  // the state's part of the shard
-        if (!d.grad_ranges.empty()) {
-          const GradRange& range = d.grad_ranges[static_cast<size_t>(r)].at(stem);
-          begin = range.start;
-          end = range.end;
-        }
-        judge_moments(adam, from, begin, end, mid, low, high, allowed, d.state[static_cast<size_t>(r)], r, m_result,
-                      v_result);
+        const GradRange range = d.grad_range(r, stem, static_cast<std::int64_t>(g.size()));  // the moments' part
+        judge_moments(adam, from, range.start, range.end, mid, low, high, allowed, d.state[static_cast<size_t>(r)], r,
+                      m_result, v_result);
       }
     }
     c.after.push_back(std::move(t));

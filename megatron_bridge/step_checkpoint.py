@@ -6,6 +6,22 @@ import torch
 from step_names import stem
 
 
+def assemble(pieces, world, what, expected=None):
+    """Whole arrays on every rank (collective) from every rank's pieces, (name, whole shape, flat indices, values).
+    An element no rank held is refused (`what` names the arrays in the message), and with `expected` ({name: shape})
+    an array no rank held at all."""
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, pieces)
+    whole = {name: np.full(shape, np.nan) for name, shape in (expected or {}).items()}
+    for rank_pieces in gathered:
+        for name, shape, index, values in rank_pieces:
+            whole.setdefault(name, np.full(shape, np.nan)).ravel()[index] = values
+    missing = [name for name, a in whole.items() if np.isnan(a).any()]
+    if missing:
+        raise SystemExit(f"step_driver: no rank held all of the {what} {missing} after the step")
+    return whole
+
+
 def gather_moments(names, moments, ranges, params, world):
     """Adam's moments after the step, whole, on every rank (collective): each rank's moments put back where its
     shard (or its range of the shard) came from. {"exp_avg.<stem>": array, "exp_avg_sq.<stem>": array}."""
@@ -19,17 +35,8 @@ def gather_moments(names, moments, ranges, params, world):
             start, end = ranges[stem(ora)]
             index = index[start:end]
         for name, values in zip(("exp_avg", "exp_avg_sq"), moments[stem(ora)]):
-            pieces.append((f"{name}.{stem(ora)}", ora, index, values.ravel()))
-    gathered = [None] * world
-    torch.distributed.all_gather_object(gathered, pieces)
-    whole = {}
-    for rank_pieces in gathered:
-        for key, ora, index, values in rank_pieces:
-            whole.setdefault(key, np.full(params[ora].shape, np.nan)).ravel()[index] = values
-    missing = [key for key, a in whole.items() if np.isnan(a).any()]
-    if missing:
-        raise SystemExit(f"step_driver: no rank held all of the moments {missing} after the step")
-    return whole
+            pieces.append((f"{name}.{stem(ora)}", params[ora].shape, index, values.ravel()))
+    return assemble(pieces, world, "moments")
 
 
 def whole_after(names, trained, routers, params, world):
@@ -39,18 +46,11 @@ def whole_after(names, trained, routers, params, world):
     pieces = []
     for key, held in names.items():
         index = held.shard(np.arange(params[held.ora].size).reshape(params[held.ora].shape))
-        pieces.append((held.ora, index.ravel(), held.select(trained[key[:2]].detach().double()).numpy().ravel()))
+        pieces.append((held.ora, params[held.ora].shape, index.ravel(),
+                       held.select(trained[key[:2]].detach().double()).numpy().ravel()))
     for block, router in routers:
         bias = getattr(router, "expert_bias", None)
         if bias is not None:
-            pieces.append((block + "expert_bias", np.arange(bias.numel()), bias.detach().double().numpy()))
-    gathered = [None] * world
-    torch.distributed.all_gather_object(gathered, pieces)
-    whole = {name: np.full(a.shape, np.nan) for name, a in params.items()}
-    for rank_pieces in gathered:
-        for name, index, values in rank_pieces:
-            whole[name].ravel()[index] = values
-    missing = [name for name, a in whole.items() if np.isnan(a).any()]
-    if missing:
-        raise SystemExit(f"step_driver: no rank held all of {missing} after the step")
-    return whole
+            pieces.append((block + "expert_bias", params[block + "expert_bias"].shape, np.arange(bias.numel()),
+                           bias.detach().double().numpy()))
+    return assemble(pieces, world, "parameters", expected={name: a.shape for name, a in params.items()})

@@ -33,34 +33,32 @@ def megatron_optimizer(models, case):
     return optimizer
 
 
-def optimizer_ranges(optimizer, names, trained):
-    """Under the distributed optimizer: {stem: [start, end]} of each parameter whose gradient this rank's optimizer
-    steps, the flat range of the rank's shard of it (the dense and the expert optimizer each own their parameters)."""
-    ranges = {}
-    for part in getattr(optimizer, "chained_optimizers", [optimizer]):
-        for key, held in names.items():
-            param = trained[key[:2]]
-            try:
-                r = part._get_model_param_range_map(param)["param"]
-            except KeyError:  # not this optimizer's parameter, or none of it on this rank
-                continue
-            if r.end <= r.start:
-                continue
-            # A fused qkv's range holds one contiguous range of each of q, k and v (or none of one).
-            mine, _ = held.part_of_range(tuple(param.shape), int(r.start), int(r.end))
-            if mine is not None:
-                ranges[stem(held.ora)] = list(mine)
-    return ranges
-
-
-def part_range_map(optimizer, param):
-    """The distributed optimizer's range of `param` on this rank (whichever of its optimizers owns it)."""
+def param_range(optimizer, param):
+    """The distributed optimizer's (start, end) of `param`'s flat elements on this rank, whichever of its optimizers
+    (the dense one, the expert one) owns it; None where none of it is this rank's."""
     for part in getattr(optimizer, "chained_optimizers", [optimizer]):
         try:
-            return part._get_model_param_range_map(param)["param"]
-        except KeyError:
+            r = part._get_model_param_range_map(param)["param"]
+        except KeyError:  # not this optimizer's parameter, or none of it on this rank
             continue
-    raise SystemExit("step_driver: a stepped parameter no optimizer owns")
+        return (int(r.start), int(r.end)) if r.end > r.start else None
+    return None
+
+
+def optimizer_ranges(optimizer, names, trained):
+    """Under the distributed optimizer: {stem: [start, end]} of each parameter whose gradient this rank's optimizer
+    steps, the flat range of the rank's shard of it."""
+    ranges = {}
+    for key, held in names.items():
+        param = trained[key[:2]]
+        r = param_range(optimizer, param)
+        if r is None:
+            continue
+        # A fused qkv's range holds one contiguous range of each of q, k and v (or none of one).
+        mine, _ = held.part_of_range(tuple(param.shape), *r)
+        if mine is not None:
+            ranges[stem(held.ora)] = list(mine)
+    return ranges
 
 
 def optimizer_state(optimizer, names, trained):
@@ -84,8 +82,7 @@ def optimizer_state(optimizer, names, trained):
             # As the gradient is held: the parameter's shape (plain: q, k, v select their rows of a fused qkv), or
             # its range (distributed: q, k, v take their elements of it, in order).
             if s["exp_avg"].dim() == 1 and held.rows is not None:
-                r = part_range_map(optimizer, param)
-                _, picked = held.part_of_range(tuple(param.shape), r.start, r.end)
+                _, picked = held.part_of_range(tuple(param.shape), *param_range(optimizer, param))
                 if not picked.any():
                     continue
                 shaped = lambda t: t[torch.from_numpy(picked)]  # noqa: E731

@@ -184,7 +184,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
       golden::NpyArray grad = dump_array(t, shape_of.at(t.name), groups, rank);
       const std::string stem = golden::tensor_file_stem(t.name);
       if (distributed_optimizer) {  // the range of it this rank's optimizer steps, as a distributed optimizer's dump
-        const std::vector<int> group = groups.group(expert ? GroupKind::expt_dp : GroupKind::dp_cp, rank);
+        const std::vector<int> group = groups.group(compare::optimizer_group(stem), rank);
         const auto position = static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
         const compare::GradRange r = compare::even_grad_range(static_cast<std::int64_t>(grad.reals.size()), position,
                                                               static_cast<int>(group.size()));

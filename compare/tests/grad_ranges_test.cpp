@@ -70,8 +70,7 @@ class DistributedOptimizerCopy : public test::StepDumpCopy {
     for (int r = 0; r < whole.layout.world; ++r) {
       nlohmann::json mine = nlohmann::json::object();
       for (const auto& [stem, grad] : whole.grads[static_cast<size_t>(r)]) {
-        const GroupKind kind = stem.find(".expert_fc") != std::string::npos ? GroupKind::expt_dp : GroupKind::dp_cp;
-        const std::vector<int> group = groups.group(kind, r);
+        const std::vector<int> group = groups.group(optimizer_group(stem), r);
         const auto p = static_cast<int>(std::find(group.begin(), group.end(), r) - group.begin());
         const auto [start, end] = even_grad_range(static_cast<std::int64_t>(grad.reals.size()), p,
                                                   static_cast<int>(group.size()));
