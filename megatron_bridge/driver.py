@@ -53,6 +53,7 @@ import torch_clamp  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "python"))
 import moe_capture  # noqa: E402
+from moe_capture_step_model import glu_shard  # noqa: E402  (also the step capture's rule)
 
 LOAD_BALANCING = {None: "none", "aux": "aux_loss", "seq_aux": "seq_aux_loss", "global_aux": "global_aux_loss"}
 # The case's "dtype" (parameters and activations) -> (torch dtype, Megatron's moe_router_dtype): float64 layers ask
@@ -127,12 +128,6 @@ def global_params(case):
         if c.get("shared_expert_gate"):
             p["shared_gate"] = rng.normal(0, 1 / np.sqrt(h), (1, h))
     return p
-
-
-def glu_shard(fc1, j, parts):
-    """Rows of fc1 [2d, h] = [gate; up] that shard j of `parts` holds: [gate_j; up_j]."""
-    gate, up = np.split(fc1, 2)
-    return np.concatenate([np.split(gate, parts)[j], np.split(up, parts)[j]])
 
 
 def replica_batch(case, replica):

@@ -41,15 +41,12 @@ import cpu_patches  # noqa: E402
 
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-import driver  # noqa: E402  (the layer bridge: its TransformerConfig mapping)
+import driver  # noqa: E402  (the layer bridge: its TransformerConfig mapping; python/ on the path)
 import step_bugs  # noqa: E402
-import step_checkpoint  # noqa: E402
-from step_names import megatron_names, routers, stem  # noqa: E402
-from step_optimizer import NO_DECAY, OPTIMIZER, megatron_optimizer, optimizer_state, ranges_of  # noqa: E402
-
-FORMAT = "moe-step/1"
+from moe_capture_step import capture_step  # noqa: E402
+from moe_capture_step_model import megatron_names, routers  # noqa: E402
+from step_optimizer import megatron_optimizer  # noqa: E402
 
 
 def oracle_params(case):
@@ -234,27 +231,25 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
     # The model chunks this rank holds (one without VPP); every parameter keyed by (chunk, Megatron's name).
     stages = list(range(vpp)) if vpp > 1 else [None]
     chunks = [build_model(config, case, v, bug) for v in stages]
-    # (chunk, Megatron's name, part) -> Held; trained: (chunk, Megatron's name) -> the parameter.
-    names = {(c, meg, part): held for c, v in enumerate(stages)
-             for (meg, part), held in megatron_names(case, ps, config, v).items()}
-    trained = {(c, meg): p for c, gpt in enumerate(chunks) for meg, p in gpt.named_parameters()}
-    unknown = sorted(set(trained) - {key[:2] for key in names})
-    if unknown:
-        raise SystemExit(f"step_driver: Megatron's model has parameters the oracle's has not: {unknown}")
     gpt = chunks[0]  # without VPP, the model
+    start = None  # what the dump claims the step starts from: the live model's parameters, else this
     if "load" in resume:
         # The step starts where the saved one ended: the model from Megatron's checkpoint (resharded to this layout
-        # by its loader), the dump's inputs from the whole parameters the saving run had after its step.
+        # by its loader), the dump's inputs from the whole parameters and moments the saving run ended with.
         from megatron.core import dist_checkpointing
         loaded = dist_checkpointing.load({"model": gpt.sharded_state_dict()}, resume["load"])
         gpt.load_state_dict(loaded["model"], strict=False)
         step_bugs.after_load(bug, gpt, ps)
-        params = dict(np.load(pathlib.Path(resume["load"]) / "params_after.npz"))
+        saved = pathlib.Path(resume["load"])
+        start = {"params": dict(np.load(saved / "params_after.npz")),
+                 "moments": dict(np.load(saved / "moments_after.npz")), "steps_before": 1}
     else:
         params = oracle_params(case)
         with torch.no_grad():
-            for key, held in names.items():
-                held.put(trained[key[:2]], torch.from_numpy(np.ascontiguousarray(held.shard(params[held.ora]))))
+            trained = {(c, meg): p for c, chunk in enumerate(chunks) for meg, p in chunk.named_parameters()}
+            for c, v in enumerate(stages):
+                for (meg, _), held in megatron_names(case["model"], ps, config, v).items():
+                    held.put(trained[c, meg], torch.from_numpy(np.ascontiguousarray(held.shard(params[held.ora]))))
             for block, router in routers(chunks, config):
                 bias = params.get(block + "expert_bias")
                 if bias is not None:
@@ -271,23 +266,23 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         m.zero_grad_buffer()
 
     dp, dp_rank = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank()
-    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     ids, labels, mask = global_batch(case)
     b = case["micro_batch"]
     m_micro = case["global_batch"] // (b * dp)
-    micro = [list(range(i * b * dp + dp_rank * b, i * b * dp + dp_rank * b + b)) for i in range(m_micro)]
+
+    def batches():
+        """This replica's microbatches as Megatron's pretraining sampler hands them out: microbatch i holds
+        sequences i·b·dp + r·b + [0, b), whole (the forward step takes this CP rank's positions)."""
+        for i in range(m_micro):
+            seqs = slice(i * b * dp + dp_rank * b, i * b * dp + dp_rank * b + b)
+            yield {"tokens": torch.from_numpy(ids[seqs]), "labels": torch.from_numpy(labels[seqs]),
+                   "loss_mask": torch.from_numpy(mask[seqs].astype(np.float64)),
+                   "position_ids": torch.arange(case["seq"]).unsqueeze(0).expand(b, -1)}
 
     # Under CP this rank holds positions of chunks c and 2cp−1−c of 2cp (Megatron's get_batch_on_this_cp_rank).
     cp, cp_rank = ps.get_context_parallel_world_size(), ps.get_context_parallel_rank()
     chunk = case["seq"] // (2 * cp)
     positions = np.r_[cp_rank * chunk:(cp_rank + 1) * chunk, (2 * cp - 1 - cp_rank) * chunk:(2 * cp - cp_rank) * chunk]
-
-    def batches():
-        for seqs in micro:
-            rows = np.ix_(seqs, positions)
-            yield {"tokens": torch.from_numpy(ids[rows]), "labels": torch.from_numpy(labels[rows]),
-                   "loss_mask": torch.from_numpy(mask[rows].astype(np.float64)),
-                   "position_ids": torch.from_numpy(positions).unsqueeze(0).expand(len(seqs), -1)}
 
     loss = {"num_microbatches": m_micro, "ce_factor": 1}  # what a seeded bug may change (step_bugs.py)
 
@@ -301,123 +296,60 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         return scaled, count.to(torch.int), {"lm loss": torch.stack([scaled.detach(), count.detach().double()])}
 
     def forward_step(data_iterator, model_chunk):
-        batch = next(data_iterator)
+        batch = {k: t[:, positions] for k, t in next(data_iterator).items()}
         output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"],
                              loss_mask=batch["loss_mask"])
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
-    # Before the optimizer (a bug may change its groups); under VPP a bug sees the first model chunk.
-    bug_undo = step_bugs.inject(bug, config, model, ps, loss)
-    optimizer = megatron_optimizer(models, case)
-    moments = None  # Adam's moments the step starts from, whole (None: zero, a first step)
-    if "load" in resume:
-        # Adam's state from the checkpoint, resharded to this layout by Megatron's loader; the dump's inputs hold it
-        # whole, as the saving run ended with it.
-        from megatron.core import dist_checkpointing
-        if not step_bugs.skips_optimizer_state(bug):
+    import megatron.core.package_info as info
+    notes = {"cpu_patches": patches, **({"seeded_bug": bug} if bug else {})}
+    # The capture reads the model's configuration before a bug changes it (what the run is meant to compute).
+    with capture_step(models, out, semantics=case.get("semantics", "megatron-core-0.19"), start=start,
+                      producer=f"megatron-core {info.__version__} on CPU, gloo (megatron_bridge/step_driver.py)",
+                      notes=notes) as cap:
+        # Before the optimizer (a bug may change its groups); under VPP a bug sees the first model chunk.
+        bug_undo = step_bugs.inject(bug, config, model, ps, loss)
+        optimizer = megatron_optimizer(models, case)
+        if "load" in resume and not step_bugs.skips_optimizer_state(bug):
+            # Adam's state from the checkpoint, resharded to this layout by Megatron's loader.
+            from megatron.core import dist_checkpointing
             wanted = optimizer.sharded_state_dict({"model": gpt.sharded_state_dict()}, is_loading=True)
             optimizer.load_state_dict(dist_checkpointing.load({"optimizer": wanted}, resume["load"])["optimizer"])
-        moments = dict(np.load(pathlib.Path(resume["load"]) / "moments_after.npz"))
-    # Each chunk reads the same microbatches in turn (the interleaved schedule takes one iterator a chunk).
-    data = [batches() for _ in chunks] if vpp > 1 else batches()
-    losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=data, model=models,
-                                         num_microbatches=m_micro, seq_length=case["seq"], micro_batch_size=b,
-                                         forward_only=False)
-    # The reduced gradients as the optimizer is handed them, before its step clips them.
-    grads = {key: getattr(trained[key[:2]], "main_grad", None) for key in names}
-    grads = {key: None if g is None else names[key].select(g.detach().double()).clone() for key, g in grads.items()}
-    updated, grad_norm, _ = optimizer.step()
-    bug_undo()
-    if not updated:
-        raise SystemExit("step_driver: Megatron's optimizer skipped the step")
-    if "save" in resume:
-        import queue
-
-        from megatron.core import dist_checkpointing
-        from megatron.core.dist_checkpointing.strategies import filesystem_async
-        # The writer's threads report through a queue; Megatron makes it a spawned manager's, which a forked (daemonic)
-        # rank may not start. Its writes run on this rank's threads, so a thread queue carries the same results.
-        filesystem_async.get_write_results_queue = lambda mp_mode="spawn": queue.Queue()
-        torch.cuda.synchronize = lambda *a, **k: None  # the preload's device sync: the tensors are on the CPU
-        pathlib.Path(resume["save"]).mkdir(parents=True, exist_ok=True)
-        # As training.py's checkpoint holds them: the model and its optimizer's state, keyed by the model's tensors.
-        saved = {"model": gpt.sharded_state_dict()}
-        saved["optimizer"] = optimizer.sharded_state_dict(saved)
-        dist_checkpointing.save(saved, resume["save"])
-        whole = step_checkpoint.whole_after(names, trained, routers(chunks, config), params, world)
-        whole_moments = step_checkpoint.gather_moments(names, optimizer_state(optimizer, names, trained),
-                                                       ranges_of(case, optimizer, names, trained), params, world)
-        if rank == 0:
-            np.savez(pathlib.Path(resume["save"]) / "params_after.npz", **whole)
-            np.savez(pathlib.Path(resume["save"]) / "moments_after.npz", **whole_moments)
-
-    rank_dir = pathlib.Path(out) / f"rank{rank}"
-    rank_dir.mkdir(parents=True, exist_ok=True)
-    ranges = ranges_of(case, optimizer, names, trained)
-    for key, held in names.items():
-        if grads[key] is None:
-            raise SystemExit(f"step_driver: {key[1]} has no main_grad after the step")
-        name = stem(held.ora)
-        np.save(rank_dir / f"param.{name}.npy", held.select(trained[key[:2]].detach().double()).numpy())
-        if ranges is None:
-            np.save(rank_dir / f"grad.{name}.npy", grads[key].numpy())
-        elif name in ranges:  # the elements this rank's optimizer stepped, reduce-scattered to it
-            start, end = ranges[name]
-            np.save(rank_dir / f"grad.{name}.npy", grads[key].reshape(-1)[start:end].numpy())
-    for name, (exp_avg, exp_avg_sq) in optimizer_state(optimizer, names, trained).items():
-        np.save(rank_dir / f"state.exp_avg.{name}.npy", exp_avg)
-        np.save(rank_dir / f"state.exp_avg_sq.{name}.npy", exp_avg_sq)
-    all_ranges = [None] * world
-    torch.distributed.all_gather_object(all_ranges, ranges)
-    for block, router in routers(chunks, config):
-        bias = getattr(router, "expert_bias", None)
-        if bias is not None:
-            np.save(rank_dir / f"param.{block}expert_bias.npy", bias.detach().double().numpy())
-    norms = [None] * world
-    torch.distributed.all_gather_object(norms, float(grad_norm))
-    # Megatron's logged lm loss (training.py): every microbatch's reported sum and token count, summed over the data-
-    # and context-parallel ranks of the last stage, then divided. Other stages report nothing.
-    lm_loss = None
-    if ps.is_pipeline_last_stage():
-        pair = torch.stack([x["lm loss"] for x in losses]).sum(0)
-        torch.distributed.all_reduce(pair, group=ps.get_data_parallel_group(with_context_parallel=True))
-        lm_loss = float(pair[0] / pair[1])
-    reported = [None] * world
-    torch.distributed.all_gather_object(reported, lm_loss)
-    lm_loss = next(x for x in reported if x is not None)
-    if rank == 0:
-        inputs = pathlib.Path(out) / "inputs"
-        inputs.mkdir(parents=True, exist_ok=True)
-        np.save(inputs / "input_ids.npy", ids.astype(np.int64))
-        np.save(inputs / "labels.npy", labels.astype(np.int64))
-        np.save(inputs / "loss_mask.npy", mask)
-        for name, a in params.items():
-            np.save(inputs / f"{stem(name)}.npy", a)
-        for name, a in (moments or {}).items():  # "exp_avg.<stem>": the moments the step started from
-            np.save(inputs / f"{name}.npy", a)
-        import megatron.core.package_info as info
-        m = case["model"]
-        layer = dict(m["layer"], semantics=case.get("semantics", "megatron-core-0.19"))
-        meta = {"format": FORMAT,
-                "producer": f"megatron-core {info.__version__} on CPU, gloo (megatron_bridge/step_driver.py)",
-                "config": layer,
-                "model": {"num_layers": m.get("num_layers", 1), "vocab": m["vocab"], "rms_eps": m.get("rms_eps", 1e-6),
-                          **({"attention": m["attention"]} if m.get("attention") else {}),
-                          **({"mtp_depth": m["mtp_depth"], "mtp_loss_scale": m.get("mtp_loss_scale", 0.1)}
-                             if m.get("mtp_depth") else {})},
-                "layout": {k: layout.get(k, 1) for k in ("world", "tp", "cp", "pp", "ep", "etp", "vpp")},
-                "batch": {"seq": case["seq"], "size": case["global_batch"], "micro_batch": b},
-                "loss_mode": "per-token" if case.get("per_token_loss") else "sum",
-                "optimizer": dict(case.get("optimizer", OPTIMIZER), kind="adam", no_decay=NO_DECAY, state=True,
-                                  steps_before=1 if moments is not None else 0),
-                **({"grad_ranges": all_ranges} if case.get("distributed_optimizer") else {}),
-                "reported": {"grad_norm": norms, "lm_loss": lm_loss},
-                "notes": {"cpu_patches": patches, "num_microbatches": m_micro,
-                          **({"seeded_bug": bug} if bug else {})}}
-        (pathlib.Path(out) / "step.json").write_text(json.dumps(meta, indent=2) + "\n")
+        cap.watch(optimizer)
+        # Each chunk reads the same microbatches in turn (the interleaved schedule takes one iterator a chunk).
+        data = cap.data([batches() for _ in chunks] if vpp > 1 else batches())
+        cap.losses(get_forward_backward_func()(forward_step_func=forward_step, data_iterator=data, model=models,
+                                               num_microbatches=m_micro, seq_length=case["seq"],
+                                               micro_batch_size=b, forward_only=False))
+        optimizer.step()
+        bug_undo()
+        if "save" in resume:
+            save_checkpoint(gpt, optimizer, cap, resume["save"], rank)
     torch.distributed.barrier()
     ps.destroy_model_parallel()
     torch.distributed.destroy_process_group()
+
+
+def save_checkpoint(gpt, optimizer, cap, folder, rank):
+    """Megatron's distributed checkpoint of the model and its optimizer's state, as training.py saves them, and the
+    whole parameters and Adam moments the step ended with (params_after.npz, moments_after.npz: the next step's
+    claimed start)."""
+    import queue
+
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+    # The writer's threads report through a queue; Megatron makes it a spawned manager's, which a forked (daemonic)
+    # rank may not start. Its writes run on this rank's threads, so a thread queue carries the same results.
+    filesystem_async.get_write_results_queue = lambda mp_mode="spawn": queue.Queue()
+    torch.cuda.synchronize = lambda *a, **k: None  # the preload's device sync: the tensors are on the CPU
+    pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+    saved = {"model": gpt.sharded_state_dict()}
+    saved["optimizer"] = optimizer.sharded_state_dict(saved)
+    dist_checkpointing.save(saved, folder)
+    whole, moments = cap.whole_parameters(), cap.whole_moments()
+    if rank == 0:
+        np.savez(pathlib.Path(folder) / "params_after.npz", **whole)
+        np.savez(pathlib.Path(folder) / "moments_after.npz", **moments)
 
 
 def run_resumed(case, resumed_layout, work, bug=None):

@@ -4,15 +4,15 @@ leaves at `out` either the complete earlier dump or the complete new one, never 
 
   1. When the capture block starts, before the step runs, the target is checked (check_target): not a file, under a
      folder this process can write, and empty or absent unless replace=True — then holding a dump's entries only
-     (dump.json, rank<N>/ folders of files; anything else is refused, not deleted). A write interrupted earlier is
-     recovered, the leftovers of dead writers swept, and rank 0 creates the staging folder <out>.tmp-<pid>-<n> beside
-     the target, flock-ed while the capture lives; every rank learns its name.
+     (dump.json or step.json, inputs/ and rank<N>/ folders of files; anything else is refused, not deleted). A write
+     interrupted earlier is recovered, the leftovers of dead writers swept, and rank 0 creates the staging folder
+     <out>.tmp-<pid>-<n> beside the target, flock-ed while the capture lives; every rank learns its name.
   2. When the block ends, every rank writes rank<r>/ into it, each file fsynced. Once every rank has succeeded, rank 0
-     writes dump.json last, checks the target again (the step ran in between: what appeared there is judged by the
-     same rule) and puts the folder in place (StagedDump.commit): a target that does not exist is created
-     by one rename; an existing one is swapped with the staging folder by one renameat2(RENAME_EXCHANGE) where the
-     system has it, else the old dump is renamed aside to <out>.old-<pid>-<n>, the new one renamed in, and only then
-     the old one removed.
+     writes dump.json (a step dump: inputs/ and step.json) last, checks the target again (the step ran in between: what
+     appeared there is judged by the same rule) and puts the folder in place (StagedDump.commit): a target that does not
+     exist is created by one rename; an existing one is swapped with the staging folder by one
+     renameat2(RENAME_EXCHANGE) where the system has it, else the old dump is renamed aside to <out>.old-<pid>-<n>, the
+     new one renamed in, and only then the old one removed.
   3. A block that raises, or any rank failing to write its part, removes the staging folder: `out` is untouched.
 
 The names and the locks are the C++ writers', so a capture's leftovers are swept by the next capture or by the next
@@ -213,11 +213,12 @@ def resolve_target(out):
 
 
 def _dump_entry(path):
-    """Whether `path` (an entry of the target) is part of a dump: dump.json, or a rank<N>/ folder of regular files."""
+    """Whether `path` (an entry of the target) is part of a dump: a layer dump's dump.json, a step dump's step.json
+    or inputs/ folder of regular files, or either's rank<N>/ folders of regular files."""
     name = path.name
-    if name == "dump.json":
+    if name in ("dump.json", "step.json"):
         return _kind(path) == "a regular file"
-    if re.fullmatch(r"rank\d+", name) and _kind(path) == "a folder":
+    if (name == "inputs" or re.fullmatch(r"rank\d+", name)) and _kind(path) == "a folder":
         return all(_kind(path / n) == "a regular file" for n in os.listdir(path))
     return False
 
@@ -236,7 +237,7 @@ def check_replaceable(target, replace):
     for name in entries:
         if not _dump_entry(target / name):
             raise CaptureError(f"refusing to replace {target}: it holds '{name}' ({_kind(target / name)}), which is "
-                               "not part of a dump (dump.json, rank<N>/ folders of files)")
+                               "not part of a dump (dump.json or step.json, inputs/ and rank<N>/ folders of files)")
 
 
 def check_target(out, replace):

@@ -1,9 +1,13 @@
-"""Which of the model's parameters a rank holds, by Megatron's names and the oracle's: under PP (and VPP) the layers of
-its model chunks, the embedding on the first stage, the final norm and the head on the last; under TP, ETP and EP
-each as its shard of the oracle's whole array (compare/parameter_shard.hpp's rule, the Megatron side)."""
+"""The model a step capture describes (moe_capture_step.py), read from the live Megatron-Core objects: what the oracle's
+model is (step.json's `model` and `config`: reference/model.hpp's shape), and which of its parameters a rank holds,
+by Megatron's names and the oracle's — under PP (and VPP) the layers of its model chunks, the embedding on the first
+stage, the final norm and the head on the last; under TP, ETP and EP each as its shard of the oracle's whole array
+(compare/parameter_shard.hpp's rule, the Megatron side). Megatron's local layers (no TransformerEngine): a fused
+linear_qkv, SequentialMLP experts; a model holding any other parameter is refused with its names.
+"""
 import numpy as np
 
-import driver  # the layer bridge's GLU sharding
+from moe_capture_write import CaptureError
 
 
 class Held:
@@ -39,7 +43,7 @@ class Held:
         if flat.size == 0:
             return None, mine
         if not np.array_equal(flat, np.arange(flat[0], flat[-1] + 1)):
-            raise SystemExit(f"step_driver: {self.ora}'s part of the range [{start}, {end}) is not contiguous")
+            raise CaptureError(f"{self.ora}'s part of the range [{start}, {end}) is not contiguous")
         return (int(flat[0]), int(flat[-1]) + 1), mine
 
 
@@ -73,10 +77,16 @@ def qkv_rows(attention, tp):
     return np.array(q), np.array(k), np.array(v)
 
 
-def megatron_names(case, ps, config, vp_stage=None):
+def glu_shard(fc1, j, parts):
+    """Rows of fc1 [2d, h] = [gate; up] that shard j of `parts` holds: [gate_j; up_j]."""
+    gate, up = np.split(fc1, 2)
+    return np.concatenate([np.split(gate, parts)[j], np.split(up, parts)[j]])
+
+
+def megatron_names(model, ps, config, vp_stage=None):
     """One model chunk's trained parameters: (Megatron's name, part) -> Held (part: "q", "k" or "v" of the fused
-    linear_qkv, else None)."""
-    c = case["model"]["layer"]
+    linear_qkv, else None). `model`: step.json's model with its layer config under "layer"."""
+    c = model["layer"]
     E = c["num_experts"]
     tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     etp, etp_rank = ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank()
@@ -86,7 +96,7 @@ def megatron_names(case, ps, config, vp_stage=None):
     columns = lambda a: np.split(a, tp, axis=1)[tp_rank]  # noqa: E731 - row-parallel columns
     whole = lambda a: a  # noqa: E731
     names = {}
-    attention = case["model"].get("attention")
+    attention = model.get("attention")
     if ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage):
         names["embedding.word_embeddings.weight", None] = Held("embedding", rows)
     if ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage):
@@ -94,8 +104,8 @@ def megatron_names(case, ps, config, vp_stage=None):
         names["output_layer.weight", None] = Held("head", rows)
     blocks = [(f"decoder.layers.{local}.", f"layer{layer}.")  # Megatron numbers a chunk's layers locally
               for local, layer in enumerate(chunk_layers(config, vp_stage))]
-    if case["model"].get("mtp_depth") and ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage):
-        for k in range(case["model"]["mtp_depth"]):  # an MTP depth: its own parameters, then a layer's
+    if model.get("mtp_depth") and ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage):
+        for k in range(model["mtp_depth"]):  # an MTP depth: its own parameters, then a layer's
             meg, ora = f"mtp.layers.{k}.", f"mtp{k}."
             names[meg + "enorm.weight", None] = Held(ora + "enorm", whole)
             names[meg + "hnorm.weight", None] = Held(ora + "hnorm", whole)
@@ -113,12 +123,12 @@ def megatron_names(case, ps, config, vp_stage=None):
         for i in range(nle):
             e = ep_rank * nle + i
             names[meg + f"mlp.experts.local_experts.{i}.linear_fc1.weight", None] = Held(
-                ora + f"expert_fc1[{e}]", lambda a: driver.glu_shard(a, etp_rank, etp))
+                ora + f"expert_fc1[{e}]", lambda a: glu_shard(a, etp_rank, etp))
             names[meg + f"mlp.experts.local_experts.{i}.linear_fc2.weight", None] = Held(
                 ora + f"expert_fc2[{e}]", lambda a: np.split(a, etp, axis=1)[etp_rank])
         if c.get("shared_expert_ffn_hidden"):
             names[meg + "mlp.shared_experts.linear_fc1.weight", None] = Held(
-                ora + "shared_fc1", lambda a: driver.glu_shard(a, tp_rank, tp))
+                ora + "shared_fc1", lambda a: glu_shard(a, tp_rank, tp))
             names[meg + "mlp.shared_experts.linear_fc2.weight", None] = Held(ora + "shared_fc2", columns)
     return names
 
@@ -132,3 +142,95 @@ def routers(chunks, config):
         if getattr(gpt, "mtp_process", False):
             for k, depth in enumerate(gpt.mtp.layers):
                 yield f"mtp{k}.", depth.mtp_model_layer.mlp.router
+
+
+def whole_shapes(model):
+    """{oracle name: shape} of every parameter of the oracle's model (python/src/bind_step.cpp's names), the expert
+    biases included."""
+    c = model["layer"]
+    h, E, d, V = c["hidden"], c["num_experts"], c["ffn_hidden"], model["vocab"]
+    ds = c.get("shared_expert_ffn_hidden") or 0
+    shapes = {"embedding": (V, h), "final_norm": (h,), "head": (V, h)}
+
+    def block(pre):
+        shapes[pre + "block_norm"], shapes[pre + "router_weight"] = (h,), (E, h)
+        for e in range(E):
+            shapes[pre + f"expert_fc1[{e}]"], shapes[pre + f"expert_fc2[{e}]"] = (2 * d, h), (h, d)
+        if c.get("expert_bias"):
+            shapes[pre + "expert_bias"] = (E,)
+        if ds:
+            shapes[pre + "shared_fc1"], shapes[pre + "shared_fc2"] = (2 * ds, h), (h, ds)
+        a = model.get("attention")
+        if a:
+            q, kv = a["heads"] * a["head_dim"], a["groups"] * a["head_dim"]
+            shapes[pre + "attention_norm"] = (h,)
+            shapes[pre + "attention_wq"], shapes[pre + "attention_wo"] = (q, h), (h, q)
+            shapes[pre + "attention_wk"] = shapes[pre + "attention_wv"] = (kv, h)
+
+    for layer in range(model.get("num_layers", 1)):
+        block(f"layer{layer}.")
+    for k in range(model.get("mtp_depth", 0)):
+        pre = f"mtp{k}."
+        shapes[pre + "enorm"] = shapes[pre + "hnorm"] = shapes[pre + "final_norm"] = (h,)
+        shapes[pre + "eh_proj"] = (h, 2 * h)
+        block(pre)
+    return shapes
+
+
+# The parameter classes of compare's step verdict (compare/step_dump.hpp), by the oracle's name.
+def parameter_class(name):
+    leaf = name.split(".")[-1].split("[")[0]
+    if leaf.endswith("norm"):
+        return "norms"
+    return {"embedding": "embedding", "head": "output layer", "router_weight": "router", "expert_fc1": "experts",
+            "expert_fc2": "experts", "shared_fc1": "shared expert", "shared_fc2": "shared expert",
+            "eh_proj": "MTP projection"}.get(leaf, "attention" if leaf.startswith("attention_w") else None)
+
+
+def _attention(config, chunks):
+    """step.json's model.attention of the live model, or None where its layers have none; what the oracle's
+    attention is not (reference/attention.hpp: causal GQA or MHA, full rotate-half RoPE, no biases) is refused."""
+    layers = [layer for gpt in chunks for layer in gpt.decoder.layers]
+    kinds = {type(layer.self_attention).__name__ for layer in layers}
+    if kinds <= {"IdentityOp"}:
+        if any(gpt.position_embedding_type != "none" for gpt in chunks):
+            raise CaptureError("a model without attention but with position embeddings "
+                               f"({chunks[0].position_embedding_type}): the oracle's model has neither")
+        return None
+    if kinds != {"SelfAttention"}:
+        raise CaptureError(f"attention {sorted(kinds)}: the oracle models Megatron's SelfAttention (causal GQA or "
+                           "MHA) only")
+    refusals = []
+    if any(gpt.position_embedding_type != "rope" for gpt in chunks):
+        refusals.append(f"position_embedding_type {chunks[0].position_embedding_type!r} (RoPE is modelled)")
+    if any(getattr(gpt, "rotary_percent", 1.0) != 1.0 for gpt in chunks):
+        refusals.append(f"rotary_percent {chunks[0].rotary_percent} (full RoPE is modelled)")
+    for flag in ("rotary_interleaved", "multi_latent_attention", "qk_layernorm", "add_qkv_bias", "apply_rope_fusion"):
+        if getattr(config, flag, False):
+            refusals.append(flag)
+    if getattr(config, "window_size", None) is not None:
+        refusals.append(f"window_size {config.window_size}")
+    if refusals:
+        raise CaptureError("attention the oracle does not model: " + ", ".join(refusals))
+    heads = config.num_attention_heads
+    return {"heads": heads, "groups": config.num_query_groups or heads, "head_dim": config.kv_channels,
+            "rope_base": float(getattr(config, "rotary_base", 10000))}
+
+
+def describe(config, chunks, layer):
+    """step.json's `model` (with the layer config under "layer") of the live model chunks (GPTModels, unwrapped)
+    and their TransformerConfig; `layer` is the layer config (moe_capture.megatron_config), semantics included."""
+    if config.normalization != "RMSNorm":
+        raise CaptureError(f"normalization {config.normalization!r}: the oracle's model uses RMSNorm")
+    for gpt in chunks:
+        if getattr(gpt, "share_embeddings_and_output_weights", False):
+            raise CaptureError("share_embeddings_and_output_weights: the oracle's head is untied")
+    model = {"layer": layer, "num_layers": config.num_layers, "vocab": int(chunks[0].vocab_size),
+             "rms_eps": float(config.layernorm_epsilon)}
+    attention = _attention(config, chunks)
+    if attention:
+        model["attention"] = attention
+    if getattr(config, "mtp_num_layers", None):
+        model["mtp_depth"] = config.mtp_num_layers
+        model["mtp_loss_scale"] = float(config.mtp_loss_scaling_factor)
+    return model
