@@ -23,6 +23,7 @@ names, the router's probs and routing map, the aux and z values it attached, its
 import argparse
 import contextlib
 import json
+import logging
 import os
 import pathlib
 import socket
@@ -301,6 +302,8 @@ def join_ranks(ranks):
     if not limit.isdigit() or int(limit) < 1:
         raise SystemExit(f"MOE_STEP_TIMEOUT={limit!r}: whole seconds, at least 1")
     deadline = time.monotonic() + int(limit)
+    # torch logs each peer it terminates after one rank raised; the raised traceback says what happened.
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     while not ranks.join(timeout=1):
         if time.monotonic() > deadline:
             for process in ranks.processes:

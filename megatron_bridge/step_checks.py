@@ -141,7 +141,21 @@ def cases():
              expect={"class": "output layer", "scale": 2.0}),
         dict(step_case("step_bug_aux_scale_not_per_microbatch", **dp4_ep2), bug="aux_scale_not_per_microbatch",
              expect={"class": "router"}),
+        # The step capture called wrongly: refused with its reason, nothing written (python/moe_capture_step.py).
+        *[dict(step_case(f"step_capture_refuses_{misuse}", **tp2_ep2, **extra, capture_misuse=misuse),
+               expect={"refused": said})
+          for misuse, extra, said in CAPTURE_REFUSALS],
     ]
+
+
+# step_driver.CAPTURE_MISUSES, each with the case it runs on and what its refusal must say.
+CAPTURE_REFUSALS = [
+    ("attention_mask", {}, "attention_mask"),
+    ("rope_interleaved", {"attention": ATTENTION}, "attention the oracle does not model: rotary_interleaved"),
+    ("optimizer_not_watched", {}, "the optimizer did not step inside the capture"),
+    ("replica_not_recorded", {}, "no rank of data-parallel rank(s) [1] recorded its microbatches"),
+    ("losses_not_given", {}, "the lm loss is not known"),
+]
 
 
 def verdict(case, report):
@@ -207,8 +221,15 @@ def run(oracle, work):
                 else:
                     step_driver.run_case(c["case"], out / "dump", c.get("bug"))
             except Exception as e:  # noqa: BLE001 - a rank raised: the case is reported, the others go on
-                yield c, False, "step_driver failed: " + (str(e).strip().splitlines() or ["?"])[-1], \
-                    time.time() - start
+                said = (str(e).strip().splitlines() or ["?"])[-1]
+                if "refused" in c.get("expect", {}):  # the capture's refusal, and no dump left behind
+                    ok = c["expect"]["refused"] in said and not (out / "dump").exists()
+                    yield c, ok, f"refused{' as it must' if ok else ''}: {said}", time.time() - start
+                else:
+                    yield c, False, "step_driver failed: " + said, time.time() - start
+                continue
+            if "refused" in c.get("expect", {}):
+                yield c, False, "the capture wrote a dump it must refuse", time.time() - start
                 continue
             dumps[key] = out / "dump"
         compare = [oracle, "compare", str(dumps[key]), "--json", "--precision", "float32"]

@@ -10,22 +10,21 @@ CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "
             "dispatcher": "alltoall" | "allgather", "semantics" (what the dump claims Megatron computes),
             "optimizer": {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"} (default OPTIMIZER),
             "distributed_optimizer": bool (Megatron's DistributedOptimizer; the dump's grad_ranges say which range
-            of each parameter's gradient each rank's optimizer stepped)}
+            of each parameter's gradient each rank's optimizer stepped),
+            "capture_misuse": one of CAPTURE_MISUSES (the capture must refuse the step)}
 
 The model is the oracle's (reference/model.hpp): a word embedding, blocks h + MoE(RMSNorm(h)) — with
 model.attention {heads, groups, head_dim, rope_base} preceded by h + Attn(RMSNorm(h)), causal GQA with rotate-half
 RoPE — a final RMSNorm, an untied output layer and the CE over a loss mask. Megatron builds it as a GPTModel whose
 TransformerLayer has an RMSNorm before the MoE layer and, with attention, its local SelfAttention (fused linear_qkv,
-DotProductAttention, linear_proj; IdentityOp without). The step goes through Megatron's own machinery: get_forward_backward_func over the microbatches of each
-replica (the oracle's sampler order: microbatch i of replica r holds sequences i·b·dp + r·b + [0, b)), the loss
-function of pretrain_gpt (sum of masked CE, token count), DistributedDataParallel with its gradient buffers, and
-finalize_model_grads, then Megatron's optimizer (Adam with weight decay and clipping, torch's AdamW where neither
-TransformerEngine nor Apex is installed, each group's decay set by its parameter scheduler). Under TP its norms are marked sequence-parallel as TransformerEngine's are, so finalize_model_grads
-sums their gradients over TP. What the dump holds: the parameters the step started from (under the oracle's names,
-whole, float64) and the microbatches' ids, labels and masks; per rank each trained parameter's reduced gradient as
-the optimizer was handed it (main_grad, this rank's shard, before clipping), the parameters and expert biases after
-the step, Adam's moments after it (its range of them under the distributed optimizer, with grad_ranges), the grad
-norm the optimizer reported and the lm loss Megatron's training loop would log.
+DotProductAttention, linear_proj; IdentityOp without). The step goes through Megatron's own machinery:
+get_forward_backward_func over the microbatches of each replica (Megatron's sampler order: microbatch i of replica r
+holds sequences i·b·dp + r·b + [0, b)), the loss function of pretrain_gpt (sum of masked CE, token count),
+DistributedDataParallel with its gradient buffers, and finalize_model_grads, then Megatron's optimizer (Adam with
+weight decay and clipping, torch's AdamW where neither TransformerEngine nor Apex is installed, each group's decay
+set by its parameter scheduler). Under TP its norms are marked sequence-parallel as TransformerEngine's are, so
+finalize_model_grads sums their gradients over TP. The dump is written by python/moe_capture_step.py, the capture a
+user calls around their own step, wrapped around this one as a user would: what it holds is that module's.
 """
 import json
 import os
@@ -47,6 +46,10 @@ import step_bugs  # noqa: E402
 from moe_capture_step import capture_step  # noqa: E402
 from moe_capture_step_model import megatron_names, routers  # noqa: E402
 from step_optimizer import megatron_optimizer  # noqa: E402
+
+# Ways of calling the step capture wrongly, each refused (CaptureError) with nothing written.
+CAPTURE_MISUSES = ("attention_mask", "rope_interleaved", "optimizer_not_watched", "replica_not_recorded",
+                   "losses_not_given")
 
 
 def oracle_params(case):
@@ -215,6 +218,9 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
     moments_after.npz, for the next step's inputs); {"load": DIR} builds the model and the optimizer's state from that
     checkpoint, at this case's layout, instead of from the seed and zero moments."""
     resume = resume or {}
+    misuse = case.get("capture_misuse")  # a way of calling the capture it must refuse (step_checks.py)
+    if misuse not in (None, *CAPTURE_MISUSES):
+        raise SystemExit(f"step_driver: capture_misuse {misuse!r}: one of {', '.join(CAPTURE_MISUSES)}")
     patches = cpu_patches.apply_step()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
@@ -275,9 +281,12 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
         sequences i·b·dp + r·b + [0, b), whole (the forward step takes this CP rank's positions)."""
         for i in range(m_micro):
             seqs = slice(i * b * dp + dp_rank * b, i * b * dp + dp_rank * b + b)
-            yield {"tokens": torch.from_numpy(ids[seqs]), "labels": torch.from_numpy(labels[seqs]),
-                   "loss_mask": torch.from_numpy(mask[seqs].astype(np.float64)),
-                   "position_ids": torch.arange(case["seq"]).unsqueeze(0).expand(b, -1)}
+            batch = {"tokens": torch.from_numpy(ids[seqs]), "labels": torch.from_numpy(labels[seqs]),
+                     "loss_mask": torch.from_numpy(mask[seqs].astype(np.float64)),
+                     "position_ids": torch.arange(case["seq"]).unsqueeze(0).expand(b, -1)}
+            if misuse == "attention_mask":
+                batch["attention_mask"] = torch.ones(b, 1, case["seq"], case["seq"], dtype=torch.bool)
+            yield batch
 
     # Under CP this rank holds positions of chunks c and 2cp−1−c of 2cp (Megatron's get_batch_on_this_cp_rank).
     cp, cp_rank = ps.get_context_parallel_world_size(), ps.get_context_parallel_rank()
@@ -303,6 +312,8 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
 
     import megatron.core.package_info as info
     notes = {"cpu_patches": patches, **({"seeded_bug": bug} if bug else {})}
+    if misuse == "rope_interleaved":  # attention the oracle does not model, from the start: refused
+        config.rotary_interleaved = True
     # The capture reads the model's configuration before a bug changes it (what the run is meant to compute).
     with capture_step(models, out, semantics=case.get("semantics", "megatron-core-0.19"), start=start,
                       producer=f"megatron-core {info.__version__} on CPU, gloo (megatron_bridge/step_driver.py)",
@@ -315,12 +326,17 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
             from megatron.core import dist_checkpointing
             wanted = optimizer.sharded_state_dict({"model": gpt.sharded_state_dict()}, is_loading=True)
             optimizer.load_state_dict(dist_checkpointing.load({"optimizer": wanted}, resume["load"])["optimizer"])
-        cap.watch(optimizer)
+        if misuse != "optimizer_not_watched":
+            cap.watch(optimizer)
         # Each chunk reads the same microbatches in turn (the interleaved schedule takes one iterator a chunk).
-        data = cap.data([batches() for _ in chunks] if vpp > 1 else batches())
-        cap.losses(get_forward_backward_func()(forward_step_func=forward_step, data_iterator=data, model=models,
-                                               num_microbatches=m_micro, seq_length=case["seq"],
-                                               micro_batch_size=b, forward_only=False))
+        data = [batches() for _ in chunks] if vpp > 1 else batches()
+        if misuse != "replica_not_recorded" or dp_rank == 0:
+            data = cap.data(data)
+        losses = get_forward_backward_func()(forward_step_func=forward_step, data_iterator=data, model=models,
+                                             num_microbatches=m_micro, seq_length=case["seq"],
+                                             micro_batch_size=b, forward_only=False)
+        if misuse != "losses_not_given":
+            cap.losses(losses)
         optimizer.step()
         bug_undo()
         if "save" in resume:
