@@ -306,8 +306,11 @@ def run_rank(rank, world, case, out, port, bug, resume=None):
 
     def forward_step(data_iterator, model_chunk):
         batch = {k: t[:, positions] for k, t in next(data_iterator).items()}
+        # With router_padding_mask the router is handed the padded positions (a loop that passes padding_mask;
+        # pretrain_gpt does not), so that it leaves them out of its aux, z and bias statistics.
+        padding = {"padding_mask": batch["loss_mask"] == 0} if case.get("router_padding_mask") else {}
         output = model_chunk(batch["tokens"], batch["position_ids"], None, labels=batch["labels"],
-                             loss_mask=batch["loss_mask"])
+                             loss_mask=batch["loss_mask"], **padding)
         return output, lambda o: loss_func(batch["loss_mask"], o)
 
     import megatron.core.package_info as info

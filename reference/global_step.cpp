@@ -134,7 +134,9 @@ ModelLossWeights objective_weights(const ModelConfig& c, LossMode mode, const Pa
     // global_aux's step term is the group's loss (weight N_step); global-aux-dp-average weights it as aux.
     const bool like_aux = !global_aux || sem.has(Deviation::global_aux_dp_average);
     w.aux = (like_aux ? n_router : step_tokens) / n_total;
-    if (like_aux && sem.has(Deviation::per_token_aux_local_tokens))
+    if (like_aux && sem.has(Deviation::per_token_aux_group_tokens))  // every part counts its reduce group's tokens
+      w.aux = (global_aux ? step_tokens : n_router) * tp * cp / n_total;
+    else if (like_aux && sem.has(Deviation::per_token_aux_local_tokens))
       w.aux_rows = per_part([&](size_t p) { return router_parts[p] * tp * cp / n_total; });
     return w;
   }

@@ -36,6 +36,7 @@
 //   ce-per-cp-rank              (sum/avg)   CE term 1/(dp·cp·m) · Σ_{r,i,c} CE_c/N_c
 //   z-loss-local-mean           (sum/avg)   z_l(r,i) = Σ_p coeff/P · mean_p lse²
 //   per-token-aux-local-tokens  (per-token) aux share of p weighted N_p·P instead of N_{r,i}
+//   per-token-aux-group-tokens  (per-token, the router masked) every share weighted N_{r,i}·P (global_aux: N_i·P)
 //   global-aux-dp-average       global_aux weighted as aux: 1/(dp·m), or per-token as aux is
 //   router-counts-padding       the router sees no padding: padded tokens count in aux, z and bias statistics, and
 //                               per-token weights of aux and z count every token (CE still counts valid ones)

@@ -56,6 +56,9 @@ constexpr std::string_view kCeMegatron =
     "pretrain_gpt.py: loss_func (num_tokens = this CP shard's loss_mask.sum()); pipeline_parallel/schedules.py: "
     "forward_step (output_tensor /= clamp(num_tokens, 1); /= num_microbatches)";
 constexpr std::string_view kPerTokenAttach = "transformer/moe/router.py: attach_and_log_load_balancing_loss";
+constexpr std::string_view kGroupCount =
+    "transformer/moe/router.py: attach_and_log_load_balancing_loss with the count of moe_utils.py: "
+    "get_tokens_per_expert_and_token_count, all-reduced in place (PR #7481)";
 
 using enum LossTerm;
 using enum LayoutFactor;
@@ -88,6 +91,10 @@ const std::vector<LossScaleRule> kLossScaleRules = {
    "N_mb", kPerTokenAttach},
   {global_aux,  true,  {global_aux_dp_average, per_token_aux_local_tokens},   one,           local_times_tp_cp,
    "num_local_tokens · |tp_cp|", kPerTokenAttach},
+  {aux,         true,  {per_token_aux_local_tokens, per_token_aux_group_tokens},              one, group_times_tp_cp,
+   "N_mb · |tp_cp|", kGroupCount},
+  {global_aux,  true,  {global_aux_dp_average, per_token_aux_local_tokens, per_token_aux_group_tokens}, one,
+   group_times_tp_cp, "N_step · |tp_cp|", kGroupCount},
   {z,           true,  {},                                                     one,           microbatch,
    "N_mb", "transformer/moe/router.py: apply_z_loss (z_loss · num_local_tokens · |tp_cp|: with the local mean, "
    "coeff·Σ lse², the same as N_mb × the microbatch mean)"},
@@ -135,6 +142,7 @@ std::string_view to_string(TokenFactor factor) {
     case TokenFactor::microbatch: return "N_mb";
     case TokenFactor::local_times_tp_cp: return "num_local_tokens";
     case TokenFactor::step: return "N_step";
+    case TokenFactor::group_times_tp_cp: return "N_group";
   }
   throw std::logic_error("unknown TokenFactor");
 }
@@ -234,8 +242,11 @@ std::vector<LossScale> loss_scale_table(LossMode mode, const GroupSizes& sizes, 
         row.factor = double(sizes.dp_cp) * sizes.gtp / m;
         break;
     }
-    if (best->tokens == TokenFactor::local_times_tp_cp) {
-      row.values = "num_local_tokens · " + std::to_string(sizes.tp_cp);
+    if (best->tokens == TokenFactor::local_times_tp_cp || best->tokens == TokenFactor::group_times_tp_cp) {
+      row.values = std::string(best->tokens == TokenFactor::local_times_tp_cp ? "num_local_tokens"
+                               : term == LossTerm::global_aux                  ? "N_step"
+                                                                               : "N_mb") +
+                   " · " + std::to_string(sizes.tp_cp);
       row.factor *= sizes.tp_cp;
     }
     rows.push_back(row);
@@ -258,6 +269,8 @@ double loss_weight(const LossScale& scale, const TokenCounts& n) {
     case TokenFactor::microbatch: return scale.factor * n.microbatch;
     case TokenFactor::local_times_tp_cp: return scale.factor * n.local;
     case TokenFactor::step: return scale.factor * n.step;
+    case TokenFactor::group_times_tp_cp:  // the group the loss's counts are reduced over
+      return scale.factor * (scale.rule.term == LossTerm::global_aux ? n.step : n.microbatch);
   }
   throw std::logic_error("unknown TokenFactor");
 }

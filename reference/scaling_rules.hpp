@@ -108,8 +108,9 @@ enum class TokenFactor {
   microbatch,         // N_mb
   local_times_tp_cp,  // n_local·|tp_cp|: this rank's own valid tokens times the group size
   step,               // N_step: the valid tokens of the step's microbatches over tp×dp×cp
+  group_times_tp_cp,  // N_group·|tp_cp|: the loss's reduce group's valid tokens (aux: N_mb, global_aux: N_step)
 };
-// "none", "1/N_mb", "1/N_c", "N_mb", "num_local_tokens", "N_step"
+// "none", "1/N_mb", "1/N_c", "N_mb", "num_local_tokens", "N_step", "N_group"
 std::string_view to_string(TokenFactor factor);
 struct LossScaleRule {
   LossTerm term;

@@ -143,6 +143,18 @@ const std::vector<DeviationInfo>& catalogue() {
    "swiglu_clamp with pre-activations exactly on the limit: bf16 or float32 storage (float64 data never lands "
    "on it). Not in the profiles, which pin frameworks, not torch: moe_capture probes the live torch and adds it",
    true, true, false},
+  {per_token_aux_group_tokens, "per-token-aux-group-tokens", modelled,
+   "with a padding mask at the router, per-token-aux-local-tokens' local count is its reduce group's: the count is "
+   "all-reduced in place before it is read, so each rank's aux share is scaled by the group's valid tokens × "
+   "|tp_cp| (aux, seq_aux: the microbatch's over tp×cp; global_aux: the step's over tp×dp×cp)",
+   "the rank's own valid tokens × |tp_cp| (the rule per-token-aux-local-tokens states)",
+   "transformer/moe/moe_utils.py: get_tokens_per_expert_and_token_count (local_tokens_per_expert handed to "
+   "reduce_from_tensor_model_parallel_region, whose all_reduce mutates it, then summed as the local count)",
+   "NVIDIA/Megatron-LM PR #7481 (open); shown here by Megatron's own step (docs/checking-frameworks.md)",
+   "per-token loss with tp·cp > 1 (global_aux: tp·dp·cp > 1), an aux loss and a padding mask at the router "
+   "(-router-counts-padding); without the mask the count is the tensor's shape, which is local. In effect only "
+   "with per-token-aux-local-tokens",
+   false, true, true},
 };
   return entries;
 }
@@ -156,13 +168,14 @@ const std::vector<SemanticsProfile>& profiles() {
    ",+fused-swiglu-ignores-clamp when it fuses; -router-counts-padding for a loop that passes padding_mask)",
    {ce_per_cp_rank, z_loss_local_mean, seq_aux_mean_length, bias_counts_padded_slots, per_token_aux_local_tokens,
     global_aux_dp_average, shared_expert_clamped, position_drop_tie_order, pad_filler_tie_order,
-    gtp_factor_missing, router_counts_padding, bias_counts_mask_broadcast, mtp_per_token_local_ratio}},
+    gtp_factor_missing, router_counts_padding, bias_counts_mask_broadcast, mtp_per_token_local_ratio,
+    per_token_aux_group_tokens}},
   {"megatron-main", "NVIDIA/Megatron-LM main d98e8a64 (2026-08-22)",
    "what Megatron-LM main computed at the snapshot read for this catalogue, trained through pretrain_gpt.py with "
    "bias_activation_fusion off",
    {ce_per_cp_rank, z_loss_local_mean, seq_aux_mean_length, bias_counts_padded_slots, per_token_aux_local_tokens,
     global_aux_dp_average, shared_expert_clamped, position_drop_tie_order, pad_filler_tie_order,
-    gtp_factor_missing, router_counts_padding, mtp_per_token_local_ratio}},
+    gtp_factor_missing, router_counts_padding, mtp_per_token_local_ratio, per_token_aux_group_tokens}},
   {"hf-transformers-5.25", "transformers 5.25.0 (PyPI)",
    "what Hugging Face transformers 5.25's MoE blocks compute where they differ from the models' own reference code: "
    "DeepSeek-V4's shared expert clamped like the routed ones, DeepSeek-V2's gate (a config.json is mapped under it)",
@@ -254,6 +267,10 @@ Semantics Semantics::in_mode(LossMode mode) const {
     const bool applies = mode == LossMode::per_token ? d.per_token_mode : d.mean_modes;
     if (!applies) s.on_.reset(static_cast<size_t>(d.id));
   }
+  // per-token-aux-group-tokens changes what per-token-aux-local-tokens counts, and only where a padding mask reaches
+  // the router (without one Megatron's count is the tensor's shape, which is local).
+  if (!s.has(Deviation::per_token_aux_local_tokens) || s.has(Deviation::router_counts_padding))
+    s.on_.reset(static_cast<size_t>(Deviation::per_token_aux_group_tokens));
   return s;
 }
 

@@ -42,8 +42,9 @@ enum class Deviation {
   mtp_per_token_local_ratio,   // per-token MTP CE × each CP rank's own N_c/Nᵏ_c instead of the batch's N/Nᵏ
   v2_gate_softmax_scaled,      // transformers' DeepSeek-V2 gate: softmax, no renormalisation, always × the scale
   clamp_limit_passes_gradient, // torch before 2.15: the clamp passes the gradient at its limit (subgradient 1)
+  per_token_aux_group_tokens,  // per-token aux × the reduce group's count·|tp_cp| (the local count reduced in place)
 };
-constexpr int kDeviations = static_cast<int>(Deviation::clamp_limit_passes_gradient) + 1;  // the last one + 1
+constexpr int kDeviations = static_cast<int>(Deviation::per_token_aux_group_tokens) + 1;  // the last one + 1
 
 // modelled: the oracle computes it; replayed: compare takes the decision from the dump; scaling: a gradient scale;
 // refused: the oracle refuses the step; mapped: applied when a Hugging Face config.json is mapped onto the layer
@@ -87,7 +88,8 @@ class Semantics {
 
   bool has(Deviation d) const { return on_.test(static_cast<size_t>(d)); }
   Semantics with(Deviation d, bool on) const;
-  // The deviations that take effect under a loss mode (e.g. ce-per-cp-rank only in sum/avg).
+  // The deviations that take effect under a loss mode (e.g. ce-per-cp-rank only in sum/avg), and their preconditions
+  // (per-token-aux-group-tokens only with per-token-aux-local-tokens and a padding mask at the router).
   Semantics in_mode(LossMode mode) const;
   std::vector<Deviation> deviations() const;
   // The profile it started from, then its changes: "megatron-core-0.19,-ce-per-cp-rank". parse(spec()) == *this.

@@ -18,6 +18,7 @@ global_aux: the statistic of step i is over all replicas (counts and T summed ov
 Deviations (semantics.py; the ones of one loss mode only are dropped in the other):
     ce-per-cp-rank              CE rows of CP rank c weighted 1/(dp·cp·m·N_c), N_c its valid tokens
     per-token-aux-local-tokens  aux rows of source rank p weighted n_p·tp·cp/N instead of n_{r,i}/N
+    per-token-aux-group-tokens  (with the router masked) every aux row weighted n_{r,i}·tp·cp/N (global_aux n_i·tp·cp/N)
     global-aux-dp-average       global_aux weighted as aux is: 1/(dp·m), or per-token n_{r,i}/N
     router-counts-padding       no padding reaches the router (n counts every token)
     z-loss-local-mean, seq-aux-mean-length, bias-counts-padded-slots, …  inside the layer (layer.py, losses.py)
@@ -119,7 +120,9 @@ def weights(case, mb, deviations, m, n_total, step_tokens):
     if case["loss_mode"] == "per-token":
         like_aux = not global_aux or "global-aux-dp-average" in deviations
         aux = (n_router if like_aux else step_tokens) / n_total
-        if like_aux and "per-token-aux-local-tokens" in deviations:
+        if like_aux and "per-token-aux-group-tokens" in deviations:  # the local count reduced in place: the group's
+            aux = (step_tokens if global_aux else n_router) * tp * cp / n_total
+        elif like_aux and "per-token-aux-local-tokens" in deviations:
             aux = np.zeros(rows)
             for p in mb["parts"]:
                 counted = p.size if mb["router_padding"] is None else int(valid[p].sum())

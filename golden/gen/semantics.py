@@ -13,18 +13,19 @@ PROFILES = {
         "ce-per-cp-rank", "z-loss-local-mean", "seq-aux-mean-length", "bias-counts-padded-slots",
         "per-token-aux-local-tokens", "global-aux-dp-average", "shared-expert-clamped", "position-drop-tie-order",
         "pad-filler-tie-order", "gtp-factor-missing", "router-counts-padding", "bias-counts-mask-broadcast",
-        "mtp-per-token-local-ratio"),
+        "mtp-per-token-local-ratio", "per-token-aux-group-tokens"),
     "megatron-main": (
         "ce-per-cp-rank", "z-loss-local-mean", "seq-aux-mean-length", "bias-counts-padded-slots",
         "per-token-aux-local-tokens", "global-aux-dp-average", "shared-expert-clamped", "position-drop-tie-order",
-        "pad-filler-tie-order", "gtp-factor-missing", "router-counts-padding", "mtp-per-token-local-ratio"),
+        "pad-filler-tie-order", "gtp-factor-missing", "router-counts-padding", "mtp-per-token-local-ratio",
+        "per-token-aux-group-tokens"),
 }
 DEVIATIONS = PROFILES["megatron-core-0.19"] + ("fused-swiglu-ignores-clamp",)
 
 # Megatron's per-microbatch mean losses (sum/avg) and its per-token loss take different code paths: these
 # deviations live on only one of them.
 MEAN_MODES_ONLY = frozenset({"ce-per-cp-rank", "z-loss-local-mean", "gtp-factor-missing"})
-PER_TOKEN_ONLY = frozenset({"per-token-aux-local-tokens", "mtp-per-token-local-ratio"})
+PER_TOKEN_ONLY = frozenset({"per-token-aux-local-tokens", "mtp-per-token-local-ratio", "per-token-aux-group-tokens"})
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,8 +51,13 @@ def active(cfg):
 
 
 def in_mode(deviations, loss_mode):
-    """The deviations that take effect under a loss mode (sum, avg or per-token)."""
-    return frozenset(deviations - (MEAN_MODES_ONLY if loss_mode == "per-token" else PER_TOKEN_ONLY))
+    """The deviations that take effect under a loss mode (sum, avg or per-token). per-token-aux-group-tokens changes
+    what per-token-aux-local-tokens counts, and only where the router is handed the padding mask (without it the
+    count is the tensor's shape, which is local)."""
+    on = set(deviations - (MEAN_MODES_ONLY if loss_mode == "per-token" else PER_TOKEN_ONLY))
+    if "per-token-aux-local-tokens" not in on or "router-counts-padding" in on:
+        on.discard("per-token-aux-group-tokens")
+    return frozenset(on)
 
 
 def toggled(spec, deviation):
