@@ -53,7 +53,22 @@ def cases():
     resumed = {"world": 4, "tp": 1, "cp": 1, "pp": 1, "ep": 4, "etp": 1}
     # And at TP 1 × PP 2 × EP 4 over 8 ranks: TP, PP, EP and the world all changed.
     resumed_pp = {"world": 8, "tp": 1, "cp": 1, "pp": 2, "ep": 4, "etp": 1}
+    # A loop that hands the router its padding mask (pretrain_gpt does not): per-token loss on TP 2 (seq_aux, z, a
+    # shared expert; no expert bias, whose count raises with a mask in 0.19.2) and on CP 2 (aux), padding uneven
+    # over the ranks. Megatron's aux count is then its group's (per-token-aux-group-tokens).
+    masked = "megatron-core-0.19,-router-counts-padding"
+    tp2_masked = dict(tp2_ep2, layer=no_bias, router_padding_mask=True, padding=[0, 3])
+    cp2_masked = dict(layer=LAYER, world=4, cp=2, ep=2, batch=4, micro=1, seed=31, per_token_loss=True,
+                      router_padding_mask=True, padding=[0, 3])
     return [
+        dict(step_case("step_tp2_ep2_router_masked", **tp2_masked), semantics=masked),
+        dict(step_case("step_tp2_router_masked_without_group_tokens", **tp2_masked),
+             semantics=masked + ",-per-token-aux-group-tokens", expect={"fails": True}),
+        dict(step_case("step_tp2_router_masked_without_local_tokens", **tp2_masked),
+             semantics=masked + ",-per-token-aux-local-tokens", expect={"fails": True}),
+        dict(step_case("step_cp2_ep2_router_masked", **cp2_masked), semantics=masked),
+        dict(step_case("step_cp2_router_masked_without_group_tokens", **cp2_masked),
+             semantics=masked + ",-per-token-aux-group-tokens", expect={"fails": True}),
         dict(step_case("step_resharded_tp2_ep2_to_pp2_ep4", **saved), resume=resumed_pp),
         dict(step_case("step_resharded_tp2_ep2_to_ep4", **saved), resume=resumed),
         dict(step_case("step_bug_experts_swapped_on_load", **saved), resume=resumed, bug="experts_swapped_on_load",

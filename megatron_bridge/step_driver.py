@@ -11,6 +11,8 @@ CASE.json: {"model": {model config keys: "layer" (golden layer keys), "vocab", "
             "optimizer": {"lr", "beta1", "beta2", "eps", "weight_decay", "clip_grad"} (default OPTIMIZER),
             "distributed_optimizer": bool (Megatron's DistributedOptimizer; the dump's grad_ranges say which range
             of each parameter's gradient each rank's optimizer stepped),
+            "router_padding_mask": bool (hand the router the padding mask, as a loop that passes padding_mask does;
+            judge such a dump with -router-counts-padding),
             "capture_misuse": one of CAPTURE_MISUSES (the capture must refuse the step)}
 
 The model is the oracle's (reference/model.hpp): a word embedding, blocks h + MoE(RMSNorm(h)) — with

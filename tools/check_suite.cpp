@@ -58,7 +58,7 @@ std::vector<CheckRow> default_rows() {
                    ParallelLayout{.world = 8, .cp = 2, .pp = 2, .ep = 2}}});
   // Megatron's semantics: what 0.19.2 computes when trained through pretrain_gpt.py (the router sees no padding)
   // and, for a loop that passes padding_mask, the rules that then show (local z mean, the shared seq_aux T,
-  // per-token aux × local tokens).
+  // per-token aux × local tokens, read as the group's).
   const std::vector<ParallelLayout> cp_tp{ParallelLayout{.world = 4, .cp = 2, .ep = 2},
                                           ParallelLayout{.world = 8, .tp = 2, .cp = 2, .ep = 4}};
   rows.push_back({"tiny-v4", run_of("tiny-v4", 2, LossMode::sum, "megatron-core-0.19"), cp_tp});
@@ -75,6 +75,10 @@ std::vector<CheckRow> default_rows() {
   rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, LossMode::per_token,
                                          "megatron-main,-router-counts-padding"),
                   cp_tp});
+  // The same with the local count Megatron's code means (PR #7481 applied): each rank its own valid tokens.
+  rows.push_back({"tiny-softmax", run_of("tiny-softmax", 2, LossMode::per_token,
+                                         "megatron-main,-router-counts-padding,-per-token-aux-group-tokens"),
+                  {cp_tp.front()}});
   // Whole training steps (Adam, bias update, distributed optimizer), saved halfway and resumed under another EP.
   // tiny-v4's gradient norm is about 0.65 in both steps, so a max norm of 0.5 clips each (factor about 0.77).
   CheckRow steps{"tiny-v4", run_of("tiny-v4", 1, LossMode::sum), {ParallelLayout{.world = 4, .ep = 4}},

@@ -57,6 +57,13 @@ MODEL_CASES = [
     *twins("per_token_aux_tp2_cp2", "per-token loss with aux on TP2·CP2, valid tokens uneven over the source ranks",
            layer("softmax", aux_loss_type="aux", aux_loss_coeff=0.05), MAIN_MASKED, ("per-token-aux-local-tokens",),
            tp=2, cp=2, loss_mode="per-token", padding=(2, 5)),
+    # The local rule alone, as Megatron's code means it (PR #7481 applied): each source rank its own count. Toggling
+    # per-token-aux-group-tokens on gives the twin's Megatron (every rank the group's count).
+    ModelCase("per_token_aux_tp2_cp2_megatron_local_count", "the same under a Megatron whose local count stays "
+              f"local ({MAIN_MASKED},-per-token-aux-group-tokens)", layer("softmax", aux_loss_type="aux",
+                                                                          aux_loss_coeff=0.05),
+              MAIN_MASKED + ",-per-token-aux-group-tokens", tp=2, cp=2, loss_mode="per-token", padding=(2, 5),
+              pins=("per-token-aux-local-tokens", "per-token-aux-group-tokens")),
     *twins("global_aux_dp2", "global_aux over DP2 and 2 microbatches per replica, padded",
            layer("sqrtsoftplus", aux_loss_type="global_aux", aux_loss_coeff=0.05), CORE, ("global-aux-dp-average",),
            dp=2, size=4, padding=(2, 0, 0, 3)),

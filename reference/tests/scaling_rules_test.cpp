@@ -125,6 +125,27 @@ TEST_F(SeedScaling, LossWeightsMegatronProfile) {
   EXPECT_DOUBLE_EQ(loss_weight(loss_scale(no_ce, LossTerm::ce), n), 2.0 / 64 / 100);
 }
 
+// A masked router (a loop that passes padding_mask): Megatron reads the count after its in-place all-reduce, so the
+// per-token aux weight is the group's count × |tp_cp| — N_mb for aux, N_step for global_aux (tp_cp = 2 here). Without
+// per-token-aux-group-tokens the local row comes back; without the mask the deviation is not in effect.
+TEST_F(SeedScaling, LossWeightsMaskedRouterGroupCount) {
+  const int m = num_microbatches(test::seed_layout(), 4096, 1);
+  const Semantics masked = Semantics::profile("megatron-core-0.19").with(Deviation::router_counts_padding, false);
+  const TokenCounts n{.microbatch = 100, .cp_rank = 60, .local = 30, .step = 6400};
+  const auto pt = loss_scale_table(LossMode::per_token, sizes, m, masked);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::aux), n), 100.0 * 2);
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(pt, LossTerm::global_aux), n), 6400.0 * 2);
+  EXPECT_EQ(loss_scale(pt, LossTerm::aux).values, "N_mb · 2");
+  EXPECT_EQ(loss_scale(pt, LossTerm::global_aux).values, "N_step · 2");
+  const auto local = loss_scale_table(LossMode::per_token, sizes, m,
+                                      masked.with(Deviation::per_token_aux_group_tokens, false));
+  EXPECT_DOUBLE_EQ(loss_weight(loss_scale(local, LossTerm::aux), n), 30.0 * 2);
+  EXPECT_FALSE(Semantics::profile("megatron-core-0.19").in_mode(LossMode::per_token).has(
+      Deviation::per_token_aux_group_tokens));
+  EXPECT_TRUE(masked.in_mode(LossMode::per_token).has(Deviation::per_token_aux_group_tokens));
+  EXPECT_FALSE(masked.in_mode(LossMode::sum).has(Deviation::per_token_aux_group_tokens));
+}
+
 // The invariant behind the SUM/AVG choice: for any layout the net factor on the summed dense and expert grads is
 // 1/|dp_cp| in both modes (the historical bugs were ×EP, ÷EDP, or a missing CP).
 TEST(ScalingRules, SumAndAvgAgreeOnEveryLayout) {
