@@ -118,11 +118,11 @@ class Assembler {
         const auto shard = [&](const std::string& name, const Shape& shape) {
           return same_on_every_holder(holds, [&](int) { return name; }, shape);
         };
-        const Matrix<double> s1 = as_matrix(shard("shared_experts.linear_fc1.weight", {2 * ds / tp, h}), 2 * ds / tp, h);
+        const GluShardShapes shapes = shared_shard_shapes(c, d_.layout);
+        const Matrix<double> s1 = as_matrix(shard("shared_experts.linear_fc1.weight", shapes.fc1), 2 * ds / tp, h);
         gate.middleRows(j * ds / tp, ds / tp) = s1.topRows(ds / tp);
         up.middleRows(j * ds / tp, ds / tp) = s1.bottomRows(ds / tp);
-        fc2.middleCols(j * ds / tp, ds / tp) =
-            as_matrix(shard("shared_experts.linear_fc2.weight", {h, ds / tp}), h, ds / tp);
+        fc2.middleCols(j * ds / tp, ds / tp) = as_matrix(shard("shared_experts.linear_fc2.weight", shapes.fc2), h, ds / tp);
       }
       p.shared_fc1.resize(2 * ds, h);
       p.shared_fc1 << gate, up;
@@ -144,15 +144,16 @@ class Assembler {
     const MoeConfig& c = d_.config;
     const int h = c.hidden, dd = c.ffn_hidden, etp = d_.layout.etp, nle = c.num_experts / d_.layout.ep;
     Matrix<double> fc1(2 * dd, h), fc2(h, dd);
+    const GluShardShapes shapes = expert_shard_shapes(c, d_.layout);
     for (int j = 0; j < etp; ++j) {  // ETP shard j, on every rank of EP rank e / nle and ETP rank j
       const auto holds = [&](int r) { return at(r).ep == e / nle && at(r).etp == j; };
       const Matrix<double> s1 = as_matrix(
-          same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc1", r); }, {2 * dd / etp, h}),
+          same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc1", r); }, shapes.fc1),
           2 * dd / etp, h);
       fc1.middleRows(j * dd / etp, dd / etp) = s1.topRows(dd / etp);
       fc1.middleRows(dd + j * dd / etp, dd / etp) = s1.bottomRows(dd / etp);
       fc2.middleCols(j * dd / etp, dd / etp) = as_matrix(
-          same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc2", r); }, {h, dd / etp}),
+          same_on_every_holder(holds, [&](int r) { return expert_name(e % nle, "linear_fc2", r); }, shapes.fc2),
           h, dd / etp);
     }
     return {std::move(fc1), std::move(fc2)};
@@ -506,8 +507,8 @@ class StreamedOracle {
     visit_expert_in(exact_, e, fc1, fc2);
     if (rounding_) visit_expert_in(*rounding_, e, Matrix<float>(fc1.cast<float>()), Matrix<float>(fc2.cast<float>()));
     if (!backward_) return;
-    const int etp = d_.layout.etp, nle = d_.config.num_experts / d_.layout.ep, dd = d_.config.ffn_hidden,
-              h = d_.config.hidden;
+    const int etp = d_.layout.etp, nle = d_.config.num_experts / d_.layout.ep, dd = d_.config.ffn_hidden;
+    const GluShardShapes shapes = expert_shard_shapes(d_.config, d_.layout);
     for (int r = 0; r < d_.layout.world; ++r) {
       if (a_.at(r).ep != e / nle) continue;
       const auto g = static_cast<size_t>(group_of_rank_[static_cast<size_t>(r)]);
@@ -523,9 +524,9 @@ class StreamedOracle {
       std::optional<std::pair<std::vector<double>, std::vector<double>>> rounded;
       if (rounding_) rounded = shards(*rounding_);
       const std::int64_t n = exact_.rows[g];
-      give(a_.expert_name(e % nle, "linear_fc1", r) + ".grad", r, {2 * dd / etp, h}, std::move(exact.first),
+      give(a_.expert_name(e % nle, "linear_fc1", r) + ".grad", r, shapes.fc1, std::move(exact.first),
            rounded ? &rounded->first : nullptr, false, true, n);
-      give(a_.expert_name(e % nle, "linear_fc2", r) + ".grad", r, {h, dd / etp}, std::move(exact.second),
+      give(a_.expert_name(e % nle, "linear_fc2", r) + ".grad", r, shapes.fc2, std::move(exact.second),
            rounded ? &rounded->second : nullptr, false, true, n);
     }
   }
@@ -610,13 +611,14 @@ class StreamedOracle {
              [&](const auto&, const auto& gr) { return flat(part_rows(gr.x, j)); });
       if (c.has_shared_expert()) {
         const int ds = c.shared_expert_ffn_hidden;
+        const GluShardShapes shapes = shared_shard_shapes(c, d_.layout);
         for (int j = 0; j < tp_; ++j) {
           const int r = replica[static_cast<size_t>(j)];
-          each("shared_experts.linear_fc1.weight.grad", r, {2 * ds / tp_, h}, false, true,
+          each("shared_experts.linear_fc1.weight.grad", r, shapes.fc1, false, true,
                [&](const auto&, const auto& gr) {
                  return flat(glu_shard(gr.params.shared_fc1.template cast<double>(), j, tp_));
                });
-          each("shared_experts.linear_fc2.weight.grad", r, {h, ds / tp_}, false, true, [&](const auto&, const auto& gr) {
+          each("shared_experts.linear_fc2.weight.grad", r, shapes.fc2, false, true, [&](const auto&, const auto& gr) {
             return flat(Matrix<double>(gr.params.shared_fc2.middleCols(j * ds / tp_, ds / tp_).template cast<double>()));
           });
         }

@@ -65,11 +65,25 @@ std::string expert_weight_name(ExpertNaming naming, std::int64_t local, const st
                                          : "experts.local_experts." + std::to_string(local) + "." + which + ".weight";
 }
 
+namespace {
+GluShardShapes glu_shard_shapes(std::int64_t d, std::int64_t h, std::int64_t parts) {
+  return {{2 * d / parts, h}, {h, d / parts}};
+}
+}  // namespace
+
+GluShardShapes expert_shard_shapes(const MoeConfig& c, const ParallelLayout& l) {
+  return glu_shard_shapes(c.ffn_hidden, c.hidden, l.etp);
+}
+
+GluShardShapes shared_shard_shapes(const MoeConfig& c, const ParallelLayout& l) {
+  return glu_shard_shapes(c.shared_expert_ffn_hidden, c.hidden, l.tp);
+}
+
 std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
   const MoeConfig& c = dump.config;
   const ParallelLayout& l = dump.layout;
-  const std::int64_t S = dump.seq, B = dump.batch, h = c.hidden, E = c.num_experts, tp = l.tp, etp = l.etp;
-  const std::int64_t d = c.ffn_hidden, nle = E / l.ep, local_rows = S / tp * B;
+  const std::int64_t S = dump.seq, B = dump.batch, h = c.hidden, E = c.num_experts, tp = l.tp;
+  const std::int64_t nle = E / l.ep, local_rows = S / tp * B;
   const RankDump& rd = dump.ranks[static_cast<size_t>(rank)];
   using enum TensorRole;
   std::vector<TensorSpec> t;
@@ -86,21 +100,21 @@ std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
   }
   if (c.expert_bias) t.push_back({"router.expert_bias", {E}, parameter, true, false});
   const ExpertNaming naming = expert_naming(rd);
+  const GluShardShapes expert = expert_shard_shapes(c, l);
   for (std::int64_t i = 0; i < nle; ++i) {
     for (const char* which : {"linear_fc1", "linear_fc2"}) {
       const std::string name = expert_weight_name(naming, i, which);
-      const std::vector<std::int64_t> shape =
-          std::string(which) == "linear_fc1" ? std::vector<std::int64_t>{2 * d / etp, h} : std::vector<std::int64_t>{h, d / etp};
+      const std::vector<std::int64_t>& shape = std::string(which) == "linear_fc1" ? expert.fc1 : expert.fc2;
       t.push_back({name, shape, parameter, true, false});
       t.push_back({name + ".grad", shape, backward, false, false});
     }
   }
   if (c.has_shared_expert()) {
-    const std::int64_t ds = c.shared_expert_ffn_hidden;
-    t.push_back({"shared_experts.linear_fc1.weight", {2 * ds / tp, h}, parameter, true, false});
-    t.push_back({"shared_experts.linear_fc2.weight", {h, ds / tp}, parameter, true, false});
-    t.push_back({"shared_experts.linear_fc1.weight.grad", {2 * ds / tp, h}, backward, false, false});
-    t.push_back({"shared_experts.linear_fc2.weight.grad", {h, ds / tp}, backward, false, false});
+    const GluShardShapes shared = shared_shard_shapes(c, l);
+    t.push_back({"shared_experts.linear_fc1.weight", shared.fc1, parameter, true, false});
+    t.push_back({"shared_experts.linear_fc2.weight", shared.fc2, parameter, true, false});
+    t.push_back({"shared_experts.linear_fc1.weight.grad", shared.fc1, backward, false, false});
+    t.push_back({"shared_experts.linear_fc2.weight.grad", shared.fc2, backward, false, false});
     if (c.shared_expert_gate) {
       t.push_back({"shared_experts.gate_weight", {1, h}, parameter, true, false});
       t.push_back({"shared_experts.gate_weight.grad", {1, h}, backward, false, false});

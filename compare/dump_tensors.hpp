@@ -35,6 +35,14 @@ ExpertNaming expert_naming(const RankDump& rank);  // grouped when any of its fi
 // Local expert i's weight (`which` = "linear_fc1" or "linear_fc2"); its gradient is this + ".grad".
 std::string expert_weight_name(ExpertNaming naming, std::int64_t local, const std::string& which);
 
+// The shapes of a GLU's shards as a rank holds them (its gradients the same): fc1 [2·d/parts, h] = [gate_j; up_j]
+// and fc2 [h, d/parts]. A routed expert is cut over ETP (d = ffn_hidden), the shared expert over TP.
+struct GluShardShapes {
+  std::vector<std::int64_t> fc1, fc2;
+};
+GluShardShapes expert_shard_shapes(const MoeConfig& c, const ParallelLayout& l);
+GluShardShapes shared_shard_shapes(const MoeConfig& c, const ParallelLayout& l);
+
 // Rank r's tensors, expert weights and gradients under the rank's naming.
 std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank);
 

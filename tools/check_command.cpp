@@ -408,18 +408,22 @@ void add_check_command(CLI::App& app) {
   cmd->add_option("--filter", o->filters,
                   "run only the runs whose name holds this text (e.g. cp2, flex, megatron); repeatable: any of them");
   cmd->callback([o, cmd] {
-    std::vector<std::string> custom = model_option_names();
-    for (const char* flag : {"--hash-layers", "--shrink", "--seq", "--micro-batch", "--global-batch", "--padding",
-                             "--scaling", "--calculate-per-token-loss", "--seed"})
-      custom.emplace_back(flag);
-    for (const auto& flag : custom) o->custom_model = o->custom_model || cmd->count(flag) > 0;
-    o->custom_semantics = cmd->count("--semantics") > 0;
-    o->custom_quant = cmd->count("--quant") > 0;
+    // Which options were given, read off their declarations (run_option_names, layout_size_flag_names): an option
+    // added there is known here. --semantics and --quant apply to every row of the default set; any other run option
+    // makes a model of its own (custom_model).
+    for (const std::string& flag : run_option_names()) {
+      if (cmd->count(flag) == 0) continue;
+      if (flag == "--semantics") o->custom_semantics = true;
+      else if (flag == "--quant") o->custom_quant = true;
+      else o->custom_model = true;
+    }
     o->seq_given = cmd->count("--seq") > 0;
     o->global_batch_given = cmd->count("--global-batch") > 0;
-    for (const char* flag : {"--tp", "--cp", "--pp", "--ep", "--etp", "--gtp", "--egtp", "--order", "--vpp"})
+    std::vector<std::string> sizes = layout_size_flag_names();
+    sizes.emplace_back("--vpp");  // check's own
+    for (const std::string& flag : sizes)
       if (cmd->count(flag) > 0 && o->layout.world == 0)
-        throw std::invalid_argument(std::string(flag) + " needs --world (without it check runs its built-in layouts)");
+        throw std::invalid_argument(flag + " needs --world (without it check runs its built-in layouts)");
     finish_layout(*cmd, o->layout);
     if (cmd->count("--jobs") > 0 && o->backend != Backend::inproc)
       throw std::invalid_argument("--jobs is for in-process ranks; under mpirun the processes run one layout at a "

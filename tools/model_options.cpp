@@ -131,15 +131,30 @@ std::vector<std::string> ModelOptions::notes(const Semantics& semantics) const {
   return out;
 }
 
+std::vector<std::string> declared_option_names(const std::function<void(CLI::App&)>& declare) {
+  CLI::App app;  // a throwaway command
+  declare(app);
+  std::vector<std::string> names;
+  for (const CLI::Option* option : app.get_options())
+    if (option != app.get_help_ptr()) names.push_back(option->get_name());
+  return names;
+}
+
 const std::vector<std::string>& model_option_names() {
-  // Read off the declarations below: the options add_model_options gives a throwaway command.
-  static const std::vector<std::string> names = [] {
-    CLI::App app;
-    ModelOptions unused;
+  static const std::vector<std::string> names = declared_option_names([](CLI::App& app) {
+    static ModelOptions unused;  // outlives the throwaway command, whose options are bound to it
     add_model_options(app, unused);
-    std::vector<std::string> n;
-    for (const CLI::Option* option : app.get_options())
-      if (option != app.get_help_ptr()) n.push_back(option->get_name());
+  });
+  return names;
+}
+
+const std::vector<std::string>& layout_size_flag_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n = declared_option_names([](CLI::App& app) {
+      static ParallelLayout unused;
+      add_layout_flags(app, unused, false);
+    });
+    std::erase(n, std::string("--world"));
     return n;
   }();
   return names;

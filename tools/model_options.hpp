@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -58,10 +59,15 @@ struct ModelOptions {
 void add_model_options(CLI::App& cmd, ModelOptions& o);
 // Their names, for "was any model flag given?"
 const std::vector<std::string>& model_option_names();
+// The names of the options `declare` gives a command, read off the declarations themselves (so that a list of them
+// cannot fall behind a new option): each option's first long name, the help flag left out.
+std::vector<std::string> declared_option_names(const std::function<void(CLI::App&)>& declare);
 
 // The layout flags, each under our short name and Megatron's (--tp / --tensor-model-parallel-size, …), bound to
 // `layout`; `world_required` for the accounting commands. After parsing, call finish_layout: ETP defaults to TP.
 void add_layout_flags(CLI::App& cmd, ParallelLayout& layout, bool world_required);
+// Their names but --world's, for "was any layout size given?"
+const std::vector<std::string>& layout_size_flag_names();
 void finish_layout(const CLI::App& cmd, ParallelLayout& layout);
 
 // Memory a run would need, estimated before it allocates: every byte counted is a double the run holds.

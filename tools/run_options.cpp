@@ -170,6 +170,14 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_option("--seed", o.seed, "seed of parameters and batch")->capture_default_str()->check(seed_value());
 }
 
+const std::vector<std::string>& run_option_names() {
+  static const std::vector<std::string> names = declared_option_names([](CLI::App& app) {
+    static RunOptions unused;  // outlives the throwaway command, whose options are bound to it
+    add_run_options(app, unused);
+  });
+  return names;
+}
+
 CLI::Option* add_semantics_option(CLI::App& cmd, Semantics& semantics) {
   std::string profiles;
   for (const SemanticsProfile& p : semantics_profiles())

@@ -46,6 +46,8 @@ struct RunOptions {
 
 // The model, batch, scaling and semantics options, bound to `o`.
 void add_run_options(CLI::App& cmd, RunOptions& o);
+// Their names (declared_option_names), for "which run options were given?"
+const std::vector<std::string>& run_option_names();
 // --semantics, as every command that takes it spells and parses it.
 CLI::Option* add_semantics_option(CLI::App& cmd, Semantics& semantics);
 

@@ -77,7 +77,20 @@ def test_a_dump_is_replaced_only_when_asked(tmp_path):
     assert w.check_target(tmp_path / "d", True) == tmp_path / "d"
 
 
-@pytest.mark.parametrize("entry", ["notes.txt", "rank0/sub/", "rankX/"])
+def test_a_step_dump_is_replaced_only_when_asked(tmp_path):
+    """A step dump's entries (step.json, inputs/, rank<N>/) are a dump's: replaceable with replace=True only."""
+    d = tmp_path / "d"
+    (d / "inputs").mkdir(parents=True)
+    (d / "rank0").mkdir()
+    (d / "step.json").write_text("{}")
+    (d / "inputs" / "input_ids.npy").write_text("")
+    (d / "rank0" / "grad.head.npy").write_text("")
+    with pytest.raises(CaptureError, match="is not empty .*replace=True"):
+        w.check_target(d, False)
+    assert w.check_target(d, True) == d
+
+
+@pytest.mark.parametrize("entry", ["notes.txt", "rank0/sub/", "rankX/", "inputs/sub/"])
 def test_a_folder_holding_more_than_a_dump_is_never_replaced(tmp_path, entry):
     write_dump(tmp_path / "d", "old")
     path = tmp_path / "d" / entry
