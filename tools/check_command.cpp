@@ -32,19 +32,17 @@
 
 #include "distributed/check/differential_check.hpp"
 #include "distributed/comm/inproc_world.hpp"
-#include "distributed/comm/mpi_communicator.hpp"
-#include "distributed/comm/mpi_runtime.hpp"
 #include "distributed/train/rank_groups.hpp"
 #include "golden/case_json.hpp"
 #include "reference/memory_estimate.hpp"
 #include "tools/check_compare_roundtrip.hpp"
 #include "tools/check_device_layer.hpp"
+#include "tools/check_job.hpp"
 #include "tools/check_report.hpp"
 #include "tools/check_rows.hpp"
 #include "tools/choice_option.hpp"
 #include "tools/commands.hpp"
 #include "tools/given_options.hpp"
-#include "tools/rank_error.hpp"
 #include "tools/kernel_choice.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/side_by_side.hpp"
@@ -339,23 +337,26 @@ void print_unfinished(const std::vector<CheckRun>& runs, ReportSettings settings
             << " runs (the error is on standard error); the others did not run or did not finish\n";
 }
 
-// A build without MPI cannot join the processes of an mpirun job: refuse rather than run N separate jobs.
-void require_one_process(const std::string& what) {
-  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
-    const char* value = std::getenv(variable);
-    if (value != nullptr && std::atoi(value) > 1)
-      throw std::invalid_argument(what + ": this build has no MPI backend, so the " + value + " processes the "
-                                  "launcher started ($" + variable + ") cannot join one NCCL world (install Open MPI "
-                                  "and rebuild, or run one process)");
+// The report of a finished check on stdout (text or --json), and --junit's file.
+void report(const CheckOptions& o, const std::vector<CheckRun>& runs, const ReportSettings& settings,
+            const KernelChoice& kernels, const std::vector<DeviceLayerRun>& device_layers,
+            const std::vector<RoundTrip>& round_trips) {
+  if (o.json) {
+    nlohmann::json report = report_json(runs, settings);
+    if (const std::string device = kernels.device_summary(); !device.empty()) report["device"] = device;
+    if (!device_layers.empty()) report["device_layer"] = device_layers_json(device_layers);
+    for (const RoundTrip& t : round_trips)
+      report["compare_round_trips"].push_back({{"preset", t.preset}, {"layout", layout_name(t.layout)},
+                                               {"tensors", t.tensors}, {"pass", t.pass},
+                                               {"first_failure", t.first_failure}});
+    std::cout << report.dump(2) << "\n";
+  } else {
+    print_report(runs, settings, std::cout);
+    if (const std::string device = kernels.device_summary(); !device.empty()) std::cout << device << "\n";
+    print_device_layers(device_layers, std::cout);
+    print_round_trips(round_trips, std::cout);
   }
-}
-
-// The report's backend: with NCCL, how many ranks (a GPU each) the job had.
-std::string backend_label(Backend backend, const Communicator* job) {
-  std::string label(name_of(backend));
-  if (backend == Backend::nccl && job != nullptr)
-    label += " (" + std::to_string(job->size()) + (job->size() == 1 ? " rank" : " ranks") + ", one GPU each)";
-  return label;
+  if (!o.junit.empty()) write_junit(runs, o.junit);
 }
 
 }  // namespace
@@ -411,12 +412,11 @@ void add_check_command(CLI::App& app) {
     // Which options were given, read off their declarations (run_option_names, layout_size_flag_names): an option
     // added there is known here. --semantics and --quant apply to every row of the default set; any other run option
     // makes a model of its own (custom_model).
-    for (const std::string& flag : run_option_names()) {
-      if (cmd->count(flag) == 0) continue;
-      if (flag == "--semantics") o->custom_semantics = true;
-      else if (flag == "--quant") o->custom_quant = true;
-      else o->custom_model = true;
-    }
+    const std::set<std::string> every_row{"--semantics", "--quant"};
+    o->custom_semantics = cmd->count("--semantics") > 0;
+    o->custom_quant = cmd->count("--quant") > 0;
+    for (const std::string& flag : run_option_names())
+      o->custom_model = o->custom_model || (!every_row.contains(flag) && cmd->count(flag) > 0);
     o->seq_given = cmd->count("--seq") > 0;
     o->global_batch_given = cmd->count("--global-batch") > 0;
     std::vector<std::string> sizes = layout_size_flag_names();
@@ -441,17 +441,9 @@ void add_check_command(CLI::App& app) {
     if (cmd->count("--atol") == 0) o->atol = table.atol;
     if (cmd->count("--rtol") == 0) o->rtol = table.rtol;
     const std::vector<CheckRow> rows = rows_of(*o);
-    bool print = true;
-    std::unique_ptr<MpiRuntime> mpi;
-    std::unique_ptr<MpiCommunicator> world;
-    // NCCL's ranks are bootstrapped over MPI; a build without MPI runs them as a job of one process.
-    if (o->backend == Backend::mpi || (o->backend == Backend::nccl && mpi_available())) {
-      int argc = 0;
-      char** argv = nullptr;
-      mpi = std::make_unique<MpiRuntime>(argc, argv);
-      world = std::make_unique<MpiCommunicator>(*mpi);
-      print = world->rank() == 0;
-    }
+    CheckJob job(o->backend);  // MPI and NCCL, torn down in order however the check ends
+    MpiCommunicator* world = job.world();
+    const bool print = job.prints();
     // A checkpoint folder of this run's own (two checks running at once must not share one): named after the
     // process id of rank 0, which every MPI rank learns, under scratch_directory(), removed at the end.
     const bool own_checkpoint_dir = o->checkpoint_dir.empty();
@@ -468,9 +460,7 @@ void add_check_command(CLI::App& app) {
       std::cerr << "moe-oracle: note: the layout has " << o->layout.world << " ranks; ranks " << o->layout.world
                 << "-" << world->size() - 1 << " of the " << world->size() << " mpirun started sit it out\n";
     bool pass = true;
-    std::unique_ptr<Communicator> alone;  // --backend nccl without MPI: the bootstrap of a job of one process
-    DeviceRanks devices;                  // --backend nccl: the job's ranks on their GPUs
-    const ReportSettings settings{backend_label(o->backend, world.get()),
+    const ReportSettings settings{job.label(),
                                   std::string(name_of(o->kernels)),
                                   std::string(name_of(o->dtype, std::span<const Named<Precision>>(kDtypeNames))),
                                   o->atol, o->rtol, o->tolerance_given, o->notes,
@@ -478,17 +468,9 @@ void add_check_command(CLI::App& app) {
     std::vector<CheckRun> runs;  // what finished, also when an error stops the check partway
     bool reported = false;       // the report was (being) printed: an error after that does not print it again
     try {
-      if (world) require_same_options(*world, given_options(*cmd));  // before any work: ranks must run one problem
-      if (o->backend == Backend::nccl) {
-        if (!world) {
-          require_one_process("--backend nccl");
-          alone = single_rank_communicator();
-        }
-        devices = join_device_ranks(world ? *world : *alone);
-      }
-      const KernelChoice kernels(o->kernels, devices.device);
-      Communicator* ranks = devices.world ? devices.world.get() : world.get();
-      run_all(*o, rows, kernels.backend(), ranks, runs);
+      job.join(given_options(*cmd));  // before any work: ranks must run one problem
+      const KernelChoice kernels(o->kernels, job.device());
+      run_all(*o, rows, kernels.backend(), job.ranks(), runs);
       remove_own();
       for (const CheckRun& r : runs) pass = pass && r.result.pass();
       // On the GPU, also the device layer against the oracle (rank 0: the others would repeat it).
@@ -502,37 +484,16 @@ void add_check_command(CLI::App& app) {
         round_trips = compare_round_trips(scratch_directory() / ("moe-oracle-compare-" + std::to_string(::getpid())));
       for (const RoundTrip& t : round_trips) pass = pass && t.pass;
       reported = true;
-      if (print) {
-        if (o->json) {
-          nlohmann::json report = report_json(runs, settings);
-          if (const std::string device = kernels.device_summary(); !device.empty()) report["device"] = device;
-          if (!device_layers.empty()) report["device_layer"] = device_layers_json(device_layers);
-          for (const RoundTrip& t : round_trips)
-            report["compare_round_trips"].push_back({{"preset", t.preset}, {"layout", layout_name(t.layout)},
-                                                     {"tensors", t.tensors}, {"pass", t.pass},
-                                                     {"first_failure", t.first_failure}});
-          std::cout << report.dump(2) << "\n";
-        } else {
-          print_report(runs, settings, std::cout);
-          if (const std::string device = kernels.device_summary(); !device.empty()) std::cout << device << "\n";
-          print_device_layers(device_layers, std::cout);
-          print_round_trips(round_trips, std::cout);
-        }
-        if (!o->junit.empty()) write_junit(runs, o->junit);
-      }
+      if (print) report(*o, runs, settings, kernels, device_layers, round_trips);
     } catch (const std::exception& e) {
       remove_own();
       if (print && !reported && !runs.empty()) print_unfinished(runs, settings, o->json, e.what());
       if (!world) throw;
-      end_job_on_error(*mpi, *world, e.what());
-      devices.world.reset();
-      world.reset();  // alone (no mpirun): MPI ends normally
-      mpi.reset();
+      job.end_on_error(e.what());
+      job.close();
       throw CLI::RuntimeError(2);
     }
-    devices.world.reset();  // NCCL goes before the MPI it was bootstrapped over
-    world.reset();
-    mpi.reset();
+    job.close();
     if (!pass) throw CLI::RuntimeError(1);
   });
 }

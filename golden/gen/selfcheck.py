@@ -122,7 +122,7 @@ def layer_backward_with(aux=None, z=None):
 MODEL_SEEDED_BUGS = [
     ("RMSNorm backward without its projection term", "cp2_uneven_padding", model, "rms_norm_backward",
      rms_norm_without_projection),
-    ("per-row aux weights averaged in the backward", "per_token_aux_tp2_cp2_megatron", layer, "backward",
+    ("per-row aux weights averaged in the backward", "per_token_aux_tp2_cp2_megatron_local_count", layer, "backward",
      layer_backward_with(aux=lambda w: np.mean(w))),
     ("z-loss weight doubled in the backward", "tp2_cp2_z_loss", layer, "backward",
      layer_backward_with(z=lambda w: 2.0 * w)),

@@ -79,7 +79,7 @@ def self_test(root):
         copy = os.path.join(tmp, "repo")
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", root, copy], check=True)
         with open(os.path.join(copy, "tools", "planted.py"), "w") as f:
-            f.write('import os\nos.environ.get("MOE_PLANTED_UNDOCUMENTED")\n')
+            f.write('import os\nos.environ.get("MOE_' + 'PLANTED_UNDOCUMENTED")\n')  # split: not a read of this file
         with open(os.path.join(copy, TABLE), "a") as f:
             f.write("\n| `MOE_PLANTED_STALE` | nothing | a row no source reads |\n")
         subprocess.run(["git", "-C", copy, "add", "-A"], check=True)

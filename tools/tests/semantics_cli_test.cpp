@@ -141,6 +141,8 @@ TEST(CliCheck, DefaultSetCoversEveryFeatureAndPasses) {
       {"tiny-capacity sum b1", "megatron-core-0.19,+fused-swiglu-ignores-clamp", "sum", "float64"},
       {"tiny-softmax per-token b2", "intended", "per-token", "float64"},
       {"tiny-softmax per-token b2", "megatron-main,-router-counts-padding", "per-token", "float64"},
+      {"tiny-softmax per-token b2", "megatron-main,-router-counts-padding,-per-token-aux-group-tokens", "per-token",
+       "float64"},
       {"tiny-top1 sum b2", "intended", "sum", "float64"},
       {"tiny-top1 sum b2", "megatron-main,-router-counts-padding", "sum", "float64"},
       {"tiny-v4 fp8 sum b1", "intended", "sum", "float64"},
