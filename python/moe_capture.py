@@ -39,7 +39,8 @@ import numpy as np
 
 from moe_capture_tensors import (activation_dtype, check_backward_seen, clamp_semantics, gradient_notes,
                                  gradient_or_missing, merged_meta, numpy_of)
-from moe_capture_write import FORMAT, LOSS, CaptureError, DumpWriter, Ranks, save_json, save_npy, sync_directory
+from moe_capture_write import (FORMAT, LOSS, CaptureError, DumpWriter, Ranks, capture_block, save_json, save_npy,
+                               sync_directory)
 
 # Megatron's moe_router_load_balancing_type -> the golden config's aux_loss_type
 LOAD_BALANCING = {"none": None, "aux_loss": "aux", "seq_aux_loss": "seq_aux", "global_aux_loss": "global_aux"}
@@ -331,14 +332,9 @@ def capture(layer, out, semantics=None, producer=None, extra_meta=None, store_dt
     writer = DumpWriter(out, replace, ranks)  # the target checked and staged on rank 0, its name sent to every rank
     cap = Capture(layer, writer.target, semantics, producer or f"megatron-core {info.__version__} (moe_capture)",
                   layer.config.moe_token_dispatcher_type, store_dtype)
-    try:
+    with capture_block(writer, cap.remove):
         cap.install()
         yield cap
-    except BaseException:
-        cap.remove()
-        writer.abandon()
-        raise
-    cap.remove()
 
     def write_meta(folder, per_rank):
         meta = cap.meta(layout, config)

@@ -42,7 +42,7 @@ from moe_capture import megatron_config
 from moe_capture_step_model import describe, megatron_names, routers, stem, whole_shapes
 from moe_capture_step_optimizer import hyperparameters, optimizer_ranges, optimizer_state, steps_taken
 from moe_capture_step_whole import gather_moments, whole_params
-from moe_capture_write import CaptureError, DumpWriter, Ranks, save_json, save_npy, sync_directory
+from moe_capture_write import CaptureError, DumpWriter, Ranks, capture_block, save_json, save_npy, sync_directory
 
 FORMAT = "moe-step/1"
 BATCH_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "attention_mask")
@@ -330,15 +330,10 @@ def capture_step(model, out, semantics="megatron-core-0.19", optimizer=None, no_
         import megatron.core.package_info as info
         producer = f"megatron-core {info.__version__} (moe_capture_step)"
     writer = DumpWriter(out, replace, ranks)
-    try:
+    with capture_block(writer, cap.remove):
         if optimizer is not None:
             cap.watch(optimizer)
         yield cap
-    except BaseException:
-        cap.remove()
-        writer.abandon()
-        raise
-    cap.remove()
     try:
         reports = cap.collect()
     except BaseException:

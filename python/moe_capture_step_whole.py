@@ -27,8 +27,8 @@ def assemble(pieces, world, what, expected=None):
 
 
 def gather_moments(names, moments, ranges, shapes, world):
-    """Adam's moments as the optimizers hold them, whole, on every rank (collective): each rank's moments put back where its
-    shard (or its range of the shard) came from. {"exp_avg.<stem>": array, "exp_avg_sq.<stem>": array}."""
+    """Adam's moments as the optimizers hold them, whole, on every rank (collective): each rank's moments put back
+    where its shard (or its range of the shard) came from. {"exp_avg.<stem>": array, "exp_avg_sq.<stem>": array}."""
     pieces = []
     for held in names.values():
         ora = held.ora

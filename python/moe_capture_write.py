@@ -21,6 +21,7 @@ bounded (LOCK_WAIT_S) and ends in a CaptureError naming the folder that stays lo
 forces the fallback and MOE_ORACLE_COMMIT_PAUSE_US=N sleeps N µs in each window of the commit, as in the C++ (the
 kill tests).
 """
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -395,6 +396,19 @@ class Ranks:
 
 def _message(e):
     return str(e) if isinstance(e, CaptureError) else f"{type(e).__name__}: {e}"
+
+
+@contextlib.contextmanager
+def capture_block(writer, remove):
+    """A capture's block: `remove` (its hooks and patches) undone however the block ends, and the staging folder
+    abandoned where it raises (the exception goes on)."""
+    try:
+        yield
+    except BaseException:
+        remove()
+        writer.abandon()
+        raise
+    remove()
 
 
 class DumpWriter:

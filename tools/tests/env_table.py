@@ -2,8 +2,9 @@
 """Every MOE_* environment variable the project reads is in docs/cli.md's table (ctest repo.env_table).
 
 Reads are found in the tracked sources: getenv("MOE_…") in C++/CUDA, os.environ / os.getenv in Python, ${MOE_…} and
-$MOE_… in shell scripts, $ENV{MOE_…} in CMake (whose ${MOE_…} are -D options, docs/building.md's business). A name the table's first column does not hold fails, with the files that read it;
-so does a table row no source reads (a stale row). --self-test plants an undocumented read and a stale row in a copy
+$MOE_… in shell scripts, $ENV{MOE_…} in CMake (whose ${MOE_…} are -D cache options, not the environment). A name
+the table's first column does not hold fails, with the files that read it; so does a table row no source reads (a
+stale row). --self-test plants an undocumented read and a stale row in a copy
 and expects both to be named.
 Usage: env_table.py [SOURCE_DIR]        env_table.py --self-test
 """
