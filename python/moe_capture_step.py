@@ -319,6 +319,11 @@ def capture_step(model, out, semantics="megatron-core-0.19", optimizer=None, no_
 
     Checked when the block starts (collective: every rank enters together): the model, the layout and `out`; the
     parameters the step starts from are gathered then."""
+    if start is not None:  # a claim about the step's start: whole parameters, and moments only after a step
+        if "params" not in start or ("moments" in start) != (int(start.get("steps_before", 0)) > 0):
+            raise CaptureError("start: {'params': whole arrays} and, for a step after n ≥ 1 steps, 'moments' with "
+                               "'steps_before': n (both or neither)")
+
     from megatron.core import parallel_state as ps
 
     chunks = [_unwrap(m) for m in (model if isinstance(model, (list, tuple)) else [model])]

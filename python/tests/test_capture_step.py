@@ -171,3 +171,11 @@ def test_every_parameter_of_the_oracles_model_has_a_shape_and_a_class():
     trained = [name for name in shapes if not name.endswith("expert_bias")]
     assert all(parameter_class(name) is not None for name in trained)
     assert parameter_class("mtp0.enorm") == "norms" and parameter_class("layer0.attention_wq") == "attention"
+
+
+# --- the claimed start ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("start", [{"moments": {}}, {"params": {}, "moments": {}}, {"params": {}, "steps_before": 2}])
+def test_a_start_that_is_not_whole_is_refused_before_anything_is_read(start):
+    with pytest.raises(CaptureError, match="start: "):
+        with mcs.capture_step(object(), "/nonexistent/never-written", start=start):
+            pass
