@@ -28,7 +28,6 @@ set by its parameter scheduler). Under TP its norms are marked sequence-parallel
 finalize_model_grads sums their gradients over TP. The dump is written by python/moe_capture_step.py, the capture a
 user calls around their own step, wrapped around this one as a user would: what it holds is that module's.
 """
-import json
 import os
 import pathlib
 import sys

@@ -218,11 +218,11 @@ class StepCapture:
             raise CaptureError(message if r == self.ranks.rank else f"rank {r}: {message}")
         return reports
 
-    def write_rank(self, folder):
+    def write_rank(self, folder, ranges):
+        """rank<r>/: `ranges` is this rank's grad_ranges entry as collect() read it (None: every shard whole)."""
         d = folder / f"rank{self.ranks.rank}"
         d.mkdir()
         grads, _, _ = self.stepped
-        ranges = optimizer_ranges(self.optimizer, self.names, self.trained)
         for key, held in self.names.items():
             name = stem(held.ora)
             save_npy(d / f"param.{name}.npy", held.select(self.trained[key[:2]].detach().double().cpu()).numpy())
@@ -344,5 +344,5 @@ def capture_step(model, out, semantics="megatron-core-0.19", optimizer=None, no_
     except BaseException:
         writer.abandon()
         raise
-    writer.finish(lambda folder: cap.write_rank(folder),
+    writer.finish(lambda folder: cap.write_rank(folder, reports[ranks.rank]["ranges"]),
                   lambda folder, _: cap.write_meta(folder, reports, layer, producer, no_decay, notes))

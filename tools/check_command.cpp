@@ -441,7 +441,7 @@ void add_check_command(CLI::App& app) {
     if (cmd->count("--atol") == 0) o->atol = table.atol;
     if (cmd->count("--rtol") == 0) o->rtol = table.rtol;
     const std::vector<CheckRow> rows = rows_of(*o);
-    CheckJob job(o->backend);  // MPI and NCCL, torn down in order however the check ends
+    CheckJob job(o->backend);  // MPI and NCCL: close() tears them down in order (check_job.hpp)
     MpiCommunicator* world = job.world();
     const bool print = job.prints();
     // A checkpoint folder of this run's own (two checks running at once must not share one): named after the
