@@ -3,7 +3,7 @@
 #include "reference/tolerance_names.hpp"
 
 #include "compare/dump_tensors.hpp"
-#include "golden/case_json.hpp"
+#include "formats/config_json.hpp"
 #include "reference/process_groups.hpp"
 #include "storage/json_file.hpp"
 
@@ -50,8 +50,8 @@ std::string optional_text(const json& object, const char* key, const std::string
 }
 
 // The precision a floating .npy array holds: <f8 float64, <f4 float32, bfloat16 words bfloat16.
-Precision floating_precision(golden::NpyDtype t) {
-  return t == golden::NpyDtype::f8 ? Precision::float64 : t == golden::NpyDtype::f4 ? Precision::float32
+Precision floating_precision(formats::NpyDtype t) {
+  return t == formats::NpyDtype::f8 ? Precision::float64 : t == formats::NpyDtype::f4 ? Precision::float32
                                                                                     : Precision::bfloat16;
 }
 
@@ -61,8 +61,8 @@ Precision precision_in(const std::string& name, const char* key, const std::file
   throw DumpError(where.string() + ": '" + key + "' must be " + name_list<Precision>() + ", not '" + name + "'");
 }
 
-bool is_floating(golden::NpyDtype t) {
-  return t == golden::NpyDtype::f8 || t == golden::NpyDtype::f4 || t == golden::NpyDtype::u2;
+bool is_floating(formats::NpyDtype t) {
+  return t == formats::NpyDtype::f8 || t == formats::NpyDtype::f4 || t == formats::NpyDtype::u2;
 }
 
 // bfloat16 bits -> the float they encode (the upper half of an IEEE binary32).
@@ -77,10 +77,10 @@ std::vector<double> RankDump::values(const std::string& name, const std::vector<
   const auto it = files.find(name);
   if (it == files.end()) fail(dir, "no tensor '" + name + "'");
   const std::filesystem::path& path = it->second.path;
-  golden::NpyArray a;
+  formats::NpyArray a;
   try {
-    a = golden::read_npy_widened(path);
-  } catch (const golden::NpyError& e) {
+    a = formats::read_npy_widened(path);
+  } catch (const formats::NpyError& e) {
     throw DumpError(e.what());
   }
   bool fits = a.shape.size() == shape.size();
@@ -90,7 +90,7 @@ std::vector<double> RankDump::values(const std::string& name, const std::vector<
     for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + (shape[i] < 0 ? "*" : std::to_string(shape[i]));
     fail(path, "shape " + a.shape_string() + ", expected " + want + "]");
   }
-  if (a.dtype == golden::NpyDtype::u2) {
+  if (a.dtype == formats::NpyDtype::u2) {
     std::vector<double> out;
     out.reserve(a.integers.size());
     for (auto bits : a.integers) out.push_back(bfloat16_value(bits));
@@ -144,8 +144,8 @@ Precision list_ranks(Dump& d) {
       if (!entry.is_regular_file()) fail(entry.path(), "is not a regular file");
       TensorFile file{entry.path(), {}};
       try {
-        file.header = golden::read_npy_header_widened(entry.path());
-      } catch (const golden::NpyError& e) {
+        file.header = formats::read_npy_header_widened(entry.path());
+      } catch (const formats::NpyError& e) {
         throw DumpError(e.what());
       }
       const bool floating = is_floating(file.header.dtype);
@@ -153,7 +153,7 @@ Precision list_ranks(Dump& d) {
       // as float64): taken, and judged at the dump's tolerance all the same. A narrower one is not what the dump
       // says it is.
       if (floating && looser_than(floating_precision(file.header.dtype), d.dtype))
-        fail(entry.path(), "holds " + std::string(golden::npy_descr(file.header.dtype)) + " values, narrower than "
+        fail(entry.path(), "holds " + std::string(formats::npy_descr(file.header.dtype)) + " values, narrower than "
                            "dump.json's dtype " + std::string(to_string(d.dtype)) +
                            " (a floating tensor has the dump's dtype or a wider one)");
       if (floating && looser_than(floating_precision(file.header.dtype), narrowest))
@@ -225,7 +225,7 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
   Dump d;
   d.dir = dir;
   try {
-    d.config = golden::config_from_json(member(meta, "config", meta_path));
+    d.config = formats::config_from_json(member(meta, "config", meta_path));
   } catch (const std::exception& e) {
     fail(meta_path, std::string("config: ") + e.what());
   }

@@ -9,7 +9,7 @@
 // dump.json's own `precision` is taken only when it is no looser than its arrays.
 #pragma once
 
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 #include "reference/config.hpp"
 #include "reference/moe_layer.hpp"
 #include "reference/parallel_layout.hpp"
@@ -33,7 +33,7 @@ class DumpError : public std::runtime_error {
 
 struct TensorFile {
   std::filesystem::path path;
-  golden::NpyHeader header;  // read and checked against the file's size when the dump is listed
+  formats::NpyHeader header;  // read and checked against the file's size when the dump is listed
 };
 
 struct RankDump {

@@ -16,23 +16,23 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
-bool is_integer(golden::NpyDtype t) { return t == golden::NpyDtype::i8 || t == golden::NpyDtype::i4; }
+bool is_integer(formats::NpyDtype t) { return t == formats::NpyDtype::i8 || t == formats::NpyDtype::i4; }
 
 // A rank's file against its spec: the shape, and for exact tensors the kind of values stored.
 void check_file(const TensorFile& file, const TensorSpec& spec) {
   if (file.header.shape != spec.shape)
     fail(file.path, "shape " + shape_text(file.header.shape) + ", expected " + shape_text(spec.shape));
-  const golden::NpyDtype t = file.header.dtype;
-  if (spec.name == "padding_mask" && t != golden::NpyDtype::b1)
-    fail(file.path, "must hold booleans (|b1, true = padded), not " + std::string(golden::npy_descr(t)));
-  if (spec.name == "router.routing_map" && t != golden::NpyDtype::b1 && !is_integer(t))
-    fail(file.path, "must hold booleans (|b1) or integers, not " + std::string(golden::npy_descr(t)));
+  const formats::NpyDtype t = file.header.dtype;
+  if (spec.name == "padding_mask" && t != formats::NpyDtype::b1)
+    fail(file.path, "must hold booleans (|b1, true = padded), not " + std::string(formats::npy_descr(t)));
+  if (spec.name == "router.routing_map" && t != formats::NpyDtype::b1 && !is_integer(t))
+    fail(file.path, "must hold booleans (|b1) or integers, not " + std::string(formats::npy_descr(t)));
   if ((spec.name == "input_ids" || spec.name == "router.tid2eid") && !is_integer(t))
-    fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(golden::npy_descr(t)));
+    fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(formats::npy_descr(t)));
   if (spec.name == "router.local_tokens_per_expert" && !is_integer(t))
-    fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(golden::npy_descr(t)));
-  if (!spec.exact && (t == golden::NpyDtype::b1 || is_integer(t)))
-    fail(file.path, "must hold floating values, not " + std::string(golden::npy_descr(t)));
+    fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(formats::npy_descr(t)));
+  if (!spec.exact && (t == formats::NpyDtype::b1 || is_integer(t)))
+    fail(file.path, "must hold floating values, not " + std::string(formats::npy_descr(t)));
 }
 
 std::string ranks_text(const std::vector<int>& ranks) {

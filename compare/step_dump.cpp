@@ -3,10 +3,10 @@
 #include "compare/parameter_shard.hpp"
 #include "compare/step_update.hpp"
 
+#include "formats/strict_json.hpp"
 #include "golden/case_files.hpp"
 #include "golden/model_case.hpp"
 #include "golden/model_case_oracle.hpp"
-#include "golden/strict_json.hpp"
 #include "reference/memory_estimate.hpp"
 #include "reference/process_groups.hpp"
 #include "storage/json_file.hpp"
@@ -49,7 +49,7 @@ bool holds(const std::string& stem, const ProcessGroups& groups, int rank, const
 namespace {
 
 StepOptimizer read_optimizer(const nlohmann::json& j, const fs::path& meta_path) {
-  golden::StrictObject o(j, meta_path.string() + ": optimizer");
+  formats::StrictObject o(j, meta_path.string() + ": optimizer");
   const std::string kind = o.string("kind", o.required("kind"));
   if (kind != "adam") fail(meta_path, "optimizer.kind '" + kind + "': this build judges Adam's step (\"adam\")");
   StepOptimizer s;
@@ -100,14 +100,14 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
   d.dir = dir;
   golden::ModelCaseHeader h;
   try {
-    golden::StrictObject top(meta, meta_path.string());
+    formats::StrictObject top(meta, meta_path.string());
     const std::string format = top.string("format", top.required("format"));
     if (format != kStepDumpFormat)
       fail(meta_path, "format '" + format + "' is not supported; this build reads '" + kStepDumpFormat + "'");
     d.producer = top.optional_string("producer").value_or("");
     if (const nlohmann::json* notes = top.find("notes"); notes && !notes->is_object())
       fail(meta_path, "notes must be an object");
-    golden::StrictObject layout(top.required("layout"), meta_path.string() + ": layout");
+    formats::StrictObject layout(top.required("layout"), meta_path.string() + ": layout");
     d.layout.world = layout.integer("world", layout.required("world"));
     d.layout.tp = layout.integer("tp", 1);
     d.layout.cp = layout.integer("cp", 1);
@@ -122,7 +122,7 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     if (const nlohmann::json* g = top.find("grad_ranges"))
       d.grad_ranges = read_grad_ranges(*g, d.layout.world, meta_path.string());
     if (const nlohmann::json* r = top.find("reported")) {
-      golden::StrictObject reported(*r, meta_path.string() + ": reported");
+      formats::StrictObject reported(*r, meta_path.string() + ": reported");
       if (const nlohmann::json* norms = reported.find("grad_norm")) {
         if (!norms->is_array() || static_cast<int>(norms->size()) != d.layout.world)
           fail(meta_path, "reported.grad_norm: one norm per rank (" + std::to_string(d.layout.world) + ")");
@@ -213,11 +213,11 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
       }
     }
   const auto checked = [](const std::map<std::string, golden::ModelTensorSpec>& specs) {
-    return [&specs](const std::string& name, const golden::NpyArray& a) {
+    return [&specs](const std::string& name, const formats::NpyArray& a) {
       const golden::ModelTensorSpec& s = specs.at(name);
       // Parameters may be float32 (widened exactly); the batch is as the golden case has it.
-      const golden::NpyDtype dtype = s.dtype == golden::NpyDtype::f8 && a.dtype == golden::NpyDtype::f4
-                                         ? golden::NpyDtype::f4 : s.dtype;
+      const formats::NpyDtype dtype = s.dtype == formats::NpyDtype::f8 && a.dtype == formats::NpyDtype::f4
+                                         ? formats::NpyDtype::f4 : s.dtype;
       golden::check_dtype_and_shape(name, a, dtype, s.shape);
     };
   };
@@ -235,7 +235,7 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
     if (d.optimizer) d.initial = std::move(inputs.tensors);
   } catch (const golden::CaseFormatError& e) {
     throw DumpError(e.what());
-  } catch (const golden::NpyError& e) {
+  } catch (const formats::NpyError& e) {
     throw DumpError(e.what());
   }
 
@@ -314,7 +314,7 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
         }
     try {
       auto read = golden::read_case_tensors(rank_dir, stems, checked(specs));
-      std::map<std::string, golden::NpyArray> grads, after, state;
+      std::map<std::string, formats::NpyArray> grads, after, state;
       for (auto& [stem, a] : read) {
         if (stem.rfind("grad.", 0) == 0) grads.emplace(stem.substr(5), std::move(a));
         else if (stem.rfind("state.", 0) == 0) state.emplace(stem.substr(6), std::move(a));
@@ -325,7 +325,7 @@ StepDump read_step_dump(const fs::path& dir, const StepReadOptions& options) {
       if (d.optimizer && d.optimizer->state) d.state.push_back(std::move(state));
     } catch (const golden::CaseFormatError& e) {
       throw DumpError(e.what());
-    } catch (const golden::NpyError& e) {
+    } catch (const formats::NpyError& e) {
       throw DumpError(e.what());
     }
   }
@@ -398,7 +398,7 @@ golden::ModelCaseHeader oracle_header(const StepDump& d) {
 }
 
 StepComparison compare_step_dump(const StepDump& d) {
-  const std::map<std::string, golden::NpyArray> oracle =
+  const std::map<std::string, formats::NpyArray> oracle =
       golden::model_oracle_outputs(oracle_header(d), {d.params, d.batch});
 
   const ProcessGroups groups(d.layout);

@@ -84,24 +84,24 @@ struct StepDump {
   ModelParams<double> params;
   // Per rank: golden stem ("layer0.expert_fc1.3") -> the gradient that rank's optimizer was handed: its whole
   // shard, or under a distributed optimizer the flat range grad_ranges names (grad_ranges.hpp).
-  std::vector<std::map<std::string, golden::NpyArray>> grads;
+  std::vector<std::map<std::string, formats::NpyArray>> grads;
   std::vector<RankGradRanges> grad_ranges;  // empty: no distributed optimizer, every rank's gradients whole
   // The part of its shard of `elements` rank r's gradient (and moments) of `stem` hold: all of it, or its range.
   GradRange grad_range(int r, const std::string& stem, std::int64_t elements) const {
     return grad_ranges.empty() ? GradRange{0, elements} : grad_ranges[static_cast<size_t>(r)].at(stem);
   }
   std::optional<StepOptimizer> optimizer;  // none: the dump ends at the gradients
-  std::map<std::string, golden::NpyArray> initial;  // with an optimizer: inputs/' parameters by stem, whole
+  std::map<std::string, formats::NpyArray> initial;  // with an optimizer: inputs/' parameters by stem, whole
   // With optimizer.steps_before > 0: Adam's moments the step started from, "exp_avg.<stem>" / "exp_avg_sq.<stem>",
   // whole (inputs/exp_avg.<stem>.npy …, as the parameters).
-  std::map<std::string, golden::NpyArray> initial_moments;
+  std::map<std::string, formats::NpyArray> initial_moments;
   std::vector<double> reported_grad_norm;  // one per rank; empty: none reported
   std::optional<double> reported_lm_loss;   // the global batch's CE per valid token, as logged
   // Per rank, with an optimizer: stem -> that rank's shard after the step ("layer0.expert_bias" for the bias).
-  std::vector<std::map<std::string, golden::NpyArray>> params_after;
+  std::vector<std::map<std::string, formats::NpyArray>> params_after;
   // Per rank, with an optimizer's state: "exp_avg.<stem>" / "exp_avg_sq.<stem>" -> its moments after the step, as
   // its gradient is held (the shard, or the distributed optimizer's range of it).
-  std::vector<std::map<std::string, golden::NpyArray>> state;
+  std::vector<std::map<std::string, formats::NpyArray>> state;
 };
 
 struct StepReadOptions {

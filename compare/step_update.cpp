@@ -76,7 +76,7 @@ void judge(StepTensorResult& t, int rank, const std::vector<double>& got, const 
 template <class Allowed>
 void judge_moments(const AdamConfig& adam, const Moments& from, std::int64_t begin, std::int64_t end,
                    const std::vector<double>& mid, const std::vector<double>& low, const std::vector<double>& high,
-                   const Allowed& allowed, const std::map<std::string, golden::NpyArray>& state, int rank,
+                   const Allowed& allowed, const std::map<std::string, formats::NpyArray>& state, int rank,
                    StepTensorResult& m_result, StepTensorResult& v_result) {
   const auto n = static_cast<size_t>(end - begin);
   std::vector<double> m(n), m_low(n), m_high(n), v(n), v_low(n), v_high(n);
@@ -98,7 +98,7 @@ void judge_moments(const AdamConfig& adam, const Moments& from, std::int64_t beg
 
 }  // namespace
 
-void compare_step_end(const StepDump& d, const std::map<std::string, golden::NpyArray>& oracle, StepComparison& c) {
+void compare_step_end(const StepDump& d, const std::map<std::string, formats::NpyArray>& oracle, StepComparison& c) {
   const Tolerance& tol = c.tolerance;
   const auto allowed = [&tol](double v) { return tol.atol + tol.rtol * std::abs(v); };
   // The oracle's norm and how far a gradient within its tolerance may move it.

@@ -19,6 +19,6 @@ namespace moe::compare {
 
 // Adds the grad norm and the parameters after the step to `c`, where the dump holds them. `oracle` is the golden
 // model case's outputs for the dump (grad.<stem> whole, layer<l>.expert_bias_updated).
-void compare_step_end(const StepDump& d, const std::map<std::string, golden::NpyArray>& oracle, StepComparison& c);
+void compare_step_end(const StepDump& d, const std::map<std::string, formats::NpyArray>& oracle, StepComparison& c);
 
 }  // namespace moe::compare

@@ -1,4 +1,4 @@
-// Harness `config`: golden::config_from_json, the one reader of a layer config (golden cases, model files, dumps and
+// Harness `config`: formats::config_from_json, the one reader of a layer config (golden cases, model files, dumps and
 // the Python binding all use it), and through it MoeConfig::validate. The input is JSON; when it is an object with
 // a "config" member (a case.json, a model file, a dump.json) that member is read, so the committed files seed it.
 //
@@ -17,7 +17,7 @@
 namespace {
 
 std::string written(const moe::MoeConfig& c) {
-  nlohmann::ordered_json j = moe::golden::config_to_json(c);
+  nlohmann::ordered_json j = moe::formats::config_to_json(c);
   j["semantics"] = c.semantics.spec();
   return j.dump();
 }
@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const bool semantics_key : {true, false}) {
     MoeConfig config;
     try {
-      config = golden::config_from_json(object, semantics_key);
+      config = formats::config_from_json(object, semantics_key);
     } catch (const golden::CaseFormatError&) {
       continue;
     } catch (const std::invalid_argument&) {
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string once = written(config);
     std::string twice;
     try {
-      twice = written(golden::config_from_json(nlohmann::json::parse(once), true));
+      twice = written(formats::config_from_json(nlohmann::json::parse(once), true));
     } catch (const std::exception& e) {
       fuzz::finding(std::string("an accepted config does not read back: ") + e.what() + "\n" + once);
     }

@@ -1,7 +1,7 @@
 // What the two .npy harnesses check of an array a reader accepted.
 #pragma once
 
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 
 #include <cstddef>
 #include <cstring>
@@ -10,8 +10,8 @@
 namespace moe::fuzz {
 
 // The number of values in the vector of the array's dtype (the others must be empty).
-inline std::size_t value_count(const golden::NpyArray& a) {
-  using golden::NpyDtype;
+inline std::size_t value_count(const formats::NpyArray& a) {
+  using formats::NpyDtype;
   switch (a.dtype) {
     case NpyDtype::f8:
     case NpyDtype::f4: return a.integers.empty() && a.booleans.empty() ? a.reals.size() : std::size_t(-1);
@@ -24,7 +24,7 @@ inline std::size_t value_count(const golden::NpyArray& a) {
 }
 
 // The shape says as many values as there are.
-inline bool consistent(const golden::NpyArray& a) {
+inline bool consistent(const formats::NpyArray& a) {
   return a.size() >= 0 && value_count(a) == static_cast<std::size_t>(a.size());
 }
 
@@ -34,7 +34,7 @@ bool same_bytes(const std::vector<V>& x, const std::vector<V>& y) {
 }
 
 // Same dtype, shape and value bytes (bytes, not ==: NaN payloads and -0.0 must survive a round trip too).
-inline bool same_array(const golden::NpyArray& a, const golden::NpyArray& b) {
+inline bool same_array(const formats::NpyArray& a, const formats::NpyArray& b) {
   return a.dtype == b.dtype && a.shape == b.shape && same_bytes(a.reals, b.reals) &&
          same_bytes(a.integers, b.integers) && same_bytes(a.booleans, b.booleans);
 }

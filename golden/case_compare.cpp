@@ -17,14 +17,14 @@ double worst(double current, double err) {
 }  // namespace
 
 std::vector<TensorComparison> compare_tensors(const std::vector<std::string>& names,
-                                              const std::map<std::string, NpyArray>& expected,
-                                              const std::map<std::string, NpyArray>& computed,
+                                              const std::map<std::string, formats::NpyArray>& expected,
+                                              const std::map<std::string, formats::NpyArray>& computed,
                                               const Tolerance& tol) {
   std::vector<TensorComparison> result;
   for (const auto& name : names) {
     const auto it = computed.find(name);
     if (it == computed.end()) throw CaseFormatError("the oracle produced no '" + name + "'");
-    const NpyArray& ref = expected.at(name);
+    const formats::NpyArray& ref = expected.at(name);
     if (it->second.shape != ref.shape) {
       throw CaseFormatError("'" + name + "': computed shape " + it->second.shape_string() + " vs case " +
                             ref.shape_string());
@@ -48,7 +48,7 @@ std::vector<TensorComparison> compare_tensors(const std::vector<std::string>& na
 }
 
 std::vector<TensorComparison> compare_outputs(const GoldenCase& expected,
-                                              const std::map<std::string, NpyArray>& computed) {
+                                              const std::map<std::string, formats::NpyArray>& computed) {
   return compare_tensors(output_tensor_names(expected.header.config), expected.tensors, computed,
                          expected.header.tolerance);
 }

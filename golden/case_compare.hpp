@@ -23,12 +23,12 @@ struct TensorComparison {
 // One entry per name, in order. A computed tensor that is missing or has another shape, and an expected tensor
 // holding a NaN or ±inf (check_finite), are errors (CaseFormatError), not failures to report.
 std::vector<TensorComparison> compare_tensors(const std::vector<std::string>& names,
-                                              const std::map<std::string, NpyArray>& expected,
-                                              const std::map<std::string, NpyArray>& computed,
+                                              const std::map<std::string, formats::NpyArray>& expected,
+                                              const std::map<std::string, formats::NpyArray>& computed,
                                               const Tolerance& tolerance);
 
 // A layer case: one entry per output tensor, in output_tensor_names order.
 std::vector<TensorComparison> compare_outputs(const GoldenCase& expected,
-                                              const std::map<std::string, NpyArray>& computed);
+                                              const std::map<std::string, formats::NpyArray>& computed);
 
 }  // namespace moe::golden

@@ -60,10 +60,10 @@ nlohmann::json read_case_json(const std::filesystem::path& directory) {
   }
 }
 
-std::map<std::string, NpyArray> read_case_tensors(
+std::map<std::string, formats::NpyArray> read_case_tensors(
     const std::filesystem::path& directory, const std::set<std::string>& expected,
-    const std::function<void(const std::string& name, const NpyArray& array)>& check) {
-  std::map<std::string, NpyArray> tensors;
+    const std::function<void(const std::string& name, const formats::NpyArray& array)>& check) {
+  std::map<std::string, formats::NpyArray> tensors;
   for (const auto& entry : std::filesystem::directory_iterator(directory)) {
     const auto file = entry.path().filename();
     if (file == kCaseJson) continue;
@@ -74,7 +74,7 @@ std::map<std::string, NpyArray> read_case_tensors(
     if (!expected.count(stem)) {
       throw CaseFormatError(directory.string() + ": extra tensor '" + stem + "' (not part of a case with this config)");
     }
-    NpyArray array = read_npy(entry.path());
+    formats::NpyArray array = formats::read_npy(entry.path());
     try {
       check(stem, array);
       check_finite(stem, array);
@@ -91,7 +91,7 @@ std::map<std::string, NpyArray> read_case_tensors(
   return tensors;
 }
 
-void check_finite(const std::string& name, const NpyArray& array, const std::string& what) {
+void check_finite(const std::string& name, const formats::NpyArray& array, const std::string& what) {
   for (std::size_t i = 0; i < array.reals.size(); ++i) {
     const double v = array.reals[i];
     if (std::isfinite(v)) continue;
@@ -111,11 +111,11 @@ void check_finite(const std::string& name, const NpyArray& array, const std::str
   }
 }
 
-void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDtype dtype,
+void check_dtype_and_shape(const std::string& name, const formats::NpyArray& array, formats::NpyDtype dtype,
                            const std::vector<std::int64_t>& shape) {
   if (array.dtype != dtype) {
-    throw CaseFormatError("tensor '" + name + "' has dtype " + std::string(npy_descr(array.dtype)) + ", expected " +
-                          std::string(npy_descr(dtype)));
+    throw CaseFormatError("tensor '" + name + "' has dtype " + std::string(formats::npy_descr(array.dtype)) +
+                          ", expected " + std::string(formats::npy_descr(dtype)));
   }
   bool fits = array.shape.size() == shape.size();
   for (std::size_t i = 0; fits && i < shape.size(); ++i) {
@@ -128,7 +128,7 @@ void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDt
 }
 
 void write_case_directory(const std::filesystem::path& directory, const std::string& case_json,
-                          const std::map<std::string, NpyArray>& tensors) {
+                          const std::map<std::string, formats::NpyArray>& tensors) {
   // What may be replaced: a previous case's files, regular files only (a symlink is not followed, a subfolder
   // named foo.npy is not a tensor).
   const auto case_file = [](const std::filesystem::directory_entry& entry) {
@@ -139,7 +139,7 @@ void write_case_directory(const std::filesystem::path& directory, const std::str
   try {
     storage::StagedDirectory staged(directory, case_file, "golden case");
     for (const auto& [name, array] : tensors)
-      storage::write_file_synced(staged.path() / (name + ".npy"), serialize_npy(array));
+      storage::write_file_synced(staged.path() / (name + ".npy"), formats::serialize_npy(array));
     storage::write_file_synced(staged.path() / kCaseJson, case_json);  // last: a folder without it is no case
     staged.commit();
   } catch (const storage::StorageError& e) {

@@ -3,8 +3,8 @@
 // or shape in the same words.
 #pragma once
 
+#include "formats/npy.hpp"
 #include "golden/case_json.hpp"
-#include "golden/npy.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -38,18 +38,18 @@ nlohmann::json read_case_json(const std::filesystem::path& directory);
 
 // Reads exactly the tensors named in `expected` (file stems); `check` runs on each one read, then check_finite (a
 // CaseFormatError is prefixed with the directory).
-std::map<std::string, NpyArray> read_case_tensors(
+std::map<std::string, formats::NpyArray> read_case_tensors(
     const std::filesystem::path& directory, const std::set<std::string>& expected,
-    const std::function<void(const std::string& name, const NpyArray& array)>& check);
+    const std::function<void(const std::string& name, const formats::NpyArray& array)>& check);
 
 // Throws CaseFormatError "<what> 'name' has a non-finite value nan at index 5 [0, 5]" at the first NaN or ±inf
 // of a real tensor. Every real value of a case must be finite: an expected ±inf passes any comparison
 // (|a − inf| ≤ atol + rtol·inf), an expected NaN none, and a NaN input may reach no output at all (a weight of an
 // expert that receives no token).
-void check_finite(const std::string& name, const NpyArray& array, const std::string& what = "tensor");
+void check_finite(const std::string& name, const formats::NpyArray& array, const std::string& what = "tensor");
 
 // Throws CaseFormatError "tensor 'name' has dtype …, expected …" or "… has shape […], expected […]".
-void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDtype dtype,
+void check_dtype_and_shape(const std::string& name, const formats::NpyArray& array, formats::NpyDtype dtype,
                            const std::vector<std::int64_t>& shape);
 
 // Writes a case folder as a whole (storage/staged_directory.hpp): the .npy files and then case.json go into a
@@ -58,6 +58,6 @@ void check_dtype_and_shape(const std::string& name, const NpyArray& array, NpyDt
 // `directory` may hold only a previous case's files (case.json and .npy regular files): anything else — a
 // subfolder, even one named foo.npy, another file — is refused with a CaseFormatError and nothing is touched.
 void write_case_directory(const std::filesystem::path& directory, const std::string& case_json,
-                          const std::map<std::string, NpyArray>& tensors);
+                          const std::map<std::string, formats::NpyArray>& tensors);
 
 }  // namespace moe::golden

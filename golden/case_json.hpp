@@ -1,30 +1,31 @@
-// case.json of the golden layer-case format (golden/README.md), versions 1 and 2: its top level, and the `config`
-// object <-> moe::MoeConfig. Version 2 adds the config key "semantics" (a spec string, absent = "intended") and the
-// optional input padding_mask [T]. Reading is strict: an unknown key at any level (in version 1: "semantics" too),
-// a wrong JSON type or a missing required key is a CaseFormatError naming it, and a `format` other than these two
-// is refused naming the version found. Writing picks version 2 only when the case uses a version-2 feature, so a
-// version-1 case is written exactly as before.
+// case.json of the golden layer-case format (golden/README.md), versions 1 and 2: its top level (the `config`
+// object is formats/config_json.hpp's). Version 2 adds the config key "semantics" (a spec string, absent =
+// "intended") and the optional input padding_mask [T]. Reading is strict: an unknown key at any level (in version 1:
+// "semantics" too), a wrong JSON type or a missing required key is a CaseFormatError naming it, and a `format` other
+// than these two is refused naming the version found. Writing picks version 2 only when the case uses a version-2
+// feature, so a version-1 case is written exactly as before.
 #pragma once
 
-#include "reference/attention.hpp"
-#include "reference/config.hpp"
+#include "formats/config_json.hpp"
+#include "formats/format_error.hpp"
 #include "reference/tolerance.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
-#include <stdexcept>
 #include <string>
 #include <string_view>
+
+namespace moe::formats {
+class StrictObject;
+}  // namespace moe::formats
 
 namespace moe::golden {
 
 inline constexpr std::string_view kCaseFormat = "moe-golden/1";
 inline constexpr std::string_view kCaseFormatV2 = "moe-golden/2";
 
-class CaseFormatError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+// A case that does not follow its format; the readers of formats/ that a case is read with throw the same type.
+using CaseFormatError = formats::FormatError;
 
 // case.json without the tensors.
 struct CaseHeader {
@@ -45,25 +46,14 @@ struct CaseHeader {
   std::string_view format() const;
 };
 
-// Absent or null keys take their defaults; the result is validated (MoeConfig::validate). With `semantics_key`
-// the key "semantics" is read (Semantics::parse; a bad spec is a CaseFormatError naming the key); without it, it is
-// an unknown key (format 1).
-MoeConfig config_from_json(const nlohmann::json& config, bool semantics_key = true);
-// Every key of format 1 in the order of the README example, unset options as null ("semantics" is not among them).
-nlohmann::ordered_json config_to_json(const MoeConfig& config);
-
-// A model's attention block, {"heads", "groups", "head_dim", "rope_base"}: one rule for every format that holds one
-// (golden model cases, model files, the Python module's dicts). "heads" and "head_dim" are required, "groups"
-// defaults to the heads (Megatron's default: no GQA), "rope_base" to AttentionConfig's; an unknown key, a wrong
-// type or an invalid block (AttentionConfig::validate) is a CaseFormatError naming `where`.
-AttentionConfig attention_from_json(const nlohmann::json& block, const std::string& where);
-nlohmann::ordered_json attention_to_json(const AttentionConfig& attention);
-
 // `origin` names the file in error messages. Accepts formats 1 and 2 (header.padding_mask stays false).
 CaseHeader case_header_from_json(const nlohmann::json& root, const std::string& origin);
 // The format named by a case.json's "format" key, checked to be a string (CaseFormatError naming the file if not).
 std::string case_format_of(const nlohmann::json& root, const std::string& origin);
 // Format header.format(); in format 2 the config ends with "semantics": header.config.semantics.spec().
 nlohmann::ordered_json case_header_to_json(const CaseHeader& header);
+
+// A case's "tolerance": {"rtol": …, "atol": …}, both required, >= 0 and no looser than the table's golden-case row.
+Tolerance tolerance_from(formats::StrictObject& top, const std::string& origin);
 
 }  // namespace moe::golden

@@ -16,7 +16,7 @@
 
 namespace moe::golden {
 
-using TensorMap = std::map<std::string, NpyArray>;
+using TensorMap = std::map<std::string, formats::NpyArray>;
 
 struct OracleInputs {
   MoeParams<double> params;
@@ -33,7 +33,7 @@ template <typename T>
 MoeInputs<T> inputs_from_tensors(const MoeConfig& config, int seq, int batch, const TensorMap& tensors);
 // A [rows, cols] real tensor as a row-major matrix (grad_y).
 template <typename T>
-Matrix<T> matrix_from_tensor(const NpyArray& array);
+Matrix<T> matrix_from_tensor(const formats::NpyArray& array);
 
 // Throws CaseFormatError naming the tensor and index when an input holds a NaN or ±inf (check_finite).
 OracleInputs oracle_inputs(const GoldenCase& golden_case);

@@ -10,7 +10,7 @@ namespace moe::golden {
 namespace {
 
 struct TensorSpec {
-  NpyDtype dtype;
+  formats::NpyDtype dtype;
   std::vector<std::int64_t> shape;  // kAnyRows in the first dimension: any size (tid2eid's vocabulary)
 };
 
@@ -18,13 +18,13 @@ TensorSpec spec_of(const CaseHeader& h, const std::string& name) {
   const MoeConfig& c = h.config;
   const std::int64_t T = std::int64_t{h.seq} * h.batch, H = c.hidden, E = c.num_experts, k = c.topk,
                      d = c.ffn_hidden, w = c.expert_width(), ds = c.shared_expert_ffn_hidden, lat = c.latent_size;
-  const auto real = [](std::vector<std::int64_t> s) { return TensorSpec{NpyDtype::f8, std::move(s)}; };
+  const auto real = [](std::vector<std::int64_t> s) { return TensorSpec{formats::NpyDtype::f8, std::move(s)}; };
   const std::map<std::string, TensorSpec> specs{
       {"x", real({T, H})},
-      {"input_ids", {NpyDtype::i8, {h.batch, h.seq}}},
+      {"input_ids", {formats::NpyDtype::i8, {h.batch, h.seq}}},
       {"router_weight", real({E, H})},
       {"expert_bias", real({E})},
-      {"tid2eid", {NpyDtype::i8, {kAnyRows, k}}},
+      {"tid2eid", {formats::NpyDtype::i8, {kAnyRows, k}}},
       {"expert_fc1", real({E, 2 * d, w})},
       {"expert_fc2", real({E, w, d})},
       {"shared_fc1", real({2 * ds, H})},
@@ -33,11 +33,11 @@ TensorSpec spec_of(const CaseHeader& h, const std::string& name) {
       {"latent_down", real({lat, H})},
       {"latent_up", real({H, lat})},
       {"grad_y", real({T, H})},
-      {"padding_mask", {NpyDtype::b1, {T}}},
+      {"padding_mask", {formats::NpyDtype::b1, {T}}},
       {"y", real({T, H})},
       {"probs", real({T, E})},
-      {"routing_map", {NpyDtype::b1, {T, E}}},
-      {"tokens_per_expert", {NpyDtype::i8, {E}}},
+      {"routing_map", {formats::NpyDtype::b1, {T, E}}},
+      {"tokens_per_expert", {formats::NpyDtype::i8, {E}}},
       {"aux_loss", real({})},
       {"z_loss", real({})},
       {"expert_bias_updated", real({E})},
@@ -86,7 +86,7 @@ std::vector<std::string> output_tensor_names(const MoeConfig& c) {
   return names;
 }
 
-void check_tensor(const CaseHeader& header, const std::string& name, const NpyArray& array) {
+void check_tensor(const CaseHeader& header, const std::string& name, const formats::NpyArray& array) {
   const TensorSpec spec = spec_of(header, name);
   check_dtype_and_shape(name, array, spec.dtype, spec.shape);
 }
@@ -108,7 +108,7 @@ GoldenCase read_case(const std::filesystem::path& directory) {
   std::set<std::string> expected;
   for (const auto& n : input_tensor_names(result.header)) expected.insert(n);
   for (const auto& n : output_tensor_names(result.header.config)) expected.insert(n);
-  result.tensors = read_case_tensors(directory, expected, [&](const std::string& name, const NpyArray& array) {
+  result.tensors = read_case_tensors(directory, expected, [&](const std::string& name, const formats::NpyArray& array) {
     check_tensor(result.header, name, array);
   });
   return result;

@@ -4,8 +4,8 @@
 // is a CaseFormatError naming the tensor.
 #pragma once
 
+#include "formats/npy.hpp"
 #include "golden/case_json.hpp"
-#include "golden/npy.hpp"
 
 #include <filesystem>
 #include <map>
@@ -16,7 +16,7 @@ namespace moe::golden {
 
 struct GoldenCase {
   CaseHeader header;
-  std::map<std::string, NpyArray> tensors;  // name (file stem) -> array
+  std::map<std::string, formats::NpyArray> tensors;  // name (file stem) -> array
 };
 
 // The input tensors of the layer (x, ids, parameters, grad_y) and the expected outputs, as the config selects
@@ -27,7 +27,7 @@ std::vector<std::string> input_tensor_names(const CaseHeader& header);
 std::vector<std::string> output_tensor_names(const MoeConfig& config);
 
 // Throws CaseFormatError when `name` does not have the dtype and shape the format (README.md) gives it for this case.
-void check_tensor(const CaseHeader& header, const std::string& name, const NpyArray& array);
+void check_tensor(const CaseHeader& header, const std::string& name, const formats::NpyArray& array);
 
 GoldenCase read_case(const std::filesystem::path& directory);
 // Creates or replaces the directory as a whole (write_case_directory: a crash leaves the old case or the new one);

@@ -1,7 +1,7 @@
 #include "golden/model_case.hpp"
 
+#include "formats/strict_json.hpp"
 #include "golden/case_files.hpp"
-#include "golden/strict_json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -15,30 +15,30 @@ namespace {
 using nlohmann::json;
 
 ModelCaseHeader parse_header(const json& root, const std::string& origin) {
-  StrictObject top(root, origin);
+  formats::StrictObject top(root, origin);
   top.find("format");  // checked by the caller
   ModelCaseHeader h;
   h.description = top.optional_string("description").value_or("");
-  h.model.layer = config_from_json(top.required("config"));
+  h.model.layer = formats::config_from_json(top.required("config"));
 
-  StrictObject model(top.required("model"), origin + ": model");
+  formats::StrictObject model(top.required("model"), origin + ": model");
   h.model.num_layers = model.integer("num_layers", model.required("num_layers"));
   h.model.n_hash_layers = model.integer("n_hash_layers", 0);
   h.model.vocab = model.integer("vocab", model.required("vocab"));
   h.model.rms_eps = model.number("rms_eps", model.required("rms_eps"));
   if (const json* a = model.find("attention"))  // absent: blocks without attention
-    h.model.attention = attention_from_json(*a, origin + ": model.attention");
+    h.model.attention = formats::attention_from_json(*a, origin + ": model.attention");
   h.model.mtp_depth = model.integer("mtp_depth", 0);  // absent: no multi-token prediction
   if (h.model.mtp_depth > 0) h.model.mtp_loss_scale = model.number("mtp_loss_scale", model.required("mtp_loss_scale"));
   model.reject_unknown();
 
-  StrictObject layout(top.required("layout"), origin + ": layout");
+  formats::StrictObject layout(top.required("layout"), origin + ": layout");
   h.tp = layout.integer("tp", 1);
   h.cp = layout.integer("cp", 1);
   h.dp = layout.integer("dp", 1);
   layout.reject_unknown();
 
-  StrictObject batch(top.required("batch"), origin + ": batch");
+  formats::StrictObject batch(top.required("batch"), origin + ": batch");
   h.seq = batch.integer("seq", batch.required("seq"));
   h.global_batch = batch.integer("size", batch.required("size"));
   h.micro_batch = batch.integer("micro_batch", batch.required("micro_batch"));
@@ -53,7 +53,7 @@ ModelCaseHeader parse_header(const json& root, const std::string& origin) {
 
 
 ModelTensorSpec real(std::string trained, std::vector<std::int64_t> shape) {
-  return {tensor_file_stem(trained), NpyDtype::f8, std::move(shape), trained};
+  return {tensor_file_stem(trained), formats::NpyDtype::f8, std::move(shape), trained};
 }
 
 // Every trained parameter, in trained_tensors order (reference/model.cpp); the verifier checks the order against
@@ -134,31 +134,32 @@ std::string tensor_file_stem(std::string_view trained_name) {
 
 std::vector<ModelTensorSpec> model_input_specs(const ModelCaseHeader& h) {
   const std::int64_t B = h.global_batch, S = h.seq;
-  std::vector<ModelTensorSpec> specs{{"input_ids", NpyDtype::i8, {B, S}, ""},
-                                     {"labels", NpyDtype::i8, {B, S}, ""},
-                                     {"loss_mask", NpyDtype::b1, {B, S}, ""}};
+  std::vector<ModelTensorSpec> specs{{"input_ids", formats::NpyDtype::i8, {B, S}, ""},
+                                     {"labels", formats::NpyDtype::i8, {B, S}, ""},
+                                     {"loss_mask", formats::NpyDtype::b1, {B, S}, ""}};
   const std::vector<ModelTensorSpec> trained = trained_specs(h);
   specs.insert(specs.end(), trained.begin(), trained.end());
   for (int l = 0; l < h.model.num_blocks(); ++l) {
     const MoeConfig lc = h.model.layer_config(l);
     const std::string pre = h.model.block_prefix(l);
-    if (lc.expert_bias) specs.push_back({pre + "expert_bias", NpyDtype::f8, {lc.num_experts}, ""});
-    if (lc.hash_routing) specs.push_back({pre + "tid2eid", NpyDtype::i8, {h.model.vocab, lc.topk}, ""});
+    if (lc.expert_bias) specs.push_back({pre + "expert_bias", formats::NpyDtype::f8, {lc.num_experts}, ""});
+    if (lc.hash_routing) specs.push_back({pre + "tid2eid", formats::NpyDtype::i8, {h.model.vocab, lc.topk}, ""});
   }
   return specs;
 }
 
 std::vector<ModelTensorSpec> model_output_specs(const ModelCaseHeader& h) {
   std::vector<ModelTensorSpec> specs;
-  for (const char* scalar : {"objective", "ce_term", "aux_term", "z_term"}) specs.push_back({scalar, NpyDtype::f8, {}, ""});
-  if (h.model.mtp_depth > 0) specs.push_back({"mtp_term", NpyDtype::f8, {}, ""});
-  specs.push_back({"ce_weights", NpyDtype::f8, {h.global_batch, h.seq}, ""});
+  for (const char* scalar : {"objective", "ce_term", "aux_term", "z_term"})
+    specs.push_back({scalar, formats::NpyDtype::f8, {}, ""});
+  if (h.model.mtp_depth > 0) specs.push_back({"mtp_term", formats::NpyDtype::f8, {}, ""});
+  specs.push_back({"ce_weights", formats::NpyDtype::f8, {h.global_batch, h.seq}, ""});
   for (const ModelTensorSpec& p : trained_specs(h)) specs.push_back({"grad." + p.stem, p.dtype, p.shape, p.trained});
   for (int l = 0; l < h.model.num_blocks(); ++l) {
     const MoeConfig lc = h.model.layer_config(l);
     const std::string pre = h.model.block_prefix(l);
-    specs.push_back({pre + "bias_counts", NpyDtype::i8, {lc.num_experts}, ""});
-    if (lc.bias_update_rate) specs.push_back({pre + "expert_bias_updated", NpyDtype::f8, {lc.num_experts}, ""});
+    specs.push_back({pre + "bias_counts", formats::NpyDtype::i8, {lc.num_experts}, ""});
+    if (lc.bias_update_rate) specs.push_back({pre + "expert_bias_updated", formats::NpyDtype::f8, {lc.num_experts}, ""});
   }
   return specs;
 }
@@ -196,7 +197,7 @@ ModelCase read_model_case(const std::filesystem::path& directory) {
     for (auto& s : list) specs.emplace(s.stem, std::move(s));
   std::set<std::string> expected;
   for (const auto& [stem, spec] : specs) expected.insert(stem);
-  result.tensors = read_case_tensors(directory, expected, [&](const std::string& name, const NpyArray& array) {
+  result.tensors = read_case_tensors(directory, expected, [&](const std::string& name, const formats::NpyArray& array) {
     const ModelTensorSpec& s = specs.at(name);
     check_dtype_and_shape(name, array, s.dtype, s.shape);
   });

@@ -15,8 +15,8 @@
 // dtypes or shapes are CaseFormatErrors naming them.
 #pragma once
 
+#include "formats/npy.hpp"
 #include "golden/case_json.hpp"
-#include "golden/npy.hpp"
 #include "reference/global_step.hpp"
 
 #include <filesystem>
@@ -47,14 +47,14 @@ struct ModelCaseHeader {
 
 struct ModelCase {
   ModelCaseHeader header;
-  std::map<std::string, NpyArray> tensors;  // file stem -> array
+  std::map<std::string, formats::NpyArray> tensors;  // file stem -> array
 };
 
 // One tensor of a model case: its file stem, dtype and shape; `trained` names its trained_tensors entry (empty for
 // the expert bias, tid2eid and the batch).
 struct ModelTensorSpec {
   std::string stem;
-  NpyDtype dtype = NpyDtype::f8;
+  formats::NpyDtype dtype = formats::NpyDtype::f8;
   std::vector<std::int64_t> shape;
   std::string trained;
 };

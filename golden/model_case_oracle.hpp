@@ -20,6 +20,7 @@ ModelOracleInputs model_oracle_inputs(const ModelCase& model_case);
 
 // Every output tensor of the case as the oracle computes it. Throws CaseFormatError when the oracle's list of
 // trained tensors is not the case's (a renamed or reordered parameter).
-std::map<std::string, NpyArray> model_oracle_outputs(const ModelCaseHeader& header, const ModelOracleInputs& in);
+std::map<std::string, formats::NpyArray> model_oracle_outputs(const ModelCaseHeader& header,
+                                                              const ModelOracleInputs& in);
 
 }  // namespace moe::golden

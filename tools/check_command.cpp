@@ -33,7 +33,7 @@
 #include "distributed/check/differential_check.hpp"
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/train/rank_groups.hpp"
-#include "golden/case_json.hpp"
+#include "formats/config_json.hpp"
 #include "reference/memory_estimate.hpp"
 #include "tools/check_compare_roundtrip.hpp"
 #include "tools/check_device_layer.hpp"

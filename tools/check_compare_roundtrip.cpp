@@ -5,8 +5,8 @@
 #include "compare/dump_tensors.hpp"
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/train/moe_layer_rank.hpp"
-#include "golden/case_json.hpp"
-#include "golden/npy.hpp"
+#include "formats/config_json.hpp"
+#include "formats/npy.hpp"
 #include "reference/model.hpp"
 #include "reference/presets.hpp"
 #include "reference/process_groups.hpp"
@@ -28,14 +28,14 @@ namespace {
 namespace fs = std::filesystem;
 using Shape = std::vector<std::int64_t>;
 
-golden::NpyArray of(const Matrix<double>& m, Shape shape) {
+formats::NpyArray of(const Matrix<double>& m, Shape shape) {
   std::vector<double> v;
   v.reserve(static_cast<size_t>(m.size()));
   for (Eigen::Index r = 0; r < m.rows(); ++r)
     for (Eigen::Index c = 0; c < m.cols(); ++c) v.push_back(m(r, c));
-  return golden::NpyArray::of_reals(std::move(shape), std::move(v));
+  return formats::NpyArray::of_reals(std::move(shape), std::move(v));
 }
-golden::NpyArray of(const Matrix<double>& m) { return of(m, {m.rows(), m.cols()}); }
+formats::NpyArray of(const Matrix<double>& m) { return of(m, {m.rows(), m.cols()}); }
 
 // A change made to a written dump before compare judges it, and what compare must then say: a control that shows
 // the main job's comparison can fail (or, for a replay, that a correct run whose routing differs only at a tie
@@ -156,7 +156,9 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
     const Matrix<double> dx = layer.backward(dys, 1.0, 1.0, grads);
 
     const fs::path out = dir / ("rank" + std::to_string(rank));
-    const auto put = [&](const std::string& name, const golden::NpyArray& a) { golden::write_npy(out / (name + ".npy"), a); };
+    const auto put = [&](const std::string& name, const formats::NpyArray& a) {
+      formats::write_npy(out / (name + ".npy"), a);
+    };
     const Shape rows{n, 1, h};
     put("hidden_states", of(xs, rows));
     put("output.grad", of(dys, rows));
@@ -164,13 +166,13 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
     put("hidden_states.grad", of(dx, rows));
     put("router.weight", of(shard.router_weight));
     put("router.probs", of(layer.routing().probs));
-    put(kRoutingMap, golden::NpyArray::of_booleans(
+    put(kRoutingMap, formats::NpyArray::of_booleans(
                                   {n, E}, std::vector<std::uint8_t>(layer.routing().routing_map.data(),
                                                                    layer.routing().routing_map.data() + n * E)));
     put("router.weight.grad", of(grads.router_weight));
     if (c.expert_bias) {
       put("router.expert_bias", of(shard.expert_bias.transpose(), {E}));
-      put("router.local_tokens_per_expert", golden::NpyArray::of_integers({E}, layer.assignments()));
+      put("router.local_tokens_per_expert", formats::NpyArray::of_integers({E}, layer.assignments()));
     }
     for (size_t i = 0; i < shard.experts.fc1.size(); ++i) {
       const auto local = static_cast<std::int64_t>(i);
@@ -192,19 +194,19 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
       }
     }
     if (c.hash_routing) {
-      put("input_ids", golden::NpyArray::of_integers({n, 1}, std::vector<std::int64_t>(router_inputs.token_ids.data(),
+      put("input_ids", formats::NpyArray::of_integers({n, 1}, std::vector<std::int64_t>(router_inputs.token_ids.data(),
                                                                                      router_inputs.token_ids.data() + n)));
-      put("router.tid2eid", golden::NpyArray::of_integers({shard.tid2eid.rows(), shard.tid2eid.cols()},
+      put("router.tid2eid", formats::NpyArray::of_integers({shard.tid2eid.rows(), shard.tid2eid.cols()},
                                                           std::vector<std::int64_t>(shard.tid2eid.data(),
                                                                                     shard.tid2eid.data() + shard.tid2eid.size())));
     }
-    if (c.aux_loss_type != AuxLossType::none) put("aux_loss", golden::NpyArray::of_reals({}, {layer.aux_share()}));
-    if (c.z_loss_coeff > 0) put("z_loss", golden::NpyArray::of_reals({}, {layer.z_share()}));
+    if (c.aux_loss_type != AuxLossType::none) put("aux_loss", formats::NpyArray::of_reals({}, {layer.aux_share()}));
+    if (c.z_loss_coeff > 0) put("z_loss", formats::NpyArray::of_reals({}, {layer.z_share()}));
   });
 
   nlohmann::ordered_json meta{{"format", "moe-dump/1"},
                               {"producer", "moe-oracle's parallel system (check)"},
-                              {"config", golden::config_to_json(c)},
+                              {"config", formats::config_to_json(c)},
                               {"semantics", "intended"},
                               {"layout", {{"world", layout.world}, {"tp", layout.tp}, {"ep", layout.ep}, {"etp", layout.etp}}},
                               {"shape", {{"seq", S}, {"batch", 1}}},
@@ -223,8 +225,8 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
   std::int64_t swapped = 0;
   for (int r = 0; r < layout.world; ++r) {
     const fs::path rank = dir / ("rank" + std::to_string(r));
-    golden::NpyArray map = golden::read_npy_widened(rank / "router.routing_map.npy");
-    golden::NpyArray probs = golden::read_npy_widened(rank / "router.probs.npy");
+    formats::NpyArray map = formats::read_npy_widened(rank / "router.routing_map.npy");
+    formats::NpyArray probs = formats::read_npy_widened(rank / "router.probs.npy");
     const auto E = static_cast<size_t>(map.shape[1]);
     for (size_t row = 0; row * E < map.booleans.size(); ++row) {
       auto* m = &map.booleans[row * E];
@@ -233,28 +235,28 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
       std::swap(probs.reals[row * E], probs.reals[row * E + 1]);
       ++swapped;
     }
-    golden::write_npy(rank / "router.routing_map.npy", map);
-    golden::write_npy(rank / "router.probs.npy", probs);
+    formats::write_npy(rank / "router.routing_map.npy", map);
+    formats::write_npy(rank / "router.probs.npy", probs);
     // This rank's rows' counts: a row that took expert 0 alone now takes 1, so the two counts trade places (0 kept
     // the rows that took both, 1 gains the rest).
     if (fs::exists(rank / "router.local_tokens_per_expert.npy")) {
-      golden::NpyArray counts = golden::read_npy_widened(rank / "router.local_tokens_per_expert.npy");
+      formats::NpyArray counts = formats::read_npy_widened(rank / "router.local_tokens_per_expert.npy");
       std::swap(counts.integers[0], counts.integers[1]);
-      golden::write_npy(rank / "router.local_tokens_per_expert.npy", counts);
+      formats::write_npy(rank / "router.local_tokens_per_expert.npy", counts);
     }
-    golden::NpyArray router = golden::read_npy_widened(rank / "router.weight.grad.npy");  // [E, h]
+    formats::NpyArray router = formats::read_npy_widened(rank / "router.weight.grad.npy");  // [E, h]
     const auto h = static_cast<size_t>(router.shape[1]);
     std::swap_ranges(router.reals.begin(), router.reals.begin() + static_cast<std::ptrdiff_t>(h),
                      router.reals.begin() + static_cast<std::ptrdiff_t>(h));
-    golden::write_npy(rank / "router.weight.grad.npy", router);
+    formats::write_npy(rank / "router.weight.grad.npy", router);
     if (groups.rank_in(GroupKind::ep, r) != 0) continue;  // experts 0 and 1 are local 0 and 1 of EP rank 0
     for (const char* which : {"linear_fc1", "linear_fc2"}) {
       const auto name = [&](std::int64_t i) {
         return rank / (compare::expert_weight_name(compare::ExpertNaming::sequential, i, which) + ".grad.npy");
       };
-      const golden::NpyArray g0 = golden::read_npy_widened(name(0)), g1 = golden::read_npy_widened(name(1));
-      golden::write_npy(name(0), g1);
-      golden::write_npy(name(1), g0);
+      const formats::NpyArray g0 = formats::read_npy_widened(name(0)), g1 = formats::read_npy_widened(name(1));
+      formats::write_npy(name(0), g1);
+      formats::write_npy(name(1), g0);
     }
   }
   return swapped;
@@ -263,14 +265,14 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
 // Rank 0's first row moved from its first selected expert to its first unselected one: far from any tie.
 void move_a_row(const fs::path& dir) {
   const fs::path file = dir / "rank0" / "router.routing_map.npy";
-  golden::NpyArray map = golden::read_npy_widened(file);
+  formats::NpyArray map = formats::read_npy_widened(file);
   const auto E = static_cast<size_t>(map.shape[1]);
   size_t on = 0, off = 0;
   while (on < E && !map.booleans[on]) ++on;
   while (off < E && map.booleans[off]) ++off;
   if (on == E || off == E) throw std::logic_error("row 0 selects no expert or every expert");
   std::swap(map.booleans[on], map.booleans[off]);
-  golden::write_npy(file, map);
+  formats::write_npy(file, map);
 }
 
 // Expert 0's fc2 gradient × 1.01 on every rank of EP rank 0.
@@ -280,9 +282,9 @@ void scale_expert_grad(const ParallelLayout& layout, const fs::path& dir) {
     if (groups.rank_in(GroupKind::ep, r) != 0) continue;
     const fs::path file = dir / ("rank" + std::to_string(r)) /
                           (compare::expert_weight_name(compare::ExpertNaming::sequential, 0, "linear_fc2") + ".grad.npy");
-    golden::NpyArray g = golden::read_npy_widened(file);
+    formats::NpyArray g = formats::read_npy_widened(file);
     for (double& v : g.reals) v *= 1.01;
-    golden::write_npy(file, g);
+    formats::write_npy(file, g);
   }
 }
 
@@ -290,7 +292,7 @@ void scale_expert_grad(const ParallelLayout& layout, const fs::path& dir) {
 // map's columns: the controls' layer selects by its aux map) and rows become dump.json's aux_pool, which is what
 // global_aux pooled over both replicas: the cut dump is the same run, described as transformers' pooled layers are.
 void cut_to_replica_0(const fs::path& dir, bool pool) {
-  const golden::NpyArray map = golden::read_npy_widened(dir / "rank1" / (std::string(kRoutingMap) + ".npy"));
+  const formats::NpyArray map = formats::read_npy_widened(dir / "rank1" / (std::string(kRoutingMap) + ".npy"));
   const auto E = static_cast<size_t>(map.shape[1]);
   std::vector<std::int64_t> counts(E, 0);
   for (size_t i = 0; i < map.booleans.size(); ++i) counts[i % E] += map.booleans[i] ? 1 : 0;

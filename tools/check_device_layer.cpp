@@ -1,6 +1,6 @@
 #include "tools/check_device_layer.hpp"
 
-#include "golden/case_json.hpp"
+#include "formats/config_json.hpp"
 #include "tools/check_suite.hpp"
 
 #ifdef MOE_ORACLE_HAVE_CUDA
@@ -25,7 +25,7 @@ std::vector<DeviceLayerRun> run_device_layers(const std::vector<CheckRun>& check
     const CheckRow& row = *checked_run.row;
     if (!rows_seen.insert(&row).second) continue;
     const MoeConfig layer = row.run.model().layer;
-    if (!seen.insert(golden::config_to_json(layer).dump()).second) continue;
+    if (!seen.insert(formats::config_to_json(layer).dump()).second) continue;
     DeviceLayerRun run{row_label(row), {}, {}, true, {}, {}};
     try {
       const cuda::RoutedLayer routed = cuda::routed_layer_of(layer);

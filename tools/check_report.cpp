@@ -1,6 +1,6 @@
 #include "tools/check_report.hpp"
 
-#include "golden/case_json.hpp"
+#include "formats/config_json.hpp"
 #include "tools/check_coverage.hpp"
 #include "tools/layout_options.hpp"
 #include "tools/report_output.hpp"
@@ -147,7 +147,7 @@ nlohmann::json report_json(const std::vector<CheckRun>& runs, const ReportSettin
     nlohmann::json e{{"name", run_name(*r.row, r.layout, r.dispatcher)},
                      {"row", row_label(*r.row)},
                      {"model", {{"source", r.row->run.source.source()},
-                                {"config", nlohmann::json::parse(golden::config_to_json(m.layer).dump())},
+                                {"config", nlohmann::json::parse(formats::config_to_json(m.layer).dump())},
                                 {"num_layers", m.num_layers},
                                 {"n_hash_layers", m.n_hash_layers},
                                 {"vocab", m.vocab},

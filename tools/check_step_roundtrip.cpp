@@ -3,12 +3,12 @@
 #include "compare/parameter_shard.hpp"
 #include "compare/step_dump.hpp"
 #include "distributed/comm/inproc_world.hpp"
-#include "distributed/train/rank_optimizer.hpp"
 #include "distributed/train/rank_groups.hpp"
+#include "distributed/train/rank_optimizer.hpp"
 #include "distributed/train/train_step.hpp"
-#include "golden/case_json.hpp"
+#include "formats/config_json.hpp"
+#include "formats/npy.hpp"
 #include "golden/model_case.hpp"
-#include "golden/npy.hpp"
 #include "reference/presets.hpp"
 #include "reference/process_groups.hpp"
 #include "reference/trajectory.hpp"
@@ -41,22 +41,24 @@ ModelConfig step_model() {
   return m;
 }
 
-golden::NpyArray real_array(const std::vector<Eigen::Index>& shape, const double* data, Eigen::Index size) {
-  return golden::NpyArray::of_reals(std::vector<std::int64_t>(shape.begin(), shape.end()),
+formats::NpyArray real_array(const std::vector<Eigen::Index>& shape, const double* data, Eigen::Index size) {
+  return formats::NpyArray::of_reals(std::vector<std::int64_t>(shape.begin(), shape.end()),
                                     std::vector<double>(data, data + size));
 }
 
 // The step's inputs as compare reads them: the batch and every parameter, whole, under the golden stems.
 void write_inputs(const ModelConfig& m, ModelParams<double> params, const GlobalBatch& batch, const fs::path& dir) {
   fs::create_directories(dir);
-  const auto put = [&](const std::string& stem, const golden::NpyArray& a) { golden::write_npy(dir / (stem + ".npy"), a); };
+  const auto put = [&](const std::string& stem, const formats::NpyArray& a) {
+    formats::write_npy(dir / (stem + ".npy"), a);
+  };
   const std::vector<std::int64_t> bs{batch.size, batch.seq};
-  put("input_ids", golden::NpyArray::of_integers(bs, std::vector<std::int64_t>(batch.input_ids.data(),
+  put("input_ids", formats::NpyArray::of_integers(bs, std::vector<std::int64_t>(batch.input_ids.data(),
                                                    batch.input_ids.data() + batch.input_ids.size())));
-  put("labels", golden::NpyArray::of_integers(bs, std::vector<std::int64_t>(batch.labels.data(),
+  put("labels", formats::NpyArray::of_integers(bs, std::vector<std::int64_t>(batch.labels.data(),
                                                 batch.labels.data() + batch.labels.size())));
   std::vector<std::uint8_t> mask(batch.loss_mask.data(), batch.loss_mask.data() + batch.loss_mask.size());
-  put("loss_mask", golden::NpyArray::of_booleans(bs, mask));
+  put("loss_mask", formats::NpyArray::of_booleans(bs, mask));
   for (const auto& v : trained_tensors(m, params)) put(golden::tensor_file_stem(v.name), real_array(v.shape, v.data, v.size));
   for (int l = 0; l < m.num_layers; ++l)
     if (m.layer_config(l).expert_bias) {
@@ -77,7 +79,7 @@ OptimizerConfig step_optimizer() {
 
 // A tensor of the parallel system's shard as the step dump has it on `rank` (compare/parameter_shard.hpp): where
 // the parallel system holds the whole tensor (the embedding and the head under TP), Megatron's shard of it.
-golden::NpyArray dump_array(const dist::ShardTensor<double>& t, const std::vector<Eigen::Index>& whole_shape,
+formats::NpyArray dump_array(const dist::ShardTensor<double>& t, const std::vector<Eigen::Index>& whole_shape,
                             const ProcessGroups& groups, int rank) {
   const std::vector<std::int64_t> whole(whole_shape.begin(), whole_shape.end());
   const compare::ParameterShard shard = compare::parameter_shard(golden::tensor_file_stem(t.name), groups, rank);
@@ -86,7 +88,7 @@ golden::NpyArray dump_array(const dist::ShardTensor<double>& t, const std::vecto
   std::int64_t whole_size = 1;
   for (auto n : whole) whole_size *= n;
   if (t.size == whole_size && shape != whole) values = compare::take_shard(values, whole, shard);
-  return golden::NpyArray::of_reals(shape, std::move(values));
+  return formats::NpyArray::of_reals(shape, std::move(values));
 }
 
 // Moments of every trained tensor (state.m or state.v, in trained_tensors order) as `params`' tensors, whole.
@@ -132,7 +134,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
     for (const auto& [prefix, moments] : {std::pair{"exp_avg.", &before.m}, std::pair{"exp_avg_sq.", &before.v}}) {
       ModelParams<double> as_params = moments_as_params(m, params, *moments);
       for (const auto& v : trained_tensors(m, as_params))
-        golden::write_npy(dir / "inputs" / (prefix + golden::tensor_file_stem(v.name) + ".npy"),
+        formats::write_npy(dir / "inputs" / (prefix + golden::tensor_file_stem(v.name) + ".npy"),
                           real_array(v.shape, v.data, v.size));
     }
   ModelParams<double> shapes = params;  // the whole shapes of the gradients, by name
@@ -172,7 +174,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
       dist::ShardTensor<double> first_moment = t, second_moment = t;
       first_moment.data = m_values.data();
       second_moment.data = v_values.data();
-      golden::NpyArray m_array = dump_array(first_moment, shape_of.at(t.name), groups, rank),
+      formats::NpyArray m_array = dump_array(first_moment, shape_of.at(t.name), groups, rank),
                        v_array = dump_array(second_moment, shape_of.at(t.name), groups, rank);
       const bool expert = t.name.find(".expert_fc") != std::string::npos;
       if (control == StepControl::experts_twice && expert)
@@ -181,7 +183,7 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
         left_out = true;
         continue;
       }
-      golden::NpyArray grad = dump_array(t, shape_of.at(t.name), groups, rank);
+      formats::NpyArray grad = dump_array(t, shape_of.at(t.name), groups, rank);
       const std::string stem = golden::tensor_file_stem(t.name);
       if (distributed_optimizer) {  // the range of it this rank's optimizer steps, as a distributed optimizer's dump
         const std::vector<int> group = groups.group(compare::optimizer_group(stem), rank);
@@ -190,30 +192,30 @@ void write_step_dump(const ParallelLayout& layout, bool distributed_optimizer, S
                                                               static_cast<int>(group.size()));
         if (control == StepControl::range_left_out && rank == 1 && stem == kLeftOutRange) continue;
         ranges[static_cast<size_t>(rank)][stem] = {r.start, r.end};
-        for (golden::NpyArray* a : {&grad, &m_array, &v_array}) {
+        for (formats::NpyArray* a : {&grad, &m_array, &v_array}) {
           a->reals.assign(a->reals.begin() + r.start, a->reals.begin() + r.end);
           a->shape = {r.size()};
         }
       }
-      golden::write_npy(out / ("grad." + stem + ".npy"), grad);
-      golden::write_npy(out / ("state.exp_avg." + stem + ".npy"), m_array);
+      formats::write_npy(out / ("grad." + stem + ".npy"), grad);
+      formats::write_npy(out / ("state.exp_avg." + stem + ".npy"), m_array);
       if (control == StepControl::moment_off && rank == 2 && t.name == kMovedParameter)
         for (double& x : v_array.reals) x *= 1.01;
-      golden::write_npy(out / ("state.exp_avg_sq." + stem + ".npy"), v_array);
+      formats::write_npy(out / ("state.exp_avg_sq." + stem + ".npy"), v_array);
     }
     for (const auto& t : dist::shard_tensors(after, first_expert)) {
-      golden::NpyArray a = dump_array(t, shape_of.at(t.name), groups, rank);
+      formats::NpyArray a = dump_array(t, shape_of.at(t.name), groups, rank);
       if (control == StepControl::parameter_moved && rank == 2 && t.name == kMovedParameter)
         a.reals[0] += step_optimizer().adam.lr;
-      golden::write_npy(out / ("param." + golden::tensor_file_stem(t.name) + ".npy"), a);
+      formats::write_npy(out / ("param." + golden::tensor_file_stem(t.name) + ".npy"), a);
     }
     for (size_t l = 0; l < step.expert_bias_updated.size(); ++l) {
       const Vector<double>& b = step.expert_bias_updated[l];
-      if (b.size()) golden::write_npy(out / ("param.layer" + std::to_string(step.layers[l]) + ".expert_bias.npy"),
+      if (b.size()) formats::write_npy(out / ("param.layer" + std::to_string(step.layers[l]) + ".expert_bias.npy"),
                                       real_array({b.size()}, b.data(), b.size()));
     }
   });
-  nlohmann::json config = golden::config_to_json(m.layer);
+  nlohmann::json config = formats::config_to_json(m.layer);
   config["semantics"] = m.layer.semantics.spec();
   const OptimizerConfig o = step_optimizer();
   nlohmann::ordered_json meta{

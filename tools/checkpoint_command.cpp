@@ -63,7 +63,7 @@ ModelConfig model_of(const fs::path& meta_path, const json& meta) {
     if (!kModelKeys.count(key)) layer[key] = value;
   ModelConfig m;
   try {
-    m.layer = golden::config_from_json(layer);
+    m.layer = formats::config_from_json(layer);
   } catch (const std::exception& e) {
     refuse(meta_path, std::string("'model': ") + e.what());
   }
@@ -77,7 +77,7 @@ ModelConfig model_of(const fs::path& meta_path, const json& meta) {
   }
   if (model.contains("attention")) {
     try {
-      m.attention = golden::attention_from_json(model.at("attention"), "'model': 'attention'");
+      m.attention = formats::attention_from_json(model.at("attention"), "'model': 'attention'");
     } catch (const golden::CaseFormatError& e) {
       refuse(meta_path, e.what());
     }

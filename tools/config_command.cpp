@@ -2,11 +2,11 @@
 // config.json), as the golden config keys that a dump's or a case's "config" holds (golden/README.md). A capture of
 // a live block (python/moe_capture.py) writes this, so the mapping of a config.json exists once, in
 // tools/hf_config.cpp, and a dump says what the model's files define, not what the captured code happened to do.
-#include "golden/case_json.hpp"
+#include "formats/config_json.hpp"
 #include "reference/model.hpp"
-#include "tools/run_options.hpp"
 #include "tools/commands.hpp"
 #include "tools/model_options.hpp"
+#include "tools/run_options.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -36,10 +36,10 @@ void run(const ConfigOptions& a) {
     out["moe_oracle"] = MOE_ORACLE_VERSION;
     out["model"] = a.model.source();
     out["semantics"] = semantics.spec();
-    out["config"] = golden::config_to_json(m.layer_config(m.n_hash_layers));
+    out["config"] = formats::config_to_json(m.layer_config(m.n_hash_layers));
     // DeepSeek-V4's first blocks route by token id: their config differs (hash_routing on, no bias, no groups).
     out["hash_layer_config"] = nullptr;
-    if (m.n_hash_layers > 0) out["hash_layer_config"] = golden::config_to_json(m.layer_config(0));
+    if (m.n_hash_layers > 0) out["hash_layer_config"] = formats::config_to_json(m.layer_config(0));
     out["num_layers"] = m.num_layers;
     out["n_hash_layers"] = m.n_hash_layers;
     out["notes"] = notes;
@@ -47,10 +47,10 @@ void run(const ConfigOptions& a) {
     return;
   }
   std::cout << "model     " << a.model.source() << "\nsemantics " << semantics.spec() << "\nconfig    "
-            << golden::config_to_json(m.layer_config(m.n_hash_layers)).dump() << "\n";
+            << formats::config_to_json(m.layer_config(m.n_hash_layers)).dump() << "\n";
   if (m.n_hash_layers > 0)
     std::cout << "hash layers (the first " << m.n_hash_layers << " of " << m.num_layers << "): "
-              << golden::config_to_json(m.layer_config(0)).dump() << "\n";
+              << formats::config_to_json(m.layer_config(0)).dump() << "\n";
   for (const auto& note : notes) std::cout << "note: " << note << "\n";
 }
 

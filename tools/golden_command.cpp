@@ -188,7 +188,7 @@ void run_write(const WriteOptions& opt) {
     config_json = nlohmann::json(config_json["config"]);
   MoeConfig config;
   try {
-    config = golden::config_from_json(config_json);
+    config = formats::config_from_json(config_json);
   } catch (const std::exception& e) {
     throw std::invalid_argument(opt.config_file + ": " + e.what());
   }

@@ -2,8 +2,8 @@
 
 #include "golden/case_json.hpp"
 #include "golden/model_case.hpp"
-#include "golden/npy.hpp"
-#include "golden/strict_json.hpp"
+#include "formats/npy.hpp"
+#include "formats/strict_json.hpp"
 #include "reference/model.hpp"
 #include "storage/json_file.hpp"
 #include "tools/hf_config.hpp"
@@ -55,18 +55,18 @@ ModelFile from_ours(const json& root) {
   ModelFile out;
   out.source = std::string(kModelFormat);
   LayerPreset& m = out.model;
-  golden::StrictObject top(root, std::string(kModelFormat));
+  formats::StrictObject top(root, std::string(kModelFormat));
   top.find("format");
   m.name = top.string("name", top.required("name"));
   if (m.name.empty()) throw std::invalid_argument("'name' must not be empty");
   m.description = top.optional_string("description").value_or("");
-  m.config = golden::config_from_json(top.required("config"), /*semantics_key=*/true);
+  m.config = formats::config_from_json(top.required("config"), /*semantics_key=*/true);
   m.num_layers = top.integer("num_layers", top.required("num_layers"));
   m.num_dense_layers = top.integer("num_dense_layers", 0);
   m.n_hash_layers = top.integer("n_hash_layers", 0);
   m.vocab = top.integer("vocab", top.required("vocab"));
   if (const json* a = top.find("attention"))  // absent: blocks without attention
-    m.attention = golden::attention_from_json(*a, std::string(kModelFormat) + ": attention");
+    m.attention = formats::attention_from_json(*a, std::string(kModelFormat) + ": attention");
   // The run shape is optional: a full-size model is described by its layer and depth; 4096 × 1 is what the
   // full-size presets use.
   const json* seq = top.find("seq");
@@ -103,9 +103,9 @@ ModelFile from_layer_case(const json& root, const fs::path& path, const std::str
     out.assumptions.push_back("n_hash_layers 1: the case's layer routes by tid2eid");
     const fs::path table = path.parent_path() / "tid2eid.npy";
     if (fs::exists(table)) {
-      golden::NpyArray a;
+      formats::NpyArray a;
       try {
-        a = golden::read_npy(table);
+        a = formats::read_npy(table);
       } catch (const std::exception& e) {
         throw NamedError(e.what());
       }
@@ -211,13 +211,13 @@ nlohmann::ordered_json model_file_json(const LayerPreset& m) {
   j["format"] = std::string(kModelFormat);
   j["name"] = m.name;
   j["description"] = m.description;
-  j["config"] = golden::config_to_json(m.config);
+  j["config"] = formats::config_to_json(m.config);
   j["config"]["semantics"] = m.config.semantics.spec();
   j["num_layers"] = m.num_layers;
   j["num_dense_layers"] = m.num_dense_layers;
   j["n_hash_layers"] = m.n_hash_layers;
   j["vocab"] = m.vocab;
-  if (m.attention.heads > 0) j["attention"] = golden::attention_to_json(m.attention);
+  if (m.attention.heads > 0) j["attention"] = formats::attention_to_json(m.attention);
   j["seq"] = m.seq;
   j["micro_batch"] = m.batch;
   return j;

@@ -7,7 +7,7 @@
 //                                    (reference/block_quant.hpp), its error, and per 128×128 tile whether some
 //                                    power-of-two FP8 tile scale holds every dequantised element exactly
 // Exit status 1 when a tile of the given weights is not lossless, 2 on bad input.
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 #include "reference/block_quant.hpp"
 #include "reference/fp4_to_fp8.hpp"
 #include "reference/memory_estimate.hpp"
@@ -29,8 +29,8 @@
 namespace moe::cli {
 namespace {
 
-using golden::NpyArray;
-using golden::NpyDtype;
+using formats::NpyArray;
+using formats::NpyDtype;
 
 struct QuantOptions {
   std::string weights;  // a 2-d .npy (float64, float32, or bfloat16 bits as uint16)
@@ -44,15 +44,15 @@ constexpr std::uint64_t kQuantBytesPerElement = 40;
 
 // The header first (its dtype, shape and the file's size for them), and the memory the shape needs under the one
 // budget, before a byte of data is read: a header declaring 2^40 elements is refused, not allocated.
-golden::NpyHeader check_weights_header(const std::string& path) {
-  const golden::NpyHeader h = golden::read_npy_header_widened(path);
+formats::NpyHeader check_weights_header(const std::string& path) {
+  const formats::NpyHeader h = formats::read_npy_header_widened(path);
   const NpyArray shape{h.dtype, h.shape, {}, {}, {}};
   if (h.shape.size() != 2 || shape.size() == 0)
     throw std::invalid_argument(path + ": a weight matrix is 2-d with at least one element, got shape " +
                                 shape.shape_string());
   if (h.dtype != NpyDtype::f8 && h.dtype != NpyDtype::f4 && h.dtype != NpyDtype::u2)
     throw std::invalid_argument(path + ": weights are float64, float32 or bfloat16 (uint16 bits), got " +
-                                std::string(golden::npy_descr(h.dtype)));
+                                std::string(formats::npy_descr(h.dtype)));
   // At most 2^40 elements (the reader's bound), so the product cannot overflow.
   require_memory(static_cast<std::uint64_t>(shape.size()) * kQuantBytesPerElement,
                  path + ": quantising a " + shape.shape_string() + " matrix");
@@ -60,8 +60,8 @@ golden::NpyHeader check_weights_header(const std::string& path) {
 }
 
 Matrix<double> read_weights(const std::string& path) {
-  const golden::NpyHeader h = check_weights_header(path);
-  const NpyArray a = golden::read_npy_widened(path);
+  const formats::NpyHeader h = check_weights_header(path);
+  const NpyArray a = formats::read_npy_widened(path);
   if (a.dtype != h.dtype || a.shape != h.shape)  // the file was replaced between the two reads
     throw std::invalid_argument(path + ": changed while it was read (header " +
                                 NpyArray{h.dtype, h.shape, {}, {}, {}}.shape_string() + ", data " + a.shape_string() + ")");

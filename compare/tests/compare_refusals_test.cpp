@@ -172,14 +172,14 @@ TEST_F(Refusal, ArraysOfAnotherDtypeThanDeclared) {
 // dtype". A wider file keeps every value of the declared one: taken, and judged at the declared dtype's tolerance.
 TEST_F(Refusal, WiderArraysThanDeclaredAreTaken) {
   auto aux = read("rank0/aux_loss.npy");
-  ASSERT_EQ(aux.dtype, golden::NpyDtype::f4);
-  aux.dtype = golden::NpyDtype::f8;  // the same values, as float64
-  golden::write_npy(dir_ / "rank0/aux_loss.npy", aux);
+  ASSERT_EQ(aux.dtype, formats::NpyDtype::f4);
+  aux.dtype = formats::NpyDtype::f8;  // the same values, as float64
+  formats::write_npy(dir_ / "rank0/aux_loss.npy", aux);
   const Comparison wider = compare_dump(read_dump(dir_));
   EXPECT_TRUE(wider.pass());
   // Still judged at float32's tolerance: a float32-sized error in the float64 file fails.
   aux.reals[0] *= 1 + 1e-3;
-  golden::write_npy(dir_ / "rank0/aux_loss.npy", aux);
+  formats::write_npy(dir_ / "rank0/aux_loss.npy", aux);
   EXPECT_FALSE(compare_dump(read_dump(dir_)).pass());
 }
 
@@ -220,7 +220,8 @@ TEST_F(Refusal, AFifoAsDumpJsonIsNotOpened) {
 }
 
 TEST_F(Refusal, AFloatPaddingMask) {
-  for (const char* r : kRanks) write(std::string(r) + "/padding_mask.npy", golden::NpyArray::of_reals({4, 1}, {0, 0, 0, 0}));
+  for (const char* r : kRanks)
+    write(std::string(r) + "/padding_mask.npy", formats::NpyArray::of_reals({4, 1}, {0, 0, 0, 0}));
   expect_refused("padding_mask.npy: must hold booleans");
 }
 
@@ -277,11 +278,11 @@ TEST_F(Refusal, AHashLayerWithoutItsIdsOrTable) {
   write_meta(j);
   for (const char* r : kRanks) fs::remove(dir_ / r / "router.expert_bias.npy");
   expect_refused("no input_ids.npy");
-  for (const char* r : kRanks) write(std::string(r) + "/input_ids.npy", golden::NpyArray::of_reals({4, 1}, {0, 1, 2, 3}));
+  for (const char* r : kRanks) write(std::string(r) + "/input_ids.npy", formats::NpyArray::of_reals({4, 1}, {0, 1, 2, 3}));
   expect_refused("input_ids.npy: must hold integers");
   for (const char* r : kRanks) {
-    golden::write_npy(dir_ / r / "input_ids.npy", golden::NpyArray::of_integers({4, 1}, {0, 1, 2, 9}));
-    golden::write_npy(dir_ / r / "router.tid2eid.npy", golden::NpyArray::of_integers({4, 2}, {0, 1, 1, 2, 2, 3, 3, 0}));
+    formats::write_npy(dir_ / r / "input_ids.npy", formats::NpyArray::of_integers({4, 1}, {0, 1, 2, 9}));
+    formats::write_npy(dir_ / r / "router.tid2eid.npy", formats::NpyArray::of_integers({4, 2}, {0, 1, 1, 2, 2, 3, 3, 0}));
   }
   expect_refused("input id 9 is outside the tid2eid table [0, 4)");
 }
@@ -292,8 +293,8 @@ TEST_F(Refusal, TheSharedExpertGateIsKnown) {
   j["config"]["shared_expert_gate"] = true;
   write_meta(j);
   for (const char* r : kRanks) {
-    write(std::string(r) + "/shared_experts.gate_weight.npy", golden::NpyArray::of_reals({1, 4}, {0, 0, 0, 0}));
-    write(std::string(r) + "/shared_experts.gate_weight.grad.npy", golden::NpyArray::of_reals({1, 4}, {0, 0, 0, 0}));
+    write(std::string(r) + "/shared_experts.gate_weight.npy", formats::NpyArray::of_reals({1, 4}, {0, 0, 0, 0}));
+    write(std::string(r) + "/shared_experts.gate_weight.grad.npy", formats::NpyArray::of_reals({1, 4}, {0, 0, 0, 0}));
   }
   const Comparison c = compare_dump(read_dump(dir_));
   EXPECT_TRUE(c.ignored.empty()) << c.ignored.front();

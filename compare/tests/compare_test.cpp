@@ -144,7 +144,7 @@ TEST_F(DumpCopy, RefusesAMissingRank) {
 }
 
 TEST_F(DumpCopy, RefusesAWrongShape) {
-  write("rank0/router.weight.npy", golden::NpyArray::of_reals({3, 4}, std::vector<double>(12)));
+  write("rank0/router.weight.npy", formats::NpyArray::of_reals({3, 4}, std::vector<double>(12)));
   expect_refused("shape [3, 4], expected [4, 4]");
 }
 

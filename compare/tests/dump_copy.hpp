@@ -3,7 +3,7 @@
 #pragma once
 
 #include "compare/dump_compare.hpp"
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -32,12 +32,12 @@ class DumpCopy : public ::testing::Test {
 
   nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / "dump.json")); }
   void write_meta(const nlohmann::json& j) const { std::ofstream(dir_ / "dump.json") << j.dump(2); }
-  golden::NpyArray read(const std::string& rank_file) const { return golden::read_npy_widened(dir_ / rank_file); }
+  formats::NpyArray read(const std::string& rank_file) const { return formats::read_npy_widened(dir_ / rank_file); }
   // Written as float32, each value rounded to float (the dump's dtype).
-  void write(const std::string& rank_file, golden::NpyArray a) const {
-    if (a.dtype == golden::NpyDtype::f8) a.dtype = golden::NpyDtype::f4;
+  void write(const std::string& rank_file, formats::NpyArray a) const {
+    if (a.dtype == formats::NpyDtype::f8) a.dtype = formats::NpyDtype::f4;
     for (double& v : a.reals) v = static_cast<float>(v);
-    golden::write_npy(dir_ / rank_file, a);
+    formats::write_npy(dir_ / rank_file, a);
   }
   void set_element(const std::string& rank_file, size_t i, double v) const {
     auto a = read(rank_file);

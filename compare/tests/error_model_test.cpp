@@ -245,8 +245,8 @@ class Bf16DumpCopy : public ::testing::Test {
   // Every element of a bf16 tensor times `scale`, rounded back to bf16: the file's 16-bit words (the last 2n bytes,
   // after the header, which stays as it was) rewritten in place.
   void scale_tensor(const std::string& rank_file, double scale) const {
-    const golden::NpyArray a = golden::read_npy_widened(dir_ / rank_file);
-    ASSERT_EQ(a.dtype, golden::NpyDtype::u2);
+    const formats::NpyArray a = formats::read_npy_widened(dir_ / rank_file);
+    ASSERT_EQ(a.dtype, formats::NpyDtype::u2);
     std::fstream f(dir_ / rank_file, std::ios::in | std::ios::out | std::ios::binary);
     const auto n = static_cast<std::streamoff>(a.integers.size());
     ASSERT_GT(n, 0);

@@ -6,7 +6,7 @@
 #include "compare/step_dump.hpp"
 #include "compare/tests/step_dump_copy.hpp"
 
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 #include "reference/process_groups.hpp"
 
 #include <gtest/gtest.h>
@@ -75,11 +75,11 @@ class DistributedOptimizerCopy : public test::StepDumpCopy {
         const auto [start, end] = even_grad_range(static_cast<std::int64_t>(grad.reals.size()), p,
                                                   static_cast<int>(group.size()));
         // The gradient and Adam's moments (held as the gradient is), each cut to the range.
-        const auto cut = [&, start = start, end = end](const golden::NpyArray& whole_array, const std::string& file) {
-          golden::NpyArray part = whole_array;
+        const auto cut = [&, start = start, end = end](const formats::NpyArray& whole_array, const std::string& file) {
+          formats::NpyArray part = whole_array;
           part.shape = {end - start};
           part.reals.assign(whole_array.reals.begin() + start, whole_array.reals.begin() + end);
-          golden::write_npy(dir_ / ("rank" + std::to_string(r)) / (file + ".npy"), part);
+          formats::write_npy(dir_ / ("rank" + std::to_string(r)) / (file + ".npy"), part);
         };
         cut(grad, "grad." + stem);
         for (const std::string moment : {"exp_avg.", "exp_avg_sq."})

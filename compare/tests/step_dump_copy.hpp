@@ -3,7 +3,7 @@
 #pragma once
 
 #include "compare/step_dump.hpp"
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -31,14 +31,14 @@ class StepDumpCopy : public ::testing::Test {
   nlohmann::json meta() const { return nlohmann::json::parse(std::ifstream(dir_ / kStepJson)); }
   void write_meta(const nlohmann::json& j) const { std::ofstream(dir_ / kStepJson) << j.dump(2); }
   void scale(const fs::path& file, double factor) const {
-    golden::NpyArray a = golden::read_npy(file);
+    formats::NpyArray a = formats::read_npy(file);
     for (double& v : a.reals) v *= factor;
-    golden::write_npy(file, a);
+    formats::write_npy(file, a);
   }
   void add(const fs::path& file, size_t index, double delta) const {
-    golden::NpyArray a = golden::read_npy(file);
+    formats::NpyArray a = formats::read_npy(file);
     a.reals.at(index) += delta;
-    golden::write_npy(file, a);
+    formats::write_npy(file, a);
   }
   // Judged at float32's tolerance: Megatron's CE is float32 whatever the model's dtype.
   StepComparison judged() const { return compare_step_dump(read_step_dump(dir_, {"", Precision::float32})); }

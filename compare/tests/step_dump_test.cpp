@@ -9,7 +9,7 @@
 #include "compare/step_dump.hpp"
 #include "compare/tests/step_dump_copy.hpp"
 
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -143,9 +143,9 @@ TEST_F(StepDumpCopy, UnknownKeysAndFormatsAreRefused) {
 }
 
 TEST_F(StepDumpCopy, ANonFiniteGradientIsRefused) {
-  golden::NpyArray a = golden::read_npy(dir_ / "rank1" / "grad.head.npy");
+  formats::NpyArray a = formats::read_npy(dir_ / "rank1" / "grad.head.npy");
   a.reals[3] = std::nan("");
-  golden::write_npy(dir_ / "rank1" / "grad.head.npy", a);
+  formats::write_npy(dir_ / "rank1" / "grad.head.npy", a);
   EXPECT_NE(refusal().find("non-finite"), std::string::npos);
 }
 

@@ -13,7 +13,7 @@
 #include "compare/step_dump.hpp"
 #include "compare/tests/step_dump_copy.hpp"
 
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -184,10 +184,10 @@ TEST_F(TpStepCopy, ALaterStepNeedsTheMomentsItStartedFromAndTheirBiasCorrection)
     for (int r = 0; r < 4; ++r)
       trained = trained || fs::exists(dir_ / ("rank" + std::to_string(r)) / ("grad." + stem + ".npy"));
     if (!trained) continue;
-    golden::NpyArray zero = golden::read_npy(entry.path());
+    formats::NpyArray zero = formats::read_npy(entry.path());
     std::fill(zero.reals.begin(), zero.reals.end(), 0.0);
-    golden::write_npy(dir_ / "inputs" / ("exp_avg." + stem + ".npy"), zero);
-    golden::write_npy(dir_ / "inputs" / ("exp_avg_sq." + stem + ".npy"), zero);
+    formats::write_npy(dir_ / "inputs" / ("exp_avg." + stem + ".npy"), zero);
+    formats::write_npy(dir_ / "inputs" / ("exp_avg_sq." + stem + ".npy"), zero);
   }
   const StepComparison c = judged();
   EXPECT_FALSE(c.pass());
@@ -200,8 +200,8 @@ TEST_F(TpStepCopy, ALaterStepNeedsTheMomentsItStartedFromAndTheirBiasCorrection)
 }
 
 TEST_F(TpStepCopy, AWholeParameterWhereTheRankHoldsAShardIsRefused) {
-  golden::NpyArray whole = golden::read_npy(dir_ / "inputs" / "embedding.npy");
-  golden::write_npy(dir_ / "rank1" / "grad.embedding.npy", whole);
+  formats::NpyArray whole = formats::read_npy(dir_ / "inputs" / "embedding.npy");
+  formats::write_npy(dir_ / "rank1" / "grad.embedding.npy", whole);
   EXPECT_NE(refusal().find("grad.embedding"), std::string::npos);
 }
 

@@ -47,7 +47,7 @@ struct CaseCopy : test::CaseCopy {
 };
 
 TEST(CaseJson, MinimalConfigTakesTheDefaults) {
-  const MoeConfig c = config_from_json(minimal_config());
+  const MoeConfig c = formats::config_from_json(minimal_config());
   EXPECT_EQ(c.normalization, Normalization::megatron);
   EXPECT_EQ(c.drop_policy, DropPolicy::probs);
   EXPECT_EQ(c.topk_scaling_factor, 1.0);
@@ -62,7 +62,7 @@ TEST(CaseJson, NullMeansDefault) {
   j["capacity_factor"] = nullptr;
   j["aux_loss_type"] = nullptr;
   j["expert_bias"] = nullptr;
-  const MoeConfig c = config_from_json(j);
+  const MoeConfig c = formats::config_from_json(j);
   EXPECT_EQ(c.normalization, Normalization::megatron);
   EXPECT_FALSE(c.capacity_factor.has_value());
   EXPECT_FALSE(c.expert_bias);
@@ -76,9 +76,9 @@ TEST(CaseJson, EveryOptionRoundTrips) {
             {"latent_size", 4}, {"capacity_factor", 1.25}, {"drop_policy", "position"}, {"pad_to_capacity", true},
             {"aux_loss_type", "seq_aux"}, {"aux_loss_coeff", 0.01}, {"z_loss_coeff", 0.001},
             {"bias_update_rate", 0.001}});
-  const MoeConfig c = config_from_json(j);
-  const json again = json::parse(config_to_json(c).dump());
-  EXPECT_EQ(again, json::parse(config_to_json(config_from_json(again)).dump()));
+  const MoeConfig c = formats::config_from_json(j);
+  const json again = json::parse(formats::config_to_json(c).dump());
+  EXPECT_EQ(again, json::parse(formats::config_to_json(formats::config_from_json(again)).dump()));
   for (const auto& [key, value] : j.items()) EXPECT_EQ(again.at(key), value) << key;
   EXPECT_EQ(again.size(), 25u) << "every key of the format is written";
 }
@@ -86,25 +86,25 @@ TEST(CaseJson, EveryOptionRoundTrips) {
 TEST(CaseJson, RejectsUnknownConfigKey) {
   json j = minimal_config();
   j["moe_router_topk"] = 2;
-  expect_error([&] { config_from_json(j); }, "unknown key 'moe_router_topk'");
+  expect_error([&] { formats::config_from_json(j); }, "unknown key 'moe_router_topk'");
 }
 
 TEST(CaseJson, RejectsMissingRequiredKey) {
   json j = minimal_config();
   j.erase("ffn_hidden");
-  expect_error([&] { config_from_json(j); }, "required key 'ffn_hidden' is missing");
+  expect_error([&] { formats::config_from_json(j); }, "required key 'ffn_hidden' is missing");
 }
 
 TEST(CaseJson, RejectsWrongTypes) {
   json j = minimal_config();
   j["hidden"] = 8.5;
-  expect_error([&] { config_from_json(j); }, "'hidden' must be an integer");
+  expect_error([&] { formats::config_from_json(j); }, "'hidden' must be an integer");
   j = minimal_config();
   j["expert_bias"] = 1;
-  expect_error([&] { config_from_json(j); }, "'expert_bias' must be true or false");
+  expect_error([&] { formats::config_from_json(j); }, "'expert_bias' must be true or false");
   j = minimal_config();
   j["aux_loss_type"] = "none";
-  expect_error([&] { config_from_json(j); }, "aux, seq_aux, global_aux or null");
+  expect_error([&] { formats::config_from_json(j); }, "aux, seq_aux, global_aux or null");
 }
 
 TEST(CaseJson, RejectsInvalidCombinationNamingTheRule) {
@@ -146,7 +146,7 @@ TEST(GoldenCase, CommittedCaseLoadsWithItsFixedTensorSet) {
 }
 
 TEST(GoldenCase, TensorSetFollowsTheConfig) {
-  MoeConfig c = config_from_json(minimal_config());
+  MoeConfig c = formats::config_from_json(minimal_config());
   EXPECT_EQ(input_tensor_names(c).size(), 5u);
   EXPECT_EQ(output_tensor_names(c).size(), 8u);
   c.hash_routing = true;
@@ -182,11 +182,11 @@ TEST(GoldenCase, StrayFileIsAnError) {
 TEST(GoldenCase, WrongDtypeOrShapeIsAnError) {
   const CaseCopy copy("softmax_post", "dtype");
   const fs::path& dir = copy.path;
-  write_npy(dir / "tokens_per_expert.npy", NpyArray::of_reals({8}, std::vector<double>(8, 1.0)));
+  formats::write_npy(dir / "tokens_per_expert.npy", formats::NpyArray::of_reals({8}, std::vector<double>(8, 1.0)));
   expect_error([&] { read_case(dir); }, "tensor 'tokens_per_expert' has dtype <f8, expected <i8");
   const CaseCopy copy2("softmax_post", "shape");
   const fs::path& dir2 = copy2.path;
-  write_npy(dir2 / "y.npy", NpyArray::of_reals({3, 8}, std::vector<double>(24, 1.0)));
+  formats::write_npy(dir2 / "y.npy", formats::NpyArray::of_reals({3, 8}, std::vector<double>(24, 1.0)));
   expect_error([&] { read_case(dir2); }, "tensor 'y' has shape [3, 8], expected [16, 8]");
 }
 
@@ -218,7 +218,7 @@ TEST(GoldenCase, WriteThenReadGivesTheSameCase) {
 
 TEST(CaseCompare, AppliesAtolPlusRtolTimesReference) {
   const GoldenCase c = read_case(kCases / "softmax_post");
-  std::map<std::string, NpyArray> computed;
+  std::map<std::string, formats::NpyArray> computed;
   for (const auto& name : output_tensor_names(c.header.config)) computed.emplace(name, c.tensors.at(name));
   for (const auto& t : compare_outputs(c, computed)) {
     EXPECT_TRUE(t.pass()) << t.name;

@@ -35,8 +35,8 @@ struct CaseCopy : test::CaseCopy {
 };
 
 // The outputs of a case as computed (here: its own expected values).
-std::map<std::string, NpyArray> outputs_of(const GoldenCase& c) {
-  std::map<std::string, NpyArray> computed;
+std::map<std::string, formats::NpyArray> outputs_of(const GoldenCase& c) {
+  std::map<std::string, formats::NpyArray> computed;
   for (const auto& name : output_tensor_names(c.header.config)) computed.emplace(name, c.tensors.at(name));
   return computed;
 }
@@ -78,9 +78,9 @@ TEST(GoldenFinite, ComputedNanOrInfIsReportedAsItIs) {
 
 TEST(GoldenFinite, ACaseFileHoldingANonFiniteExpectedValueIsRefused) {
   const CaseCopy copy("softmax_post", "expected");
-  NpyArray y = read_npy(copy.path / "y.npy");
+  formats::NpyArray y = formats::read_npy(copy.path / "y.npy");
   y.reals[7] = kInf;  // [0, 7] of [16, 8]
-  write_npy(copy.path / "y.npy", y);
+  formats::write_npy(copy.path / "y.npy", y);
   test::expect_error<CaseFormatError>("tensor 'y' has a non-finite value inf at index 7 [0, 7]",
                                       [&] { (void)read_case(copy.path); });
 }
@@ -103,7 +103,7 @@ TEST(GoldenFinite, ANanWeightOfAnExpertWithoutTokensIsRefused) {
 
   // On disk: refused by the reader, so `golden verify` reports the case as an error naming the tensor.
   const CaseCopy copy("zero_token_expert", "idle_expert");
-  write_npy(copy.path / "expert_fc1.npy", poisoned.tensors.at("expert_fc1"));
+  formats::write_npy(copy.path / "expert_fc1.npy", poisoned.tensors.at("expert_fc1"));
   test::expect_error<CaseFormatError>("tensor 'expert_fc1' has a non-finite value nan",
                                       [&] { (void)read_case(copy.path); });
 }
@@ -122,17 +122,17 @@ TEST(GoldenFinite, ModelCasesRefuseNonFiniteInputsAndExpectations) {
   const fs::path source = kCases / "cp2_uneven_padding";
   {
     const CaseCopy copy("cp2_uneven_padding", "model_input");
-    NpyArray w = read_npy(copy.path / "layer0.expert_fc1.3.npy");
+    formats::NpyArray w = formats::read_npy(copy.path / "layer0.expert_fc1.3.npy");
     w.reals[0] = kNaN;
-    write_npy(copy.path / "layer0.expert_fc1.3.npy", w);
+    formats::write_npy(copy.path / "layer0.expert_fc1.3.npy", w);
     test::expect_error<CaseFormatError>("tensor 'layer0.expert_fc1.3' has a non-finite value nan at index 0",
                                         [&] { (void)read_model_case(copy.path); });
   }
   {
     const CaseCopy copy("cp2_uneven_padding", "model_expected");
-    NpyArray g = read_npy(copy.path / "grad.head.npy");
+    formats::NpyArray g = formats::read_npy(copy.path / "grad.head.npy");
     g.reals[4] = kInf;
-    write_npy(copy.path / "grad.head.npy", g);
+    formats::write_npy(copy.path / "grad.head.npy", g);
     test::expect_error<CaseFormatError>("tensor 'grad.head' has a non-finite value inf at index 4",
                                         [&] { (void)read_model_case(copy.path); });
   }

@@ -113,17 +113,18 @@ TEST(Format2, CommittedCaseJsonWritesBackByteForByte) {
 
 TEST(Format2, PaddingMaskOfTheWrongShapeOrTypeIsRefused) {
   const CaseCopy copy("seq_aux_padding", "mask_shape");
-  write_npy(copy.path / "padding_mask.npy", NpyArray::of_booleans({17}, std::vector<std::uint8_t>(17, 0)));
+  formats::write_npy(copy.path / "padding_mask.npy",
+                     formats::NpyArray::of_booleans({17}, std::vector<std::uint8_t>(17, 0)));
   test::expect_error<CaseFormatError>("tensor 'padding_mask' has shape [17], expected [16]",
                                       [&] { read_case(copy.path); });
-  write_npy(copy.path / "padding_mask.npy", NpyArray::of_reals({16}, std::vector<double>(16, 0.0)));
+  formats::write_npy(copy.path / "padding_mask.npy", formats::NpyArray::of_reals({16}, std::vector<double>(16, 0.0)));
   test::expect_error<CaseFormatError>("tensor 'padding_mask' has dtype <f8, expected |b1",
                                       [&] { read_case(copy.path); });
 }
 
 TEST(Format2, PaddingMaskInAFormat1CaseIsAnExtraTensor) {
   const CaseCopy copy("seq_aux_loss", "mask_v1");
-  write_npy(copy.path / "padding_mask.npy", NpyArray::of_booleans({18}, std::vector<std::uint8_t>(18, 0)));
+  formats::write_npy(copy.path / "padding_mask.npy", formats::NpyArray::of_booleans({18}, std::vector<std::uint8_t>(18, 0)));
   test::expect_error<CaseFormatError>("extra tensor 'padding_mask'", [&] { read_case(copy.path); });
 }
 

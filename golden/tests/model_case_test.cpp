@@ -150,14 +150,16 @@ TEST(ModelCase, TensorSetIsFixed) {
   const CaseCopy copy(kCp2, "tensors");
   fs::remove(copy.path / "grad.layer1.expert_fc2.3.npy");
   test::expect_error<CaseFormatError>("missing tensor 'grad.layer1.expert_fc2.3'", [&] { read_model_case(copy.path); });
-  write_npy(copy.path / "grad.layer1.expert_fc2.3.npy", NpyArray::of_reals({4, 8}, std::vector<double>(32, 0.0)));
+  formats::write_npy(copy.path / "grad.layer1.expert_fc2.3.npy",
+                     formats::NpyArray::of_reals({4, 8}, std::vector<double>(32, 0.0)));
   test::expect_error<CaseFormatError>("tensor 'grad.layer1.expert_fc2.3' has shape [4, 8], expected [8, 4]",
                                       [&] { read_model_case(copy.path); });
-  write_npy(copy.path / "grad.layer1.expert_fc2.3.npy", NpyArray::of_reals({8, 4}, std::vector<double>(32, 0.0)));
-  write_npy(copy.path / "layer0.expert_bias.npy", NpyArray::of_reals({4}, std::vector<double>(4, 0.0)));
+  formats::write_npy(copy.path / "grad.layer1.expert_fc2.3.npy",
+                     formats::NpyArray::of_reals({8, 4}, std::vector<double>(32, 0.0)));
+  formats::write_npy(copy.path / "layer0.expert_bias.npy", formats::NpyArray::of_reals({4}, std::vector<double>(4, 0.0)));
   test::expect_error<CaseFormatError>("extra tensor 'layer0.expert_bias'", [&] { read_model_case(copy.path); });
   fs::remove(copy.path / "layer0.expert_bias.npy");
-  write_npy(copy.path / "loss_mask.npy", NpyArray::of_integers({2, 8}, std::vector<std::int64_t>(16, 1)));
+  formats::write_npy(copy.path / "loss_mask.npy", formats::NpyArray::of_integers({2, 8}, std::vector<std::int64_t>(16, 1)));
   test::expect_error<CaseFormatError>("tensor 'loss_mask' has dtype <i8, expected |b1",
                                       [&] { read_model_case(copy.path); });
 }

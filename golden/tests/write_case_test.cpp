@@ -63,7 +63,7 @@ TEST(WriteCase, RefusesAFolderHoldingAnythingButACaseInOneLine) {
   EXPECT_EQ(what.find('\n'), std::string::npos) << what;
   EXPECT_EQ(what.find("cannot remove"), std::string::npos) << what;
   EXPECT_EQ(entries(dir), c.tensors.size() + 2) << "nothing in the folder was removed";
-  EXPECT_EQ(read_npy(dir / "y.npy").reals, c.tensors.at("y").reals);
+  EXPECT_EQ(formats::read_npy(dir / "y.npy").reals, c.tensors.at("y").reals);
   EXPECT_EQ(entries(area.root), 1u) << "no staging folder is left beside it";
   fs::remove_all(dir / "foo.npy");
   std::ofstream(dir / "notes.txt") << "mine\n";

@@ -68,26 +68,26 @@ Precision precision_of(py::handle value, const std::string& name) {
   throw std::invalid_argument(name + ": expected a float64 or float32 array, got " + dtype_text(a));
 }
 
-golden::NpyDtype npy_dtype_of(py::handle value, const std::string& name) {
+formats::NpyDtype npy_dtype_of(py::handle value, const std::string& name) {
   const py::array a = as_array(value, name);
   switch (a.dtype().kind()) {
-    case 'f': return golden::NpyDtype::f8;
+    case 'f': return formats::NpyDtype::f8;
     case 'i':
-    case 'u': return golden::NpyDtype::i8;
-    case 'b': return golden::NpyDtype::b1;
+    case 'u': return formats::NpyDtype::i8;
+    case 'b': return formats::NpyDtype::b1;
     default: throw std::invalid_argument(name + ": arrays of " + dtype_text(a) + " have no golden dtype");
   }
 }
 
-golden::NpyArray npy_from_numpy(py::handle value, golden::NpyDtype dtype, const std::string& name) {
+formats::NpyArray npy_from_numpy(py::handle value, formats::NpyDtype dtype, const std::string& name) {
   const py::array a = as_array(value, name);
   const char kind = a.dtype().kind();
   const auto shape = shape_of(a);
   switch (dtype) {
-    case golden::NpyDtype::f8:
+    case formats::NpyDtype::f8:
       precision_of(a, name);
-      return golden::NpyArray::of_reals(shape, values_of<double>(a));
-    case golden::NpyDtype::i8:
+      return formats::NpyArray::of_reals(shape, values_of<double>(a));
+    case formats::NpyDtype::i8:
       if (kind != 'i' && kind != 'u') throw std::invalid_argument(name + ": expected an integer array, got " + dtype_text(a));
       if (kind == 'u' && a.dtype().itemsize() == 8) {
         // uint64 past 2^63 − 1 has no <i8: the cast wrapped it (2^64 − 1 was written as −1).
@@ -99,40 +99,40 @@ golden::NpyArray npy_from_numpy(py::handle value, golden::NpyDtype dtype, const 
                                         std::to_string(i) + " is past 2^63 - 1 (golden integers are int64)");
           narrow[i] = static_cast<std::int64_t>(wide[i]);
         }
-        return golden::NpyArray::of_integers(shape, std::move(narrow));
+        return formats::NpyArray::of_integers(shape, std::move(narrow));
       }
-      return golden::NpyArray::of_integers(shape, values_of<std::int64_t>(a));
-    case golden::NpyDtype::b1: {
+      return formats::NpyArray::of_integers(shape, values_of<std::int64_t>(a));
+    case formats::NpyDtype::b1: {
       if (kind != 'b') throw std::invalid_argument(name + ": expected a bool array, got " + dtype_text(a));
       const auto flags = values_of<bool>(a);
-      return golden::NpyArray::of_booleans(shape, std::vector<std::uint8_t>(flags.begin(), flags.end()));
+      return formats::NpyArray::of_booleans(shape, std::vector<std::uint8_t>(flags.begin(), flags.end()));
     }
-    case golden::NpyDtype::f4:
-    case golden::NpyDtype::i4:
-    case golden::NpyDtype::u2: break;  // dump-only dtypes (compare/): never a golden tensor's
+    case formats::NpyDtype::f4:
+    case formats::NpyDtype::i4:
+    case formats::NpyDtype::u2: break;  // dump-only dtypes (compare/): never a golden tensor's
   }
   throw std::logic_error("npy_from_numpy: unknown dtype");
 }
 
-py::array numpy_from_npy(const golden::NpyArray& array, Precision precision) {
+py::array numpy_from_npy(const formats::NpyArray& array, Precision precision) {
   const std::vector<py::ssize_t> shape(array.shape.begin(), array.shape.end());
   switch (array.dtype) {
-    case golden::NpyDtype::f8:
+    case formats::NpyDtype::f8:
       if (precision == Precision::float64) return numpy_copy(array.reals.data(), shape);
       {
         const std::vector<float> narrowed(array.reals.begin(), array.reals.end());
         return numpy_copy(narrowed.data(), shape);
       }
-    case golden::NpyDtype::i8: return numpy_copy(array.integers.data(), shape);
-    case golden::NpyDtype::b1: {
+    case formats::NpyDtype::i8: return numpy_copy(array.integers.data(), shape);
+    case formats::NpyDtype::b1: {
       py::array_t<bool> flags(shape);
       std::transform(array.booleans.begin(), array.booleans.end(), flags.mutable_data(),
                      [](std::uint8_t b) { return b != 0; });
       return py::array(std::move(flags));
     }
-    case golden::NpyDtype::f4:
-    case golden::NpyDtype::i4:
-    case golden::NpyDtype::u2: break;  // read_npy never returns these
+    case formats::NpyDtype::f4:
+    case formats::NpyDtype::i4:
+    case formats::NpyDtype::u2: break;  // read_npy never returns these
   }
   throw std::logic_error("numpy_from_npy: unknown dtype");
 }
@@ -211,7 +211,7 @@ nlohmann::json json_from_python(py::handle value, const std::string& where) {
 py::object python_from_json(const nlohmann::json& value) { return to_python(value); }
 py::object python_from_json(const nlohmann::ordered_json& value) { return to_python(value); }
 
-void require_finite(const golden::NpyArray& array, const std::string& name) {
+void require_finite(const formats::NpyArray& array, const std::string& name) {
   for (std::size_t i = 0; i < array.reals.size(); ++i)
     if (!std::isfinite(array.reals[i]))
       throw std::invalid_argument(name + ": value " + std::to_string(array.reals[i]) + " at flat index " +

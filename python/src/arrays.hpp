@@ -3,9 +3,9 @@
 // config dicts go through golden/'s strict case.json reader).
 #pragma once
 
-#include "golden/npy.hpp"
-#include "reference/tolerance.hpp"
+#include "formats/npy.hpp"
 #include "reference/tensor.hpp"
+#include "reference/tolerance.hpp"
 
 #include <nlohmann/json.hpp>
 #include <pybind11/numpy.h>
@@ -26,13 +26,13 @@ Precision precision_of(py::handle array, const std::string& name);
 // A numpy array (or anything np.asarray accepts) as an NpyArray of `dtype`, copied in C order. Reals: float64 or
 // float32 (widened exactly); integers: any integer dtype (as int64); booleans: bool only. Any other kind of
 // array is a ValueError naming `name`; nothing is converted across kinds.
-golden::NpyArray npy_from_numpy(py::handle array, golden::NpyDtype dtype, const std::string& name);
+formats::NpyArray npy_from_numpy(py::handle array, formats::NpyDtype dtype, const std::string& name);
 // The golden dtype a numpy array's kind maps to (floating -> f8, integer -> i8, bool -> b1).
-golden::NpyDtype npy_dtype_of(py::handle array, const std::string& name);
+formats::NpyDtype npy_dtype_of(py::handle array, const std::string& name);
 
 // Refuses (ValueError naming `name` and the first bad index) a real array holding NaN or ±inf: the oracle's
 // answer to such input means nothing, and a comparison against it would blame the system under test.
-void require_finite(const golden::NpyArray& array, const std::string& name);
+void require_finite(const formats::NpyArray& array, const std::string& name);
 
 // value.cast<T>() with pybind11's cast_error (a RuntimeError "Unable to cast …") turned into a ValueError that names
 // the argument and the type expected.
@@ -60,7 +60,7 @@ std::vector<int> int_list_argument(py::handle value, const std::string& name, in
 
 // A new numpy array (C order): reals as float64, or float32 under Precision::float32 (the values came from a float
 // computation, so the narrowing is exact).
-py::array numpy_from_npy(const golden::NpyArray& array, Precision precision = Precision::float64);
+py::array numpy_from_npy(const formats::NpyArray& array, Precision precision = Precision::float64);
 
 // A copy of `size` values as a numpy array of the given shape (an Eigen row-major matrix is C order).
 template <typename Scalar>

@@ -1,7 +1,7 @@
 // Configs from dicts: a layer config through golden/'s strict case.json reader (plus the "semantics" key, which the
 // golden format has no place for: a golden case is always the intended objective), a model config around it, and
 // the named presets to start from.
-#include "golden/case_json.hpp"
+#include "formats/config_json.hpp"
 #include "python/src/arrays.hpp"
 #include "python/src/bindings.hpp"
 #include "reference/presets.hpp"
@@ -31,11 +31,11 @@ int integer_key(const nlohmann::json& object, const std::string& key, int fallba
   return it->get<int>();
 }
 
-py::object attention_to_dict(const AttentionConfig& a) { return python_from_json(golden::attention_to_json(a)); }
+py::object attention_to_dict(const AttentionConfig& a) { return python_from_json(formats::attention_to_json(a)); }
 
 AttentionConfig attention_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw std::invalid_argument("model config: 'attention' must be a dict");
-  return golden::attention_from_json(j, "model config: attention");
+  return formats::attention_from_json(j, "model config: attention");
 }
 
 py::dict model_config_to_dict(const ModelConfig& c) {
@@ -66,7 +66,7 @@ py::dict preset_to_dict(const LayerPreset& p) {
 }  // namespace
 
 MoeConfig layer_config_from_json(nlohmann::json config) {
-  return golden::config_from_json(config);  // the golden keys and "semantics" (Semantics::parse), validated there
+  return formats::config_from_json(config);  // the golden keys and "semantics" (Semantics::parse), validated there
 }
 
 MoeConfig layer_config_from_dict(py::handle config) {
@@ -75,7 +75,7 @@ MoeConfig layer_config_from_dict(py::handle config) {
 }
 
 py::dict layer_config_to_dict(const MoeConfig& config) {
-  auto d = python_from_json(golden::config_to_json(config)).cast<py::dict>();
+  auto d = python_from_json(formats::config_to_json(config)).cast<py::dict>();
   if (!config.semantics.intended()) d["semantics"] = config.semantics.spec();
   return d;
 }

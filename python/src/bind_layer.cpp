@@ -51,7 +51,7 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
       throw std::invalid_argument(name + " is " + std::string(to_string(p)) + " but x is " +
                                   std::string(to_string(c.precision)) +
                                   ": give every real tensor of a call the same precision");
-    auto array = npy_from_numpy(value, golden::NpyDtype::f8, name);
+    auto array = npy_from_numpy(value, formats::NpyDtype::f8, name);
     require_finite(array, name);
     c.tensors.emplace(name, std::move(array));
   };
@@ -62,7 +62,7 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
   if (!input_ids.is_none()) {
     if (!c.config.hash_routing)
       throw std::invalid_argument("input_ids are read by hash routing only, and hash_routing is off");
-    c.tensors.emplace("input_ids", npy_from_numpy(input_ids, golden::NpyDtype::i8, "input_ids"));
+    c.tensors.emplace("input_ids", npy_from_numpy(input_ids, formats::NpyDtype::i8, "input_ids"));
   } else if (c.config.hash_routing) {
     throw std::invalid_argument("hash_routing needs input_ids [batch, seq]");
   }
@@ -91,7 +91,7 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
   for (const auto& name : names) {
     if (!params.contains(name)) throw std::invalid_argument("params: missing tensor '" + name + "'");
     if (name == "tid2eid") {
-      c.tensors.emplace(name, npy_from_numpy(py::object(params[name.c_str()]), golden::NpyDtype::i8, name));
+      c.tensors.emplace(name, npy_from_numpy(py::object(params[name.c_str()]), formats::NpyDtype::i8, name));
     } else {
       add_real(name, py::object(params[name.c_str()]));
     }
@@ -105,7 +105,7 @@ LayerCall prepare(const py::dict& config, const py::dict& params, py::handle x, 
   for (const auto& [name, array] : c.tensors) golden::check_tensor(header, name, array);
 
   if (!padding_mask.is_none()) {
-    const auto mask = npy_from_numpy(padding_mask, golden::NpyDtype::b1, "padding_mask");
+    const auto mask = npy_from_numpy(padding_mask, formats::NpyDtype::b1, "padding_mask");
     if (mask.shape != std::vector<std::int64_t>{x_shape[0]})
       throw std::invalid_argument("padding_mask must be [tokens] = [" + std::to_string(x_shape[0]) + "], got " +
                                   shape_text(mask.shape));

@@ -54,7 +54,7 @@ ModelParams<double> model_params_from_dict(const ModelConfig& config, const py::
   // The shapes come from the model itself: a seeded model of this config, every value then overwritten.
   ModelParams<double> p = random_model_params<double>(config, 0);
   std::set<std::string> names;
-  const auto take = [&](const std::string& name, golden::NpyDtype dtype, const std::vector<std::int64_t>& shape) {
+  const auto take = [&](const std::string& name, formats::NpyDtype dtype, const std::vector<std::int64_t>& shape) {
     names.insert(name);
     if (!d.contains(name)) throw std::invalid_argument("params: missing tensor '" + name + "'");
     auto a = npy_from_numpy(py::object(d[name.c_str()]), dtype, name);
@@ -64,18 +64,18 @@ ModelParams<double> model_params_from_dict(const ModelConfig& config, const py::
     return a;
   };
   for (const auto& v : trained_tensors(config, p)) {
-    const auto a = take(v.name, golden::NpyDtype::f8, shape_of(v));
+    const auto a = take(v.name, formats::NpyDtype::f8, shape_of(v));
     require_finite(a, "params['" + v.name + "']");
     std::copy(a.reals.begin(), a.reals.end(), v.data);
   }
   for_each_table(config, p, [&](const std::string& name, auto& m) {
     using M = std::remove_reference_t<decltype(m)>;
     if constexpr (M::ColsAtCompileTime == 1) {
-      const auto a = take(name, golden::NpyDtype::f8, {m.size()});
+      const auto a = take(name, formats::NpyDtype::f8, {m.size()});
       require_finite(a, "params['" + name + "']");
       std::copy(a.reals.begin(), a.reals.end(), m.data());
     } else {
-      const auto a = take(name, golden::NpyDtype::i8, {m.rows(), m.cols()});
+      const auto a = take(name, formats::NpyDtype::i8, {m.rows(), m.cols()});
       std::copy(a.integers.begin(), a.integers.end(), m.data());
     }
   });
@@ -100,14 +100,14 @@ GlobalBatch batch_from_dict(const py::dict& d) {
     if (name != "input_ids" && name != "labels" && name != "loss_mask")
       throw std::invalid_argument("batch: unknown key '" + name + "' (known: input_ids, labels, loss_mask)");
   }
-  const auto get = [&d](const char* name, golden::NpyDtype dtype) {
+  const auto get = [&d](const char* name, formats::NpyDtype dtype) {
     if (!d.contains(name)) throw std::invalid_argument(std::string("batch: missing '") + name + "'");
     auto a = npy_from_numpy(py::object(d[name]), dtype, name);
     if (a.shape.size() != 2) throw std::invalid_argument(std::string("batch: ") + name + " must be [B, S]");
     return a;
   };
-  const auto ids = get("input_ids", golden::NpyDtype::i8), labels = get("labels", golden::NpyDtype::i8),
-             mask = get("loss_mask", golden::NpyDtype::b1);
+  const auto ids = get("input_ids", formats::NpyDtype::i8), labels = get("labels", formats::NpyDtype::i8),
+             mask = get("loss_mask", formats::NpyDtype::b1);
   if (labels.shape != ids.shape || mask.shape != ids.shape)
     throw std::invalid_argument("batch: input_ids " + shape_text(ids.shape) + ", labels " + shape_text(labels.shape) +
                                 " and loss_mask " + shape_text(mask.shape) + " must have the same shape [B, S]");

@@ -12,7 +12,7 @@ namespace moe::python {
 
 namespace py = pybind11;
 
-// A layer config dict: the golden case.json `config` keys (golden::config_from_json, validated) plus an optional
+// A layer config dict: the golden case.json `config` keys (formats::config_from_json, validated) plus an optional
 // "semantics" spec string (Semantics::parse; absent or null = intended).
 MoeConfig layer_config_from_json(nlohmann::json config);
 MoeConfig layer_config_from_dict(py::handle config);

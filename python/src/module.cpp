@@ -1,8 +1,8 @@
 // moe_oracle: the MoE Oracle from Python. One module, its parts bound by concern (bindings.hpp); C++ errors arrive
 // as ValueError with the C++ message (pybind11 maps std::invalid_argument to ValueError; the golden format's
 // CaseFormatError and NpyError are registered below as ValueError subclasses).
+#include "formats/npy.hpp"
 #include "golden/case_json.hpp"
-#include "golden/npy.hpp"
 #include "python/src/bindings.hpp"
 
 #ifndef MOE_ORACLE_VERSION
@@ -21,7 +21,7 @@ golden     read_case, write_case, case_tensor_names, tolerance (the one toleranc
 semantics  Semantics, deviations, profiles)doc";
   m.attr("__version__") = MOE_ORACLE_VERSION;
   py::register_exception<moe::golden::CaseFormatError>(m, "CaseFormatError", PyExc_ValueError);
-  py::register_exception<moe::golden::NpyError>(m, "NpyError", PyExc_ValueError);
+  py::register_exception<moe::formats::NpyError>(m, "NpyError", PyExc_ValueError);
   moe::python::bind_semantics(m);  // first: the other parts take Semantics arguments
   moe::python::bind_config(m);
   moe::python::bind_layer(m);

@@ -1,4 +1,4 @@
-// NumPy `.npy` files, format version 1.0 only, the three dtypes of the golden format (README.md, "Files"):
+// NumPy `.npy` files, format version 1.0 only, the three dtypes of the golden format (golden/README.md, "Files"):
 // `<f8` (double), `<i8` (int64), `|b1` (bool), C order, little-endian.
 //
 // File layout: "\x93NUMPY" | major=1 | minor=0 | uint16 LE header length | header | data.
@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace moe::golden {
+namespace moe::formats {
 
 class NpyError : public std::runtime_error {
  public:
@@ -64,4 +64,4 @@ struct NpyHeader {
 NpyHeader read_npy_header_widened(const std::filesystem::path& path);
 void write_npy(const std::filesystem::path& path, const NpyArray& array);
 
-}  // namespace moe::golden
+}  // namespace moe::formats

@@ -1,9 +1,8 @@
-// Strict reading of one JSON object of a case file: every key read is remembered, so that whatever was not asked
-// for can be refused as unknown; a wrong type is a CaseFormatError naming the key and where it is.
+// Strict reading of one JSON object (a case's, a dump's, a model file's): every key read is remembered, so that
+// whatever was not asked for can be refused as unknown; a wrong type is a FormatError naming the key and where it is.
 #pragma once
 
-#include "golden/case_json.hpp"
-#include "reference/tolerance.hpp"
+#include "formats/format_error.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -14,13 +13,13 @@
 #include <set>
 #include <string>
 
-namespace moe::golden {
+namespace moe::formats {
 
 // Reads the keys of one JSON object, remembering which were consumed so the rest can be reported as unknown.
 class StrictObject {
  public:
   StrictObject(const nlohmann::json& object, std::string where) : object_(object), where_(std::move(where)) {
-    if (!object_.is_object()) throw CaseFormatError(where_ + " must be a JSON object");
+    if (!object_.is_object()) throw FormatError(where_ + " must be a JSON object");
   }
 
   // nullptr when the key is absent or null.
@@ -32,14 +31,14 @@ class StrictObject {
 
   const nlohmann::json& required(const std::string& key) {
     const nlohmann::json* v = find(key);
-    if (!v) throw CaseFormatError(where_ + ": required key '" + key + "' is missing");
+    if (!v) throw FormatError(where_ + ": required key '" + key + "' is missing");
     return *v;
   }
 
   int integer(const std::string& key, const nlohmann::json& v) {
     if (!v.is_number_integer() || v.get<std::int64_t>() < std::numeric_limits<int>::min() ||
         v.get<std::int64_t>() > std::numeric_limits<int>::max()) {
-      throw CaseFormatError(where_ + ": '" + key + "' must be an integer");
+      throw FormatError(where_ + ": '" + key + "' must be an integer");
     }
     return v.get<int>();
   }
@@ -49,7 +48,7 @@ class StrictObject {
   }
   double number(const std::string& key, const nlohmann::json& v) {
     if (!v.is_number() || !std::isfinite(v.get<double>())) {
-      throw CaseFormatError(where_ + ": '" + key + "' must be a finite number");
+      throw FormatError(where_ + ": '" + key + "' must be a finite number");
     }
     return v.get<double>();
   }
@@ -64,11 +63,11 @@ class StrictObject {
   bool boolean(const std::string& key, bool fallback) {
     const nlohmann::json* v = find(key);
     if (!v) return fallback;
-    if (!v->is_boolean()) throw CaseFormatError(where_ + ": '" + key + "' must be true or false");
+    if (!v->is_boolean()) throw FormatError(where_ + ": '" + key + "' must be true or false");
     return v->get<bool>();
   }
   std::string string(const std::string& key, const nlohmann::json& v) {
-    if (!v.is_string()) throw CaseFormatError(where_ + ": '" + key + "' must be a string");
+    if (!v.is_string()) throw FormatError(where_ + ": '" + key + "' must be a string");
     return v.get<std::string>();
   }
   std::optional<std::string> optional_string(const std::string& key) {
@@ -79,7 +78,7 @@ class StrictObject {
   // Call after every key was read: any key not asked for is an error.
   void reject_unknown() const {
     for (const auto& [key, value] : object_.items()) {
-      if (!known_.count(key)) throw CaseFormatError(where_ + ": unknown key '" + key + "'");
+      if (!known_.count(key)) throw FormatError(where_ + ": unknown key '" + key + "'");
     }
   }
 
@@ -89,24 +88,4 @@ class StrictObject {
   std::set<std::string> known_;
 };
 
-// A case's "tolerance": {"rtol": …, "atol": …}, both required and >= 0, nothing else.
-inline Tolerance tolerance_from(StrictObject& top, const std::string& origin) {
-  StrictObject tol(top.required("tolerance"), origin + ": tolerance");
-  Tolerance t;
-  t.rtol = tol.number("rtol", tol.required("rtol"));
-  t.atol = tol.number("atol", tol.required("atol"));
-  tol.reject_unknown();
-  if (t.rtol < 0 || t.atol < 0) throw CaseFormatError(origin + ": tolerances must be >= 0");
-  // A case may tighten its check, never loosen it: with rtol 1e300 every wrong output would pass. The bound is
-  // the table's row for golden cases (their outputs are the oracle's, in double).
-  const Tolerance bound = moe::tolerance(Compared::golden_case, Precision::float64);
-  if (t.rtol > bound.rtol || t.atol > bound.atol) {
-    const auto num = [](double x) { return nlohmann::json(x).dump(); };
-    throw CaseFormatError(origin + ": tolerance {rtol " + num(t.rtol) + ", atol " + num(t.atol) +
-                          "} is looser than the table allows for a golden case (rtol <= " + num(bound.rtol) +
-                          ", atol <= " + num(bound.atol) + "): a case cannot loosen its own check");
-  }
-  return t;
-}
-
-}  // namespace moe::golden
+}  // namespace moe::formats

@@ -3,14 +3,14 @@
 // survives the trip back); reading converts to T.
 #pragma once
 
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 #include "reference/tensor.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-namespace moe::golden {
+namespace moe::formats {
 
 template <typename T>
 NpyArray from_matrix(const Matrix<T>& m) {
@@ -68,4 +68,4 @@ Vector<T> to_vector(const NpyArray& a) {
   return Eigen::Map<const Vector<double>>(a.reals.data(), static_cast<Eigen::Index>(a.reals.size())).cast<T>();
 }
 
-}  // namespace moe::golden
+}  // namespace moe::formats

@@ -1,4 +1,4 @@
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 
 #include "storage/durable_files.hpp"
 
@@ -10,7 +10,7 @@
 #include <iterator>
 #include <map>
 
-namespace moe::golden {
+namespace moe::formats {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "the .npy reader assumes a little-endian host");
@@ -433,4 +433,4 @@ void write_npy(const std::filesystem::path& path, const NpyArray& array) {
   if (!out) throw NpyError(path.string() + ": cannot write");
 }
 
-}  // namespace moe::golden
+}  // namespace moe::formats

@@ -1,6 +1,6 @@
 // The .npy reader/writer: round trips of the three dtypes, a file numpy wrote, and one test per kind of corrupt
 // or unsupported input, each checking that the message names the problem.
-#include "golden/npy.hpp"
+#include "formats/npy.hpp"
 #include "reference/tests/expect_error.hpp"
 
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <fstream>
 #include <string>
 
-namespace moe::golden {
+namespace moe::formats {
 namespace {
 
 // A .npy image with a hand-written header (padded to 64 bytes like numpy) and raw data bytes.
@@ -191,4 +191,4 @@ TEST(Npy, OnlyARegularFileIsRead) {
 }
 
 }  // namespace
-}  // namespace moe::golden
+}  // namespace moe::formats
