@@ -1,7 +1,7 @@
 // Harness `layout`: the layout validators, on one line of text such as "world=8,tp=2,ep=4".
 //
 // The same text is read twice:
-//   1. by parse_layout (tools/run_options.hpp), the strict reader of --resume-as and --layout: whole numbers >= 1 of
+//   1. by parse_layout (cli/run_options.hpp), the strict reader of --resume-as and --layout: whole numbers >= 1 of
 //      at most 9 digits, known keys given once, then layout_from_sizes and ParallelLayout::validate;
 //   2. leniently, straight into a ParallelLayout — any key of the struct (world, tp, cp, pp, ep, etp, gtp, egtp,
 //      order) with any int, negative and huge ones included, as a Python binding or a dump.json can hand it over —
@@ -9,10 +9,10 @@
 // Invariants of a layout either path accepts: dp·tp·cp·pp = world = edp·etp·ep·pp; and, for worlds up to 64, every
 // process group kind partitions the ranks, group(kind, r) holds r at position rank_in(kind, r), and is the group of
 // all_groups(kind) that holds r. Only std::invalid_argument may be thrown.
+#include "cli/run_options.hpp"
 #include "fuzz/fuzz_support.hpp"
 #include "reference/parallel_layout.hpp"
 #include "reference/process_groups.hpp"
-#include "tools/run_options.hpp"
 
 #include <algorithm>
 #include <cerrno>

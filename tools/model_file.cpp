@@ -1,9 +1,9 @@
 #include "tools/model_file.hpp"
 
-#include "golden/case_json.hpp"
-#include "golden/model_case.hpp"
 #include "formats/npy.hpp"
 #include "formats/strict_json.hpp"
+#include "golden/case_json.hpp"
+#include "golden/model_case.hpp"
 #include "reference/model.hpp"
 #include "storage/json_file.hpp"
 #include "tools/hf_config.hpp"
