@@ -1,5 +1,6 @@
 #include "compare/dump.hpp"
 
+#include "compare/dump_names.hpp"
 #include "reference/tolerance_names.hpp"
 
 #include "compare/dump_tensors.hpp"
@@ -305,7 +306,7 @@ Dump read_dump(const std::filesystem::path& dir, const ReadOptions& options) {
   if (d.precision == Precision::float64) d.tolerance = tolerance(Compared::foreign_dump, Precision::float64);
   // The router's arithmetic: its weight's dtype (a bf16 weight makes bf16 logits), and float32 at least wherever the
   // layer is not computed in float64 (frameworks route in float32).
-  const auto router = d.ranks.front().files.find("router.weight");
+  const auto router = d.ranks.front().files.find(tensor::kRouterWeight);
   const Precision router_dtype = router == d.ranks.front().files.end() || !is_floating(router->second.header.dtype)
                                      ? d.dtype
                                      : floating_precision(router->second.header.dtype);

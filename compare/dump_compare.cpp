@@ -1,5 +1,6 @@
 #include "compare/dump_compare.hpp"
 
+#include "compare/dump_names.hpp"
 #include "compare/dump_tensors.hpp"
 
 #include <algorithm>
@@ -95,7 +96,7 @@ Comparison compare_dump(const Dump& dump, ExpertPath path, const std::function<v
     }
     t.max_abs = max_abs;
     t.max_ratio = max_ratio;
-    if (first_bad >= 0 && e.tensor == "router.routing_map") {
+    if (first_bad >= 0 && e.tensor == tensor::kRoutingMap) {
       const size_t cols = static_cast<size_t>(dump.config.num_experts);
       for (size_t row = 0; row * cols < got.size(); ++row) {
         bool differs = false;

@@ -1,5 +1,6 @@
 #include "compare/dump_oracle.hpp"
 
+#include "compare/dump_names.hpp"
 #include "compare/dump_tensors.hpp"
 #include "compare/routing_replay.hpp"
 
@@ -105,9 +106,9 @@ class Assembler {
     const MoeConfig& c = d_.config;
     const int h = c.hidden, E = c.num_experts, tp = d_.layout.tp;
     MoeParams<double> p;
-    p.router_weight = as_matrix(replicated("router.weight", {E, h}), E, h);
+    p.router_weight = as_matrix(replicated(tensor::kRouterWeight, {E, h}), E, h);
     if (c.expert_bias) {
-      const auto bias = replicated("router.expert_bias", {E});
+      const auto bias = replicated(tensor::kExpertBias, {E});
       p.expert_bias = Eigen::Map<const Vector<double>>(bias.data(), E);
     }
     if (c.has_shared_expert()) {
@@ -119,18 +120,18 @@ class Assembler {
           return same_on_every_holder(holds, [&](int) { return name; }, shape);
         };
         const GluShardShapes shapes = shared_shard_shapes(c, d_.layout);
-        const Matrix<double> s1 = as_matrix(shard("shared_experts.linear_fc1.weight", shapes.fc1), 2 * ds / tp, h);
+        const Matrix<double> s1 = as_matrix(shard(tensor::kSharedFc1, shapes.fc1), 2 * ds / tp, h);
         gate.middleRows(j * ds / tp, ds / tp) = s1.topRows(ds / tp);
         up.middleRows(j * ds / tp, ds / tp) = s1.bottomRows(ds / tp);
-        fc2.middleCols(j * ds / tp, ds / tp) = as_matrix(shard("shared_experts.linear_fc2.weight", shapes.fc2), h, ds / tp);
+        fc2.middleCols(j * ds / tp, ds / tp) = as_matrix(shard(tensor::kSharedFc2, shapes.fc2), h, ds / tp);
       }
       p.shared_fc1.resize(2 * ds, h);
       p.shared_fc1 << gate, up;
       p.shared_fc2 = fc2;
-      if (c.shared_expert_gate) p.shared_gate = as_matrix(replicated("shared_experts.gate_weight", {1, h}), 1, h);
+      if (c.shared_expert_gate) p.shared_gate = as_matrix(replicated(tensor::kSharedGate, {1, h}), 1, h);
     }
     if (c.hash_routing) {  // integers; the oracle's validation refuses ids or experts out of range
-      const auto table = replicated("router.tid2eid", {-1, c.topk});
+      const auto table = replicated(tensor::kTid2Eid, {-1, c.topk});
       const Eigen::Index V = static_cast<Eigen::Index>(table.size()) / c.topk;
       p.tid2eid.resize(V, c.topk);
       for (Eigen::Index i = 0; i < p.tid2eid.size(); ++i) p.tid2eid.data()[i] = static_cast<std::int64_t>(table[static_cast<size_t>(i)]);
@@ -314,11 +315,11 @@ class StreamedOracle {
       MoeInputs<double>& in = exact_.inputs[static_cast<size_t>(d)];
       in.seq = S;
       in.batch = B;
-      in.x = to_oracle_order(a_.replica_rows(d, "hidden_states", h, tensor3));
+      in.x = to_oracle_order(a_.replica_rows(d, tensor::kHiddenStates, h, tensor3));
       in.partition = partition_;
       if (d_.replay_capacity) {
         const auto flat_rows = [&](const RankDump& r, const std::string& n) { return r.values(n, {local_rows_, E}); };
-        const Matrix<double> map = to_oracle_order(a_.replica_rows(d, "router.routing_map", E, flat_rows));
+        const Matrix<double> map = to_oracle_order(a_.replica_rows(d, tensor::kRoutingMap, E, flat_rows));
         in.capacity_decision = (map.array() != 0.0).matrix();
       }
       if (c.hash_routing) {  // input_ids [S/tp, B] per rank; the oracle's are [batch, seq], row t = s·B + b
@@ -326,9 +327,10 @@ class StreamedOracle {
         in.input_ids.resize(B, S);
         for (Eigen::Index t = 0; t < ids.rows(); ++t) in.input_ids(t % B, t / B) = static_cast<std::int64_t>(ids(t, 0));
       }
-      if (backward_) exact_.grad_y[static_cast<size_t>(d)] = to_oracle_order(a_.replica_rows(d, "output.grad", h, tensor3));
-      if (d_.ranks.front().has("padding_mask")) {  // [S/tp, B], true = padded: the rows' own order
-        const Matrix<double> mask = to_oracle_order(a_.replica_rows(d, "padding_mask", 1, per_row));
+      if (backward_)
+        exact_.grad_y[static_cast<size_t>(d)] = to_oracle_order(a_.replica_rows(d, tensor::kOutputGrad, h, tensor3));
+      if (d_.ranks.front().has(tensor::kPaddingMask)) {  // [S/tp, B], true = padded: the rows' own order
+        const Matrix<double> mask = to_oracle_order(a_.replica_rows(d, tensor::kPaddingMask, 1, per_row));
         for (Eigen::Index t = 0; t < mask.rows(); ++t) in.padding_mask.push_back(mask(t, 0) != 0.0);
       }
       // Each row's expert-gradient group: that of the rank that holds it (part j of replica d).
@@ -344,7 +346,7 @@ class StreamedOracle {
   // no longer says which k experts were selected) whose every rank holds its routing map.
   bool selection_replayable() const {
     if (d_.config.hash_routing || d_.config.capacity_factor) return false;
-    return std::all_of(d_.ranks.begin(), d_.ranks.end(), [](const RankDump& r) { return r.has("router.routing_map"); });
+    return std::all_of(d_.ranks.begin(), d_.ranks.end(), [](const RankDump& r) { return r.has(tensor::kRoutingMap); });
   }
 
   // Replica d's selection as the oracle takes it: its own top-k, except rows where the dump selected other experts
@@ -356,7 +358,7 @@ class StreamedOracle {
     const Routing<double> own = route(c, exact_.params, in);
     const int E = c.num_experts, k = c.topk;
     const auto flat_rows = [&](const RankDump& r, const std::string& n) { return r.values(n, {local_rows_, E}); };
-    const Matrix<double> map = to_oracle_order(a_.replica_rows(d, "router.routing_map", E, flat_rows));
+    const Matrix<double> map = to_oracle_order(a_.replica_rows(d, tensor::kRoutingMap, E, flat_rows));
     IndexMatrix selection = own.selected;
     bool replayed = false;
     for (Eigen::Index t = 0; t < map.rows(); ++t) {
@@ -587,11 +589,11 @@ class StreamedOracle {
       for (int j = 0; j < tp_; ++j) replica.push_back(a_.find(j, d, -1, -1));
       for (int j = 0; j < tp_; ++j) {
         const int r = replica[static_cast<size_t>(j)];
-        each("router.probs", r, {local_rows_, E}, false, false,
+        each(tensor::kProbs, r, {local_rows_, E}, false, false,
              [&](const auto& fw, const auto&) { return flat(part_rows(fw.routing.probs, j)); });
-        each("router.routing_map", r, {local_rows_, E}, true, false,
+        each(tensor::kRoutingMap, r, {local_rows_, E}, true, false,
              [&](const auto& fw, const auto&) { return flat(part_rows(fw.routing.routing_map.template cast<double>(), j)); });
-        each("output", r, {S / tp_, B, h}, false, false,
+        each(tensor::kOutput, r, {S / tp_, B, h}, false, false,
              [&](const auto& fw, const auto&) { return flat(part_rows(fw.y, j)); });
       }
       if (c.aux_loss_type != AuxLossType::none)
@@ -602,28 +604,28 @@ class StreamedOracle {
              [&](const auto& fw, const auto&) { return std::vector<double>{static_cast<double>(fw.z_loss)}; }, replica);
       if (c.expert_bias)
         for (int j = 0; j < tp_; ++j)
-          each("router.local_tokens_per_expert", replica[static_cast<size_t>(j)], {E}, true, false,
+          each(tensor::kLocalTokensPerExpert, replica[static_cast<size_t>(j)], {E}, true, false,
                [&](const auto& fw, const auto&) { return bias_counts(fw.routing.routing_map, fw.routing.padded_slot,
                                                                      in.padding_mask, j); });
       if (!backward_) continue;
       for (int j = 0; j < tp_; ++j)
-        each("hidden_states.grad", replica[static_cast<size_t>(j)], {S / tp_, B, h}, false, true,
+        each(tensor::kHiddenStatesGrad, replica[static_cast<size_t>(j)], {S / tp_, B, h}, false, true,
              [&](const auto&, const auto& gr) { return flat(part_rows(gr.x, j)); });
       if (c.has_shared_expert()) {
         const int ds = c.shared_expert_ffn_hidden;
         const GluShardShapes shapes = shared_shard_shapes(c, d_.layout);
         for (int j = 0; j < tp_; ++j) {
           const int r = replica[static_cast<size_t>(j)];
-          each("shared_experts.linear_fc1.weight.grad", r, shapes.fc1, false, true,
+          each(tensor::kSharedFc1Grad, r, shapes.fc1, false, true,
                [&](const auto&, const auto& gr) {
                  return flat(glu_shard(gr.params.shared_fc1.template cast<double>(), j, tp_));
                });
-          each("shared_experts.linear_fc2.weight.grad", r, shapes.fc2, false, true, [&](const auto&, const auto& gr) {
+          each(tensor::kSharedFc2Grad, r, shapes.fc2, false, true, [&](const auto&, const auto& gr) {
             return flat(Matrix<double>(gr.params.shared_fc2.middleCols(j * ds / tp_, ds / tp_).template cast<double>()));
           });
         }
         if (c.shared_expert_gate)
-          each("shared_experts.gate_weight.grad", replica[0], {1, h}, false, true,
+          each(tensor::kSharedGateGrad, replica[0], {1, h}, false, true,
                [&](const auto&, const auto& gr) { return flat_of(gr.params.shared_gate); }, replica);
       }
     }
@@ -632,7 +634,7 @@ class StreamedOracle {
     std::iota(all.begin(), all.end(), 0);
     std::vector<double> rounded;
     if (rounding_) rounded = flat_of(router_rounded);
-    give("router.weight.grad", 0, {E, h}, flat(router), rounding_ ? &rounded : nullptr, false, true,
+    give(tensor::kRouterWeightGrad, 0, {E, h}, flat(router), rounding_ ? &rounded : nullptr, false, true,
          local_rows_ * tp_ * dp_, all);
   }
 

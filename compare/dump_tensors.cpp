@@ -1,5 +1,7 @@
 #include "compare/dump_tensors.hpp"
 
+#include "compare/dump_names.hpp"
+
 #include <cctype>
 #include <map>
 
@@ -23,13 +25,13 @@ void check_file(const TensorFile& file, const TensorSpec& spec) {
   if (file.header.shape != spec.shape)
     fail(file.path, "shape " + shape_text(file.header.shape) + ", expected " + shape_text(spec.shape));
   const formats::NpyDtype t = file.header.dtype;
-  if (spec.name == "padding_mask" && t != formats::NpyDtype::b1)
+  if (spec.name == tensor::kPaddingMask && t != formats::NpyDtype::b1)
     fail(file.path, "must hold booleans (|b1, true = padded), not " + std::string(formats::npy_descr(t)));
-  if (spec.name == "router.routing_map" && t != formats::NpyDtype::b1 && !is_integer(t))
+  if (spec.name == tensor::kRoutingMap && t != formats::NpyDtype::b1 && !is_integer(t))
     fail(file.path, "must hold booleans (|b1) or integers, not " + std::string(formats::npy_descr(t)));
-  if ((spec.name == "input_ids" || spec.name == "router.tid2eid") && !is_integer(t))
+  if ((spec.name == "input_ids" || spec.name == tensor::kTid2Eid) && !is_integer(t))
     fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(formats::npy_descr(t)));
-  if (spec.name == "router.local_tokens_per_expert" && !is_integer(t))
+  if (spec.name == tensor::kLocalTokensPerExpert && !is_integer(t))
     fail(file.path, "must hold integers (<i8 or <i4), not " + std::string(formats::npy_descr(t)));
   if (!spec.exact && (t == formats::NpyDtype::b1 || is_integer(t)))
     fail(file.path, "must hold floating values, not " + std::string(formats::npy_descr(t)));
@@ -87,18 +89,18 @@ std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
   const RankDump& rd = dump.ranks[static_cast<size_t>(rank)];
   using enum TensorRole;
   std::vector<TensorSpec> t;
-  t.push_back({"hidden_states", {S / tp, B, h}, input, true, false});
-  t.push_back({"output.grad", {S / tp, B, h}, input, false, false});
-  t.push_back({"padding_mask", {S / tp, B}, input, false, true});
-  t.push_back({"router.weight", {E, h}, parameter, true, false});
+  t.push_back({tensor::kHiddenStates, {S / tp, B, h}, input, true, false});
+  t.push_back({tensor::kOutputGrad, {S / tp, B, h}, input, false, false});
+  t.push_back({tensor::kPaddingMask, {S / tp, B}, input, false, true});
+  t.push_back({tensor::kRouterWeight, {E, h}, parameter, true, false});
   if (c.hash_routing) {  // DeepSeek-V4's hash layers: the experts are tid2eid[input id], the router only weighs them
     t.push_back({"input_ids", {S / tp, B}, input, true, true});
-    const auto table = rd.files.find("router.tid2eid");
+    const auto table = rd.files.find(tensor::kTid2Eid);
     const std::int64_t V = table == rd.files.end() || table->second.header.shape.empty() ? 1
                                                                                           : table->second.header.shape[0];
-    t.push_back({"router.tid2eid", {V, c.topk}, parameter, true, true});
+    t.push_back({tensor::kTid2Eid, {V, c.topk}, parameter, true, true});
   }
-  if (c.expert_bias) t.push_back({"router.expert_bias", {E}, parameter, true, false});
+  if (c.expert_bias) t.push_back({tensor::kExpertBias, {E}, parameter, true, false});
   const ExpertNaming naming = expert_naming(rd);
   const GluShardShapes expert = expert_shard_shapes(c, l);
   for (std::int64_t i = 0; i < nle; ++i) {
@@ -111,27 +113,27 @@ std::vector<TensorSpec> rank_tensors(const Dump& dump, int rank) {
   }
   if (c.has_shared_expert()) {
     const GluShardShapes shared = shared_shard_shapes(c, l);
-    t.push_back({"shared_experts.linear_fc1.weight", shared.fc1, parameter, true, false});
-    t.push_back({"shared_experts.linear_fc2.weight", shared.fc2, parameter, true, false});
-    t.push_back({"shared_experts.linear_fc1.weight.grad", shared.fc1, backward, false, false});
-    t.push_back({"shared_experts.linear_fc2.weight.grad", shared.fc2, backward, false, false});
+    t.push_back({tensor::kSharedFc1, shared.fc1, parameter, true, false});
+    t.push_back({tensor::kSharedFc2, shared.fc2, parameter, true, false});
+    t.push_back({tensor::kSharedFc1Grad, shared.fc1, backward, false, false});
+    t.push_back({tensor::kSharedFc2Grad, shared.fc2, backward, false, false});
     if (c.shared_expert_gate) {
-      t.push_back({"shared_experts.gate_weight", {1, h}, parameter, true, false});
-      t.push_back({"shared_experts.gate_weight.grad", {1, h}, backward, false, false});
+      t.push_back({tensor::kSharedGate, {1, h}, parameter, true, false});
+      t.push_back({tensor::kSharedGateGrad, {1, h}, backward, false, false});
     }
   }
-  t.push_back({"output", {S / tp, B, h}, forward, true, false});
-  t.push_back({"router.probs", {local_rows, E}, forward, false, false});
-  t.push_back({"router.routing_map", {local_rows, E}, forward, dump.replay_capacity, true});
-  if (c.expert_bias) t.push_back({"router.local_tokens_per_expert", {E}, forward, false, true});
+  t.push_back({tensor::kOutput, {S / tp, B, h}, forward, true, false});
+  t.push_back({tensor::kProbs, {local_rows, E}, forward, false, false});
+  t.push_back({tensor::kRoutingMap, {local_rows, E}, forward, dump.replay_capacity, true});
+  if (c.expert_bias) t.push_back({tensor::kLocalTokensPerExpert, {E}, forward, false, true});
   if (c.aux_loss_type != AuxLossType::none) t.push_back({"aux_loss", {}, forward, false, false});
   if (c.z_loss_coeff > 0) t.push_back({"z_loss", {}, forward, false, false});
-  t.push_back({"hidden_states.grad", {S / tp, B, h}, backward, false, false});
-  t.push_back({"router.weight.grad", {E, h}, backward, false, false});
+  t.push_back({tensor::kHiddenStatesGrad, {S / tp, B, h}, backward, false, false});
+  t.push_back({tensor::kRouterWeightGrad, {E, h}, backward, false, false});
   return t;
 }
 
-bool has_backward(const Dump& dump) { return dump.ranks.front().has("output.grad"); }
+bool has_backward(const Dump& dump) { return dump.ranks.front().has(tensor::kOutputGrad); }
 
 void check_dump_tensors(const Dump& dump) {
   // One naming of the experts: not both forms on a rank, not one form here and the other there.
@@ -168,20 +170,20 @@ void check_dump_tensors(const Dump& dump) {
   const bool backward = has_backward(dump);
   for (const RankDump& rd : dump.ranks) {
     for (const auto& [name, file] : rd.files) {
-      const bool gradient = name.ends_with(".grad") && name != "output.grad";
+      const bool gradient = name.ends_with(".grad") && name != tensor::kOutputGrad;
       if (gradient && !backward)
         fail(file.path, "a gradient without output.grad: the dump must hold the dL/dy its gradients come from");
       // A parameter of a layer the config does not describe means the config is not the layer's.
       const bool parameter = !name.ends_with(".grad") && (name.starts_with("router.") || name.starts_with("experts.") ||
                                                           name.starts_with("shared_experts.")) &&
-                             (name.find("weight") != std::string::npos || name == "router.expert_bias" ||
-                                                          name == "router.tid2eid");
+                             (name.find("weight") != std::string::npos || name == tensor::kExpertBias ||
+                                                          name == tensor::kTid2Eid);
       if (parameter && !spec_of.count(name))
         fail(file.path, "a parameter this config does not have (check the config's expert_bias, shared expert, "
                         "num_experts and the layout's ep)");
     }
   }
-  if (backward && !dump.ranks.front().has("hidden_states.grad"))
+  if (backward && !dump.ranks.front().has(tensor::kHiddenStatesGrad))
     fail(dump.dir, "output.grad without hidden_states.grad: a dump with a backward holds dL/dx on every rank");
 }
 

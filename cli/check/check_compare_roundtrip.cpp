@@ -3,6 +3,7 @@
 
 #include "cli/run_options.hpp"
 #include "compare/dump_compare.hpp"
+#include "compare/dump_names.hpp"
 #include "compare/dump_tensors.hpp"
 #include "distributed/comm/inproc_world.hpp"
 #include "distributed/train/moe_layer_rank.hpp"
@@ -26,6 +27,7 @@ namespace moe::cli {
 namespace {
 
 namespace fs = std::filesystem;
+namespace tensor = compare::tensor;  // the dump's tensor names (compare/dump_names.hpp)
 using Shape = std::vector<std::int64_t>;
 
 formats::NpyArray of(const Matrix<double>& m, Shape shape) {
@@ -48,10 +50,6 @@ enum class Control {
   replica_as_pool,   // a dp-2 global_aux dump cut to replica 0, replica 1's counts given as its aux_pool: passes
   pool_left_out,     // the same cut without the aux_pool: fails (the pool's rows are in the statistic)
 };
-
-// The dump's names of the routing map and the router's gradient (compare/README.md's table).
-constexpr const char* kRoutingMap = "router.routing_map";
-constexpr const char* kRouterGrad = "router.weight.grad";
 
 struct Case {
   std::string name;
@@ -160,19 +158,19 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
       formats::write_npy(out / (name + ".npy"), a);
     };
     const Shape rows{n, 1, h};
-    put("hidden_states", of(xs, rows));
-    put("output.grad", of(dys, rows));
-    put("output", of(y, rows));
-    put("hidden_states.grad", of(dx, rows));
-    put("router.weight", of(shard.router_weight));
-    put("router.probs", of(layer.routing().probs));
-    put(kRoutingMap, formats::NpyArray::of_booleans(
+    put(tensor::kHiddenStates, of(xs, rows));
+    put(tensor::kOutputGrad, of(dys, rows));
+    put(tensor::kOutput, of(y, rows));
+    put(tensor::kHiddenStatesGrad, of(dx, rows));
+    put(tensor::kRouterWeight, of(shard.router_weight));
+    put(tensor::kProbs, of(layer.routing().probs));
+    put(tensor::kRoutingMap, formats::NpyArray::of_booleans(
                                   {n, E}, std::vector<std::uint8_t>(layer.routing().routing_map.data(),
                                                                    layer.routing().routing_map.data() + n * E)));
-    put("router.weight.grad", of(grads.router_weight));
+    put(tensor::kRouterWeightGrad, of(grads.router_weight));
     if (c.expert_bias) {
-      put("router.expert_bias", of(shard.expert_bias.transpose(), {E}));
-      put("router.local_tokens_per_expert", formats::NpyArray::of_integers({E}, layer.assignments()));
+      put(tensor::kExpertBias, of(shard.expert_bias.transpose(), {E}));
+      put(tensor::kLocalTokensPerExpert, formats::NpyArray::of_integers({E}, layer.assignments()));
     }
     for (size_t i = 0; i < shard.experts.fc1.size(); ++i) {
       const auto local = static_cast<std::int64_t>(i);
@@ -184,19 +182,19 @@ void write_dump(const Case& k, const ParallelLayout& layout, const fs::path& dir
       put(fc2 + ".grad", of(grads.experts.fc2[i]));
     }
     if (c.has_shared_expert()) {
-      put("shared_experts.linear_fc1.weight", of(shard.shared_fc1));
-      put("shared_experts.linear_fc2.weight", of(shard.shared_fc2));
-      put("shared_experts.linear_fc1.weight.grad", of(grads.shared_fc1));
-      put("shared_experts.linear_fc2.weight.grad", of(grads.shared_fc2));
+      put(tensor::kSharedFc1, of(shard.shared_fc1));
+      put(tensor::kSharedFc2, of(shard.shared_fc2));
+      put(tensor::kSharedFc1Grad, of(grads.shared_fc1));
+      put(tensor::kSharedFc2Grad, of(grads.shared_fc2));
       if (c.shared_expert_gate) {
-        put("shared_experts.gate_weight", of(shard.shared_gate));
-        put("shared_experts.gate_weight.grad", of(grads.shared_gate));
+        put(tensor::kSharedGate, of(shard.shared_gate));
+        put(tensor::kSharedGateGrad, of(grads.shared_gate));
       }
     }
     if (c.hash_routing) {
       put("input_ids", formats::NpyArray::of_integers({n, 1}, std::vector<std::int64_t>(router_inputs.token_ids.data(),
                                                                                      router_inputs.token_ids.data() + n)));
-      put("router.tid2eid", formats::NpyArray::of_integers({shard.tid2eid.rows(), shard.tid2eid.cols()},
+      put(tensor::kTid2Eid, formats::NpyArray::of_integers({shard.tid2eid.rows(), shard.tid2eid.cols()},
                                                           std::vector<std::int64_t>(shard.tid2eid.data(),
                                                                                     shard.tid2eid.data() + shard.tid2eid.size())));
     }
@@ -225,8 +223,8 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
   std::int64_t swapped = 0;
   for (int r = 0; r < layout.world; ++r) {
     const fs::path rank = dir / ("rank" + std::to_string(r));
-    formats::NpyArray map = formats::read_npy_widened(rank / "router.routing_map.npy");
-    formats::NpyArray probs = formats::read_npy_widened(rank / "router.probs.npy");
+    formats::NpyArray map = formats::read_npy_widened(rank / tensor::file(tensor::kRoutingMap));
+    formats::NpyArray probs = formats::read_npy_widened(rank / tensor::file(tensor::kProbs));
     const auto E = static_cast<size_t>(map.shape[1]);
     for (size_t row = 0; row * E < map.booleans.size(); ++row) {
       auto* m = &map.booleans[row * E];
@@ -235,20 +233,20 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
       std::swap(probs.reals[row * E], probs.reals[row * E + 1]);
       ++swapped;
     }
-    formats::write_npy(rank / "router.routing_map.npy", map);
-    formats::write_npy(rank / "router.probs.npy", probs);
+    formats::write_npy(rank / tensor::file(tensor::kRoutingMap), map);
+    formats::write_npy(rank / tensor::file(tensor::kProbs), probs);
     // This rank's rows' counts: a row that took expert 0 alone now takes 1, so the two counts trade places (0 kept
     // the rows that took both, 1 gains the rest).
-    if (fs::exists(rank / "router.local_tokens_per_expert.npy")) {
-      formats::NpyArray counts = formats::read_npy_widened(rank / "router.local_tokens_per_expert.npy");
+    if (fs::exists(rank / tensor::file(tensor::kLocalTokensPerExpert))) {
+      formats::NpyArray counts = formats::read_npy_widened(rank / tensor::file(tensor::kLocalTokensPerExpert));
       std::swap(counts.integers[0], counts.integers[1]);
-      formats::write_npy(rank / "router.local_tokens_per_expert.npy", counts);
+      formats::write_npy(rank / tensor::file(tensor::kLocalTokensPerExpert), counts);
     }
-    formats::NpyArray router = formats::read_npy_widened(rank / "router.weight.grad.npy");  // [E, h]
+    formats::NpyArray router = formats::read_npy_widened(rank / tensor::file(tensor::kRouterWeightGrad));  // [E, h]
     const auto h = static_cast<size_t>(router.shape[1]);
     std::swap_ranges(router.reals.begin(), router.reals.begin() + static_cast<std::ptrdiff_t>(h),
                      router.reals.begin() + static_cast<std::ptrdiff_t>(h));
-    formats::write_npy(rank / "router.weight.grad.npy", router);
+    formats::write_npy(rank / tensor::file(tensor::kRouterWeightGrad), router);
     if (groups.rank_in(GroupKind::ep, r) != 0) continue;  // experts 0 and 1 are local 0 and 1 of EP rank 0
     for (const char* which : {"linear_fc1", "linear_fc2"}) {
       const auto name = [&](std::int64_t i) {
@@ -264,7 +262,7 @@ std::int64_t swap_tied_experts(const ParallelLayout& layout, const fs::path& dir
 
 // Rank 0's first row moved from its first selected expert to its first unselected one: far from any tie.
 void move_a_row(const fs::path& dir) {
-  const fs::path file = dir / "rank0" / "router.routing_map.npy";
+  const fs::path file = dir / "rank0" / tensor::file(tensor::kRoutingMap);
   formats::NpyArray map = formats::read_npy_widened(file);
   const auto E = static_cast<size_t>(map.shape[1]);
   size_t on = 0, off = 0;
@@ -292,7 +290,7 @@ void scale_expert_grad(const ParallelLayout& layout, const fs::path& dir) {
 // map's columns: the controls' layer selects by its aux map) and rows become dump.json's aux_pool, which is what
 // global_aux pooled over both replicas: the cut dump is the same run, described as transformers' pooled layers are.
 void cut_to_replica_0(const fs::path& dir, bool pool) {
-  const formats::NpyArray map = formats::read_npy_widened(dir / "rank1" / (std::string(kRoutingMap) + ".npy"));
+  const formats::NpyArray map = formats::read_npy_widened(dir / "rank1" / tensor::file(tensor::kRoutingMap));
   const auto E = static_cast<size_t>(map.shape[1]);
   std::vector<std::int64_t> counts(E, 0);
   for (size_t i = 0; i < map.booleans.size(); ++i) counts[i % E] += map.booleans[i] ? 1 : 0;
@@ -347,7 +345,7 @@ RoundTrip round_trip(const Case& k, const ParallelLayout& layout, const fs::path
                           " replayed (every swapped row must be, and at least one swapped)";
       break;
     case Control::row_beyond_ties:
-      t.pass = !c.pass() && f->tensor == kRoutingMap && c.replay.beyond_rounding.size() == 1;
+      t.pass = !c.pass() && f->tensor == tensor::kRoutingMap && c.replay.beyond_rounding.size() == 1;
       if (!t.pass) t.first_failure = "a row moved far from any tie was not failed as beyond rounding";
       break;
     case Control::expert_grad_1pct:
@@ -357,7 +355,7 @@ RoundTrip round_trip(const Case& k, const ParallelLayout& layout, const fs::path
     case Control::replica_as_pool: t.pass = c.pass() && whole; break;
     case Control::pool_left_out:
       t.pass = !c.pass() && std::any_of(c.tensors.begin(), c.tensors.end(), [](const compare::TensorResult& r) {
-                 return r.tensor == kRouterGrad && !r.pass();
+                 return r.tensor == tensor::kRouterWeightGrad && !r.pass();
                });
       if (!t.pass) t.first_failure = "a global_aux dump whose pooled rows were left out did not fail router.weight.grad";
       break;
