@@ -9,8 +9,8 @@
 // The profile's refused deviations (Megatron raising on an input) change no number and stay off throughout.
 // Gradients are compared per class (dense, expert, router and norms), as vectors over every tensor of the class.
 #include "cli/commands.hpp"
-#include "cli/layout_options.hpp"
 #include "cli/run_options.hpp"
+#include "cli/text_format.hpp"
 #include "reference/memory_estimate.hpp"
 
 #include <nlohmann/json.hpp>

@@ -2,8 +2,8 @@
 // with --grid, the coordinates of every rank of its pipeline stage in both meshes. The groups of GTP/EGTP layouts
 // are checked against Megatron's own (megatron_bridge/group_checks.py).
 #include "cli/commands.hpp"
-#include "cli/layout_options.hpp"
 #include "cli/model_options.hpp"
+#include "cli/text_format.hpp"
 #include "reference/presets.hpp"
 #include "reference/process_groups.hpp"
 

@@ -8,7 +8,7 @@
 //                                    power-of-two FP8 tile scale holds every dequantised element exactly
 // Exit status 1 when a tile of the given weights is not lossless, 2 on bad input.
 #include "cli/commands.hpp"
-#include "cli/layout_options.hpp"
+#include "cli/text_format.hpp"
 #include "formats/npy.hpp"
 #include "reference/block_quant.hpp"
 #include "reference/fp4_to_fp8.hpp"

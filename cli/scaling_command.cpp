@@ -4,9 +4,9 @@
 #include "cli/choice_option.hpp"
 #include "cli/cli_checks.hpp"
 #include "cli/commands.hpp"
-#include "cli/layout_options.hpp"
 #include "cli/model_options.hpp"
 #include "cli/run_options.hpp"
+#include "cli/text_format.hpp"
 #include "reference/scaling_rules.hpp"
 
 #include <nlohmann/json.hpp>

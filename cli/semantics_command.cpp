@@ -1,7 +1,7 @@
 // `moe-oracle semantics`: the catalogue of named deviations between pinned Megatron versions and the intended
 // objective (reference/semantics.hpp), and which of them each profile turns on.
 #include "cli/commands.hpp"
-#include "cli/layout_options.hpp"
+#include "cli/text_format.hpp"
 #include "reference/semantics.hpp"
 
 #include <nlohmann/json.hpp>

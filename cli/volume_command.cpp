@@ -2,8 +2,8 @@
 // (reference/ep_volume.hpp), with the assumptions it rests on.
 #include "cli/cli_checks.hpp"
 #include "cli/commands.hpp"
-#include "cli/layout_options.hpp"
 #include "cli/model_options.hpp"
+#include "cli/text_format.hpp"
 #include "reference/ep_volume.hpp"
 
 #include <nlohmann/json.hpp>

@@ -2,7 +2,7 @@
 
 #include "cli/bench/bench_timing.hpp"
 #include "cli/build_isa.hpp"
-#include "cli/layout_options.hpp"
+#include "cli/text_format.hpp"
 #include "distributed/kernels/grouped_swiglu.hpp"
 #include "reference/random_init.hpp"
 

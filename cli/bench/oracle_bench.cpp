@@ -2,8 +2,8 @@
 
 #include "cli/bench/bench_timing.hpp"
 #include "cli/build_isa.hpp"
-#include "cli/layout_options.hpp"
 #include "cli/model_options.hpp"
+#include "cli/text_format.hpp"
 #include "reference/moe_layer.hpp"
 #include "reference/presets.hpp"
 #include "reference/random_init.hpp"

@@ -1,8 +1,8 @@
 #include "cli/check/check_report.hpp"
 
 #include "cli/check/check_coverage.hpp"
-#include "cli/layout_options.hpp"
 #include "cli/report_output.hpp"
+#include "cli/text_format.hpp"
 #include "formats/config_json.hpp"
 
 #include <cstdio>

@@ -68,7 +68,7 @@ std::vector<CheckRow> rows_of(CheckOptions& o);
 //   run options   (run_options.hpp) the model, batch and scaling: given, the check runs that model instead of the
 //                 default set (--semantics and --quant apply to every default row instead)
 //   row flags     (add_row_flags) set on every row through the row-flag registry, o.row_flags
-//   layout flags  (layout_options.hpp, and --vpp) the one layout every row runs, with --world
+//   layout flags  (add_layout_flags, and --vpp) the one layout every row runs, with --world
 //   job options   kJobOptions: how the whole check runs and reports
 // The options of `check` (the command as declared) that reach the rows none of these ways, and so would be parsed
 // and ignored: none, or a test fails (cli/tests/check_options_test.cpp, which also plants one).

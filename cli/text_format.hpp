@@ -1,5 +1,5 @@
-// Options shared by the layout commands (groups, scaling, volume), named as in docs/cli.md, and the small text
-// helpers their human-readable tables use.
+// How the commands print for people: a layout in one line (and as JSON), counts and sizes as text, and columns
+// padded into a table.
 #pragma once
 
 #include "reference/parallel_layout.hpp"

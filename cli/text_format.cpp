@@ -1,4 +1,4 @@
-#include "cli/layout_options.hpp"
+#include "cli/text_format.hpp"
 
 #include <algorithm>
 #include <cmath>
