@@ -3,6 +3,7 @@
 #include "cuda/gemm.hpp"
 
 #include <stdexcept>
+#include <string>
 
 namespace moe::cuda {
 
@@ -11,11 +12,17 @@ RouterSpec router_spec(const MoeConfig& c) {
   if (c.capacity_factor)
     throw std::invalid_argument("CUDA router: capacity (dropping, padding) is host control; the device router is dropless");
   RouterSpec s;
-  switch (c.score_function) {
-    case ScoreFunction::softmax: s.score = RouterSpec::Score::softmax; break;
-    case ScoreFunction::sigmoid: s.score = RouterSpec::Score::sigmoid; break;
-    case ScoreFunction::sqrtsoftplus: s.score = RouterSpec::Score::sqrtsoftplus; break;
-  }
+  // Every score function the kernels compute; one they do not is refused here, never left at the default (the
+  // kernels' last branch would compute sqrt-softplus for it).
+  s.score = [&] {
+    switch (c.score_function) {
+      case ScoreFunction::softmax: return RouterSpec::Score::softmax;
+      case ScoreFunction::sigmoid: return RouterSpec::Score::sigmoid;
+      case ScoreFunction::sqrtsoftplus: return RouterSpec::Score::sqrtsoftplus;
+    }
+    throw std::invalid_argument("CUDA router: score function " + std::string(to_string(c.score_function)) +
+                                " has no device kernel");
+  }();
   s.pre_softmax = c.pre_softmax;
   s.use_bias = c.expert_bias;
   s.hash = c.hash_routing;
