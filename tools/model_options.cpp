@@ -5,7 +5,7 @@
 
 #include "tools/cli_checks.hpp"
 
-#include "tools/model_file.hpp"
+#include "model_files/model_file.hpp"
 
 #include "reference/memory_estimate.hpp"
 #include "reference/named.hpp"
@@ -109,16 +109,16 @@ std::string ModelOptions::source() const {
   return model_file + " (" + file({}).source + ")";
 }
 
-const ModelFile& ModelOptions::file(const Semantics& semantics) const {
+const model_files::ModelFile& ModelOptions::file(const Semantics& semantics) const {
   const std::string key = model_file + "\n" + semantics.spec();
   auto it = files_->find(key);
-  if (it == files_->end()) it = files_->emplace(key, read_model_file(model_file, semantics)).first;
+  if (it == files_->end()) it = files_->emplace(key, model_files::read_model_file(model_file, semantics)).first;
   return it->second;
 }
 
 std::vector<std::string> ModelOptions::notes(const Semantics& semantics) const {
   if (model_file.empty()) return {};
-  const ModelFile& f = file(semantics);
+  const model_files::ModelFile& f = file(semantics);
   std::vector<std::string> out;
   for (const auto& a : f.assumptions) out.push_back("assumed: " + a);
   // Keys with no effect are named (their reasons are in model_file's notes); unknown keys are shown in full.

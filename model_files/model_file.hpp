@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-namespace moe::cli {
+namespace moe::model_files {
 
 inline constexpr std::string_view kModelFormat = "moe-model/1";
 // The run shape of a model file that gives none (ours without seq/micro_batch, every Hugging Face file): a
@@ -48,4 +48,4 @@ ModelFile read_model_file(const std::filesystem::path& path, const Semantics& se
 nlohmann::ordered_json model_file_json(const LayerPreset& model);
 void write_model_file(const std::filesystem::path& path, const LayerPreset& model);
 
-}  // namespace moe::cli
+}  // namespace moe::model_files

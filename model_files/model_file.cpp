@@ -1,12 +1,12 @@
-#include "tools/model_file.hpp"
+#include "model_files/model_file.hpp"
 
 #include "golden/case_json.hpp"
 #include "golden/model_case.hpp"
 #include "golden/npy.hpp"
 #include "golden/strict_json.hpp"
+#include "model_files/hf_config.hpp"
 #include "reference/model.hpp"
 #include "storage/json_file.hpp"
-#include "tools/hf_config.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +14,7 @@
 #include <fstream>
 #include <stdexcept>
 
-namespace moe::cli {
+namespace moe::model_files {
 namespace {
 
 namespace fs = std::filesystem;
@@ -230,4 +230,4 @@ void write_model_file(const fs::path& path, const LayerPreset& m) {
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-}  // namespace moe::cli
+}  // namespace moe::model_files
