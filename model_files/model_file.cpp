@@ -41,6 +41,14 @@ json parse_file(const fs::path& path) {
   }
 }
 
+json parse_text(std::string_view text, const std::string& origin) {
+  try {
+    return storage::parse_json_text(text, origin);
+  } catch (const storage::StorageError& e) {
+    throw NamedError(e.what());  // names the origin already
+  }
+}
+
 // The model's name when the file does not give one: its stem, or for the conventional names (config.json of a
 // Hugging Face checkout, case.json of a golden case) the folder's.
 std::string name_from_path(const fs::path& path) {
@@ -191,20 +199,43 @@ void check_model(const LayerPreset& m) {
   model.validate();
 }
 
-}  // namespace
-
-ModelFile read_model_file(const fs::path& path, const Semantics& semantics) {
+// `read` gives a model from one source; every format must pass check_model, and every error becomes one line that
+// names `origin` once.
+template <typename Read>
+ModelFile read_checked(const std::string& origin, Read read) {
   try {
-    const json root = parse_file(path);
-    ModelFile out = read_any(root, path, semantics);
+    ModelFile out = read();
     check_model(out.model);
     return out;
   } catch (const NamedError& e) {
     throw std::invalid_argument(one_line(e.what()));
   } catch (const std::exception& e) {
-    throw std::invalid_argument(one_line(path.string() + ": " + e.what()));
+    throw std::invalid_argument(one_line(origin + ": " + e.what()));
   }
 }
+
+ModelFile from_hf(const json& root, const std::string& origin, const Semantics& semantics) {
+  if (!root.is_object()) throw std::invalid_argument("the top level must be a JSON object");
+  if (root.contains("format") || !root.contains("model_type"))
+    throw std::invalid_argument("not a Hugging Face config.json (one has 'model_type' and no 'format')");
+  return model_from_hf_config(root, name_from_path(origin), semantics);
+}
+
+}  // namespace
+
+ModelFile read_model_file(const fs::path& path, const Semantics& semantics) {
+  return read_checked(path.string(), [&] { return read_any(parse_file(path), path, semantics); });
+}
+
+ModelFile read_hf_config(const json& root, const std::string& origin, const Semantics& semantics) {
+  return read_checked(origin, [&] { return from_hf(root, origin, semantics); });
+}
+
+ModelFile read_hf_config_text(std::string_view text, const std::string& origin, const Semantics& semantics) {
+  return read_checked(origin, [&] { return from_hf(parse_text(text, origin), origin, semantics); });
+}
+
+std::string model_source(const std::string& origin, const ModelFile& file) { return origin + " (" + file.source + ")"; }
 
 nlohmann::ordered_json model_file_json(const LayerPreset& m) {
   nlohmann::ordered_json j;

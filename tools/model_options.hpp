@@ -45,7 +45,7 @@ struct ModelOptions {
   LayerPreset resolve(const Semantics& semantics = {}) const;
   // What the model came from, for headers: "tiny-v4", "models/qwen3-30b-a3b.json (Hugging Face qwen3_moe)".
   std::string source() const;
-  // Notes from reading the file: assumptions made, keys with no effect on the MoE layer.
+  // Notes from reading the file (model_files::mapping_notes): assumptions made, keys with no effect on the MoE layer.
   std::vector<std::string> notes(const Semantics& semantics = {}) const;
 
  private:
