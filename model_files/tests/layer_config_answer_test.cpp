@@ -16,14 +16,14 @@
 namespace moe::model_files {
 namespace {
 
-namespace fs = std::filesystem;
 using moe::test::expect_error;
 using nlohmann::json;
+using std::filesystem::path;
 
-const fs::path kModels = MODELS_DIR;
+const path kModels = MODELS_DIR;
 
-std::string text_of(const fs::path& path) {
-  std::ifstream in(path);
+std::string text_of(const path& file) {
+  std::ifstream in(file);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
@@ -41,12 +41,12 @@ TEST(HfConfigInMemory, MapsAsTheFileDoes) {
   const Semantics hf = Semantics::parse("hf-transformers-5.25");
   for (const char* name : {"qwen3-30b-a3b.json", "deepseek-v3.json", "deepseek-v4-flash.json", "mixtral-8x7b.json"}) {
     SCOPED_TRACE(name);
-    const fs::path path = kModels / name;
-    const std::string text = text_of(path);
+    const path file_path = kModels / name;
+    const std::string text = text_of(file_path);
     for (const Semantics& s : {Semantics{}, hf}) {
-      const ModelFile file = read_model_file(path, s);
-      expect_same_file(read_hf_config(json::parse(text), path.string(), s), file);
-      expect_same_file(read_hf_config_text(text, path.string(), s), file);
+      const ModelFile file = read_model_file(file_path, s);
+      expect_same_file(read_hf_config(json::parse(text), file_path.string(), s), file);
+      expect_same_file(read_hf_config_text(text, file_path.string(), s), file);
     }
   }
 }
@@ -54,10 +54,10 @@ TEST(HfConfigInMemory, MapsAsTheFileDoes) {
 TEST(HfConfigInMemory, RefusesWithTheFilesMessage) {
   json j = json::parse(text_of(kModels / "mixtral-8x7b.json"));
   j["hidden_act"] = "gelu";
-  const fs::path path = fs::path(::testing::TempDir()) / "gelu-mixtral.json";
-  std::ofstream(path) << j.dump();
-  const std::string from_file = expect_error("hidden_act", [&] { read_model_file(path); });
-  EXPECT_EQ(expect_error("hidden_act", [&] { read_hf_config(j, path.string()); }), from_file);
+  const path file_path = path(::testing::TempDir()) / "gelu-mixtral.json";
+  std::ofstream(file_path) << j.dump();
+  const std::string from_file = expect_error("hidden_act", [&] { read_model_file(file_path); });
+  EXPECT_EQ(expect_error("hidden_act", [&] { read_hf_config(j, file_path.string()); }), from_file);
 }
 
 TEST(HfConfigInMemory, RefusesWhatIsNotAHuggingFaceConfig) {
@@ -84,14 +84,14 @@ TEST(LayerConfigAnswer, MappingNotes) {
 }
 
 TEST(LayerConfigAnswer, KeysAndHashLayers) {
-  const fs::path path = kModels / "deepseek-v4-flash.json";
-  const ModelFile f = read_model_file(path);
-  const auto answer = layer_config_answer(f.model, model_source(path.string(), f), Semantics{}, mapping_notes(f));
+  const path file_path = kModels / "deepseek-v4-flash.json";
+  const ModelFile f = read_model_file(file_path);
+  const auto answer = layer_config_answer(f.model, model_source(file_path.string(), f), Semantics{}, mapping_notes(f));
   std::vector<std::string> keys;
   for (const auto& [key, value] : answer.items()) keys.push_back(key);
   EXPECT_EQ(keys, (std::vector<std::string>{"moe_oracle", "model", "semantics", "config", "hash_layer_config",
                                             "num_layers", "n_hash_layers", "notes"}));
-  EXPECT_EQ(answer["model"], path.string() + " (Hugging Face config.json (deepseek_v4))");
+  EXPECT_EQ(answer["model"], file_path.string() + " (Hugging Face config.json (deepseek_v4))");
   EXPECT_EQ(answer["semantics"], "intended");
   EXPECT_EQ(answer["n_hash_layers"], f.model.n_hash_layers);
   EXPECT_FALSE(answer["config"]["hash_routing"].get<bool>());
