@@ -1,12 +1,12 @@
 // `moe-oracle config`: the oracle's MoE layer for a model (a preset, or a file: ours, a golden case, a Hugging Face
-// config.json), as the golden config keys that a dump's or a case's "config" holds (golden/README.md). A capture of
-// a live block (python/moe_capture.py) writes this, so the mapping of a config.json exists once, in
-// tools/hf_config.cpp, and a dump says what the model's files define, not what the captured code happened to do.
+// config.json), as the golden config keys that a dump's or a case's "config" holds (golden/README.md). The answer is
+// model_files::layer_config_answer, which the Python capture of a Hugging Face block (python/moe_capture_hf.py) gets
+// from the moe_oracle module: the mapping of a config.json exists once, in model_files/, and a dump says what the
+// model's files define, not what the captured code happened to do. The text form prints the same answer.
 #include "cli/commands.hpp"
 #include "cli/model_options.hpp"
 #include "cli/run_options.hpp"
-#include "formats/config_json.hpp"
-#include "reference/model.hpp"
+#include "model_files/layer_config_answer.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -26,32 +26,18 @@ struct ConfigOptions {
 void run(const ConfigOptions& a) {
   const Semantics& semantics = a.semantics;
   const LayerPreset p = a.model.resolve(semantics);
-  ModelConfig m;
-  m.layer = p.config;
-  m.num_layers = p.num_layers;
-  m.n_hash_layers = p.n_hash_layers;
-  const auto notes = a.model.notes(semantics);
+  const nlohmann::ordered_json answer =
+      model_files::layer_config_answer(p, a.model.source(), semantics, a.model.notes(semantics));
   if (a.json) {
-    nlohmann::ordered_json out;
-    out["moe_oracle"] = MOE_ORACLE_VERSION;
-    out["model"] = a.model.source();
-    out["semantics"] = semantics.spec();
-    out["config"] = formats::config_to_json(m.layer_config(m.n_hash_layers));
-    // DeepSeek-V4's first blocks route by token id: their config differs (hash_routing on, no bias, no groups).
-    out["hash_layer_config"] = nullptr;
-    if (m.n_hash_layers > 0) out["hash_layer_config"] = formats::config_to_json(m.layer_config(0));
-    out["num_layers"] = m.num_layers;
-    out["n_hash_layers"] = m.n_hash_layers;
-    out["notes"] = notes;
-    std::cout << out.dump(2) << "\n";
+    std::cout << answer.dump(2) << "\n";
     return;
   }
-  std::cout << "model     " << a.model.source() << "\nsemantics " << semantics.spec() << "\nconfig    "
-            << formats::config_to_json(m.layer_config(m.n_hash_layers)).dump() << "\n";
-  if (m.n_hash_layers > 0)
-    std::cout << "hash layers (the first " << m.n_hash_layers << " of " << m.num_layers << "): "
-              << formats::config_to_json(m.layer_config(0)).dump() << "\n";
-  for (const auto& note : notes) std::cout << "note: " << note << "\n";
+  std::cout << "model     " << answer["model"].get<std::string>() << "\nsemantics " << semantics.spec()
+            << "\nconfig    " << answer["config"].dump() << "\n";
+  if (p.n_hash_layers > 0)
+    std::cout << "hash layers (the first " << p.n_hash_layers << " of " << p.num_layers
+              << "): " << answer["hash_layer_config"].dump() << "\n";
+  for (const auto& note : answer["notes"]) std::cout << "note: " << note.get<std::string>() << "\n";
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 
 #include "cli/cli_checks.hpp"
 
-#include "tools/model_file.hpp"
+#include "model_files/layer_config_answer.hpp"
+#include "model_files/model_file.hpp"
 
 #include "reference/memory_estimate.hpp"
 #include "reference/named.hpp"
@@ -106,29 +107,19 @@ LayerPreset ModelOptions::resolve(const Semantics& semantics) const {
 
 std::string ModelOptions::source() const {
   if (model_file.empty()) return preset.empty() ? default_preset : preset;
-  return model_file + " (" + file({}).source + ")";
+  return model_files::model_source(model_file, file({}));
 }
 
-const ModelFile& ModelOptions::file(const Semantics& semantics) const {
+const model_files::ModelFile& ModelOptions::file(const Semantics& semantics) const {
   const std::string key = model_file + "\n" + semantics.spec();
   auto it = files_->find(key);
-  if (it == files_->end()) it = files_->emplace(key, read_model_file(model_file, semantics)).first;
+  if (it == files_->end()) it = files_->emplace(key, model_files::read_model_file(model_file, semantics)).first;
   return it->second;
 }
 
 std::vector<std::string> ModelOptions::notes(const Semantics& semantics) const {
   if (model_file.empty()) return {};
-  const ModelFile& f = file(semantics);
-  std::vector<std::string> out;
-  for (const auto& a : f.assumptions) out.push_back("assumed: " + a);
-  // Keys with no effect are named (their reasons are in model_file's notes); unknown keys are shown in full.
-  std::string keys;
-  for (const auto& k : f.ignored) {
-    if (k.starts_with("unknown")) out.push_back(k);
-    else keys += (keys.empty() ? "" : ", ") + k.substr(0, k.find(" = "));
-  }
-  if (!keys.empty()) out.push_back("no effect on the MoE layer: " + keys);
-  return out;
+  return model_files::mapping_notes(file(semantics));
 }
 
 std::vector<std::string> declared_option_names(const std::function<void(CLI::App&)>& declare) {

@@ -1,15 +1,15 @@
 // The model every command takes, from one option set: a preset or a file (ours, a golden case, a Hugging Face
-// config.json: model_file.hpp), then Megatron's flag names overriding single fields, validated once. The layout
-// flags under Megatron's names too (ETP defaulting to TP, as Megatron's does). And the guards a real size needs: a
-// memory estimate before anything large is allocated, and --shrink's rules for checking a model's structure at
-// test size.
+// config.json: model_files/model_file.hpp), then Megatron's flag names overriding single fields, validated once. The
+// layout flags under Megatron's names too (ETP defaulting to TP, as Megatron's does). And the guards a real size
+// needs: a memory estimate before anything large is allocated, and --shrink's rules for checking a model's structure
+// at test size.
 #pragma once
 
 #include "reference/moe_layer.hpp"
 
 #include "reference/parallel_layout.hpp"
 #include "reference/presets.hpp"
-#include "tools/model_file.hpp"
+#include "model_files/model_file.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -45,14 +45,15 @@ struct ModelOptions {
   LayerPreset resolve(const Semantics& semantics = {}) const;
   // What the model came from, for headers: "tiny-v4", "models/qwen3-30b-a3b.json (Hugging Face qwen3_moe)".
   std::string source() const;
-  // Notes from reading the file: assumptions made, keys with no effect on the MoE layer.
+  // Notes from reading the file (model_files::mapping_notes): assumptions made, keys with no effect on the MoE layer.
   std::vector<std::string> notes(const Semantics& semantics = {}) const;
 
  private:
   // The file read and mapped once per semantics: a command asks for its model a dozen times (RunOptions::model()),
   // and each asking re-read and re-parsed it. Shared by copies of the options.
-  const ModelFile& file(const Semantics& semantics) const;
-  std::shared_ptr<std::map<std::string, ModelFile>> files_ = std::make_shared<std::map<std::string, ModelFile>>();
+  const model_files::ModelFile& file(const Semantics& semantics) const;
+  std::shared_ptr<std::map<std::string, model_files::ModelFile>> files_ =
+      std::make_shared<std::map<std::string, model_files::ModelFile>>();
 };
 
 // --preset, --model, and the Megatron-named model flags (--num-experts, --moe-router-topk, …), bound to `o`.

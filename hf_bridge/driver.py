@@ -91,7 +91,7 @@ def shared_clamp_hits(block, x):
     return int((gate > shared.limit).sum() + (up.abs() > shared.limit).sum())
 
 
-def run_case(case, out, oracle):
+def run_case(case, out):
     """Builds, runs and captures the case into `out`; returns facts for the table (the clamp hits)."""
     block, config, g, h = build_block(case)
     B, S = case["batch"], case["seq"]

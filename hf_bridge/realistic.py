@@ -19,7 +19,6 @@ routers compute their logits in bf16, V3's casts to float32); bf16-fp32-router â
 weight kept in float32 and its logits computed in float32 (as a checkpoint loads DeepSeek-V3's gate).
 """
 import argparse
-import os
 import pathlib
 import shutil
 import sys
@@ -258,7 +257,6 @@ def main():
     for b in bugs:
         if b not in BUGS:
             p.error(f"unknown bug {b} (known: {', '.join(BUGS)})")
-    os.environ["MOE_ORACLE_BIN"] = a.oracle  # the capture maps the block's config with it
     sizes = (a.hidden, a.experts, a.topk, a.ffn, a.tokens)
     work = pathlib.Path(a.work) if a.work else pathlib.Path(tempfile.mkdtemp(prefix="moe-realistic-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -13,25 +13,20 @@ capture the model, so that it records what that loss pools from the other layers
 
 Blocks: Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock, DeepseekV2Moe, DeepseekV3MoE and
 DeepseekV4SparseMoeBlock (its hash layers included). The dump's config is not derived here: the block's HF config is
-written to a config.json and `moe-oracle config --model FILE --semantics S --json` maps it (tools/hf_config.cpp), so
-that the capture and `moe-oracle --model config.json` can never disagree on what a config means. What the block
-computes that the mapping cannot see (the router a class hard-codes, the shared expert's width, the experts' weight
-layout) is checked against the config, and a block that differs is refused with the setting named.
+mapped by moe_oracle.map_hf_config, in process, by the library behind `moe-oracle config --model FILE --semantics S
+--json` (model_files/), so that the capture and `moe-oracle --model config.json` can never disagree on what a config
+means. What the block computes that the mapping cannot see (the router a class hard-codes, the shared expert's width,
+the experts' weight layout) is checked against the config, and a block that differs is refused with the setting named.
 
-The moe-oracle binary is looked for in $MOE_ORACLE_BIN, then as `moe-oracle` on PATH, then in this repository's build
-(build/tools/moe-oracle beside python/, or $MOE_BUILD_DIR/tools/moe-oracle). The experts may run any implementation
-transformers dispatches (eager, and 5.25's default grouped_mm or batched_mm): the capture reads the block's input and
-output, the gate's selection and the fused weights' gradients, none of which depends on it; dump.json's dispatcher
-names the one that ran. Parameters may differ in dtype as checkpoints load them (a bf16 DeepSeek-V3 keeps gate.weight
-and its correction bias in float32): each array is written in its own dtype, dump.json's dtype is the activations'.
+The moe_oracle extension is imported when a block is captured: installed (`pip install` of this repository) or on
+PYTHONPATH (a build's python/ folder). The experts may run any implementation transformers dispatches (eager, and
+5.25's default grouped_mm or batched_mm): the capture reads the block's input and output, the gate's selection and
+the fused weights' gradients, none of which depends on it; dump.json's dispatcher names the one that ran. Parameters
+may differ in dtype as checkpoints load them (a bf16 DeepSeek-V3 keeps gate.weight and its correction bias in
+float32): each array is written in its own dtype, dump.json's dtype is the activations'.
 """
 import contextlib
-import json
-import os
 import pathlib
-import shutil
-import subprocess
-import tempfile
 
 
 # class name -> (family, attribute of the shared expert, attribute of its sigmoid gate)
@@ -60,32 +55,6 @@ from moe_capture_write import FORMAT, LOSS, CaptureError  # noqa: E402
 
 def is_hf_block(layer):
     return type(layer).__name__ in BLOCKS
-
-
-def _executable(path):
-    return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def find_oracle(oracle=None):
-    """The moe-oracle binary that maps the block's config: `oracle` when given, else $MOE_ORACLE_BIN, `moe-oracle` on
-    PATH, this repository's build ($MOE_BUILD_DIR or build/ beside python/, then tools/moe-oracle), in that order. A
-    named binary that is not there is an error, not a reason to look elsewhere."""
-    for given, what in ((oracle, "oracle"), (os.environ.get("MOE_ORACLE_BIN"), "MOE_ORACLE_BIN")):
-        if given:
-            if not _executable(given):
-                raise CaptureError(f"{what}={given}: not an executable file (it should name a built moe-oracle)")
-            return given
-    on_path = shutil.which("moe-oracle")
-    if on_path:
-        return on_path
-    build = pathlib.Path(os.environ.get("MOE_BUILD_DIR") or pathlib.Path(__file__).resolve().parent.parent / "build")
-    built = build / "tools" / "moe-oracle"
-    if _executable(built):
-        return str(built)
-    raise CaptureError("no moe-oracle binary (the dump's config is mapped by `moe-oracle config`): MOE_ORACLE_BIN is "
-                       f"not set, no moe-oracle is on PATH, and this repository's build has none at {built} "
-                       "(`tools/setup.sh moe-oracle` builds it there). Set MOE_ORACLE_BIN=/path/to/moe-oracle, or put "
-                       "its folder on PATH")
 
 
 def hf_config_dict(layer):
@@ -124,30 +93,29 @@ def hf_config_dict(layer):
     return d
 
 
-def oracle_config(layer, semantics, oracle=None):
-    """`moe-oracle config --model config.json --semantics S --json`: (the golden config keys of this block's layer,
-    the semantics spec, the mapping's notes)."""
-    d = hf_config_dict(layer)
-    with tempfile.TemporaryDirectory(prefix="moe-hf-config-") as tmp:
-        path = pathlib.Path(tmp) / "config.json"
-        path.write_text(json.dumps(d, indent=2) + "\n")
-        command = [find_oracle(oracle), "config", "--model", str(path), "--semantics", semantics, "--json"]
-        result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        lines = (result.stderr or result.stdout).strip().splitlines()
-        raise CaptureError("moe-oracle config refused the block's config: " + (lines[-1] if lines else
-                                                                               f"exit {result.returncode}"))
-    answer = json.loads(result.stdout)
+def oracle_config(layer, semantics):
+    """moe_oracle.map_hf_config of the block's config (what `moe-oracle config --model config.json --semantics S
+    --json` answers): (the golden config keys of this block's layer, the semantics spec, the mapping's notes)."""
+    try:
+        import moe_oracle
+    except ImportError as e:
+        raise CaptureError(f"the moe_oracle extension maps the block's config and cannot be imported ({e}): pip "
+                           "install this repository, or put a build's python/ folder on PYTHONPATH") from e
+    d, name = hf_config_dict(layer), f"{type(layer).__name__}'s config"
+    try:
+        answer = moe_oracle.map_hf_config(d, semantics=semantics, name=name)
+    except ValueError as e:
+        raise CaptureError(f"the oracle refused the block's config: {e}") from e
     if getattr(layer, "is_hash", False):
         # A V4 hash layer (DeepseekV4HashRouter): its layer config differs from the routed layers' (hash_routing on,
-        # no expert bias, no groups); the command gives it when the model has hash layers.
+        # no expert bias, no groups); the mapping gives it when the model has hash layers.
         if not answer.get("hash_layer_config"):
             raise CaptureError("the block is a hash layer but its config maps no hash layers (mlp_layer_types)")
         config = dict(answer["hash_layer_config"])
     else:
         config = dict(answer["config"])
     config.pop("semantics", None)  # a top-level key of dump.json, not of its config
-    return config, answer.get("semantics", semantics), answer.get("notes", [])
+    return config, answer["semantics"], answer["notes"]
 
 
 def _check_layout(layer, config):
@@ -427,14 +395,14 @@ def check_dtypes(layer):
 
 
 @contextlib.contextmanager
-def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extra_meta=None, oracle=None,
-               replace=False, model=None, aux_loss_coef=None):
+def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extra_meta=None, replace=False, model=None,
+               aux_loss_coef=None):
     """Records the Hugging Face MoE block `layer` over the block (one forward and its backward) and writes `out` as
     a single-rank moe-dump/1 at its end. semantics: what transformers is claimed to compute (`moe-oracle
-    semantics`); it also selects how `moe-oracle config` maps the config; replace: replace a dump `out` holds. The
-    block, its config and `out` are checked before the block runs; hooks are removed however it ends; the dump is put
-    in place whole only when it ends normally (moe_capture_write.py), `out` otherwise left as it was. Single rank:
-    in a job of several processes, capture on one of them, or give each its own `out`.
+    semantics`); it also selects how the config is mapped (moe_oracle.map_hf_config); replace: replace a dump `out`
+    holds. The block, its config and `out` are checked before the block runs; hooks are removed however it ends; the
+    dump is put in place whole only when it ends normally (moe_capture_write.py), `out` otherwise left as it was.
+    Single rank: in a job of several processes, capture on one of them, or give each its own `out`.
     model: the transformers model whose forward runs inside the capture, when its loss adds the balance loss
     (AuxPool); aux_loss_coef: what the loss adds times that balance loss, when not transformers' own rule (0: none).
     A block whose config sets output_router_logits is refused without either: its loss would not be described."""
@@ -460,7 +428,7 @@ def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extr
                            "aux_loss_coef=0 if your loss leaves it out")
     else:
         aux = None
-    config, semantics, assumptions = oracle_config(layer, semantics, oracle)
+    config, semantics, assumptions = oracle_config(layer, semantics)
     semantics = clamp_semantics(semantics, "swiglu_clamp" in config, next(layer.parameters()))
     _check_layout(layer, config)
     implementation = experts_implementation(layer)

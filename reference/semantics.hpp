@@ -48,7 +48,7 @@ constexpr int kDeviations = static_cast<int>(Deviation::per_token_aux_group_toke
 
 // modelled: the oracle computes it; replayed: compare takes the decision from the dump; scaling: a gradient scale;
 // refused: the oracle refuses the step; mapped: applied when a Hugging Face config.json is mapped onto the layer
-// (tools/hf_config.cpp), so the oracle computes the mapped layer and toggling it later changes nothing.
+// (model_files/hf_config.cpp), so the oracle computes the mapped layer and toggling it later changes nothing.
 enum class DeviationKind { modelled, replayed, scaling, refused, mapped };
 std::string_view to_string(DeviationKind kind);  // "modelled", "replayed", "scaling", "refused", "mapped"
 

@@ -33,5 +33,6 @@ void bind_layer(py::module_& m);
 void bind_step(py::module_& m);
 void bind_layout(py::module_& m);
 void bind_golden(py::module_& m);
+void bind_model_files(py::module_& m);
 
 }  // namespace moe::python

@@ -18,6 +18,7 @@ step       global_step, random_model_params, random_global_batch (the objective 
 config     layer_config, model_config, presets
 layout     parallel_layout, process_groups, all_process_groups, grad_sync_table, loss_scale_table
 golden     read_case, write_case, case_tensor_names, tolerance (the one tolerance table)
+models     map_hf_config (a Hugging Face config.json as `moe-oracle config --model` maps it)
 semantics  Semantics, deviations, profiles)doc";
   m.attr("__version__") = MOE_ORACLE_VERSION;
   py::register_exception<moe::golden::CaseFormatError>(m, "CaseFormatError", PyExc_ValueError);
@@ -28,4 +29,5 @@ semantics  Semantics, deviations, profiles)doc";
   moe::python::bind_step(m);
   moe::python::bind_layout(m);
   moe::python::bind_golden(m);
+  moe::python::bind_model_files(m);
 }

@@ -7,7 +7,6 @@ python.pytest); tools/hf-check runs it in the transformers venv.
 """
 import hashlib
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -23,7 +22,6 @@ sys.path.insert(0, str(HERE))
 
 import fake_megatron  # noqa: E402
 import moe_capture  # noqa: E402
-import moe_capture_hf  # noqa: E402
 from moe_capture import CaptureError, capture  # noqa: E402
 from oracle_binary import compare  # noqa: E402
 
@@ -337,52 +335,3 @@ def test_one_rank_failing_to_write_leaves_the_old_dump(megatron, tmp_path):
     assert "rank 1 could not write its part" in results[0]["error"]
     assert tree(out) == before
     assert not [n for n in beside(out) if ".tmp-" in n or ".old-" in n]
-
-
-# --- the oracle binary -----------------------------------------------------------------------------------------------
-def fake_binary(folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "moe-oracle"
-    path.write_text("#!/bin/sh\n")
-    path.chmod(0o755)
-    return path
-
-
-def test_oracle_found_in_order(tmp_path, monkeypatch):
-    env_bin, path_bin, build_bin = (fake_binary(tmp_path / w) for w in ("env", "path", "build/tools"))
-    monkeypatch.setenv("MOE_ORACLE_BIN", str(env_bin))
-    monkeypatch.setenv("PATH", str(path_bin.parent))
-    monkeypatch.setenv("MOE_BUILD_DIR", str(tmp_path / "build"))
-    assert moe_capture_hf.find_oracle() == str(env_bin)
-    monkeypatch.delenv("MOE_ORACLE_BIN")
-    assert moe_capture_hf.find_oracle() == str(path_bin)
-    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
-    assert moe_capture_hf.find_oracle() == str(build_bin)
-
-
-def test_oracle_missing_names_every_place(tmp_path, monkeypatch):
-    monkeypatch.delenv("MOE_ORACLE_BIN", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setenv("MOE_BUILD_DIR", str(tmp_path / "build"))
-    with pytest.raises(CaptureError) as e:
-        moe_capture_hf.find_oracle()
-    said = str(e.value)
-    assert "MOE_ORACLE_BIN is not set" in said and "PATH" in said and str(tmp_path / "build/tools/moe-oracle") in said
-    assert "Set MOE_ORACLE_BIN=" in said and "oracle=" not in said.replace("MOE_ORACLE_BIN=", "")
-
-
-def test_oracle_variable_naming_nothing_is_an_error(tmp_path, monkeypatch):
-    monkeypatch.setenv("MOE_ORACLE_BIN", str(tmp_path / "missing"))
-    with pytest.raises(CaptureError, match="MOE_ORACLE_BIN=.*not an executable file"):
-        moe_capture_hf.find_oracle()
-
-
-def test_default_build_folder_is_beside_python():
-    assert moe_capture_hf.__file__  # the repository's build/ is found from the module's own place
-    build = pathlib.Path(moe_capture_hf.__file__).resolve().parent.parent / "build" / "tools" / "moe-oracle"
-    env = {k: v for k, v in os.environ.items() if k not in ("MOE_ORACLE_BIN", "MOE_BUILD_DIR")}
-    env["PATH"] = "/nonexistent"
-    code = "import moe_capture_hf as m\ntry:\n print(m.find_oracle())\nexcept Exception as e:\n print(e)"
-    said = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          cwd=HERE.parent).stdout
-    assert str(build) in said

@@ -1,7 +1,7 @@
-// read_model_file (tools/model_file.hpp): each shipped model file (models/) maps onto the MoeConfig and depth
+// read_model_file (model_files/model_file.hpp): each shipped model file (models/) maps onto the MoeConfig and depth
 // derived here by hand from the file's numbers, field by field; our format round-trips; golden cases read; every
 // refusal is one line naming the file and the key; no key of a Hugging Face file is dropped silently.
-#include "tools/model_file.hpp"
+#include "model_files/model_file.hpp"
 
 #include "golden/case_json.hpp"
 #include "reference/presets.hpp"
@@ -19,7 +19,7 @@
 
 #include <sys/stat.h>
 
-namespace moe::cli {
+namespace moe::model_files {
 namespace {
 
 namespace fs = std::filesystem;
@@ -593,4 +593,4 @@ TEST(ModelFile, RefusesASharedExpertWidthPastInt) {
 }
 
 }  // namespace
-}  // namespace moe::cli
+}  // namespace moe::model_files

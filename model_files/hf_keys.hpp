@@ -3,7 +3,7 @@
 #pragma once
 
 #include "reference/named.hpp"
-#include "tools/model_file.hpp"
+#include "model_files/model_file.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-namespace moe::cli::hf {
+namespace moe::model_files::hf {
 
 using nlohmann::json;
 
@@ -207,4 +207,4 @@ class HfKeys {
   std::set<std::string> read_;
 };
 
-}  // namespace moe::cli::hf
+}  // namespace moe::model_files::hf

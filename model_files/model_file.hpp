@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-namespace moe::cli {
+namespace moe::model_files {
 
 inline constexpr std::string_view kModelFormat = "moe-model/1";
 // The run shape of a model file that gives none (ours without seq/micro_batch, every Hugging Face file): a
@@ -43,9 +43,21 @@ struct ModelFile {
 // a Hugging Face file: its "mapped" deviations (reference/semantics.hpp) change how the file is mapped.
 ModelFile read_model_file(const std::filesystem::path& path, const Semantics& semantics = {});
 
+// A Hugging Face config.json that is not in a file (the Python capture of a live block holds its config as a dict):
+// what read_model_file gives for a file at `origin` with this content — the same mapping, checks and one-line
+// errors, named by `origin`. Anything but a Hugging Face config (no "model_type", or a "format") is refused.
+ModelFile read_hf_config(const nlohmann::json& root, const std::string& origin, const Semantics& semantics = {});
+// The same from the text, parsed under the limits every JSON read from outside gets (storage/json_file.hpp). Named
+// apart from the overload above: a json converts from a string, so the two would be ambiguous on a literal.
+ModelFile read_hf_config_text(std::string_view text, const std::string& origin, const Semantics& semantics = {});
+
+// What a model read from `origin` came from, for headers and answers: "models/mixtral-8x7b.json (Hugging Face
+// config.json (mixtral))".
+std::string model_source(const std::string& origin, const ModelFile& file);
+
 // Our format for a model: what read_model_file reads back to the same LayerPreset (the config's "semantics" is
 // always written).
 nlohmann::ordered_json model_file_json(const LayerPreset& model);
 void write_model_file(const std::filesystem::path& path, const LayerPreset& model);
 
-}  // namespace moe::cli
+}  // namespace moe::model_files

@@ -1,6 +1,6 @@
-#include "tools/hf_config.hpp"
+#include "model_files/hf_config.hpp"
 
-#include "tools/hf_keys.hpp"
+#include "model_files/hf_keys.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace moe::cli {
+namespace moe::model_files {
 namespace {
 
 using nlohmann::json;
@@ -429,4 +429,4 @@ ModelFile model_from_hf_config(const json& root, const std::string& name, const 
   return out;
 }
 
-}  // namespace moe::cli
+}  // namespace moe::model_files

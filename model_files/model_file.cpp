@@ -1,12 +1,12 @@
-#include "tools/model_file.hpp"
+#include "model_files/model_file.hpp"
 
 #include "formats/npy.hpp"
 #include "formats/strict_json.hpp"
 #include "golden/case_json.hpp"
 #include "golden/model_case.hpp"
+#include "model_files/hf_config.hpp"
 #include "reference/model.hpp"
 #include "storage/json_file.hpp"
-#include "tools/hf_config.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +14,7 @@
 #include <fstream>
 #include <stdexcept>
 
-namespace moe::cli {
+namespace moe::model_files {
 namespace {
 
 namespace fs = std::filesystem;
@@ -38,6 +38,14 @@ json parse_file(const fs::path& path) {
     return storage::read_json_file(path);
   } catch (const storage::StorageError& e) {
     throw NamedError(e.what());  // names the file already
+  }
+}
+
+json parse_text(std::string_view text, const std::string& origin) {
+  try {
+    return storage::parse_json_text(text, origin);
+  } catch (const storage::StorageError& e) {
+    throw NamedError(e.what());  // names the origin already
   }
 }
 
@@ -191,20 +199,43 @@ void check_model(const LayerPreset& m) {
   model.validate();
 }
 
-}  // namespace
-
-ModelFile read_model_file(const fs::path& path, const Semantics& semantics) {
+// `read` gives a model from one source; every format must pass check_model, and every error becomes one line that
+// names `origin` once.
+template <typename Read>
+ModelFile read_checked(const std::string& origin, Read read) {
   try {
-    const json root = parse_file(path);
-    ModelFile out = read_any(root, path, semantics);
+    ModelFile out = read();
     check_model(out.model);
     return out;
   } catch (const NamedError& e) {
     throw std::invalid_argument(one_line(e.what()));
   } catch (const std::exception& e) {
-    throw std::invalid_argument(one_line(path.string() + ": " + e.what()));
+    throw std::invalid_argument(one_line(origin + ": " + e.what()));
   }
 }
+
+ModelFile from_hf(const json& root, const std::string& origin, const Semantics& semantics) {
+  if (!root.is_object()) throw std::invalid_argument("the top level must be a JSON object");
+  if (root.contains("format") || !root.contains("model_type"))
+    throw std::invalid_argument("not a Hugging Face config.json (one has 'model_type' and no 'format')");
+  return model_from_hf_config(root, name_from_path(origin), semantics);
+}
+
+}  // namespace
+
+ModelFile read_model_file(const fs::path& path, const Semantics& semantics) {
+  return read_checked(path.string(), [&] { return read_any(parse_file(path), path, semantics); });
+}
+
+ModelFile read_hf_config(const json& root, const std::string& origin, const Semantics& semantics) {
+  return read_checked(origin, [&] { return from_hf(root, origin, semantics); });
+}
+
+ModelFile read_hf_config_text(std::string_view text, const std::string& origin, const Semantics& semantics) {
+  return read_checked(origin, [&] { return from_hf(parse_text(text, origin), origin, semantics); });
+}
+
+std::string model_source(const std::string& origin, const ModelFile& file) { return origin + " (" + file.source + ")"; }
 
 nlohmann::ordered_json model_file_json(const LayerPreset& m) {
   nlohmann::ordered_json j;
@@ -230,4 +261,4 @@ void write_model_file(const fs::path& path, const LayerPreset& m) {
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-}  // namespace moe::cli
+}  // namespace moe::model_files

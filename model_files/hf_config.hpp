@@ -3,13 +3,13 @@
 #pragma once
 
 #include "reference/named.hpp"
-#include "tools/model_file.hpp"
+#include "model_files/model_file.hpp"
 
 #include <nlohmann/json_fwd.hpp>
 
 #include <string>
 
-namespace moe::cli {
+namespace moe::model_files {
 
 // The model types the mapping knows (config.json's "model_type"), in the order error messages list them.
 enum class HfModelType { deepseek_v2, deepseek_v3, deepseek_v4, mixtral, qwen2_moe, qwen3_moe };
@@ -24,4 +24,4 @@ inline constexpr Named<HfModelType> kHfModelTypes[] = {
 // mapped deviations apply here (v2-gate-softmax-scaled: DeepSeek-V2's gate as transformers computes it).
 ModelFile model_from_hf_config(const nlohmann::json& root, const std::string& name, const Semantics& semantics = {});
 
-}  // namespace moe::cli
+}  // namespace moe::model_files
