@@ -39,8 +39,9 @@ import numpy as np
 
 from moe_capture_tensors import (activation_dtype, check_backward_seen, clamp_semantics, gradient_notes,
                                  gradient_or_missing, merged_meta, numpy_of)
-from moe_capture_write import (FORMAT, LOSS, CaptureError, DumpWriter, Ranks, capture_block, save_json, save_npy,
-                               sync_directory)
+from moe_capture_write import (EXPERT_BIAS, FORMAT, HIDDEN_STATES, HIDDEN_STATES_GRAD, LOCAL_TOKENS_PER_EXPERT, LOSS,
+                               OUTPUT, OUTPUT_GRAD, PADDING_MASK, PROBS, ROUTING_MAP, CaptureError, DumpWriter, Ranks,
+                               capture_block, save_json, save_npy, sync_directory)
 
 # Megatron's moe_router_load_balancing_type -> the golden config's aux_loss_type
 LOAD_BALANCING = {"none": None, "aux_loss": "aux", "seq_aux_loss": "seq_aux", "global_aux_loss": "global_aux"}
@@ -164,12 +165,12 @@ class Capture:
         if self.forwards > 1:
             return  # compare judges one forward: the second is refused when the block ends
         x = args[0] if args else kwargs["hidden_states"]
-        self.tensors["hidden_states"] = x.detach().clone()
-        mask = kwargs.get("padding_mask")
+        self.tensors[HIDDEN_STATES] = x.detach().clone()
+        mask = kwargs.get("padding_mask")  # MoELayer.forward's keyword
         if mask is not None:  # MoELayer takes [B, S_local], True = padded; the dump holds [S_local, B]
-            self.tensors["padding_mask"] = mask.detach().transpose(0, 1).clone()
+            self.tensors[PADDING_MASK] = mask.detach().transpose(0, 1).clone()
         if x.requires_grad:
-            self._handles.append(x.register_hook(lambda g: self.tensors.__setitem__("hidden_states.grad", g.clone())))
+            self._handles.append(x.register_hook(lambda g: self.tensors.__setitem__(HIDDEN_STATES_GRAD, g.clone())))
         for name, p in module.named_parameters():
             self._params_before[name] = p.detach().clone()
             grad = getattr(p, "main_grad", None)
@@ -184,9 +185,9 @@ class Capture:
         if self.forwards > 1:
             return
         y = out[0] if isinstance(out, tuple) else out
-        self.tensors["output"] = y.detach().clone()
+        self.tensors[OUTPUT] = y.detach().clone()
         if y.requires_grad:
-            self._handles.append(y.register_hook(lambda g: self.tensors.__setitem__("output.grad", g.clone())))
+            self._handles.append(y.register_hook(lambda g: self.tensors.__setitem__(OUTPUT_GRAD, g.clone())))
 
     def install(self):
         self._tap = _Tap(self.layer)
@@ -205,7 +206,7 @@ class Capture:
         if self.forwards != 1:
             raise CaptureError(f"the layer ran {self.forwards} forward(s) inside the block: capture one forward and "
                                "its backward (a microbatch), not a whole step of several")
-        if "output" not in self.tensors:
+        if OUTPUT not in self.tensors:
             raise CaptureError("the layer's forward was not seen")
         check_backward_seen(self.tensors)
 
@@ -234,21 +235,21 @@ class Capture:
         for name, p in self._params_before.items():
             save(name, p)
         missing, frozen = [], []
-        if "output.grad" in self.tensors:  # a forward-only dump holds no gradient
+        if OUTPUT_GRAD in self.tensors:  # a forward-only dump holds no gradient
             for name, p in layer.named_parameters():
                 grad = gradient_or_missing(p, self._grads_before.get(name), missing, frozen, name)
                 if grad is not None:
                     save(name + ".grad", grad)
         if self._tap.router_out is not None:
             probs, routing_map = self._tap.router_out[:2]
-            save("router.probs", probs)
-            save("router.routing_map", routing_map)
+            save(PROBS, probs)
+            save(ROUTING_MAP, routing_map)
         if self._bias_before is not None:
-            save("router.expert_bias", self._bias_before.double())
+            save(EXPERT_BIAS, self._bias_before.double())
             counts = layer.router.local_tokens_per_expert.detach()
             if self._counts_before is not None:
                 counts = counts - self._counts_before
-            save("router.local_tokens_per_expert", counts.long())
+            save(LOCAL_TOKENS_PER_EXPERT, counts.long())
         for tag, value in self._tap.attached.items():
             if tag is not None:
                 save_npy(d / f"{tag}.npy", np.float64(value))
@@ -256,7 +257,7 @@ class Capture:
         return {"missing": missing, "frozen": frozen}
 
     def meta(self, layout, config):
-        x = self.tensors["hidden_states"]
+        x = self.tensors[HIDDEN_STATES]
         seq_local, batch = x.shape[0], x.shape[1]
         return {"format": FORMAT, "producer": self.producer, "config": config,
                 "semantics": self.semantics, "layout": layout,

@@ -50,7 +50,9 @@ BOOKKEEPING = ("chunk_size_feed_forward", "id2label", "label2id", "is_encoder_de
 
 from moe_capture_tensors import (activation_dtype, check_backward_seen, clamp_semantics,  # noqa: E402
                                  gradient_notes, gradient_or_missing, merged_meta, numpy_of)
-from moe_capture_write import FORMAT, LOSS, CaptureError  # noqa: E402
+from moe_capture_write import (EXPERT_BIAS, FORMAT, HIDDEN_STATES, HIDDEN_STATES_GRAD, LOSS, OUTPUT,  # noqa: E402
+                               OUTPUT_GRAD, PROBS, ROUTER_WEIGHT, SHARED_FC1, SHARED_FC1_GRAD, SHARED_FC2, SHARED_GATE,
+                               TID2EID, CaptureError)
 
 
 def is_hf_block(layer):
@@ -271,7 +273,7 @@ class HfCapture:
         x = args[0] if args else kwargs["hidden_states"]
         if x.dim() != 3:
             raise CaptureError(f"hidden_states of shape {tuple(x.shape)}: the block is captured on [B, S, h]")
-        self.tensors["hidden_states"] = x.detach().transpose(0, 1).clone()  # HF [B, S, h] -> the dump's [S, B, h]
+        self.tensors[HIDDEN_STATES] = x.detach().transpose(0, 1).clone()  # HF [B, S, h] -> the dump's [S, B, h]
         ids = args[1] if len(args) > 1 else kwargs.get("input_ids")
         if getattr(module, "is_hash", False):
             if ids is None:
@@ -279,7 +281,7 @@ class HfCapture:
             self.tensors["input_ids"] = ids.detach().reshape(x.shape[0], x.shape[1]).transpose(0, 1).clone()
         if x.requires_grad:
             self._handles.append(x.register_hook(
-                lambda g: self.tensors.__setitem__("hidden_states.grad", g.transpose(0, 1).clone())))
+                lambda g: self.tensors.__setitem__(HIDDEN_STATES_GRAD, g.transpose(0, 1).clone())))
         for name, p in module.named_parameters():
             self.params_before[name] = p.detach().clone()
             self.grads_before[name] = None if p.grad is None else p.grad.detach().clone()
@@ -293,10 +295,10 @@ class HfCapture:
     def _post(self, module, args, kwargs, out):
         if self.forwards > 1:
             return
-        self.tensors["output"] = out.detach().transpose(0, 1).clone()
+        self.tensors[OUTPUT] = out.detach().transpose(0, 1).clone()
         if out.requires_grad:
             self._handles.append(out.register_hook(
-                lambda g: self.tensors.__setitem__("output.grad", g.transpose(0, 1).clone())))
+                lambda g: self.tensors.__setitem__(OUTPUT_GRAD, g.transpose(0, 1).clone())))
 
     def install(self):
         self._handles.append(self.layer.register_forward_pre_hook(self._pre, with_kwargs=True))
@@ -315,7 +317,7 @@ class HfCapture:
 
         if self.forwards != 1:
             raise CaptureError(f"the block ran {self.forwards} forward(s) inside the capture: capture one")
-        if "output" not in self.tensors:
+        if OUTPUT not in self.tensors:
             raise CaptureError("the block's forward was not seen")
         check_backward_seen(self.tensors)
         floor = activation_dtype(self.tensors)
@@ -324,7 +326,7 @@ class HfCapture:
         save = lambda name, t: save_npy(d / f"{name}.npy", numpy_of(t, floor))  # noqa: E731
         for name, t in self.tensors.items():
             save(name, t)
-        backward = "output.grad" in self.tensors
+        backward = OUTPUT_GRAD in self.tensors
         params = dict(self.layer.named_parameters())
         missing, frozen = [], []
 
@@ -332,16 +334,16 @@ class HfCapture:
             return gradient_or_missing(params[hf], self.grads_before.get(hf), missing, frozen, hf)
 
         family_shared = BLOCKS[type(self.layer).__name__][1:]
-        names = {"gate.weight": "router.weight"}
+        names = {"gate.weight": ROUTER_WEIGHT}
         if config.get("expert_bias"):
-            names["gate.e_score_correction_bias"] = "router.expert_bias"
+            names["gate.e_score_correction_bias"] = EXPERT_BIAS
         if config.get("hash_routing"):
-            names["gate.tid2eid"] = "router.tid2eid"
+            names["gate.tid2eid"] = TID2EID
         shared, shared_gate = family_shared
         if shared:
-            names[f"{shared}.down_proj.weight"] = "shared_experts.linear_fc2.weight"
+            names[f"{shared}.down_proj.weight"] = SHARED_FC2
         if shared_gate:
-            names[f"{shared_gate}.weight"] = "shared_experts.gate_weight"
+            names[f"{shared_gate}.weight"] = SHARED_GATE
         for hf, ours in names.items():
             save(ours, self.params_before[hf])
             g = grad(hf) if backward and hf in params else None  # buffers (the bias, the table) have none
@@ -349,11 +351,11 @@ class HfCapture:
                 save(ours + ".grad", g)
         if shared:  # the oracle's fc1 is [gate; up]: HF keeps the two Linear layers apart
             gate, up = f"{shared}.gate_proj.weight", f"{shared}.up_proj.weight"
-            save("shared_experts.linear_fc1.weight", torch.cat([self.params_before[gate], self.params_before[up]]))
+            save(SHARED_FC1, torch.cat([self.params_before[gate], self.params_before[up]]))
             if backward:
                 gg, gu = grad(gate), grad(up)
                 if gg is not None and gu is not None:
-                    save("shared_experts.linear_fc1.weight.grad", torch.cat([gg, gu]))
+                    save(SHARED_FC1_GRAD, torch.cat([gg, gu]))
         fc1, fc2 = self.params_before["experts.gate_up_proj"], self.params_before["experts.down_proj"]
         # None for both fused tensors when no token reached any expert or the experts were detached: zeros, named
         g1 = grad("experts.gate_up_proj") if backward else None
@@ -368,14 +370,14 @@ class HfCapture:
                 save(stem + "linear_fc2.weight.grad", g2[i])
         if self.routing is not None:
             weights, indices = self.routing  # the gate's top-k weights, in the dtype it computed them in
-            tokens = self.tensors["hidden_states"].shape[0] * self.tensors["hidden_states"].shape[1]
+            tokens = self.tensors[HIDDEN_STATES].shape[0] * self.tensors[HIDDEN_STATES].shape[1]
             # HF's rows are b·S + s; the dump's s·B + b.
-            B, S = self.tensors["hidden_states"].shape[1], self.tensors["hidden_states"].shape[0]
+            B, S = self.tensors[HIDDEN_STATES].shape[1], self.tensors[HIDDEN_STATES].shape[0]
             reorder = lambda t: t.reshape(B, S, -1).transpose(0, 1).reshape(tokens, -1)  # noqa: E731
             weights, indices = reorder(weights), reorder(indices.long())
             probs = torch.zeros(tokens, config["num_experts"], dtype=weights.dtype).scatter(1, indices, weights)
             routing_map = torch.zeros(tokens, config["num_experts"], dtype=torch.bool).scatter(1, indices, True)
-            save("router.probs", probs)
+            save(PROBS, probs)
             save_npy(d / "router.routing_map.npy", routing_map.numpy())
             if config.get("expert_bias"):
                 save_npy(d / "router.local_tokens_per_expert.npy", routing_map.sum(0).long().numpy())
@@ -451,7 +453,7 @@ def capture_hf(layer, out, semantics="hf-transformers-5.25", producer=None, extr
         raise
 
     def write_meta(folder, per_rank):
-        x = cap.tensors["hidden_states"]
+        x = cap.tensors[HIDDEN_STATES]
         notes = {"moe_oracle_config": assumptions,
                  "aux_loss": aux_note or ("none: the run's loss adds no balance loss" if aux or aux_loss_coef == 0
                                           else "none: transformers computes its balance loss in the model, not in "

@@ -5,7 +5,7 @@ running torch. Imported by both; imports neither.
 """
 import numpy as np
 
-from moe_capture_write import CaptureError
+from moe_capture_write import HIDDEN_STATES, HIDDEN_STATES_GRAD, OUTPUT, OUTPUT_GRAD, CaptureError
 
 
 # dump dtype name -> how wide it is (a file may hold the dump's dtype or a wider one, never a narrower: compare/README)
@@ -19,9 +19,9 @@ def dtype_name(t):
 
 def activation_dtype(tensors):
     """dump.json's dtype: the narrower of the layer's input and output (`tensors` as a capture holds them)."""
-    names = [dtype_name(tensors[k]) for k in ("hidden_states", "output") if k in tensors]
+    names = [dtype_name(tensors[k]) for k in (HIDDEN_STATES, OUTPUT) if k in tensors]
     if None in names or not names:
-        shown = ", ".join(f"{k} {tensors[k].dtype}" for k in ("hidden_states", "output") if k in tensors)
+        shown = ", ".join(f"{k} {tensors[k].dtype}" for k in (HIDDEN_STATES, OUTPUT) if k in tensors)
         raise CaptureError(f"activations of dtype {shown}: float64, float32 or bfloat16 are compared")
     return min(names, key=WIDTH.get)
 
@@ -45,7 +45,7 @@ def numpy_of(t, floor=None):
 
 def check_backward_seen(tensors):
     """A dump with output.grad holds hidden_states.grad too, and the other way round (compare refuses one alone)."""
-    if ("output.grad" in tensors) != ("hidden_states.grad" in tensors):
+    if (OUTPUT_GRAD in tensors) != (HIDDEN_STATES_GRAD in tensors):
         raise CaptureError("a backward needs the layer's input to require grad (hidden_states.grad with output.grad), "
                            "or neither (a forward-only dump)")
 

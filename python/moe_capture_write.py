@@ -39,6 +39,17 @@ import numpy as np
 # The dump's format and the loss every capture's gradients are of (compare/README.md), for both captures.
 FORMAT = "moe-dump/1"
 LOSS = "sum(output.grad * output) + aux_loss + z_loss"
+
+# The tensor names of a moe-dump/1 rank (compare/README.md's table), for both captures; compare/dump_names.hpp holds
+# the same names for C++. A gradient is its tensor's name + ".grad".
+HIDDEN_STATES, HIDDEN_STATES_GRAD = "hidden_states", "hidden_states.grad"
+OUTPUT, OUTPUT_GRAD = "output", "output.grad"
+PADDING_MASK = "padding_mask"
+ROUTER_WEIGHT, EXPERT_BIAS, TID2EID = "router.weight", "router.expert_bias", "router.tid2eid"
+PROBS, ROUTING_MAP, LOCAL_TOKENS_PER_EXPERT = "router.probs", "router.routing_map", "router.local_tokens_per_expert"
+SHARED_FC1, SHARED_FC2 = "shared_experts.linear_fc1.weight", "shared_experts.linear_fc2.weight"
+SHARED_FC1_GRAD = SHARED_FC1 + ".grad"
+SHARED_GATE = "shared_experts.gate_weight"
 LOCK_WAIT_S = 60.0  # how long a lock held by another writer of the same folder is waited for
 _serial = itertools.count()  # staging folders of this process (several captures may run in one process)
 _LEFTOVER = re.compile(r"\.(tmp|old)-\d{1,20}-\d{1,20}")
