@@ -11,13 +11,23 @@
 
 namespace moe::cli {
 
+#ifdef MOE_ORACLE_HAVE_CUDA
+cuda::GemmMode gemm_mode(Kernels kernels) {
+  switch (kernels) {
+    case Kernels::cuda: return cuda::GemmMode::cublas;
+    case Kernels::cuda_batch_invariant: return cuda::GemmMode::batch_invariant;
+    case Kernels::cpu: break;
+  }
+  throw std::logic_error("--kernels " + std::string(name_of(kernels)) + " runs no GEMM on the device");
+}
+#endif
+
 KernelChoice::KernelChoice(Kernels kernels, int device) {
-  if (kernels == Kernels::cpu) return;
+  if (!on_device(kernels)) return;
   const std::string flag = "--kernels " + std::string(name_of(kernels));
 #ifdef MOE_ORACLE_HAVE_CUDA
   try {
-    owned_ = std::make_unique<cuda::DeviceKernels>(
-        device, kernels == Kernels::cuda ? cuda::GemmMode::cublas : cuda::GemmMode::batch_invariant);
+    owned_ = std::make_unique<cuda::DeviceKernels>(device, gemm_mode(kernels));
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(flag + ": " + e.what());
   }

@@ -22,6 +22,27 @@ inline constexpr Named<Kernels> kKernelNames[] = {
     {Kernels::cpu, "cpu"}, {Kernels::cuda, "cuda"}, {Kernels::cuda_batch_invariant, "cuda-batch-invariant"}};
 constexpr std::span<const Named<Kernels>> names_of(Kernels) { return kKernelNames; }
 
+// Whether the kernels run on a GPU (one device serves every run, and the device layer is checked too). Every value
+// answers by name: a backend added to Kernels must say, the build stops at this switch until it does.
+constexpr bool on_device(Kernels kernels) {
+  switch (kernels) {
+    case Kernels::cpu: return false;
+    case Kernels::cuda:
+    case Kernels::cuda_batch_invariant: return true;
+  }
+  return false;  // not reached: the switch names every value
+}
+
+#ifdef MOE_ORACLE_HAVE_CUDA
+}  // namespace moe::cli
+namespace moe::cuda {
+enum class GemmMode;  // cuda/device_context.hpp
+}  // namespace moe::cuda
+namespace moe::cli {
+// The GEMM a device backend runs; refused for a backend that is not on the device.
+cuda::GemmMode gemm_mode(Kernels kernels);
+#endif
+
 class KernelChoice {
  public:
   // Throws std::invalid_argument where the CUDA backend is missing.

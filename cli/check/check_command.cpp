@@ -367,7 +367,7 @@ void add_check_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "check",
       "Run the parallel MoE system and compare every rank with the oracle (default: the embedded set of models "
-      "with padding × layouts × 3 dispatchers × semantics profiles, printing the features it covered)");
+      "with padding × layouts × every dispatcher × semantics profiles, printing the features it covered)");
   add_run_options(*cmd, o->run);
   add_layout_flags(*cmd, o->layout, false);  // with --world: run this one layout instead of the built-in ones
   cmd->add_option("--vpp,--virtual-pipeline-model-parallel-size", o->layout.vpp,
@@ -445,11 +445,11 @@ void add_check_command(CLI::App& app) {
       for (const CheckRun& r : runs) pass = pass && r.result.pass();
       // On the GPU, also the device layer against the oracle (rank 0: the others would repeat it).
       std::vector<DeviceLayerRun> device_layers;
-      if (o->kernels != Kernels::cpu && print) device_layers = run_device_layers(runs, o->dtype, o->kernels);
+      if (on_device(o->kernels) && print) device_layers = run_device_layers(runs, o->dtype, o->kernels);
       for (const DeviceLayerRun& r : device_layers) pass = pass && r.pass;
       // The default set also judges compare itself (check_compare_roundtrip.hpp), in process, in double.
       std::vector<RoundTrip> round_trips;
-      if (settings.default_set && !world && o->dtype == Precision::float64 && o->kernels == Kernels::cpu &&
+      if (settings.default_set && !world && o->dtype == Precision::float64 && !on_device(o->kernels) &&
           o->row.steps == 0)
         round_trips = compare_round_trips(scratch_directory() / ("moe-oracle-compare-" + std::to_string(::getpid())));
       for (const RoundTrip& t : round_trips) pass = pass && t.pass;

@@ -16,8 +16,7 @@ std::vector<DeviceLayerRun> run_device_layers(const std::vector<CheckRun>& check
                                               Kernels kernels) {
 #ifdef MOE_ORACLE_HAVE_CUDA
   const Precision precision = dtype == Precision::float64 ? Precision::float64 : Precision::float32;
-  const cuda::GemmMode mode = kernels == Kernels::cuda_batch_invariant ? cuda::GemmMode::batch_invariant
-                                                                       : cuda::GemmMode::cublas;
+  const cuda::GemmMode mode = gemm_mode(kernels);
   std::vector<DeviceLayerRun> runs;
   std::set<const CheckRow*> rows_seen;  // a row's runs (its layouts × dispatchers) share its layer
   std::set<std::string> seen;            // the layers already compared, as their config's JSON

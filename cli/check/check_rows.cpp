@@ -268,7 +268,7 @@ void finish_options(const CLI::App& check, CheckOptions& o) {
   finish_layout(check, o.layout);
   if (check.count("--jobs") > 0 && o.backend != Backend::inproc)
     throw std::invalid_argument("--jobs is for in-process ranks; under mpirun the processes run one layout at a time");
-  if (o.kernels != Kernels::cpu) {
+  if (on_device(o.kernels)) {
     // One device and its streams serve every run: the device runs go one after another.
     if (check.count("--jobs") > 0 && o.jobs > 1)
       throw std::invalid_argument("--jobs " + std::to_string(o.jobs) + " with --kernels " +
