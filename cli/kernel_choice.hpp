@@ -15,6 +15,12 @@
 #include <span>
 #include <string>
 
+#ifdef MOE_ORACLE_HAVE_CUDA
+namespace moe::cuda {
+enum class GemmMode;  // cuda/device_context.hpp
+}  // namespace moe::cuda
+#endif
+
 namespace moe::cli {
 
 enum class Kernels { cpu, cuda, cuda_batch_invariant };
@@ -34,11 +40,6 @@ constexpr bool on_device(Kernels kernels) {
 }
 
 #ifdef MOE_ORACLE_HAVE_CUDA
-}  // namespace moe::cli
-namespace moe::cuda {
-enum class GemmMode;  // cuda/device_context.hpp
-}  // namespace moe::cuda
-namespace moe::cli {
 // The GEMM a device backend runs; refused for a backend that is not on the device.
 cuda::GemmMode gemm_mode(Kernels kernels);
 #endif

@@ -1,13 +1,10 @@
 #include "cli/model_options.hpp"
 
 #include "cli/choice_option.hpp"
-#include "reference/expert_path_names.hpp"
-
 #include "cli/cli_checks.hpp"
-
 #include "model_files/layer_config_answer.hpp"
 #include "model_files/model_file.hpp"
-
+#include "reference/expert_path_names.hpp"
 #include "reference/memory_estimate.hpp"
 #include "reference/named.hpp"
 

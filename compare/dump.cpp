@@ -1,11 +1,10 @@
 #include "compare/dump.hpp"
 
 #include "compare/dump_names.hpp"
-#include "reference/tolerance_names.hpp"
-
 #include "compare/dump_tensors.hpp"
 #include "formats/config_json.hpp"
 #include "reference/process_groups.hpp"
+#include "reference/tolerance_names.hpp"
 #include "storage/json_file.hpp"
 
 #include <nlohmann/json.hpp>

@@ -50,9 +50,9 @@ BOOKKEEPING = ("chunk_size_feed_forward", "id2label", "label2id", "is_encoder_de
 
 from moe_capture_tensors import (activation_dtype, check_backward_seen, clamp_semantics,  # noqa: E402
                                  gradient_notes, gradient_or_missing, merged_meta, numpy_of)
-from moe_capture_write import (EXPERT_BIAS, FORMAT, HIDDEN_STATES, HIDDEN_STATES_GRAD, LOSS, OUTPUT,  # noqa: E402
-                               OUTPUT_GRAD, PROBS, ROUTER_WEIGHT, SHARED_FC1, SHARED_FC1_GRAD, SHARED_FC2, SHARED_GATE,
-                               TID2EID, CaptureError)
+from moe_capture_write import (EXPERT_BIAS, FORMAT, HIDDEN_STATES, HIDDEN_STATES_GRAD,  # noqa: E402
+                               LOCAL_TOKENS_PER_EXPERT, LOSS, OUTPUT, OUTPUT_GRAD, PROBS, ROUTER_WEIGHT, ROUTING_MAP,
+                               SHARED_FC1, SHARED_FC1_GRAD, SHARED_FC2, SHARED_GATE, TID2EID, CaptureError)
 
 
 def is_hf_block(layer):
@@ -378,9 +378,9 @@ class HfCapture:
             probs = torch.zeros(tokens, config["num_experts"], dtype=weights.dtype).scatter(1, indices, weights)
             routing_map = torch.zeros(tokens, config["num_experts"], dtype=torch.bool).scatter(1, indices, True)
             save(PROBS, probs)
-            save_npy(d / "router.routing_map.npy", routing_map.numpy())
+            save_npy(d / f"{ROUTING_MAP}.npy", routing_map.numpy())
             if config.get("expert_bias"):
-                save_npy(d / "router.local_tokens_per_expert.npy", routing_map.sum(0).long().numpy())
+                save_npy(d / f"{LOCAL_TOKENS_PER_EXPERT}.npy", routing_map.sum(0).long().numpy())
         sync_directory(d)
         return {"missing": missing, "frozen": frozen}
 

@@ -8,6 +8,7 @@ longer matches fails too (the sentence was rewritten: update the claim). Dated h
 is not held: it says what was.
 Usage: doc_figures.py SOURCE_DIR MOE_ORACLE        doc_figures.py --self-test MOE_ORACLE
 """
+import functools
 import json
 import os
 import re
@@ -31,15 +32,14 @@ def golden_counts(root):
     return layer, layer_v2, model
 
 
-def bf16_check(oracle, cache={}):
-    if oracle not in cache:
-        out = subprocess.run([oracle, "check", "--dtype", "bf16"], capture_output=True, text=True)
-        runs = re.search(r"^(\d+) passed, (\d+) failed$", out.stdout, re.M)
-        coverage = re.search(r"^coverage: (\d+) of (\d+) features", out.stdout, re.M)
-        if out.returncode != 0 or not runs or not coverage:
-            raise RuntimeError("moe-oracle check --dtype bf16 did not pass (exit %d)" % out.returncode)
-        cache[oracle] = (int(runs.group(1)), int(coverage.group(2)))
-    return cache[oracle]
+@functools.lru_cache(maxsize=None)  # run once, however many times the self-test checks
+def bf16_check(oracle):
+    out = subprocess.run([oracle, "check", "--dtype", "bf16"], capture_output=True, text=True)
+    runs = re.search(r"^(\d+) passed, (\d+) failed$", out.stdout, re.M)
+    coverage = re.search(r"^coverage: (\d+) of (\d+) features", out.stdout, re.M)
+    if out.returncode != 0 or not runs or not coverage:
+        raise RuntimeError("moe-oracle check --dtype bf16 did not pass (exit %d)" % out.returncode)
+    return int(runs.group(1)), int(coverage.group(2))
 
 
 # (doc, pattern, the figures its groups must be)
